@@ -1,0 +1,85 @@
+// Copyright fencegate authors.
+//
+// Fencer: enforces the fencing contract (docs/fencing.md) around a write.
+//
+//   1. token <  highest  -> FAILED_PRECONDITION (StaleTokenError); the write
+//                           is not applied.
+//   2. token == highest  -> accepted; the fence is unchanged.
+//   3. token >  highest  -> the new highest is made durable (FenceStore::Raise)
+//                           before the write is applied.
+//   4. For one domain, check, record and apply run under one per-domain lock,
+//      so once a token T is accepted no lower token is applied after it, even
+//      a request that arrived earlier. Different domains run in parallel.
+//   5. If apply fails after the fence advanced, the fence stays advanced and
+//      the apply error is returned; retrying with the same token is allowed.
+
+#ifndef FENCING_FENCER_H_
+#define FENCING_FENCER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include "absl/strings/string_view.h"
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "fencing/clock.h"
+#include "fencing/fence_store.h"
+
+namespace fencegate {
+
+struct FenceDecision {
+  // The domain's fence after the decision.
+  FenceState fence;
+  // True if this call raised the domain's highest token.
+  bool advanced = false;
+};
+
+// Thread safety: safe for concurrent use. Execute() blocks for as long as
+// the store's sync and `apply` take, plus the time other requests of the same
+// domain hold its lock: call it from an I/O thread, never from an RPC thread.
+class Fencer {
+ public:
+  // `store` and `clock` are not owned and must outlive the Fencer.
+  Fencer(FenceStore* store, Clock* clock);
+  Fencer(const Fencer&) = delete;
+  Fencer& operator=(const Fencer&) = delete;
+  ~Fencer();
+
+  // Checks `token` against `domain`'s fence, records an advance durably, then
+  // runs `apply`, all under the domain's lock. Returns the decision if apply
+  // succeeded; the stale-token error if the token is stale (apply not run);
+  // apply's error otherwise (the fence stays as recorded). The caller must
+  // have validated domain and token (fencing/limits.h).
+  absl::StatusOr<FenceDecision> Execute(
+      absl::string_view domain, uint64_t token,
+      absl::FunctionRef<absl::Status()> apply);
+
+  // Execute() with nothing to apply: raises the fence to `token` (or accepts
+  // it if equal), or fails with the stale-token error.
+  absl::StatusOr<FenceDecision> Fence(absl::string_view domain, uint64_t token);
+
+  // The domain's current fence.
+  absl::StatusOr<FenceState> Get(absl::string_view domain);
+
+ private:
+  struct DomainLock {
+    absl::Mutex mu;
+    int users = 0;  // Guarded by Fencer::mu_.
+  };
+  class ScopedDomainLock;
+
+  FenceStore* const store_;
+  Clock* const clock_;
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::unique_ptr<DomainLock>> locks_
+      ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace fencegate
+
+#endif  // FENCING_FENCER_H_

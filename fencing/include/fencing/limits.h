@@ -1,0 +1,33 @@
+// Copyright fencegate authors.
+//
+// Validation of the values every fenced request carries: the domain and the
+// token. Shared by the gateway and the token sources so that all of them
+// accept exactly the same values.
+
+#ifndef FENCING_LIMITS_H_
+#define FENCING_LIMITS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include "absl/strings/string_view.h"
+
+#include "absl/status/status.h"
+
+namespace fencegate {
+
+// Longest domain name accepted, in bytes.
+inline constexpr size_t kMaxDomainBytes = 512;
+
+// OK if `domain` is 1 to kMaxDomainBytes bytes without NUL; otherwise
+// INVALID_ARGUMENT naming the field `field` and the reason.
+absl::Status ValidateDomain(absl::string_view domain,
+                            absl::string_view field = "domain");
+
+// OK for 1 .. 2^64-1. Token 0 is INVALID_ARGUMENT: it is protobuf's unset
+// value, and accepting it would let a client that forgot its token write to
+// a domain that was never fenced.
+absl::Status ValidateToken(uint64_t token, absl::string_view field = "token");
+
+}  // namespace fencegate
+
+#endif  // FENCING_LIMITS_H_

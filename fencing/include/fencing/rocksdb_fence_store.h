@@ -1,0 +1,42 @@
+// Copyright fencegate authors.
+//
+// The RocksDB-backed FenceStore: one key per domain, each rise written with
+// a synced WAL. Concurrent rises of different domains share fsyncs through
+// RocksDB's group commit.
+
+#ifndef FENCING_ROCKSDB_FENCE_STORE_H_
+#define FENCING_ROCKSDB_FENCE_STORE_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "fencing/fence_store.h"
+
+namespace rocksdb {
+class Env;
+}
+
+namespace fencegate {
+
+struct RocksDbFenceStoreOptions {
+  // Directory of the RocksDB database; created if missing.
+  // Default: none (required).
+  std::string path;
+
+  // RocksDB Env to use, for fault injection in tests. Not owned; must
+  // outlive the store.
+  // Default: nullptr (the default Env).
+  rocksdb::Env* env = nullptr;
+};
+
+// Opens (creating if missing) the fence store at options.path.
+// Errors: INVALID_ARGUMENT for an empty path; UNAVAILABLE if the database
+// cannot be opened (e.g. another process holds its lock, or a disk error);
+// DATA_LOSS if a stored value is corrupt.
+absl::StatusOr<std::unique_ptr<FenceStore>> OpenRocksDbFenceStore(
+    const RocksDbFenceStoreOptions& options);
+
+}  // namespace fencegate
+
+#endif  // FENCING_ROCKSDB_FENCE_STORE_H_

@@ -1,0 +1,34 @@
+// Copyright fencegate authors.
+
+#include "fencing/limits.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace fencegate {
+
+absl::Status ValidateDomain(absl::string_view domain, absl::string_view field) {
+  if (domain.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": must not be empty"));
+  }
+  if (domain.size() > kMaxDomainBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": ", domain.size(), " bytes is longer than the ",
+                     kMaxDomainBytes, "-byte limit"));
+  }
+  if (domain.find('\0') != absl::string_view::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": must not contain NUL bytes"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateToken(uint64_t token, absl::string_view field) {
+  if (token == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ": must be at least 1 (0 is the unset value; pass the token "
+               "your lock service granted)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace fencegate

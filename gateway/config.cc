@@ -1,0 +1,122 @@
+// Copyright fencegate authors.
+
+#include "gateway/config.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/text_format.h"
+
+namespace fencegate {
+namespace {
+
+class FirstError : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, google::protobuf::io::ColumnNumber column,
+                const std::string& message) override {
+    if (message_.empty()) {
+      message_ = absl::StrCat(line + 1, ":", column + 1, ": ", message);
+    }
+  }
+  const std::string& message() const { return message_; }
+
+ private:
+  std::string message_;
+};
+
+absl::Status MakeDirs(const std::string& path) {
+  for (size_t pos = 1; pos <= path.size(); ++pos) {
+    if (pos == path.size() || path[pos] == '/') {
+      std::string prefix = path.substr(0, pos);
+      if (::mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("data_dir: cannot create \"", prefix,
+                         "\": ", strerror(errno)));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<v1::GatewayConfig> LoadConfigFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat("config file \"", path,
+                                            "\": ", strerror(errno)));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  v1::GatewayConfig config;
+  google::protobuf::TextFormat::Parser parser;
+  FirstError errors;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(text.str(), &config)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config file \"", path, "\":", errors.message()));
+  }
+  return config;
+}
+
+absl::StatusOr<GatewayOptions> ResolveOptions(const v1::GatewayConfig& config) {
+  GatewayOptions options;
+  if (!config.listen_address().empty()) {
+    options.listen_address = config.listen_address();
+  }
+  if (options.listen_address.rfind(':') == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "listen_address: \"", options.listen_address, "\" must be host:port"));
+  }
+  std::string data_dir =
+      config.data_dir().empty() ? "fencegate-data" : config.data_dir();
+  if (absl::Status s = MakeDirs(data_dir); !s.ok()) return s;
+  char resolved[PATH_MAX];
+  if (::realpath(data_dir.c_str(), resolved) == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data_dir: cannot resolve \"", data_dir, "\": ", strerror(errno)));
+  }
+  options.data_dir = resolved;
+
+  for (const v1::Route& route : config.routes()) {
+    options.routes.push_back({route.name(), route.uri()});
+  }
+  if (options.routes.empty()) {
+    options.routes.push_back(
+        {"files", absl::StrCat("file://", options.data_dir, "/files")});
+  }
+
+  if (config.limits().max_message_bytes() != 0) {
+    if (config.limits().max_message_bytes() < 1024) {
+      return absl::InvalidArgumentError(
+          "limits.max_message_bytes: must be at least 1024");
+    }
+    options.max_message_bytes = config.limits().max_message_bytes();
+  }
+  if (config.limits().max_ops_per_write() != 0) {
+    options.max_ops_per_write = config.limits().max_ops_per_write();
+  }
+  options.io_threads = config.io_threads();
+  if (options.io_threads == 0) {
+    options.io_threads =
+        std::max(4u, 2 * std::max(1u, std::thread::hardware_concurrency()));
+  }
+  if (options.io_threads > 1024) {
+    return absl::InvalidArgumentError("io_threads: at most 1024");
+  }
+  if (config.shutdown_grace_seconds() != 0) {
+    options.shutdown_grace = absl::Seconds(config.shutdown_grace_seconds());
+  }
+  return options;
+}
+
+}  // namespace fencegate

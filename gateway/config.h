@@ -1,0 +1,53 @@
+// Copyright fencegate authors.
+//
+// The gateway's validated configuration, built once at start-up from the
+// configuration file (fencegate.v1.GatewayConfig in protobuf text format)
+// and the command-line flags, which override it.
+
+#ifndef GATEWAY_CONFIG_H_
+#define GATEWAY_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "fencegate/v1/config.pb.h"
+#include "storage_adapters/router.h"
+
+namespace fencegate {
+
+struct GatewayOptions {
+  // host:port; port 0 picks a free port (see GatewayServer::port()).
+  // Default: 127.0.0.1:7070.
+  std::string listen_address = "127.0.0.1:7070";
+  // Absolute path of the data directory; the fence store lives in
+  // <data_dir>/fence. Default: ./fencegate-data made absolute.
+  std::string data_dir;
+  // Default: {"files", "file://<data_dir>/files"}.
+  std::vector<RouteSpec> routes;
+  // Largest request accepted. Default: 16 MiB.
+  uint32_t max_message_bytes = 16 << 20;
+  // Most operations in one Write. Default: 1000.
+  uint32_t max_ops_per_write = 1000;
+  // Threads for fence syncs and storage I/O. Default: max(4, 2 * cores).
+  uint32_t io_threads = 0;
+  // How long SIGTERM waits for in-flight requests. Default: 30 s.
+  absl::Duration shutdown_grace = absl::Seconds(30);
+  // Log every accepted write, not only fence advances and errors.
+  // Default: false.
+  bool log_writes = false;
+};
+
+// Reads a GatewayConfig text proto. INVALID_ARGUMENT with the file name,
+// line and column of the first error; NOT_FOUND if it cannot be read.
+absl::StatusOr<v1::GatewayConfig> LoadConfigFile(const std::string& path);
+
+// Fills defaults into `config` and validates it; creates the data directory
+// if missing. INVALID_ARGUMENT names the offending field.
+absl::StatusOr<GatewayOptions> ResolveOptions(const v1::GatewayConfig& config);
+
+}  // namespace fencegate
+
+#endif  // GATEWAY_CONFIG_H_

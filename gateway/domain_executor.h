@@ -1,0 +1,60 @@
+// Copyright fencegate authors.
+//
+// DomainExecutor: the bounded I/O pool where blocking work (fence syncs,
+// storage writes) runs, off gRPC's threads. Work posted for one domain runs
+// one at a time in posting order on a Boost.Asio strand, so a busy domain
+// occupies at most one pool thread and never starves the others.
+
+#ifndef GATEWAY_DOMAIN_EXECUTOR_H_
+#define GATEWAY_DOMAIN_EXECUTOR_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/functional/any_invocable.h"
+#include "absl/synchronization/mutex.h"
+#include "boost/asio/strand.hpp"
+#include "boost/asio/thread_pool.hpp"
+
+namespace fencegate {
+
+// Thread safety: Post() and PostAny() are safe from any thread, including
+// from work running on the pool. Join() must be called once, after the last
+// Post().
+class DomainExecutor {
+ public:
+  explicit DomainExecutor(size_t threads);
+  DomainExecutor(const DomainExecutor&) = delete;
+  DomainExecutor& operator=(const DomainExecutor&) = delete;
+  // Joins if Join() was not called.
+  ~DomainExecutor();
+
+  // Runs `work` on the pool after all work posted earlier for `domain`.
+  void Post(const std::string& domain, absl::AnyInvocable<void() &&> work);
+
+  // Runs `work` on the pool, unordered.
+  void PostAny(absl::AnyInvocable<void() &&> work);
+
+  // Waits for all posted work to finish and stops the threads.
+  void Join();
+
+ private:
+  using Strand = boost::asio::strand<boost::asio::thread_pool::executor_type>;
+  struct Lane {
+    explicit Lane(Strand s) : strand(std::move(s)) {}
+    Strand strand;
+    int pending = 0;  // Guarded by DomainExecutor::mu_.
+  };
+
+  boost::asio::thread_pool pool_;
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::unique_ptr<Lane>> lanes_
+      ABSL_GUARDED_BY(mu_);
+  bool joined_ = false;
+};
+
+}  // namespace fencegate
+
+#endif  // GATEWAY_DOMAIN_EXECUTOR_H_

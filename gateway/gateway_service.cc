@@ -1,0 +1,171 @@
+// Copyright fencegate authors.
+
+#include "gateway/gateway_service.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_format.h"
+#include "fencing/limits.h"
+#include "fencing/stale_token.h"
+#include "gateway/log.h"
+#include "gateway/status.h"
+
+namespace fencegate {
+namespace {
+
+void ToProto(const FenceState& state, v1::FenceState* out) {
+  out->set_domain(state.domain);
+  out->set_highest_token(state.highest_token);
+  if (state.advanced_at != absl::InfinitePast()) {
+    const int64_t micros = absl::ToUnixMicros(state.advanced_at);
+    out->mutable_advanced_at()->set_seconds(micros / 1000000);
+    out->mutable_advanced_at()->set_nanos(
+        static_cast<int32_t>(micros % 1000000) * 1000);
+  } else {
+    out->clear_advanced_at();
+  }
+}
+
+grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
+                                    const absl::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+std::string RequestTag(absl::string_view rpc, absl::string_view request_id) {
+  if (request_id.empty()) return std::string(rpc);
+  return absl::StrCat(rpc, " request_id=", absl::CHexEscape(request_id));
+}
+
+// Logs the outcome of a fenced call: stale rejections as warnings with the
+// domain, the token and the highest token; advances as info; other errors.
+void LogOutcome(absl::string_view tag, absl::string_view domain, uint64_t token,
+                const absl::StatusOr<FenceDecision>& decision,
+                bool log_accepted) {
+  if (!decision.ok()) {
+    if (std::optional<StaleTokenInfo> stale = GetStaleToken(decision.status())) {
+      Log(LogSeverity::kWarning,
+          absl::StrFormat("%s rejected stale token domain=\"%s\" token=%d "
+                          "highest=%d",
+                          tag, absl::CHexEscape(domain), token,
+                          stale->highest_token));
+    } else {
+      Log(LogSeverity::kError,
+          absl::StrFormat("%s failed domain=\"%s\" token=%d: %s", tag,
+                          absl::CHexEscape(domain), token,
+                          decision.status().ToString()));
+    }
+    return;
+  }
+  if (decision->advanced || log_accepted) {
+    Log(LogSeverity::kInfo,
+        absl::StrFormat("%s accepted domain=\"%s\" token=%d%s", tag,
+                        absl::CHexEscape(domain), token,
+                        decision->advanced ? " (fence advanced)" : ""));
+  }
+}
+
+}  // namespace
+
+GatewayService::GatewayService(Fencer* fencer, const Router* router,
+                               DomainExecutor* executor,
+                               GatewayServiceOptions options)
+    : fencer_(fencer),
+      router_(router),
+      executor_(executor),
+      options_(options) {}
+
+grpc::ServerUnaryReactor* GatewayService::Write(
+    grpc::CallbackServerContext* context, const v1::WriteRequest* request,
+    v1::WriteResponse* response) {
+  if (absl::Status s = ValidateToken(request->token()); !s.ok()) {
+    return FinishNow(context, s);
+  }
+  absl::StatusOr<ResolvedResource> resolved =
+      router_->Resolve(request->resource());
+  if (!resolved.ok()) return FinishNow(context, resolved.status());
+  std::string domain =
+      request->domain().empty() ? request->resource() : request->domain();
+  if (absl::Status s = ValidateDomain(
+          domain, request->domain().empty() ? "resource (as domain)" : "domain");
+      !s.ok()) {
+    return FinishNow(context, s);
+  }
+  if (request->ops().empty()) {
+    return FinishNow(context,
+                     absl::InvalidArgumentError("ops: at least one operation "
+                                                "is required"));
+  }
+  if (static_cast<uint64_t>(request->ops_size()) > options_.max_ops_per_write) {
+    return FinishNow(context, absl::InvalidArgumentError(absl::StrCat(
+                                  "ops: ", request->ops_size(),
+                                  " operations exceed the limit of ",
+                                  options_.max_ops_per_write)));
+  }
+  if (absl::Status s = resolved->adapter->Validate(resolved->path,
+                                                   request->ops());
+      !s.ok()) {
+    return FinishNow(context, s);
+  }
+
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  executor_->Post(domain, [this, reactor, request, response, domain,
+                           resolved = *resolved]() {
+    WriteTarget target{domain, request->token(), resolved.path,
+                       request->request_id()};
+    absl::StatusOr<FenceDecision> decision =
+        fencer_->Execute(domain, request->token(), [&] {
+          return resolved.adapter->Apply(target, request->ops(),
+                                         response->mutable_results());
+        });
+    LogOutcome(RequestTag("Write", request->request_id()), domain,
+               request->token(), decision, options_.log_writes);
+    if (decision.ok()) {
+      ToProto(decision->fence, response->mutable_fence());
+      response->set_fence_advanced(decision->advanced);
+    }
+    reactor->Finish(ToGrpcStatus(decision.status()));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* GatewayService::Fence(
+    grpc::CallbackServerContext* context, const v1::FenceRequest* request,
+    v1::FenceState* response) {
+  if (absl::Status s = ValidateDomain(request->domain()); !s.ok()) {
+    return FinishNow(context, s);
+  }
+  if (absl::Status s = ValidateToken(request->token()); !s.ok()) {
+    return FinishNow(context, s);
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  executor_->Post(request->domain(), [this, reactor, request, response]() {
+    absl::StatusOr<FenceDecision> decision =
+        fencer_->Fence(request->domain(), request->token());
+    LogOutcome(RequestTag("Fence", request->request_id()), request->domain(),
+               request->token(), decision, options_.log_writes);
+    if (decision.ok()) ToProto(decision->fence, response);
+    reactor->Finish(ToGrpcStatus(decision.status()));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* GatewayService::GetFence(
+    grpc::CallbackServerContext* context, const v1::GetFenceRequest* request,
+    v1::FenceState* response) {
+  if (absl::Status s = ValidateDomain(request->domain()); !s.ok()) {
+    return FinishNow(context, s);
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  executor_->PostAny([this, reactor, request, response]() {
+    absl::StatusOr<FenceState> state = fencer_->Get(request->domain());
+    if (state.ok()) ToProto(*state, response);
+    reactor->Finish(ToGrpcStatus(state.status()));
+  });
+  return reactor;
+}
+
+}  // namespace fencegate

@@ -1,0 +1,53 @@
+// Copyright fencegate authors.
+//
+// GatewayService: the fencegate.v1.Gateway gRPC service on the callback API.
+// Handlers validate the request on gRPC's thread (cheap, no I/O), then hand
+// the fenced work to the DomainExecutor and return; the reactor is finished
+// from the I/O thread.
+
+#ifndef GATEWAY_GATEWAY_SERVICE_H_
+#define GATEWAY_GATEWAY_SERVICE_H_
+
+#include <cstdint>
+
+#include "fencegate/v1/gateway.grpc.pb.h"
+#include "fencing/fencer.h"
+#include "gateway/domain_executor.h"
+#include "storage_adapters/router.h"
+
+namespace fencegate {
+
+struct GatewayServiceOptions {
+  // Most operations in one Write. Default: 1000.
+  uint32_t max_ops_per_write = 1000;
+  // Log every accepted write. Default: false.
+  bool log_writes = false;
+};
+
+// Thread safety: safe for concurrent RPCs. `fencer`, `router` and `executor`
+// are not owned and must outlive the service.
+class GatewayService final : public v1::Gateway::CallbackService {
+ public:
+  GatewayService(Fencer* fencer, const Router* router,
+                 DomainExecutor* executor, GatewayServiceOptions options);
+
+  grpc::ServerUnaryReactor* Write(grpc::CallbackServerContext* context,
+                                  const v1::WriteRequest* request,
+                                  v1::WriteResponse* response) override;
+  grpc::ServerUnaryReactor* Fence(grpc::CallbackServerContext* context,
+                                  const v1::FenceRequest* request,
+                                  v1::FenceState* response) override;
+  grpc::ServerUnaryReactor* GetFence(grpc::CallbackServerContext* context,
+                                     const v1::GetFenceRequest* request,
+                                     v1::FenceState* response) override;
+
+ private:
+  Fencer* const fencer_;
+  const Router* const router_;
+  DomainExecutor* const executor_;
+  const GatewayServiceOptions options_;
+};
+
+}  // namespace fencegate
+
+#endif  // GATEWAY_GATEWAY_SERVICE_H_

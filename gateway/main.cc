@@ -1,0 +1,201 @@
+// Copyright fencegate authors.
+//
+// fencegate: the fencing gateway server. See docs/operations.md.
+
+#include <signal.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "gateway/config.h"
+#include "gateway/flags.h"
+#include "gateway/log.h"
+#include "gateway/server.h"
+#include "storage_adapters/builtin.h"
+
+namespace fencegate {
+namespace {
+
+constexpr char kUsage[] =
+    "Usage: fencegate [flags]\n"
+    "\n"
+    "Runs the fencing gateway. With no flags it listens on 127.0.0.1:7070,\n"
+    "keeps its fence store in ./fencegate-data/fence and serves the route\n"
+    "\"files\" from ./fencegate-data/files. Flags override the config file.\n"
+    "\n"
+    "Flags:\n";
+
+struct Flags {
+  std::string config;
+  std::string listen;
+  std::string data_dir;
+  std::vector<std::string> routes;
+  uint64_t max_message_bytes = 0;
+  uint64_t max_ops_per_write = 0;
+  uint64_t io_threads = 0;
+  uint64_t shutdown_grace_seconds = 0;
+  std::string port_file;
+  bool log_writes = false;
+  bool help = false;
+};
+
+absl::Status ApplyFlags(const Flags& flags, v1::GatewayConfig* config) {
+  if (!flags.listen.empty()) config->set_listen_address(flags.listen);
+  if (!flags.data_dir.empty()) config->set_data_dir(flags.data_dir);
+  if (!flags.routes.empty()) {
+    config->clear_routes();
+    for (const std::string& r : flags.routes) {
+      std::pair<std::string, std::string> kv =
+          absl::StrSplit(r, absl::MaxSplits('=', 1));
+      if (kv.second.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--route: \"", r, "\" must be NAME=URI"));
+      }
+      v1::Route* route = config->add_routes();
+      route->set_name(kv.first);
+      route->set_uri(kv.second);
+    }
+  }
+  auto u32 = [](uint64_t v, const char* name) -> absl::StatusOr<uint32_t> {
+    if (v > UINT32_MAX) {
+      return absl::InvalidArgumentError(absl::StrCat("--", name, ": too large"));
+    }
+    return static_cast<uint32_t>(v);
+  };
+  absl::StatusOr<uint32_t> v = u32(flags.max_message_bytes, "max_message_bytes");
+  if (!v.ok()) return v.status();
+  if (*v) config->mutable_limits()->set_max_message_bytes(*v);
+  if (v = u32(flags.max_ops_per_write, "max_ops_per_write"); !v.ok()) {
+    return v.status();
+  }
+  if (*v) config->mutable_limits()->set_max_ops_per_write(*v);
+  if (v = u32(flags.io_threads, "io_threads"); !v.ok()) return v.status();
+  if (*v) config->set_io_threads(*v);
+  if (v = u32(flags.shutdown_grace_seconds, "shutdown_grace_seconds");
+      !v.ok()) {
+    return v.status();
+  }
+  if (*v) config->set_shutdown_grace_seconds(*v);
+  return absl::OkStatus();
+}
+
+int Run(int argc, char** argv) {
+  Flags flags;
+  FlagSet set;
+  set.String("config", &flags.config,
+             "configuration file (fencegate.v1.GatewayConfig, text format)");
+  set.String("listen", &flags.listen,
+             "host:port to serve on; port 0 picks one (default 127.0.0.1:7070)");
+  set.String("data_dir", &flags.data_dir,
+             "data directory (default ./fencegate-data)");
+  set.StringList("route", &flags.routes,
+                 "NAME=URI, repeatable; replaces the config file's routes "
+                 "(default files=file://<data_dir>/files)");
+  set.Uint("max_message_bytes", &flags.max_message_bytes,
+           "largest request in bytes (default 16777216)");
+  set.Uint("max_ops_per_write", &flags.max_ops_per_write,
+           "most operations in one Write (default 1000)");
+  set.Uint("io_threads", &flags.io_threads,
+           "I/O threads (default max(4, 2 x cores))");
+  set.Uint("shutdown_grace_seconds", &flags.shutdown_grace_seconds,
+           "how long SIGTERM waits for in-flight requests (default 30)");
+  set.String("port_file", &flags.port_file,
+             "write the bound port to this file once serving");
+  set.Bool("log_writes", &flags.log_writes,
+           "log every accepted write, not only fence advances and errors");
+  set.Bool("help", &flags.help, "print this help");
+
+  std::vector<std::string> positional;
+  if (absl::Status s = set.Parse(argc, argv, 1, &positional); !s.ok()) {
+    std::cerr << "fencegate: " << s.message() << "\n";
+    return 2;
+  }
+  if (flags.help) {
+    std::cout << kUsage << set.Usage();
+    return 0;
+  }
+  if (!positional.empty()) {
+    std::cerr << "fencegate: unexpected argument \"" << positional[0]
+              << "\" (see --help)\n";
+    return 2;
+  }
+
+  v1::GatewayConfig config;
+  if (!flags.config.empty()) {
+    absl::StatusOr<v1::GatewayConfig> loaded = LoadConfigFile(flags.config);
+    if (!loaded.ok()) {
+      std::cerr << "fencegate: " << loaded.status().message() << "\n";
+      return 2;
+    }
+    config = *std::move(loaded);
+  }
+  if (absl::Status s = ApplyFlags(flags, &config); !s.ok()) {
+    std::cerr << "fencegate: " << s.message() << "\n";
+    return 2;
+  }
+  absl::StatusOr<GatewayOptions> options = ResolveOptions(config);
+  if (!options.ok()) {
+    std::cerr << "fencegate: " << options.status().message() << "\n";
+    return 2;
+  }
+  options->log_writes = flags.log_writes;
+
+  // Block the shutdown signals in every thread; main waits for them below.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  AdapterRegistry registry;
+  if (absl::Status s = RegisterBuiltinAdapters(&registry); !s.ok()) {
+    std::cerr << "fencegate: " << s.message() << "\n";
+    return 1;
+  }
+  absl::StatusOr<std::unique_ptr<GatewayServer>> server =
+      GatewayServer::Start(*options, registry);
+  if (!server.ok()) {
+    std::cerr << "fencegate: " << server.status().message() << "\n";
+    return absl::IsInvalidArgument(server.status()) ? 2 : 1;
+  }
+  std::string host = options->listen_address.substr(
+      0, options->listen_address.rfind(':'));
+  Log(LogSeverity::kInfo,
+      absl::StrCat("fencegate serving on ", host, ":", (*server)->port(),
+                   " data_dir=", options->data_dir));
+  for (const RouteSpec& route : options->routes) {
+    Log(LogSeverity::kInfo,
+        absl::StrCat("route ", route.name, "/ -> ", route.uri));
+  }
+  if (!flags.port_file.empty()) {
+    // Written to a temporary name and renamed, so readers never see half.
+    std::string tmp = flags.port_file + ".tmp";
+    {
+      std::ofstream out(tmp);
+      out << (*server)->port() << "\n";
+    }
+    if (std::rename(tmp.c_str(), flags.port_file.c_str()) != 0) {
+      Log(LogSeverity::kError, "cannot write --port_file " + flags.port_file);
+      return 1;
+    }
+  }
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  Log(LogSeverity::kInfo,
+      absl::StrCat("signal ", sig,
+                   ": refusing new requests, finishing in-flight ones"));
+  (*server)->Shutdown(options->shutdown_grace);
+  Log(LogSeverity::kInfo, "stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace fencegate
+
+int main(int argc, char** argv) { return fencegate::Run(argc, argv); }

@@ -1,0 +1,72 @@
+// Copyright fencegate authors.
+
+#include "gateway/server.h"
+
+#include "absl/strings/str_cat.h"
+#include "fencing/clock.h"
+#include "fencing/rocksdb_fence_store.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server_builder.h"
+
+namespace fencegate {
+
+absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
+    const GatewayOptions& options, const AdapterRegistry& registry) {
+  std::unique_ptr<GatewayServer> s(new GatewayServer());
+  absl::StatusOr<std::unique_ptr<Router>> router =
+      Router::Create(registry, options.routes);
+  if (!router.ok()) return router.status();
+  s->router_ = *std::move(router);
+
+  RocksDbFenceStoreOptions store_options;
+  store_options.path = absl::StrCat(options.data_dir, "/fence");
+  absl::StatusOr<std::unique_ptr<FenceStore>> store =
+      OpenRocksDbFenceStore(store_options);
+  if (!store.ok()) return store.status();
+  s->store_ = *std::move(store);
+  s->fencer_ = std::make_unique<Fencer>(s->store_.get(), Clock::Real());
+  s->executor_ = std::make_unique<DomainExecutor>(options.io_threads);
+  s->service_ = std::make_unique<GatewayService>(
+      s->fencer_.get(), s->router_.get(), s->executor_.get(),
+      GatewayServiceOptions{options.max_ops_per_write, options.log_writes});
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.listen_address,
+                           grpc::InsecureServerCredentials(), &s->port_);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
+  builder.RegisterService(s->service_.get());
+  s->server_ = builder.BuildAndStart();
+  if (s->server_ == nullptr || s->port_ == 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on ", options.listen_address,
+        " (address in use or invalid)"));
+  }
+  grpc::HealthCheckServiceInterface* health =
+      s->server_->GetHealthCheckService();
+  health->SetServingStatus(true);
+  health->SetServingStatus("fencegate.v1.Gateway", true);
+  return s;
+}
+
+GatewayServer::~GatewayServer() {
+  if (!shut_down_) Shutdown(absl::ZeroDuration());
+}
+
+void GatewayServer::Shutdown(absl::Duration grace) {
+  if (shut_down_) return;
+  shut_down_ = true;
+  if (server_ != nullptr) {
+    server_->GetHealthCheckService()->SetServingStatus(false);
+    // Returns once every started RPC has finished: in-flight writes run to
+    // completion on the I/O pool; after the deadline they are cancelled,
+    // which the client sees even if the write still lands.
+    server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+  }
+  if (executor_ != nullptr) executor_->Join();
+}
+
+}  // namespace fencegate

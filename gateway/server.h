@@ -1,0 +1,62 @@
+// Copyright fencegate authors.
+//
+// GatewayServer: owns everything one gateway process runs — the fence
+// store, the router and its adapters, the I/O pool and the gRPC server
+// (Gateway service, standard health service, server reflection).
+
+#ifndef GATEWAY_SERVER_H_
+#define GATEWAY_SERVER_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "fencing/fence_store.h"
+#include "fencing/fencer.h"
+#include "gateway/config.h"
+#include "gateway/domain_executor.h"
+#include "gateway/gateway_service.h"
+#include "grpcpp/server.h"
+#include "storage_adapters/registry.h"
+#include "storage_adapters/router.h"
+
+namespace fencegate {
+
+// Thread safety: Shutdown() may be called from any thread, once.
+class GatewayServer {
+ public:
+  // Opens the fence store in <data_dir>/fence, builds the routes' adapters
+  // from `registry`, and starts serving. INVALID_ARGUMENT for a bad route or
+  // URI; UNAVAILABLE if the store is locked by another process or the
+  // address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<GatewayServer>> Start(
+      const GatewayOptions& options, const AdapterRegistry& registry);
+
+  GatewayServer(const GatewayServer&) = delete;
+  GatewayServer& operator=(const GatewayServer&) = delete;
+  // Shuts down with a zero grace period if Shutdown() was not called.
+  ~GatewayServer();
+
+  // The bound port (useful with port 0).
+  int port() const { return port_; }
+
+  // Reports NOT_SERVING, refuses new RPCs, lets in-flight ones finish for up
+  // to `grace` (then cancels them), and drains the I/O pool.
+  void Shutdown(absl::Duration grace);
+
+ private:
+  GatewayServer() = default;
+
+  std::unique_ptr<FenceStore> store_;
+  std::unique_ptr<Fencer> fencer_;
+  std::unique_ptr<Router> router_;
+  std::unique_ptr<DomainExecutor> executor_;
+  std::unique_ptr<GatewayService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  bool shut_down_ = false;
+};
+
+}  // namespace fencegate
+
+#endif  // GATEWAY_SERVER_H_

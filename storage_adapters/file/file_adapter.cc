@@ -1,0 +1,397 @@
+// Copyright fencegate authors.
+
+#include "storage_adapters/file/file_adapter.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "fencing/sync_point.h"
+
+namespace fencegate {
+namespace {
+
+constexpr size_t kMaxPathBytes = 4096;
+
+// Owns a file descriptor.
+class Fd {
+ public:
+  int release() {
+    int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(Fd&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+  Fd& operator=(Fd&& other) noexcept {
+    if (this != &other) {
+      Reset();
+      fd_ = other.fd_;
+      other.fd_ = -1;
+    }
+    return *this;
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() { Reset(); }
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  void Reset() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+absl::Status ErrnoStatus(int err, absl::string_view what, absl::string_view path) {
+  std::string msg =
+      absl::StrCat("file adapter: ", what, " \"", path, "\": ", strerror(err));
+  switch (err) {
+    case ENOENT:
+      return absl::NotFoundError(msg);
+    case EXDEV:
+    case ELOOP:
+      return absl::PermissionDeniedError(absl::StrCat(
+          "file adapter: \"", path,
+          "\" resolves outside the route's root (symlink escape)"));
+    case EACCES:
+    case EPERM:
+    case EROFS:
+      return absl::PermissionDeniedError(msg);
+    case ENOSPC:
+    case EDQUOT:
+    case EMFILE:
+    case ENFILE:
+      return absl::ResourceExhaustedError(msg);
+    case ENOTDIR:
+    case EISDIR:
+    case ENAMETOOLONG:
+      return absl::InvalidArgumentError(msg);
+    case EIO:
+    case EAGAIN:
+      return absl::UnavailableError(msg);
+    default:
+      return absl::InternalError(msg);
+  }
+}
+
+// openat2 relative to `dirfd`, refusing to leave it.
+int OpenBeneath(int dirfd, const std::string& path, uint64_t flags,
+                mode_t mode = 0) {
+  struct open_how how;
+  std::memset(&how, 0, sizeof(how));
+  how.flags = flags | O_CLOEXEC;
+  how.mode = (flags & O_CREAT) ? mode : 0;
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
+  int fd;
+  do {
+    fd = static_cast<int>(::syscall(SYS_openat2, dirfd, path.c_str(), &how,
+                                    sizeof(how)));
+  } while (fd < 0 && errno == EAGAIN);
+  return fd;
+}
+
+absl::Status FsyncFd(int fd, absl::string_view what, absl::string_view path) {
+  if (::fsync(fd) != 0) return ErrnoStatus(errno, what, path);
+  return absl::OkStatus();
+}
+
+absl::Status WriteAll(int fd, const std::string& data, absl::string_view path) {
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus(errno, "write", path);
+    }
+    done += static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+struct SplitPath {
+  std::string dir;   // "" for the root itself
+  std::string leaf;  // last segment
+};
+
+SplitPath Split(absl::string_view path) {
+  size_t slash = path.rfind('/');
+  if (slash == absl::string_view::npos) return {"", std::string(path)};
+  return {std::string(path.substr(0, slash)),
+          std::string(path.substr(slash + 1))};
+}
+
+std::string TempName() {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  return absl::StrFormat("%s%016x", kFileTempPrefix, rng());
+}
+
+}  // namespace
+
+absl::Status ValidateFilePath(absl::string_view path) {
+  if (path.empty()) {
+    return absl::InvalidArgumentError(
+        "resource: the file path after the route is empty");
+  }
+  if (path.size() > kMaxPathBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "resource: file path of ", path.size(), " bytes exceeds ",
+        kMaxPathBytes));
+  }
+  if (path.find('\0') != absl::string_view::npos) {
+    return absl::InvalidArgumentError("resource: file path contains NUL");
+  }
+  if (path[0] == '/') {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "resource: file path \"", path, "\" must be relative to the route"));
+  }
+  std::vector<absl::string_view> segments = absl::StrSplit(path, '/');
+  for (absl::string_view seg : segments) {
+    if (seg.empty() || seg == "." || seg == "..") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "resource: file path \"", path,
+          "\" has an empty, \".\" or \"..\" segment"));
+    }
+  }
+  if (segments.back().substr(0, kFileTempPrefix.size()) == kFileTempPrefix) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("resource: file names starting with \"", kFileTempPrefix,
+                     "\" are reserved"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<FileAdapter>> FileAdapter::Open(
+    const std::string& root) {
+  if (root.empty() || root[0] != '/') {
+    return absl::InvalidArgumentError(
+        absl::StrCat("file adapter: root \"", root, "\" must be absolute"));
+  }
+  // mkdir -p root.
+  for (size_t pos = 1; pos <= root.size(); ++pos) {
+    if (pos == root.size() || root[pos] == '/') {
+      std::string prefix = root.substr(0, pos);
+      if (::mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) {
+        return absl::UnavailableError(absl::StrCat(
+            "file adapter: cannot create root \"", prefix, "\": ",
+            strerror(errno)));
+      }
+    }
+  }
+  int fd = ::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "file adapter: cannot open root \"", root, "\": ", strerror(errno)));
+  }
+  Fd root_fd(fd);
+  Fd probe(OpenBeneath(root_fd.get(), ".", O_RDONLY | O_DIRECTORY));
+  if (!probe.valid()) {
+    return absl::UnavailableError(absl::StrCat(
+        "file adapter: openat2 with RESOLVE_BENEATH is unavailable (",
+        strerror(errno), "); Linux 5.6 or later is required"));
+  }
+  return std::unique_ptr<FileAdapter>(new FileAdapter(root_fd.release(), root));
+}
+
+FileAdapter::FileAdapter(int root_fd, std::string root)
+    : root_fd_(root_fd), root_(std::move(root)) {}
+
+FileAdapter::~FileAdapter() { ::close(root_fd_); }
+
+absl::Status FileAdapter::Validate(absl::string_view path,
+                                   const Operations& ops) const {
+  if (absl::Status s = ValidateFilePath(path); !s.ok()) return s;
+  for (int i = 0; i < ops.size(); ++i) {
+    switch (ops[i].op_case()) {
+      case v1::Operation::kPut:
+      case v1::Operation::kAppend:
+      case v1::Operation::kDelete:
+        break;
+      default:
+        return absl::InvalidArgumentError(absl::StrCat(
+            "ops[", i, "]: the file adapter takes put, append or delete"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FileAdapter::Apply(const WriteTarget& target,
+                                const Operations& ops, OpResults* results) {
+  for (int i = 0; i < ops.size(); ++i) {
+    const v1::Operation& op = ops[i];
+    v1::FileResult* result = results->Add()->mutable_file();
+    absl::Status s;
+    switch (op.op_case()) {
+      case v1::Operation::kPut:
+        s = Put(target.path, op.put().data(), result);
+        break;
+      case v1::Operation::kAppend:
+        s = Append(target.path, op.append().data(), result);
+        break;
+      case v1::Operation::kDelete:
+        s = Delete(target.path, result);
+        break;
+      default:
+        s = absl::InvalidArgumentError("no operation set");
+    }
+    if (!s.ok()) {
+      return absl::Status(
+          s.code(), absl::StrCat("ops[", i, "] (", i, " of ", ops.size(),
+                                 " operations applied): ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Opens the directory `dir` beneath the root, creating missing segments (and
+// fsyncing each parent that gained one) when `create` is set.
+static absl::StatusOr<Fd> OpenDir(int root_fd, const std::string& dir,
+                                  bool create) {
+  if (dir.empty()) {
+    int fd = ::dup(root_fd);
+    if (fd < 0) return ErrnoStatus(errno, "dup root", dir);
+    return Fd(fd);
+  }
+  Fd fd(OpenBeneath(root_fd, dir, O_RDONLY | O_DIRECTORY));
+  if (fd.valid()) return fd;
+  if (errno != ENOENT || !create) return ErrnoStatus(errno, "open directory", dir);
+  // Walk down, creating what is missing.
+  Fd parent(::dup(root_fd));
+  size_t pos = 0;
+  while (true) {
+    size_t next = dir.find('/', pos);
+    std::string prefix = dir.substr(0, next);
+    std::string segment = dir.substr(pos, next == std::string::npos
+                                              ? std::string::npos
+                                              : next - pos);
+    Fd child(OpenBeneath(root_fd, prefix, O_RDONLY | O_DIRECTORY));
+    if (!child.valid()) {
+      if (errno != ENOENT) return ErrnoStatus(errno, "open directory", prefix);
+      if (::mkdirat(parent.get(), segment.c_str(), 0755) != 0 &&
+          errno != EEXIST) {
+        return ErrnoStatus(errno, "create directory", prefix);
+      }
+      if (absl::Status s = FsyncFd(parent.get(), "fsync directory", prefix);
+          !s.ok()) {
+        return s;
+      }
+      child = Fd(OpenBeneath(root_fd, prefix, O_RDONLY | O_DIRECTORY));
+      if (!child.valid()) return ErrnoStatus(errno, "open directory", prefix);
+    }
+    if (next == std::string::npos) return child;
+    parent = std::move(child);
+    pos = next + 1;
+  }
+}
+
+absl::Status FileAdapter::Put(absl::string_view path, const std::string& data,
+                              v1::FileResult* result) {
+  SplitPath sp = Split(path);
+  absl::StatusOr<Fd> dir = OpenDir(root_fd_, sp.dir, /*create=*/true);
+  if (!dir.ok()) return dir.status();
+  struct stat st;
+  result->set_existed(::fstatat(dir->get(), sp.leaf.c_str(), &st,
+                                AT_SYMLINK_NOFOLLOW) == 0);
+  if (result->existed() && S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("file adapter: \"", path, "\" is a directory"));
+  }
+
+  std::string tmp = TempName();
+  Fd file(::openat(dir->get(), tmp.c_str(),
+                   O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+  if (!file.valid()) return ErrnoStatus(errno, "create temporary for", path);
+  absl::Status s = WriteAll(file.get(), data, path);
+  if (s.ok()) s = FsyncFd(file.get(), "fsync", path);
+  file.Reset();
+  if (s.ok()) {
+    FENCEGATE_SYNC_POINT("FileAdapter::Put:BeforeRename");
+    if (::renameat(dir->get(), tmp.c_str(), dir->get(), sp.leaf.c_str()) != 0) {
+      s = ErrnoStatus(errno, "rename into place", path);
+    }
+  }
+  if (!s.ok()) {
+    ::unlinkat(dir->get(), tmp.c_str(), 0);  // Best effort; reserved name.
+    return s;
+  }
+  if (s = FsyncFd(dir->get(), "fsync directory of", path); !s.ok()) return s;
+  result->set_size(data.size());
+  result->set_bytes_written(data.size());
+  return absl::OkStatus();
+}
+
+absl::Status FileAdapter::Append(absl::string_view path, const std::string& data,
+                                 v1::FileResult* result) {
+  SplitPath sp = Split(path);
+  std::string full(path);
+  Fd file(OpenBeneath(root_fd_, full, O_WRONLY | O_APPEND));
+  bool created = false;
+  if (!file.valid() && errno == ENOENT) {
+    absl::StatusOr<Fd> dir = OpenDir(root_fd_, sp.dir, /*create=*/true);
+    if (!dir.ok()) return dir.status();
+    file = Fd(OpenBeneath(root_fd_, full, O_WRONLY | O_APPEND | O_CREAT, 0644));
+    created = file.valid();
+    if (created) {
+      if (absl::Status s = FsyncFd(dir->get(), "fsync directory of", path);
+          !s.ok()) {
+        return s;
+      }
+    }
+  }
+  if (!file.valid()) return ErrnoStatus(errno, "open for append", path);
+  struct stat st;
+  if (::fstat(file.get(), &st) != 0) return ErrnoStatus(errno, "stat", path);
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("file adapter: \"", path, "\" is not a regular file"));
+  }
+  result->set_existed(!created);
+  absl::Status s = WriteAll(file.get(), data, path);
+  if (s.ok()) s = FsyncFd(file.get(), "fsync", path);
+  if (!s.ok()) {
+    // Leave no torn tail behind: put the file back to its previous size.
+    if (::ftruncate(file.get(), st.st_size) == 0) ::fsync(file.get());
+    return s;
+  }
+  result->set_size(static_cast<uint64_t>(st.st_size) + data.size());
+  result->set_bytes_written(data.size());
+  return absl::OkStatus();
+}
+
+absl::Status FileAdapter::Delete(absl::string_view path,
+                                 v1::FileResult* result) {
+  SplitPath sp = Split(path);
+  absl::StatusOr<Fd> dir = OpenDir(root_fd_, sp.dir, /*create=*/false);
+  if (!dir.ok()) {
+    if (absl::IsNotFound(dir.status())) {
+      result->set_existed(false);
+      return absl::OkStatus();
+    }
+    return dir.status();
+  }
+  if (::unlinkat(dir->get(), sp.leaf.c_str(), 0) != 0) {
+    if (errno == ENOENT) {
+      result->set_existed(false);
+      return absl::OkStatus();
+    }
+    return ErrnoStatus(errno, "delete", path);
+  }
+  result->set_existed(true);
+  return FsyncFd(dir->get(), "fsync directory of", path);
+}
+
+}  // namespace fencegate

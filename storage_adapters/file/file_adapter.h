@@ -1,0 +1,72 @@
+// Copyright fencegate authors.
+//
+// FileAdapter: applies put / append / delete to files strictly beneath one
+// root directory.
+//
+// Containment: every path is resolved with openat2(RESOLVE_BENEATH |
+// RESOLVE_NO_MAGICLINKS) relative to the root's descriptor, so absolute
+// paths, "..", and symlinks that lead out of the root fail in the kernel
+// (PERMISSION_DENIED); symlinks that stay inside are followed. Paths are
+// also checked lexically first (INVALID_ARGUMENT): non-empty, relative, no
+// NUL, no empty, "." or ".." segments, at most 4096 bytes.
+//
+// Durability, before Apply returns OK:
+//   put    - data goes to a temporary file in the target's directory, which
+//            is fsynced, renamed over the target, and the directory fsynced:
+//            a crash leaves the old or the new contents, never a mix.
+//   append - written with O_APPEND and fsynced (the directory too when the
+//            file was created); a failed write is truncated back.
+//   delete - unlinked and the directory fsynced. A missing file is not an
+//            error (existed = false), so retries are safe.
+// Missing parent directories are created by put and append.
+
+#ifndef STORAGE_ADAPTERS_FILE_FILE_ADAPTER_H_
+#define STORAGE_ADAPTERS_FILE_FILE_ADAPTER_H_
+
+#include <memory>
+#include <string>
+#include "absl/strings/string_view.h"
+
+#include "absl/status/statusor.h"
+#include "storage_adapters/storage_adapter.h"
+
+namespace fencegate {
+
+// Prefix of the temporary files put creates; paths whose last segment starts
+// with it are refused so a client cannot touch another write's temp file.
+inline constexpr absl::string_view kFileTempPrefix = ".fencegate-tmp-";
+
+class FileAdapter final : public StorageAdapter {
+ public:
+  // Opens (creating if missing) the absolute directory `root`.
+  // INVALID_ARGUMENT for a relative root; UNAVAILABLE if it cannot be opened
+  // or the kernel lacks openat2 (Linux 5.6+).
+  static absl::StatusOr<std::unique_ptr<FileAdapter>> Open(
+      const std::string& root);
+
+  ~FileAdapter() override;
+
+  absl::Status Validate(absl::string_view path,
+                        const Operations& ops) const override;
+  absl::Status Apply(const WriteTarget& target, const Operations& ops,
+                     OpResults* results) override;
+
+ private:
+  FileAdapter(int root_fd, std::string root);
+
+  absl::Status Put(absl::string_view path, const std::string& data,
+                   v1::FileResult* result);
+  absl::Status Append(absl::string_view path, const std::string& data,
+                      v1::FileResult* result);
+  absl::Status Delete(absl::string_view path, v1::FileResult* result);
+
+  const int root_fd_;
+  const std::string root_;
+};
+
+// Lexical check of a resource path, as described above.
+absl::Status ValidateFilePath(absl::string_view path);
+
+}  // namespace fencegate
+
+#endif  // STORAGE_ADAPTERS_FILE_FILE_ADAPTER_H_

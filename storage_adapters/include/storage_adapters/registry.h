@@ -1,0 +1,55 @@
+// Copyright fencegate authors.
+//
+// AdapterRegistry: builds storage adapters from URIs, by scheme. Filled by an
+// explicit RegisterBuiltinAdapters() call (storage_adapters/builtin.h), not by
+// static initializers, which static linking can silently drop.
+
+#ifndef STORAGE_ADAPTERS_REGISTRY_H_
+#define STORAGE_ADAPTERS_REGISTRY_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "storage_adapters/storage_adapter.h"
+#include "storage_adapters/uri.h"
+
+namespace fencegate {
+
+// Builds an adapter from a parsed URI whose scheme matched. Validates the
+// whole URI: INVALID_ARGUMENT quoting it when malformed, UNAVAILABLE when the
+// storage cannot be reached at start-up.
+using AdapterFactory =
+    std::function<absl::StatusOr<std::unique_ptr<StorageAdapter>>(const Uri&)>;
+
+// Thread safety: Register() must complete before concurrent Create() calls;
+// Create() is then safe for concurrent use.
+class AdapterRegistry {
+ public:
+  AdapterRegistry() = default;
+  AdapterRegistry(const AdapterRegistry&) = delete;
+  AdapterRegistry& operator=(const AdapterRegistry&) = delete;
+
+  // ALREADY_EXISTS if `scheme` is registered.
+  absl::Status Register(std::string scheme, AdapterFactory factory);
+
+  // Parses `uri` and calls its scheme's factory. INVALID_ARGUMENT, quoting the
+  // URI and listing the known schemes, for an unknown scheme.
+  absl::StatusOr<std::unique_ptr<StorageAdapter>> Create(
+      absl::string_view uri) const;
+
+  // Registered schemes, sorted.
+  std::vector<std::string> Schemes() const;
+
+ private:
+  absl::flat_hash_map<std::string, AdapterFactory> factories_;
+};
+
+}  // namespace fencegate
+
+#endif  // STORAGE_ADAPTERS_REGISTRY_H_

@@ -1,0 +1,63 @@
+// Copyright fencegate authors.
+//
+// StorageAdapter: applies the operations of an accepted write to one kind of
+// storage (files, PostgreSQL, ...). The gateway calls Validate() before it
+// touches the fence, and Apply() only after the fencing check passed and any
+// fence advance is durable, under the domain's lock.
+
+#ifndef STORAGE_ADAPTERS_STORAGE_ADAPTER_H_
+#define STORAGE_ADAPTERS_STORAGE_ADAPTER_H_
+
+#include <cstdint>
+#include "absl/strings/string_view.h"
+
+#include "absl/status/status.h"
+#include "fencegate/v1/gateway.pb.h"
+#include "google/protobuf/repeated_ptr_field.h"
+
+namespace fencegate {
+
+using Operations = google::protobuf::RepeatedPtrField<v1::Operation>;
+using OpResults = google::protobuf::RepeatedPtrField<v1::OpResult>;
+
+// What an accepted write is about.
+struct WriteTarget {
+  // The fencing domain (already defaulted from the resource if empty).
+  absl::string_view domain;
+  // The request's token, already checked against the domain's fence.
+  uint64_t token = 0;
+  // The resource with its route prefix removed, e.g. "reports/daily.csv".
+  absl::string_view path;
+  // The client's request id, possibly empty; for log lines.
+  absl::string_view request_id;
+};
+
+// Thread safety: implementations are safe for concurrent use. Calls for one
+// fencing domain never overlap (the gateway serializes them); calls for
+// different domains may run at the same time, even on the same path.
+class StorageAdapter {
+ public:
+  StorageAdapter() = default;
+  StorageAdapter(const StorageAdapter&) = delete;
+  StorageAdapter& operator=(const StorageAdapter&) = delete;
+  virtual ~StorageAdapter() = default;
+
+  // Checks that `path` and `ops` are well formed for this adapter, without
+  // side effects and without blocking. INVALID_ARGUMENT names the offending
+  // field ("ops[2].put") and the reason. `ops` is non-empty.
+  virtual absl::Status Validate(absl::string_view path,
+                                const Operations& ops) const = 0;
+
+  // Applies `ops` in order, appending one result per operation to
+  // `results`. May block (disk, network): called on an I/O thread. Returns
+  // OK only once every operation is durable in the storage. Errors:
+  // INVALID_ARGUMENT for requests the storage refuses, PERMISSION_DENIED for
+  // a path outside the adapter's root, UNAVAILABLE when the storage is
+  // unreachable, others as documented by each adapter. No exception escapes.
+  virtual absl::Status Apply(const WriteTarget& target, const Operations& ops,
+                             OpResults* results) = 0;
+};
+
+}  // namespace fencegate
+
+#endif  // STORAGE_ADAPTERS_STORAGE_ADAPTER_H_

@@ -1,0 +1,35 @@
+// Copyright fencegate authors.
+//
+// A minimal parser for adapter URIs: scheme://authority/path?query.
+
+#ifndef STORAGE_ADAPTERS_URI_H_
+#define STORAGE_ADAPTERS_URI_H_
+
+#include <string>
+#include "absl/strings/string_view.h"
+
+#include "absl/status/statusor.h"
+
+namespace fencegate {
+
+struct Uri {
+  // The full text, for error messages.
+  std::string text;
+  // Lower-case scheme, e.g. "file", "postgres".
+  std::string scheme;
+  // Between "//" and the next '/', '?' or end; may be empty.
+  std::string authority;
+  // From the '/' after the authority up to '?'; may be empty.
+  std::string path;
+  // After '?', without it; may be empty.
+  std::string query;
+};
+
+// Parses `text`. INVALID_ARGUMENT, quoting `text`, if it has no
+// "scheme://" prefix or the scheme has characters other than letters,
+// digits, '+', '-' and '.'.
+absl::StatusOr<Uri> ParseUri(absl::string_view text);
+
+}  // namespace fencegate
+
+#endif  // STORAGE_ADAPTERS_URI_H_
