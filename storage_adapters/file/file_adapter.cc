@@ -311,9 +311,15 @@ absl::Status FileAdapter::Put(absl::string_view path, const std::string& data,
         absl::StrCat("file adapter: \"", path, "\" is a directory"));
   }
 
-  std::string tmp = TempName();
-  Fd file(::openat(dir->get(), tmp.c_str(),
-                   O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+  std::string tmp;
+  Fd file;
+  for (int attempt = 0; attempt < 8 && !file.valid(); ++attempt) {
+    tmp = TempName();
+    file = Fd(::openat(dir->get(), tmp.c_str(),
+                       O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                       0644));
+    if (!file.valid() && errno != EEXIST) break;
+  }
   if (!file.valid()) return ErrnoStatus(errno, "create temporary for", path);
   absl::Status s = WriteAll(file.get(), data, path);
   if (s.ok()) s = FsyncFd(file.get(), "fsync", path);

@@ -1,0 +1,30 @@
+# fencegate_proto_library(NAME ROOT PROTO...)
+#
+# Generates C++ message and gRPC code for each PROTO (paths relative to ROOT)
+# into a static library NAME whose include directory is the generated tree.
+function(fencegate_proto_library name root)
+  set(_gen_dir ${CMAKE_CURRENT_BINARY_DIR}/${name}_gen)
+  file(MAKE_DIRECTORY ${_gen_dir})
+  find_program(_grpc_plugin grpc_cpp_plugin REQUIRED)
+  set(_srcs)
+  foreach(_rel ${ARGN})
+    string(REGEX REPLACE "\\.proto$" "" _base ${_rel})
+    set(_out ${_gen_dir}/${_base}.pb.cc ${_gen_dir}/${_base}.pb.h
+             ${_gen_dir}/${_base}.grpc.pb.cc ${_gen_dir}/${_base}.grpc.pb.h)
+    add_custom_command(
+      OUTPUT ${_out}
+      COMMAND protobuf::protoc
+        --proto_path=${root}
+        --cpp_out=${_gen_dir}
+        --grpc_out=${_gen_dir}
+        --plugin=protoc-gen-grpc=${_grpc_plugin}
+        ${root}/${_rel}
+      DEPENDS ${root}/${_rel}
+      COMMENT "protoc ${_rel}")
+    list(APPEND _srcs ${_out})
+  endforeach()
+  add_library(${name} STATIC ${_srcs})
+  target_include_directories(${name} PUBLIC ${_gen_dir})
+  target_link_libraries(${name} PUBLIC protobuf::libprotobuf gRPC::grpc++)
+  target_compile_options(${name} PRIVATE -w)
+endfunction()

@@ -1,0 +1,41 @@
+// Copyright fencegate authors.
+//
+// A RocksDB FileSystem wrapper that counts syncs of the write-ahead log and
+// can make them fail: proves that a fence raise is synced before it is
+// reported, and that a failed sync is fatal.
+
+#ifndef TESTS_COUNTING_FS_H_
+#define TESTS_COUNTING_FS_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "rocksdb/env.h"
+#include "rocksdb/file_system.h"
+
+namespace fencegate::testing {
+
+class WalSyncCountingFs : public rocksdb::FileSystemWrapper {
+ public:
+  WalSyncCountingFs()
+      : rocksdb::FileSystemWrapper(rocksdb::FileSystem::Default()) {}
+  const char* Name() const override { return "WalSyncCountingFs"; }
+
+  rocksdb::IOStatus NewWritableFile(
+      const std::string& name, const rocksdb::FileOptions& options,
+      std::unique_ptr<rocksdb::FSWritableFile>* result,
+      rocksdb::IODebugContext* dbg) override;
+
+  // Successful Sync/Fsync calls on *.log files.
+  std::atomic<int> wal_syncs{0};
+  // When set, WAL syncs fail with an I/O error.
+  std::atomic<bool> fail_wal_syncs{false};
+};
+
+// An Env over `fs` for RocksDbFenceStoreOptions::env.
+std::unique_ptr<rocksdb::Env> NewEnvOver(std::shared_ptr<WalSyncCountingFs> fs);
+
+}  // namespace fencegate::testing
+
+#endif  // TESTS_COUNTING_FS_H_

@@ -1,0 +1,220 @@
+// Copyright fencegate authors.
+
+#include "storage_adapters/file/file_adapter.h"
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "absl/strings/match.h"
+#include "fencing/sync_point.h"
+#include "storage_adapters/builtin.h"
+#include "storage_adapters/registry.h"
+#include "tests/test_util.h"
+
+namespace fencegate {
+namespace {
+
+using ::fencegate::testing::ReadFile;
+using ::fencegate::testing::StatusIs;
+using ::fencegate::testing::WriteFileOrDie;
+
+class FileAdapterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = dir_.path() + "/root";
+    outside_ = dir_.path() + "/outside";
+    ASSERT_EQ(::mkdir(outside_.c_str(), 0755), 0);
+    WriteFileOrDie(outside_ + "/secret", "secret");
+    auto adapter = FileAdapter::Open(root_);
+    ASSERT_TRUE(adapter.ok()) << adapter.status();
+    adapter_ = *std::move(adapter);
+  }
+  void TearDown() override { SyncPoint::Get()->ClearAll(); }
+
+  absl::Status Apply(const std::string& path, const Operations& ops,
+                     OpResults* results = nullptr) {
+    OpResults local;
+    if (absl::Status s = adapter_->Validate(path, ops); !s.ok()) return s;
+    WriteTarget target{"d", 1, path, ""};
+    return adapter_->Apply(target, ops, results ? results : &local);
+  }
+  absl::Status Put(const std::string& path, const std::string& data) {
+    Operations ops;
+    ops.Add()->mutable_put()->set_data(data);
+    return Apply(path, ops);
+  }
+  absl::Status Append(const std::string& path, const std::string& data) {
+    Operations ops;
+    ops.Add()->mutable_append()->set_data(data);
+    return Apply(path, ops);
+  }
+  absl::Status Delete(const std::string& path, bool* existed = nullptr) {
+    Operations ops;
+    ops.Add()->mutable_delete_();
+    OpResults results;
+    absl::Status s = Apply(path, ops, &results);
+    if (existed != nullptr && results.size() == 1) {
+      *existed = results[0].file().existed();
+    }
+    return s;
+  }
+  std::string InRoot(const std::string& path) { return root_ + "/" + path; }
+  bool TempFilesLeft(const std::string& dir) {
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+      if (absl::StartsWith(e.path().filename().string(), kFileTempPrefix)) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  testing::TempDir dir_;
+  std::string root_, outside_;
+  std::unique_ptr<FileAdapter> adapter_;
+};
+
+TEST_F(FileAdapterTest, PutAppendDelete) {
+  ASSERT_OK(Put("reports/daily.csv", "a,b\n"));
+  EXPECT_EQ(*ReadFile(InRoot("reports/daily.csv")), "a,b\n");
+  ASSERT_OK(Put("reports/daily.csv", "c\n"));  // Replaces.
+  EXPECT_EQ(*ReadFile(InRoot("reports/daily.csv")), "c\n");
+  ASSERT_OK(Append("reports/daily.csv", "d\n"));
+  EXPECT_EQ(*ReadFile(InRoot("reports/daily.csv")), "c\nd\n");
+  bool existed = false;
+  ASSERT_OK(Delete("reports/daily.csv", &existed));
+  EXPECT_TRUE(existed);
+  EXPECT_FALSE(ReadFile(InRoot("reports/daily.csv")).ok());
+  ASSERT_OK(Delete("reports/daily.csv", &existed));  // Retry-safe.
+  EXPECT_FALSE(existed);
+  ASSERT_OK(Delete("no/such/dir/file", &existed));
+  EXPECT_FALSE(existed);
+  EXPECT_FALSE(TempFilesLeft(InRoot("reports")));
+}
+
+TEST_F(FileAdapterTest, AppendCreatesFileAndDirectories) {
+  ASSERT_OK(Append("logs/2026/11/run.log", "one\n"));
+  ASSERT_OK(Append("logs/2026/11/run.log", "two\n"));
+  EXPECT_EQ(*ReadFile(InRoot("logs/2026/11/run.log")), "one\ntwo\n");
+}
+
+TEST_F(FileAdapterTest, OperationsApplyInOrderWithResults) {
+  Operations ops;
+  ops.Add()->mutable_put()->set_data("12345");
+  ops.Add()->mutable_append()->set_data("678");
+  ops.Add()->mutable_append()->set_data("9");
+  OpResults results;
+  ASSERT_OK(Apply("n.txt", ops, &results));
+  ASSERT_EQ(results.size(), 3);
+  EXPECT_FALSE(results[0].file().existed());
+  EXPECT_EQ(results[0].file().size(), 5u);
+  EXPECT_TRUE(results[1].file().existed());
+  EXPECT_EQ(results[1].file().size(), 8u);
+  EXPECT_EQ(results[2].file().size(), 9u);
+  EXPECT_EQ(results[2].file().bytes_written(), 1u);
+  EXPECT_EQ(*ReadFile(InRoot("n.txt")), "123456789");
+}
+
+TEST_F(FileAdapterTest, LexicalTraversalIsRefused) {
+  for (const char* bad :
+       {"", "/etc/passwd", "../outside/secret", "a/../../outside/secret",
+        "a/./b", "a//b", "a/", ".", "..", ".fencegate-tmp-x", "a/.fencegate-tmp-y"}) {
+    EXPECT_THAT(Put(bad, "x"), StatusIs(absl::StatusCode::kInvalidArgument))
+        << bad;
+  }
+  EXPECT_THAT(Put(std::string("a\0b", 3), "x"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Put(std::string(4097, 'a'), "x"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(*ReadFile(outside_ + "/secret"), "secret");
+}
+
+TEST_F(FileAdapterTest, SymlinkEscapesAreRefused) {
+  // A directory symlink leading out of the root.
+  ASSERT_EQ(::symlink(outside_.c_str(), InRoot("escape").c_str()), 0);
+  EXPECT_THAT(Put("escape/secret", "pwned"),
+              StatusIs(absl::StatusCode::kPermissionDenied));
+  EXPECT_THAT(Append("escape/secret", "pwned"),
+              StatusIs(absl::StatusCode::kPermissionDenied));
+  EXPECT_THAT(Delete("escape/secret"),
+              StatusIs(absl::StatusCode::kPermissionDenied));
+  // A relative one climbing out.
+  ASSERT_EQ(::symlink("../outside", InRoot("up").c_str()), 0);
+  EXPECT_THAT(Append("up/secret", "pwned"),
+              StatusIs(absl::StatusCode::kPermissionDenied));
+  // A file symlink leading out: append must not follow it out.
+  ASSERT_EQ(::symlink((outside_ + "/secret").c_str(),
+                      InRoot("link-to-secret").c_str()),
+            0);
+  EXPECT_THAT(Append("link-to-secret", "pwned"),
+              StatusIs(absl::StatusCode::kPermissionDenied));
+  EXPECT_EQ(*ReadFile(outside_ + "/secret"), "secret");
+  // Put replaces the link itself, never the file it points to.
+  ASSERT_OK(Put("link-to-secret", "mine"));
+  EXPECT_EQ(*ReadFile(outside_ + "/secret"), "secret");
+  EXPECT_EQ(*ReadFile(InRoot("link-to-secret")), "mine");
+}
+
+TEST_F(FileAdapterTest, SymlinksInsideTheRootAreFollowed) {
+  ASSERT_OK(Put("real/data.txt", "v1"));
+  ASSERT_EQ(::symlink("real", InRoot("alias").c_str()), 0);
+  ASSERT_OK(Append("alias/data.txt", "+v2"));
+  EXPECT_EQ(*ReadFile(InRoot("real/data.txt")), "v1+v2");
+}
+
+TEST_F(FileAdapterTest, PutOverDirectoryIsRefused) {
+  ASSERT_OK(Put("dir/file", "x"));
+  EXPECT_THAT(Put("dir", "x"), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Append("dir", "x"), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST_F(FileAdapterTest, ValidateRefusesNonFileOperations) {
+  Operations ops;
+  ops.Add();  // No operation set.
+  EXPECT_THAT(adapter_->Validate("a", ops),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+// A process killed between writing the temporary file and renaming it over
+// the target leaves the old contents intact and complete.
+TEST_F(FileAdapterTest, CrashDuringPutLeavesOldContents) {
+  ASSERT_OK(Put("state.json", "{\"v\":1}"));
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    SyncPoint::Get()->SetCallback("FileAdapter::Put:BeforeRename",
+                                  [](void*) { ::_exit(42); });
+    (void)Put("state.json", std::string(1 << 20, 'x'));
+    ::_exit(0);  // Not reached when sync points are compiled in.
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 42) << "the put did not reach the crash point";
+  EXPECT_EQ(*ReadFile(InRoot("state.json")), "{\"v\":1}");
+  // The next put succeeds; the stray temporary file is only litter.
+  ASSERT_OK(Put("state.json", "{\"v\":2}"));
+  EXPECT_EQ(*ReadFile(InRoot("state.json")), "{\"v\":2}");
+}
+
+TEST(FileAdapterUriTest, RegistryBuildsFromUri) {
+  testing::TempDir dir;
+  AdapterRegistry registry;
+  ASSERT_OK(RegisterBuiltinAdapters(&registry));
+  EXPECT_OK(registry.Create("file://" + dir.path() + "/files").status());
+  EXPECT_THAT(registry.Create("file://host/x"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(registry.Create("file://relative"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(registry.Create("file:///tmp/x?sync=0"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(registry.Create("s3://bucket/x"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(registry.Create("no-scheme"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+}  // namespace
+}  // namespace fencegate

@@ -1,0 +1,321 @@
+// Copyright fencegate authors.
+//
+// End to end through a real fencegate process on a free loopback port:
+// gRPC clients, fencectl, kill -9 and restart.
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "fencegate/v1/errors.pb.h"
+#include "fencegate/v1/gateway.grpc.pb.h"
+#include "google/rpc/status.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "tests/test_util.h"
+
+namespace fencegate {
+namespace {
+
+using ::fencegate::testing::GatewayProcess;
+using ::fencegate::testing::ReadFile;
+using ::fencegate::testing::RunCommand;
+using ::testing::HasSubstr;
+
+class GatewayE2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Start(); }
+
+  void Start(const std::vector<std::string>& args = {}) {
+    stub_.reset();
+    gateway_.reset();
+    auto gateway = GatewayProcess::Start(data_dir(), args);
+    ASSERT_TRUE(gateway.ok()) << gateway.status();
+    gateway_ = *std::move(gateway);
+    channel_ = grpc::CreateChannel(gateway_->address(),
+                                   grpc::InsecureChannelCredentials());
+    stub_ = v1::Gateway::NewStub(channel_);
+  }
+
+  std::string data_dir() const { return dir_.path() + "/data"; }
+  std::string FilePath(const std::string& rel) const {
+    return data_dir() + "/files/" + rel;
+  }
+
+  grpc::Status Write(const std::string& domain, uint64_t token,
+                     const std::string& resource, const std::string& data,
+                     v1::WriteResponse* response = nullptr) {
+    v1::WriteRequest request;
+    request.set_domain(domain);
+    request.set_token(token);
+    request.set_resource(resource);
+    request.add_ops()->mutable_put()->set_data(data);
+    v1::WriteResponse local;
+    grpc::ClientContext context;
+    return stub_->Write(&context, request, response ? response : &local);
+  }
+  grpc::Status Call(const v1::WriteRequest& request) {
+    v1::WriteResponse response;
+    grpc::ClientContext context;
+    return stub_->Write(&context, request, &response);
+  }
+  grpc::Status Fence(const std::string& domain, uint64_t token,
+                     v1::FenceState* state = nullptr) {
+    v1::FenceRequest request;
+    request.set_domain(domain);
+    request.set_token(token);
+    v1::FenceState local;
+    grpc::ClientContext context;
+    return stub_->Fence(&context, request, state ? state : &local);
+  }
+  uint64_t Highest(const std::string& domain) {
+    v1::GetFenceRequest request;
+    request.set_domain(domain);
+    v1::FenceState state;
+    grpc::ClientContext context;
+    grpc::Status status = stub_->GetFence(&context, request, &state);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return state.highest_token();
+  }
+  // The StaleToken detail of a FAILED_PRECONDITION, read the way any gRPC
+  // client reads the rich error model.
+  static v1::StaleToken StaleDetail(const grpc::Status& status) {
+    google::rpc::Status rich;
+    EXPECT_TRUE(rich.ParseFromString(status.error_details()));
+    v1::StaleToken detail;
+    EXPECT_EQ(rich.details_size(), 1);
+    if (rich.details_size() == 1) {
+      EXPECT_TRUE(rich.details(0).UnpackTo(&detail));
+    }
+    return detail;
+  }
+
+  testing::TempDir dir_;
+  std::unique_ptr<GatewayProcess> gateway_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Gateway::Stub> stub_;
+};
+
+TEST_F(GatewayE2eTest, StaleWriteIsRejectedAndFileUntouched) {
+  v1::WriteResponse response;
+  ASSERT_TRUE(Write("jobs", 5, "files/out.txt", "from 5", &response).ok());
+  EXPECT_TRUE(response.fence_advanced());
+  EXPECT_EQ(response.fence().highest_token(), 5u);
+  ASSERT_EQ(response.results_size(), 1);
+  EXPECT_EQ(response.results(0).file().size(), 6u);
+
+  grpc::Status stale = Write("jobs", 4, "files/out.txt", "from 4");
+  EXPECT_EQ(stale.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  v1::StaleToken detail = StaleDetail(stale);
+  EXPECT_EQ(detail.domain(), "jobs");
+  EXPECT_EQ(detail.token(), 4u);
+  EXPECT_EQ(detail.highest_token(), 5u);
+  EXPECT_EQ(*ReadFile(FilePath("out.txt")), "from 5");
+
+  ASSERT_TRUE(Write("jobs", 5, "files/out.txt", "again 5").ok());  // Equal.
+  EXPECT_EQ(*ReadFile(FilePath("out.txt")), "again 5");
+
+  // The rejection is in the log with domain, token and highest token.
+  ASSERT_TRUE(::fencegate::testing::WaitFor([&] {
+    auto log = ReadFile(gateway_->log_path());
+    return log.ok() && log->find("rejected stale token domain=\"jobs\" "
+                                 "token=4 highest=5") != std::string::npos;
+  }));
+}
+
+TEST_F(GatewayE2eTest, FenceShutsOutOldHolderEverywhere) {
+  ASSERT_TRUE(Write("nightly", 3, "files/a.txt", "old holder").ok());
+  // A new holder takes the lock and fences before writing anything.
+  v1::FenceState state;
+  ASSERT_TRUE(Fence("nightly", 4, &state).ok());
+  EXPECT_EQ(state.highest_token(), 4u);
+  EXPECT_TRUE(state.has_advanced_at());
+  // The old holder now tries a resource the new holder never touched.
+  grpc::Status late = Write("nightly", 3, "files/b.txt", "late");
+  EXPECT_EQ(late.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_FALSE(ReadFile(FilePath("b.txt")).ok());
+  // Fencing with a lower token is itself stale.
+  grpc::Status low = Fence("nightly", 2);
+  EXPECT_EQ(low.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(StaleDetail(low).highest_token(), 4u);
+}
+
+TEST_F(GatewayE2eTest, FenceStateSurvivesKill9) {
+  ASSERT_TRUE(Fence("billing", 10).ok());
+  ASSERT_TRUE(Write("billing", 11, "files/bill.csv", "run 11").ok());
+  const int status = gateway_->Stop(SIGKILL);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  Start();
+  EXPECT_EQ(Highest("billing"), 11u);
+  grpc::Status stale = Write("billing", 10, "files/bill.csv", "run 10");
+  EXPECT_EQ(stale.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(*ReadFile(FilePath("bill.csv")), "run 11");
+}
+
+TEST_F(GatewayE2eTest, SigtermStopsCleanlyAndKeepsState) {
+  ASSERT_TRUE(Fence("cron", 7).ok());
+  const int status = gateway_->Stop(SIGTERM);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  Start();
+  EXPECT_EQ(Highest("cron"), 7u);
+}
+
+TEST_F(GatewayE2eTest, MalformedRequestsAreInvalidArgument) {
+  v1::WriteRequest base;
+  base.set_domain("d");
+  base.set_token(1);
+  base.set_resource("files/x");
+  base.add_ops()->mutable_put()->set_data("x");
+
+  auto expect_invalid = [&](v1::WriteRequest request, const char* field) {
+    grpc::Status s = Call(request);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << field;
+    EXPECT_THAT(s.error_message(), HasSubstr(field));
+  };
+  v1::WriteRequest r = base;
+  r.set_token(0);
+  expect_invalid(r, "token");
+  r = base;
+  r.clear_ops();
+  expect_invalid(r, "ops");
+  r = base;
+  r.set_resource("nowhere/x");
+  expect_invalid(r, "unknown route");
+  r = base;
+  r.set_resource("files/../escape");
+  expect_invalid(r, "resource");
+  r = base;
+  r.set_domain(std::string(513, 'd'));
+  expect_invalid(r, "domain");
+  r = base;
+  r.mutable_ops(0)->clear_op();
+  expect_invalid(r, "ops[0]");
+  // Nothing was applied and no fence moved.
+  EXPECT_FALSE(ReadFile(FilePath("x")).ok());
+  EXPECT_EQ(Highest("d"), 0u);
+}
+
+TEST_F(GatewayE2eTest, EmptyDomainMeansTheResource) {
+  ASSERT_TRUE(Write("", 5, "files/own.txt", "five").ok());
+  EXPECT_EQ(Highest("files/own.txt"), 5u);
+  EXPECT_EQ(Write("", 4, "files/own.txt", "four").error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(*ReadFile(FilePath("own.txt")), "five");
+}
+
+TEST_F(GatewayE2eTest, TokenEdgeValuesOverTheWire) {
+  const uint64_t max = std::numeric_limits<uint64_t>::max();
+  ASSERT_TRUE(Write("edge", uint64_t{1} << 63, "files/e", "2^63").ok());
+  ASSERT_TRUE(Write("edge", max, "files/e", "max").ok());
+  EXPECT_EQ(Highest("edge"), max);
+  EXPECT_EQ(Write("edge", max - 1, "files/e", "no").error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(*ReadFile(FilePath("e")), "max");
+}
+
+TEST_F(GatewayE2eTest, LimitsAreEnforced) {
+  Start({"--max_ops_per_write=2", "--max_message_bytes=2048"});
+  v1::WriteRequest r;
+  r.set_domain("d");
+  r.set_token(1);
+  r.set_resource("files/x");
+  for (int i = 0; i < 3; ++i) r.add_ops()->mutable_append()->set_data("x");
+  grpc::Status too_many = Call(r);
+  EXPECT_EQ(too_many.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(too_many.error_message(), HasSubstr("limit of 2"));
+  grpc::Status too_big = Write("d", 1, "files/x", std::string(4096, 'x'));
+  EXPECT_EQ(too_big.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_FALSE(ReadFile(FilePath("x")).ok());
+}
+
+TEST_F(GatewayE2eTest, HealthAndReflectionAnswer) {
+  auto health = grpc::health::v1::Health::NewStub(channel_);
+  for (const char* service : {"", "fencegate.v1.Gateway"}) {
+    grpc::health::v1::HealthCheckRequest request;
+    request.set_service(service);
+    grpc::health::v1::HealthCheckResponse response;
+    grpc::ClientContext context;
+    ASSERT_TRUE(health->Check(&context, request, &response).ok()) << service;
+    EXPECT_EQ(response.status(),
+              grpc::health::v1::HealthCheckResponse::SERVING);
+  }
+
+  auto reflection =
+      grpc::reflection::v1alpha::ServerReflection::NewStub(channel_);
+  grpc::ClientContext context;
+  auto stream = reflection->ServerReflectionInfo(&context);
+  grpc::reflection::v1alpha::ServerReflectionRequest request;
+  request.set_list_services("");
+  ASSERT_TRUE(stream->Write(request));
+  stream->WritesDone();
+  grpc::reflection::v1alpha::ServerReflectionResponse response;
+  ASSERT_TRUE(stream->Read(&response));
+  std::vector<std::string> names;
+  for (const auto& s : response.list_services_response().service()) {
+    names.push_back(s.name());
+  }
+  EXPECT_THAT(names, ::testing::IsSupersetOf({"fencegate.v1.Gateway",
+                                              "grpc.health.v1.Health"}));
+  EXPECT_TRUE(stream->Finish().ok());
+}
+
+TEST_F(GatewayE2eTest, SecondGatewayOnSameDataDirRefusesToStart) {
+  auto second = GatewayProcess::Start(data_dir());
+  ASSERT_FALSE(second.ok());
+  EXPECT_THAT(second.status().message(), HasSubstr("lock"));
+}
+
+TEST_F(GatewayE2eTest, FencectlExitCodes) {
+  const std::string addr = "--addr=" + gateway_->address();
+  std::string out, err;
+  EXPECT_EQ(RunCommand({FENCECTL_BIN, addr, "write", "--domain=jobs",
+                        "--token=5", "--resource=files/cli.txt",
+                        "--put=hello"},
+                       &out, &err),
+            0)
+      << err;
+  EXPECT_THAT(out, HasSubstr("highest_token=5"));
+  err.clear();
+  EXPECT_EQ(RunCommand({FENCECTL_BIN, addr, "write", "--domain=jobs",
+                        "--token=4", "--resource=files/cli.txt", "--put=late"},
+                       &out, &err),
+            3);
+  EXPECT_THAT(err, HasSubstr("stale token 4"));
+  EXPECT_THAT(err, HasSubstr("highest token is 5"));
+  EXPECT_EQ(*ReadFile(FilePath("cli.txt")), "hello");
+
+  EXPECT_EQ(RunCommand({FENCECTL_BIN, addr, "fence", "--domain=jobs",
+                        "--token=9"},
+                       &out),
+            0);
+  out.clear();
+  EXPECT_EQ(RunCommand({FENCECTL_BIN, addr, "--json", "get", "--domain=jobs"},
+                       &out),
+            0);
+  EXPECT_THAT(out, HasSubstr("\"highest_token\":\"9\""));
+  EXPECT_EQ(RunCommand({FENCECTL_BIN, addr, "write", "--domain=jobs",
+                        "--token=9", "--resource=nope/x", "--put=x"},
+                       &out),
+            4);
+  EXPECT_EQ(RunCommand({FENCECTL_BIN, addr, "write", "--token=abc",
+                        "--resource=files/x", "--put=x"},
+                       &out),
+            2);
+  EXPECT_EQ(RunCommand({FENCECTL_BIN, addr, "write", "--token=1",
+                        "--resource=files/x"},
+                       &out),
+            2);
+  EXPECT_EQ(RunCommand({FENCECTL_BIN, "--addr=127.0.0.1:1", "--timeout=2",
+                        "get", "--domain=jobs"},
+                       &out),
+            5);
+}
+
+}  // namespace
+}  // namespace fencegate

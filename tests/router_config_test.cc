@@ -1,0 +1,102 @@
+// Copyright fencegate authors.
+//
+// Routing of resources to adapters, and configuration loading.
+
+#include "gateway/config.h"
+#include "storage_adapters/builtin.h"
+#include "storage_adapters/router.h"
+#include "tests/test_util.h"
+
+namespace fencegate {
+namespace {
+
+using ::fencegate::testing::StatusIs;
+using ::testing::HasSubstr;
+
+class RouterTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_OK(RegisterBuiltinAdapters(&registry_)); }
+  std::string Uri(const std::string& sub) {
+    return "file://" + dir_.path() + "/" + sub;
+  }
+  testing::TempDir dir_;
+  AdapterRegistry registry_;
+};
+
+TEST_F(RouterTest, ResolvesByFirstSegment) {
+  ASSERT_OK_AND_ASSIGN(
+      router, Router::Create(registry_, {{"files", Uri("a")}, {"b", Uri("b")}}));
+  ASSERT_OK_AND_ASSIGN(r, router->Resolve("files/reports/daily.csv"));
+  EXPECT_EQ(r.route, "files");
+  EXPECT_EQ(r.path, "reports/daily.csv");
+  ASSERT_OK_AND_ASSIGN(other, router->Resolve("b/x"));
+  EXPECT_NE(other.adapter, r.adapter);
+}
+
+TEST_F(RouterTest, UnknownOrMalformedResourceIsInvalid) {
+  ASSERT_OK_AND_ASSIGN(router, Router::Create(registry_, {{"files", Uri("a")}}));
+  absl::StatusOr<ResolvedResource> unknown = router->Resolve("nope/x");
+  EXPECT_THAT(unknown, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(unknown.status().message(), HasSubstr("unknown route \"nope\""));
+  EXPECT_THAT(router->Resolve(""), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(router->Resolve("files"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(router->Resolve("/files/x"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST_F(RouterTest, BadRoutesFailAtStartup) {
+  EXPECT_THAT(Router::Create(registry_, {}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Router::Create(registry_, {{"a b", Uri("a")}}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Router::Create(registry_, {{"a", Uri("a")}, {"a", Uri("b")}}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  absl::StatusOr<std::unique_ptr<Router>> bad_scheme =
+      Router::Create(registry_, {{"db", "mysql://x"}});
+  EXPECT_THAT(bad_scheme, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(bad_scheme.status().message(), HasSubstr("mysql://x"));
+}
+
+TEST(ConfigTest, DefaultsAndFileValues) {
+  testing::TempDir dir;
+  v1::GatewayConfig config;
+  config.set_data_dir(dir.path() + "/data");
+  ASSERT_OK_AND_ASSIGN(options, ResolveOptions(config));
+  EXPECT_EQ(options.listen_address, "127.0.0.1:7070");
+  ASSERT_EQ(options.routes.size(), 1u);
+  EXPECT_EQ(options.routes[0].name, "files");
+  EXPECT_EQ(options.routes[0].uri, "file://" + options.data_dir + "/files");
+  EXPECT_EQ(options.max_ops_per_write, 1000u);
+
+  std::string path = dir.path() + "/fencegate.textproto";
+  testing::WriteFileOrDie(path,
+                          "listen_address: \"0.0.0.0:9000\"\n"
+                          "routes { name: \"r\" uri: \"file:///tmp/r\" }\n"
+                          "limits { max_ops_per_write: 5 }\n");
+  ASSERT_OK_AND_ASSIGN(loaded, LoadConfigFile(path));
+  loaded.set_data_dir(dir.path() + "/data");
+  ASSERT_OK_AND_ASSIGN(from_file, ResolveOptions(loaded));
+  EXPECT_EQ(from_file.listen_address, "0.0.0.0:9000");
+  EXPECT_EQ(from_file.routes[0].name, "r");
+  EXPECT_EQ(from_file.max_ops_per_write, 5u);
+}
+
+TEST(ConfigTest, ErrorsNameTheLine) {
+  testing::TempDir dir;
+  std::string path = dir.path() + "/bad.textproto";
+  testing::WriteFileOrDie(path, "listen_address: \"x:1\"\nno_such_field: 3\n");
+  absl::StatusOr<v1::GatewayConfig> bad = LoadConfigFile(path);
+  EXPECT_THAT(bad, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(bad.status().message(), HasSubstr(":2:"));
+  EXPECT_THAT(LoadConfigFile(dir.path() + "/missing"),
+              StatusIs(absl::StatusCode::kNotFound));
+  v1::GatewayConfig no_port;
+  no_port.set_data_dir(dir.path());
+  no_port.set_listen_address("localhost");
+  EXPECT_THAT(ResolveOptions(no_port),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+}  // namespace
+}  // namespace fencegate
