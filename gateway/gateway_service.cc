@@ -105,8 +105,10 @@ grpc::ServerUnaryReactor* GatewayService::Write(
                                   " operations exceed the limit of ",
                                   options_.max_ops_per_write)));
   }
-  if (absl::Status s = resolved->adapter->Validate(resolved->path,
-                                                   request->ops());
+  if (absl::Status s = resolved->adapter->Validate(
+          WriteTarget{domain, request->token(), resolved->path,
+                      request->request_id()},
+          request->ops());
       !s.ok()) {
     return FinishNow(context, s);
   }
@@ -114,6 +116,7 @@ grpc::ServerUnaryReactor* GatewayService::Write(
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   executor_->Post(domain, [this, reactor, request, response, domain,
                            resolved = *resolved]() {
+    // `domain` is captured by value: the target must view this copy.
     WriteTarget target{domain, request->token(), resolved.path,
                        request->request_id()};
     absl::StatusOr<FenceDecision> decision =

@@ -17,6 +17,7 @@
 #include "gateway/log.h"
 #include "gateway/server.h"
 #include "storage_adapters/builtin.h"
+#include "storage_adapters/uri.h"
 
 namespace fencegate {
 namespace {
@@ -170,7 +171,7 @@ int Run(int argc, char** argv) {
                    " data_dir=", options->data_dir));
   for (const RouteSpec& route : options->routes) {
     Log(LogSeverity::kInfo,
-        absl::StrCat("route ", route.name, "/ -> ", route.uri));
+        absl::StrCat("route ", route.name, "/ -> ", RedactUri(route.uri)));
   }
   if (!flags.port_file.empty()) {
     // Written to a temporary name and renamed, so readers never see half.

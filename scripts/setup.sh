@@ -9,6 +9,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc grpc-proto
   libabsl-dev librocksdb-dev libboost-dev
   libgtest-dev libgmock-dev
+  libpqxx-dev postgresql
 )
 
 missing=()

@@ -3,11 +3,19 @@
 #include "storage_adapters/builtin.h"
 
 #include "storage_adapters/file/config.h"
+#include "storage_adapters/postgres/config.h"
 
 namespace fencegate {
 
 absl::Status RegisterBuiltinAdapters(AdapterRegistry* registry) {
-  return registry->Register("file", CreateFileAdapter);
+  if (absl::Status s = registry->Register("file", CreateFileAdapter); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = registry->Register("postgres", CreatePostgresAdapter);
+      !s.ok()) {
+    return s;
+  }
+  return registry->Register("postgresql", CreatePostgresAdapter);
 }
 
 }  // namespace fencegate

@@ -26,7 +26,7 @@ absl::StatusOr<std::unique_ptr<StorageAdapter>> AdapterRegistry::Create(
   auto it = factories_.find(uri->scheme);
   if (it == factories_.end()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("adapter URI \"", text, "\": unknown scheme \"",
+        absl::StrCat("adapter URI \"", uri->redacted, "\": unknown scheme \"",
                      uri->scheme, "\" (known: ", absl::StrJoin(Schemes(), ", "),
                      ")"));
   }

@@ -7,19 +7,36 @@
 
 namespace fencegate {
 
+std::string RedactUri(absl::string_view text) {
+  size_t start = text.find("://");
+  start = start == absl::string_view::npos ? 0 : start + 3;
+  size_t end = text.find_first_of("/?", start);
+  if (end == absl::string_view::npos) end = text.size();
+  absl::string_view authority = text.substr(start, end - start);
+  size_t at = authority.rfind('@');
+  size_t colon = authority.find(':');
+  if (at == absl::string_view::npos || colon == absl::string_view::npos ||
+      colon > at) {
+    return std::string(text);
+  }
+  return absl::StrCat(text.substr(0, start + colon + 1), "***",
+                      text.substr(start + at));
+}
+
 absl::StatusOr<Uri> ParseUri(absl::string_view text) {
   Uri uri;
   uri.text = std::string(text);
+  uri.redacted = RedactUri(text);
   size_t sep = text.find("://");
   if (sep == absl::string_view::npos || sep == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "adapter URI \"", text, "\": expected scheme://..., e.g. file:///path"));
+        "adapter URI \"", uri.redacted, "\": expected scheme://..., e.g. file:///path"));
   }
   for (char c : text.substr(0, sep)) {
     if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '+' &&
         c != '-' && c != '.') {
       return absl::InvalidArgumentError(absl::StrCat(
-          "adapter URI \"", text, "\": invalid character in scheme"));
+          "adapter URI \"", uri.redacted, "\": invalid character in scheme"));
     }
   }
   uri.scheme = absl::AsciiStrToLower(text.substr(0, sep));

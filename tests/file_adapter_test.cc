@@ -37,8 +37,8 @@ class FileAdapterTest : public ::testing::Test {
   absl::Status Apply(const std::string& path, const Operations& ops,
                      OpResults* results = nullptr) {
     OpResults local;
-    if (absl::Status s = adapter_->Validate(path, ops); !s.ok()) return s;
     WriteTarget target{"d", 1, path, ""};
+    if (absl::Status s = adapter_->Validate(target, ops); !s.ok()) return s;
     return adapter_->Apply(target, ops, results ? results : &local);
   }
   absl::Status Put(const std::string& path, const std::string& data) {
@@ -173,7 +173,7 @@ TEST_F(FileAdapterTest, PutOverDirectoryIsRefused) {
 TEST_F(FileAdapterTest, ValidateRefusesNonFileOperations) {
   Operations ops;
   ops.Add();  // No operation set.
-  EXPECT_THAT(adapter_->Validate("a", ops),
+  EXPECT_THAT(adapter_->Validate(WriteTarget{"d", 1, "a", ""}, ops),
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
 

@@ -20,7 +20,7 @@ namespace {
 // An adapter whose Apply blocks until released: a write held in flight.
 class BlockingAdapter : public StorageAdapter {
  public:
-  absl::Status Validate(absl::string_view, const Operations&) const override {
+  absl::Status Validate(const WriteTarget&, const Operations&) const override {
     return absl::OkStatus();
   }
   absl::Status Apply(const WriteTarget&, const Operations& ops,

@@ -11,16 +11,16 @@ absl::StatusOr<std::unique_ptr<StorageAdapter>> CreateFileAdapter(
     const Uri& uri) {
   if (!uri.authority.empty() && uri.authority != "localhost") {
     return absl::InvalidArgumentError(
-        absl::StrCat("adapter URI \"", uri.text,
+        absl::StrCat("adapter URI \"", uri.redacted,
                      "\": a file URI has no host; use file:///absolute/path"));
   }
   if (!uri.query.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "adapter URI \"", uri.text, "\": file URIs take no parameters"));
+        "adapter URI \"", uri.redacted, "\": file URIs take no parameters"));
   }
   if (uri.path.empty() || uri.path[0] != '/') {
     return absl::InvalidArgumentError(absl::StrCat(
-        "adapter URI \"", uri.text, "\": the root must be an absolute path"));
+        "adapter URI \"", uri.redacted, "\": the root must be an absolute path"));
   }
   absl::StatusOr<std::unique_ptr<FileAdapter>> adapter =
       FileAdapter::Open(uri.path);

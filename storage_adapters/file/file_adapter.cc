@@ -212,9 +212,9 @@ FileAdapter::FileAdapter(int root_fd, std::string root)
 
 FileAdapter::~FileAdapter() { ::close(root_fd_); }
 
-absl::Status FileAdapter::Validate(absl::string_view path,
+absl::Status FileAdapter::Validate(const WriteTarget& target,
                                    const Operations& ops) const {
-  if (absl::Status s = ValidateFilePath(path); !s.ok()) return s;
+  if (absl::Status s = ValidateFilePath(target.path); !s.ok()) return s;
   for (int i = 0; i < ops.size(); ++i) {
     switch (ops[i].op_case()) {
       case v1::Operation::kPut:

@@ -46,7 +46,7 @@ class FileAdapter final : public StorageAdapter {
 
   ~FileAdapter() override;
 
-  absl::Status Validate(absl::string_view path,
+  absl::Status Validate(const WriteTarget& target,
                         const Operations& ops) const override;
   absl::Status Apply(const WriteTarget& target, const Operations& ops,
                      OpResults* results) override;

@@ -42,10 +42,11 @@ class StorageAdapter {
   StorageAdapter& operator=(const StorageAdapter&) = delete;
   virtual ~StorageAdapter() = default;
 
-  // Checks that `path` and `ops` are well formed for this adapter, without
-  // side effects and without blocking. INVALID_ARGUMENT names the offending
-  // field ("ops[2].put") and the reason. `ops` is non-empty.
-  virtual absl::Status Validate(absl::string_view path,
+  // Checks that the target (its path, and its token where the storage
+  // limits tokens) and `ops` are well formed for this adapter, without side
+  // effects and without blocking. INVALID_ARGUMENT names the offending field
+  // ("ops[2]") and the reason. `ops` is non-empty.
+  virtual absl::Status Validate(const WriteTarget& target,
                                 const Operations& ops) const = 0;
 
   // Applies `ops` in order, appending one result per operation to

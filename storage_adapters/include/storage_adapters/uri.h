@@ -13,8 +13,10 @@
 namespace fencegate {
 
 struct Uri {
-  // The full text, for error messages.
+  // The full text.
   std::string text;
+  // The text with any password replaced by "***": use it in messages.
+  std::string redacted;
   // Lower-case scheme, e.g. "file", "postgres".
   std::string scheme;
   // Between "//" and the next '/', '?' or end; may be empty.
@@ -29,6 +31,10 @@ struct Uri {
 // "scheme://" prefix or the scheme has characters other than letters,
 // digits, '+', '-' and '.'.
 absl::StatusOr<Uri> ParseUri(absl::string_view text);
+
+// `text` with the password of "scheme://user:password@host" replaced by
+// "***". Other text is returned unchanged.
+std::string RedactUri(absl::string_view text);
 
 }  // namespace fencegate
 

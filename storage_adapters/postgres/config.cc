@@ -1,0 +1,106 @@
+// Copyright fencegate authors.
+
+#include "storage_adapters/postgres/config.h"
+
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "storage_adapters/postgres/postgres_adapter.h"
+
+namespace fencegate {
+namespace {
+
+bool IsIdentifier(absl::string_view s) {
+  if (s.empty() || s.size() > 63) return false;
+  if (!absl::ascii_islower(static_cast<unsigned char>(s[0])) && s[0] != '_') {
+    return false;
+  }
+  for (char c : s) {
+    if (!absl::ascii_islower(static_cast<unsigned char>(c)) &&
+        !absl::ascii_isdigit(static_cast<unsigned char>(c)) && c != '_') {
+      return false;
+    }
+  }
+  return true;
+}
+
+absl::Status ParseInt(const Uri& uri, absl::string_view key,
+                      absl::string_view value, int64_t min, int64_t max,
+                      int64_t* out) {
+  if (!absl::SimpleAtoi(value, out) || *out < min || *out > max) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("adapter URI \"", uri.redacted, "\": ", key, "=", value,
+                     " must be a number from ", min, " to ", max));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<PostgresAdapterOptions> ParsePostgresUri(const Uri& uri) {
+  PostgresAdapterOptions options;
+  options.redacted_uri = uri.redacted;
+  std::vector<std::string> passthrough;
+  bool has_connect_timeout = false;
+  if (!uri.query.empty()) {
+    for (absl::string_view pair : absl::StrSplit(uri.query, '&')) {
+      if (pair.empty()) continue;
+      std::pair<absl::string_view, absl::string_view> kv =
+          absl::StrSplit(pair, absl::MaxSplits('=', 1));
+      int64_t n = 0;
+      absl::Status s;
+      if (kv.first == "pool_size") {
+        s = ParseInt(uri, kv.first, kv.second, 1, 1024, &n);
+        options.pool_size = static_cast<int>(n);
+      } else if (kv.first == "pool_wait_ms") {
+        s = ParseInt(uri, kv.first, kv.second, 1, 3600000, &n);
+        options.pool_wait_ms = n;
+      } else if (kv.first == "statement_timeout_ms") {
+        s = ParseInt(uri, kv.first, kv.second, 0, 86400000, &n);
+        options.statement_timeout_ms = n;
+      } else if (kv.first == "max_result_rows") {
+        s = ParseInt(uri, kv.first, kv.second, 0, 10000000, &n);
+        options.max_result_rows = n;
+      } else if (kv.first == "fence_table") {
+        std::vector<absl::string_view> parts = absl::StrSplit(kv.second, '.');
+        if (parts.size() > 2 ||
+            !std::all_of(parts.begin(), parts.end(), IsIdentifier)) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "adapter URI \"", options.redacted_uri, "\": fence_table=",
+              kv.second,
+              " must be [schema.]table of lower-case letters, digits and _"));
+        }
+        options.fence_table = std::string(kv.second);
+      } else {
+        if (kv.first == "connect_timeout") has_connect_timeout = true;
+        passthrough.emplace_back(pair);
+      }
+      if (!s.ok()) return s;
+    }
+  }
+  if (!has_connect_timeout) passthrough.emplace_back("connect_timeout=5");
+  if (uri.authority.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "adapter URI \"", options.redacted_uri,
+        "\": expected postgres://user@host[:port]/database"));
+  }
+  options.conninfo =
+      absl::StrCat("postgresql://", uri.authority, uri.path, "?",
+                   absl::StrJoin(passthrough, "&"));
+  return options;
+}
+
+absl::StatusOr<std::unique_ptr<StorageAdapter>> CreatePostgresAdapter(
+    const Uri& uri) {
+  absl::StatusOr<PostgresAdapterOptions> options = ParsePostgresUri(uri);
+  if (!options.ok()) return options.status();
+  return std::unique_ptr<StorageAdapter>(
+      std::make_unique<PostgresAdapter>(*std::move(options)));
+}
+
+}  // namespace fencegate

@@ -1,0 +1,61 @@
+// Copyright fencegate authors.
+//
+// Factory of the PostgreSQL adapter, registered for "postgres://" and
+// "postgresql://" URIs:
+//
+//   postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE?pool_size=8&...
+//
+// Everything is handed to libpq as a connection URI, except these
+// parameters, which the adapter takes for itself:
+//
+//   pool_size            connections kept open               Default: 8
+//   pool_wait_ms         wait for a free connection          Default: 10000
+//   statement_timeout_ms per-statement timeout (SET)         Default: 30000
+//   fence_table          [schema.]table of the fences        Default: fencegate_fences
+//   max_result_rows      rows returned per Write, in total   Default: 1000
+//
+// libpq parameters (sslmode, connect_timeout, application_name, ...) pass
+// through; connect_timeout defaults to 5 seconds.
+
+#ifndef STORAGE_ADAPTERS_POSTGRES_CONFIG_H_
+#define STORAGE_ADAPTERS_POSTGRES_CONFIG_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "storage_adapters/storage_adapter.h"
+#include "storage_adapters/uri.h"
+
+namespace fencegate {
+
+struct PostgresAdapterOptions {
+  // libpq connection URI, without the adapter's own parameters.
+  std::string conninfo;
+  // The URI with any password replaced by "***", for messages and logs.
+  std::string redacted_uri;
+  // Default: 8.
+  int pool_size = 8;
+  // Default: 10 s.
+  int64_t pool_wait_ms = 10000;
+  // Default: 30 s. 0 disables the timeout.
+  int64_t statement_timeout_ms = 30000;
+  // Validated identifier, optionally schema-qualified. Default:
+  // fencegate_fences.
+  std::string fence_table = "fencegate_fences";
+  // Default: 1000.
+  int64_t max_result_rows = 1000;
+};
+
+// Parses and validates the URI. INVALID_ARGUMENT names the parameter.
+absl::StatusOr<PostgresAdapterOptions> ParsePostgresUri(const Uri& uri);
+
+// ParsePostgresUri, then builds the adapter. Does not connect: the first
+// Write does, so the gateway starts even while PostgreSQL is down.
+absl::StatusOr<std::unique_ptr<StorageAdapter>> CreatePostgresAdapter(
+    const Uri& uri);
+
+}  // namespace fencegate
+
+#endif  // STORAGE_ADAPTERS_POSTGRES_CONFIG_H_

@@ -1,0 +1,80 @@
+// Copyright fencegate authors.
+
+#include "storage_adapters/postgres/connection_pool.h"
+
+#include <exception>
+
+#include "absl/strings/str_cat.h"
+#include "pqxx/connection"
+#include "pqxx/except"
+
+namespace fencegate {
+
+PgConnectionPool::PgConnectionPool(std::string conninfo, std::string redacted,
+                                   int size, absl::Duration wait, Setup setup)
+    : conninfo_(std::move(conninfo)),
+      redacted_(std::move(redacted)),
+      size_(size),
+      wait_(wait),
+      setup_(std::move(setup)) {}
+
+PgConnectionPool::~PgConnectionPool() = default;
+
+PgConnectionPool::Lease::Lease(PgConnectionPool* pool,
+                               std::unique_ptr<pqxx::connection> conn)
+    : pool_(pool), conn_(std::move(conn)) {}
+
+PgConnectionPool::Lease::Lease(Lease&& other) noexcept
+    : pool_(other.pool_),
+      conn_(std::move(other.conn_)),
+      discard_(other.discard_) {
+  other.pool_ = nullptr;
+}
+
+PgConnectionPool::Lease::~Lease() {
+  if (pool_ != nullptr) pool_->Release(std::move(conn_), discard_);
+}
+
+absl::StatusOr<PgConnectionPool::Lease> PgConnectionPool::Acquire() {
+  std::unique_ptr<pqxx::connection> conn;
+  {
+    absl::MutexLock lock(&mu_);
+    auto available = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return in_use_ < size_;
+    };
+    if (!mu_.AwaitWithTimeout(absl::Condition(&available), wait_)) {
+      return absl::UnavailableError(absl::StrCat(
+          "postgres ", redacted_, ": all ", size_,
+          " connections busy for ", absl::FormatDuration(wait_)));
+    }
+    ++in_use_;
+    if (!idle_.empty()) {
+      conn = std::move(idle_.back());
+      idle_.pop_back();
+    }
+  }
+  if (conn != nullptr && conn->is_open()) return Lease(this, std::move(conn));
+  // Open a new connection outside the lock: it can take connect_timeout.
+  try {
+    conn = std::make_unique<pqxx::connection>(conninfo_);
+    if (setup_) setup_(*conn);
+    return Lease(this, std::move(conn));
+  } catch (const std::exception& e) {
+    Release(nullptr, true);
+    std::string what = e.what();
+    while (!what.empty() && (what.back() == '\n' || what.back() == ' ')) {
+      what.pop_back();
+    }
+    return absl::UnavailableError(
+        absl::StrCat("postgres ", redacted_, ": cannot connect: ", what));
+  }
+}
+
+void PgConnectionPool::Release(std::unique_ptr<pqxx::connection> conn,
+                               bool discard) {
+  absl::MutexLock lock(&mu_);
+  --in_use_;
+  if (conn != nullptr && !discard) idle_.push_back(std::move(conn));
+}
+
+}  // namespace fencegate

@@ -1,0 +1,76 @@
+// Copyright fencegate authors.
+//
+// PgConnectionPool: a fixed number of libpqxx connections, opened lazily and
+// reopened after they break, so the adapter recovers by itself when
+// PostgreSQL restarts.
+
+#ifndef STORAGE_ADAPTERS_POSTGRES_CONNECTION_POOL_H_
+#define STORAGE_ADAPTERS_POSTGRES_CONNECTION_POOL_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "pqxx/connection"
+
+
+namespace fencegate {
+
+// Thread safety: safe for concurrent use. A Lease is used by one thread.
+class PgConnectionPool {
+ public:
+  // Runs on every new connection (SET statement_timeout, create the fence
+  // table); may throw libpqxx exceptions, which fail the Acquire().
+  using Setup = std::function<void(pqxx::connection&)>;
+
+  // `redacted` names the server in error messages without its password.
+  PgConnectionPool(std::string conninfo, std::string redacted, int size,
+                   absl::Duration wait, Setup setup);
+  PgConnectionPool(const PgConnectionPool&) = delete;
+  PgConnectionPool& operator=(const PgConnectionPool&) = delete;
+  ~PgConnectionPool();
+
+  // Exclusive use of one connection until destroyed.
+  class Lease {
+   public:
+    Lease(Lease&& other) noexcept;
+    Lease& operator=(Lease&&) = delete;
+    ~Lease();
+    pqxx::connection& conn() { return *conn_; }
+    // The connection is broken (or its state unknown): close it instead of
+    // returning it to the pool.
+    void Discard() { discard_ = true; }
+
+   private:
+    friend class PgConnectionPool;
+    Lease(PgConnectionPool* pool, std::unique_ptr<pqxx::connection> conn);
+    PgConnectionPool* pool_;
+    std::unique_ptr<pqxx::connection> conn_;
+    bool discard_ = false;
+  };
+
+  // A connection, opening one if needed. UNAVAILABLE if PostgreSQL cannot be
+  // reached or no connection frees up within the wait.
+  absl::StatusOr<Lease> Acquire();
+
+ private:
+  void Release(std::unique_ptr<pqxx::connection> conn, bool discard);
+
+  const std::string conninfo_;
+  const std::string redacted_;
+  const int size_;
+  const absl::Duration wait_;
+  const Setup setup_;
+  absl::Mutex mu_;
+  std::vector<std::unique_ptr<pqxx::connection>> idle_ ABSL_GUARDED_BY(mu_);
+  int in_use_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace fencegate
+
+#endif  // STORAGE_ADAPTERS_POSTGRES_CONNECTION_POOL_H_

@@ -1,0 +1,348 @@
+// Copyright fencegate authors.
+//
+// The PostgreSQL adapter against a real PostgreSQL server started by the
+// test itself; through the adapter, and end to end through gateway
+// processes.
+
+#include "storage_adapters/postgres/postgres_adapter.h"
+
+#include <signal.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "fencegate/v1/errors.pb.h"
+#include "fencegate/v1/gateway.grpc.pb.h"
+#include "fencing/stale_token.h"
+#include "google/rpc/status.pb.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "pqxx/pqxx"
+#include "storage_adapters/builtin.h"
+#include "storage_adapters/registry.h"
+#include "tests/postgres_server.h"
+#include "tests/test_util.h"
+
+namespace fencegate {
+namespace {
+
+using ::fencegate::testing::GatewayProcess;
+using ::fencegate::testing::PostgresServer;
+using ::fencegate::testing::StatusIs;
+using ::testing::HasSubstr;
+
+v1::SqlValue Text(const std::string& s) {
+  v1::SqlValue v;
+  v.set_text(s);
+  return v;
+}
+v1::SqlValue Int(int64_t i) {
+  v1::SqlValue v;
+  v.set_int64(i);
+  return v;
+}
+
+v1::Operation Sql(const std::string& sql,
+                  std::initializer_list<v1::SqlValue> params = {}) {
+  v1::Operation op;
+  op.mutable_sql()->set_sql(sql);
+  for (const v1::SqlValue& p : params) *op.mutable_sql()->add_params() = p;
+  return op;
+}
+
+class PostgresAdapterTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto server = PostgresServer::Start();
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = server->release();
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+
+  void SetUp() override {
+    ASSERT_NE(server_, nullptr);
+    if (!server_->Restart().ok()) {
+      // Already running: Restart() only starts a stopped server.
+    }
+    Exec("DROP TABLE IF EXISTS jobs, fencegate_fences, other_fences");
+    Exec("CREATE TABLE jobs (id bigint PRIMARY KEY, owner text, "
+         "amount double precision, done boolean, payload bytea)");
+    adapter_ = MakeAdapter("");
+  }
+
+  std::unique_ptr<StorageAdapter> MakeAdapter(const std::string& params) {
+    AdapterRegistry registry;
+    EXPECT_OK(RegisterBuiltinAdapters(&registry));
+    auto adapter = registry.Create(server_->Uri(params));
+    EXPECT_TRUE(adapter.ok()) << adapter.status();
+    return adapter.ok() ? *std::move(adapter) : nullptr;
+  }
+
+  static pqxx::result Exec(const std::string& sql) {
+    pqxx::connection c(server_->Conninfo());
+    pqxx::work tx(c);
+    pqxx::result r = tx.exec(sql);
+    tx.commit();
+    return r;
+  }
+  static int64_t Count(const std::string& where = "true") {
+    return Exec("SELECT count(*) FROM jobs WHERE " + where)[0][0].as<int64_t>();
+  }
+  static int64_t StoredFence(const std::string& domain) {
+    if (Exec("SELECT to_regclass('fencegate_fences') IS NULL")[0][0].as<bool>()) {
+      return 0;  // Not even created: nothing was fenced.
+    }
+    pqxx::result r = Exec("SELECT token FROM fencegate_fences WHERE domain = '" +
+                          domain + "'");
+    return r.empty() ? 0 : r[0][0].as<int64_t>();
+  }
+
+  absl::Status Apply(StorageAdapter* adapter, const std::string& domain,
+                     uint64_t token, std::vector<v1::Operation> ops,
+                     OpResults* results = nullptr) {
+    Operations list;
+    for (v1::Operation& op : ops) *list.Add() = std::move(op);
+    WriteTarget target{domain, token, "jobs", ""};
+    if (absl::Status s = adapter->Validate(target, list); !s.ok()) return s;
+    OpResults local;
+    return adapter->Apply(target, list, results ? results : &local);
+  }
+  absl::Status Apply(const std::string& domain, uint64_t token,
+                     std::vector<v1::Operation> ops,
+                     OpResults* results = nullptr) {
+    return Apply(adapter_.get(), domain, token, std::move(ops), results);
+  }
+
+  static PostgresServer* server_;
+  std::unique_ptr<StorageAdapter> adapter_;
+};
+
+PostgresServer* PostgresAdapterTest::server_ = nullptr;
+
+TEST_F(PostgresAdapterTest, AcceptedWriteLandsWithRowCountsAndReturning) {
+  OpResults results;
+  ASSERT_OK(Apply("billing", 3,
+                  {Sql("INSERT INTO jobs (id, owner) VALUES ($1, $2)",
+                       {Int(1), Text("w1")}),
+                   Sql("INSERT INTO jobs (id, owner) VALUES ($1, $2), ($3, $2) "
+                       "RETURNING id, owner",
+                       {Int(2), Text("w1"), Int(3)})},
+                  &results));
+  ASSERT_EQ(results.size(), 2);
+  EXPECT_EQ(results[0].sql().rows_affected(), 1u);
+  EXPECT_EQ(results[1].sql().rows_affected(), 2u);
+  ASSERT_EQ(results[1].sql().rows_size(), 2);
+  EXPECT_EQ(results[1].sql().columns(0), "id");
+  EXPECT_EQ(results[1].sql().rows(1).fields(0).text(), "3");
+  EXPECT_EQ(Count("owner = 'w1'"), 3);
+  EXPECT_EQ(StoredFence("billing"), 3);
+}
+
+TEST_F(PostgresAdapterTest, StaleWriteLeavesTableUntouched) {
+  ASSERT_OK(Apply("billing", 10,
+                  {Sql("INSERT INTO jobs (id, owner) VALUES (1, 'new')")}));
+  absl::Status stale = Apply(
+      "billing", 9, {Sql("UPDATE jobs SET owner = 'late' WHERE id = 1")});
+  EXPECT_THAT(stale, StatusIs(absl::StatusCode::kFailedPrecondition));
+  std::optional<StaleTokenInfo> info = GetStaleToken(stale);
+  ASSERT_TRUE(info.has_value()) << stale;
+  EXPECT_EQ(info->highest_token, 10u);
+  EXPECT_EQ(Count("owner = 'new'"), 1);
+  EXPECT_EQ(StoredFence("billing"), 10);
+  // Equal tokens are accepted.
+  ASSERT_OK(Apply("billing", 10,
+                  {Sql("UPDATE jobs SET owner = 'same' WHERE id = 1")}));
+  EXPECT_EQ(Count("owner = 'same'"), 1);
+}
+
+TEST_F(PostgresAdapterTest, DirectWriterFollowingTheProtocolFencesTheGateway) {
+  // A writer outside fencegate raises the fence row in its own transaction.
+  Exec(FenceTableDdl("fencegate_fences"));
+  Exec("INSERT INTO fencegate_fences (domain, token) VALUES ('billing', 50)");
+  EXPECT_THAT(Apply("billing", 49, {Sql("INSERT INTO jobs (id) VALUES (1)")}),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_EQ(Count(), 0);
+}
+
+TEST_F(PostgresAdapterTest, EveryStatementRollsBackWhenOneFails) {
+  ASSERT_OK(Apply("d", 1, {Sql("INSERT INTO jobs (id) VALUES (1)")}));
+  absl::Status failed =
+      Apply("d", 2,
+            {Sql("INSERT INTO jobs (id, owner) VALUES (2, 'x')"),
+             Sql("UPDATE jobs SET owner = 'y' WHERE id = 1"),
+             Sql("INSERT INTO jobs (id) VALUES (1)")});  // Duplicate key.
+  EXPECT_THAT(failed, StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(failed.message(), HasSubstr("23505"));
+  EXPECT_THAT(failed.message(), HasSubstr("ops[2]"));
+  EXPECT_FALSE(GetStaleToken(failed).has_value());
+  EXPECT_EQ(Count(), 1);
+  EXPECT_EQ(Count("owner IS NULL"), 1);
+  EXPECT_EQ(StoredFence("d"), 1);  // The fence row rolled back too.
+
+  absl::Status syntax = Apply("d", 2, {Sql("INSERT INTO nosuchtable VALUES (1)")});
+  EXPECT_THAT(syntax, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(syntax.message(), HasSubstr("42P01"));
+}
+
+TEST_F(PostgresAdapterTest, ParametersStayData) {
+  const std::string evil = "x'); DROP TABLE jobs; --";
+  ASSERT_OK(Apply("d", 1,
+                  {Sql("INSERT INTO jobs (id, owner) VALUES ($1, $2)",
+                       {Int(1), Text(evil)})}));
+  pqxx::result r = Exec("SELECT owner FROM jobs WHERE id = 1");
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0][0].as<std::string>(), evil);
+  // A second statement smuggled into the SQL text itself is refused.
+  absl::Status multi = Apply(
+      "d", 1, {Sql("INSERT INTO jobs (id) VALUES (2); DELETE FROM jobs")});
+  EXPECT_THAT(multi, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(Count(), 1);
+}
+
+TEST_F(PostgresAdapterTest, TypedParametersRoundTrip) {
+  v1::SqlValue dbl, yes, bytes, null;
+  dbl.set_float64(2.5);
+  yes.set_boolean(true);
+  bytes.set_bytes(std::string("\0\x01\xff", 3));
+  null.set_null(true);
+  OpResults results;
+  ASSERT_OK(Apply("d", 1,
+                  {Sql("INSERT INTO jobs (id, owner, amount, done, payload) "
+                       "VALUES ($1, $2, $3, $4, $5) RETURNING *",
+                       {Int(-9223372036854775807LL), null, dbl, yes, bytes})},
+                  &results));
+  const v1::SqlRow& row = results[0].sql().rows(0);
+  EXPECT_EQ(row.fields(0).text(), "-9223372036854775807");
+  EXPECT_TRUE(row.fields(1).null());
+  EXPECT_EQ(row.fields(2).text(), "2.5");
+  EXPECT_EQ(row.fields(3).text(), "t");
+  EXPECT_EQ(row.fields(4).text(), "\\x0001ff");
+  EXPECT_EQ(Count("payload = '\\x0001ff'::bytea AND done AND owner IS NULL"),
+            1);
+}
+
+TEST_F(PostgresAdapterTest, ReturnedRowsAreCapped) {
+  auto capped = MakeAdapter("max_result_rows=2");
+  OpResults results;
+  ASSERT_OK(Apply(capped.get(), "d", 1,
+                  {Sql("INSERT INTO jobs (id) SELECT g FROM "
+                       "generate_series(1, 5) g RETURNING id")},
+                  &results));
+  EXPECT_EQ(results[0].sql().rows_affected(), 5u);
+  EXPECT_EQ(results[0].sql().rows_size(), 2);
+  EXPECT_TRUE(results[0].sql().truncated());
+  EXPECT_EQ(Count(), 5);
+}
+
+TEST_F(PostgresAdapterTest, TokensBeyondBigintAreRefusedBeforeAnything) {
+  EXPECT_OK(Apply("d", 9223372036854775807ULL,
+                  {Sql("INSERT INTO jobs (id) VALUES (1)")}));
+  absl::Status too_big = Apply("e", 9223372036854775808ULL,
+                               {Sql("INSERT INTO jobs (id) VALUES (2)")});
+  EXPECT_THAT(too_big, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(too_big.message(), HasSubstr("bigint"));
+  EXPECT_EQ(Count(), 1);
+}
+
+TEST_F(PostgresAdapterTest, ValidateRefusesMalformedOperations) {
+  v1::Operation file_op;
+  file_op.mutable_put()->set_data("x");
+  EXPECT_THAT(Apply("d", 1, {file_op}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Apply("d", 1, {Sql("")}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Apply("d", 1, {Sql("SELECT $1", {v1::SqlValue()})}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(StoredFence("d"), 0);
+}
+
+TEST_F(PostgresAdapterTest, StatementTimeoutIsDeadlineExceeded) {
+  auto quick = MakeAdapter("statement_timeout_ms=100");
+  EXPECT_THAT(Apply(quick.get(), "d", 1, {Sql("SELECT pg_sleep(30)")}),
+              StatusIs(absl::StatusCode::kDeadlineExceeded));
+}
+
+TEST_F(PostgresAdapterTest, CustomFenceTableAndBadUris) {
+  auto custom = MakeAdapter("fence_table=other_fences");
+  ASSERT_OK(Apply(custom.get(), "d", 4, {Sql("INSERT INTO jobs (id) VALUES (1)")}));
+  EXPECT_EQ(Exec("SELECT token FROM other_fences WHERE domain = 'd'")[0][0]
+                .as<int64_t>(),
+            4);
+  AdapterRegistry registry;
+  ASSERT_OK(RegisterBuiltinAdapters(&registry));
+  for (const char* bad :
+       {"postgres:///db", "postgres://u@h/db?pool_size=0",
+        "postgres://u@h/db?fence_table=Robert');--",
+        "postgres://u@h/db?statement_timeout_ms=abc"}) {
+    EXPECT_THAT(registry.Create(bad),
+                StatusIs(absl::StatusCode::kInvalidArgument))
+        << bad;
+  }
+  // Passwords never appear in errors.
+  absl::StatusOr<std::unique_ptr<StorageAdapter>> secret =
+      registry.Create("postgres://u:hunter2@h/db?pool_size=0");
+  EXPECT_THAT(secret.status().message(), ::testing::Not(HasSubstr("hunter2")));
+}
+
+// PostgreSQL restarts under a running adapter: UNAVAILABLE while it is down,
+// and the next write after it is back succeeds without a new adapter.
+TEST_F(PostgresAdapterTest, RecoversAfterServerRestart) {
+  ASSERT_OK(Apply("d", 1, {Sql("INSERT INTO jobs (id) VALUES (1)")}));
+  ASSERT_OK(server_->Stop());
+  absl::Status down = Apply("d", 2, {Sql("INSERT INTO jobs (id) VALUES (2)")});
+  EXPECT_THAT(down, StatusIs(absl::StatusCode::kUnavailable));
+  ASSERT_OK(server_->Restart());
+  ASSERT_OK(Apply("d", 2, {Sql("INSERT INTO jobs (id) VALUES (2)")}));
+  EXPECT_EQ(Count(), 2);
+}
+
+// Two gateways, each with its own fence store, in front of one database:
+// the database's fence table refuses the stale write that the second
+// gateway's own store would have let through.
+TEST_F(PostgresAdapterTest, TwoGatewaysOneDatabase) {
+  testing::TempDir dir;
+  const std::string route = "--route=db=" + server_->Uri();
+  auto a = GatewayProcess::Start(dir.path() + "/a", {route});
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto b = GatewayProcess::Start(dir.path() + "/b", {route});
+  ASSERT_TRUE(b.ok()) << b.status();
+  auto write = [](GatewayProcess& g, uint64_t token, const std::string& owner) {
+    auto stub = v1::Gateway::NewStub(
+        grpc::CreateChannel(g.address(), grpc::InsecureChannelCredentials()));
+    v1::WriteRequest request;
+    request.set_domain("billing-run");
+    request.set_token(token);
+    request.set_resource("db/jobs");
+    *request.add_ops() =
+        Sql("INSERT INTO jobs (id, owner) VALUES ($1, $2) "
+            "ON CONFLICT (id) DO UPDATE SET owner = EXCLUDED.owner",
+            {Int(1), Text(owner)});
+    v1::WriteResponse response;
+    grpc::ClientContext context;
+    return stub->Write(&context, request, &response);
+  };
+  ASSERT_TRUE(write(**a, 7, "holder-7").ok());
+  // Gateway b has never seen the domain; its own store would accept 6.
+  grpc::Status stale = write(**b, 6, "holder-6");
+  EXPECT_EQ(stale.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+      << stale.error_message();
+  google::rpc::Status rich;
+  ASSERT_TRUE(rich.ParseFromString(stale.error_details()));
+  v1::StaleToken detail;
+  ASSERT_EQ(rich.details_size(), 1);
+  ASSERT_TRUE(rich.details(0).UnpackTo(&detail));
+  EXPECT_EQ(detail.highest_token(), 7u);
+  EXPECT_EQ(Count("owner = 'holder-7'"), 1);
+  // And the other way round, after b's holder moves on.
+  ASSERT_TRUE(write(**b, 8, "holder-8").ok());
+  EXPECT_EQ(write(**a, 7, "holder-7 again").error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(Count("owner = 'holder-8'"), 1);
+}
+
+}  // namespace
+}  // namespace fencegate

@@ -1,0 +1,140 @@
+// Copyright fencegate authors.
+
+#include "tests/postgres_server.h"
+
+#include <glob.h>
+#include <netinet/in.h>
+#include <pwd.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+
+namespace fencegate::testing {
+namespace {
+
+// Finds initdb/pg_ctl of the newest installed major version.
+std::string FindBinDir() {
+  glob_t g;
+  std::string found;
+  if (::glob("/usr/lib/postgresql/*/bin/pg_ctl", 0, nullptr, &g) == 0 &&
+      g.gl_pathc > 0) {
+    found = g.gl_pathv[g.gl_pathc - 1];
+    found.resize(found.size() - std::string("/pg_ctl").size());
+  }
+  ::globfree(&g);
+  return found;
+}
+
+int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  int port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
+
+// Runs a shell command, as the postgres user when we are root; returns its
+// exit code and output.
+int Shell(const std::string& command, std::string* output) {
+  std::string full = ::geteuid() == 0
+                         ? absl::StrCat("runuser -u postgres -- sh -c '",
+                                        command, "' 2>&1")
+                         : absl::StrCat("sh -c '", command, "' 2>&1");
+  FILE* p = ::popen(full.c_str(), "r");
+  if (p == nullptr) return -1;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) output->append(buf, n);
+  return ::pclose(p);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<PostgresServer>> PostgresServer::Start() {
+  std::unique_ptr<PostgresServer> server(new PostgresServer());
+  server->bin_ = FindBinDir();
+  if (server->bin_.empty()) {
+    return absl::UnavailableError(
+        "no /usr/lib/postgresql/*/bin/pg_ctl: run scripts/setup.sh");
+  }
+  std::string tmpl = "/tmp/fgpg-XXXXXX";
+  if (::mkdtemp(tmpl.data()) == nullptr) {
+    return absl::UnavailableError("mkdtemp failed");
+  }
+  server->dir_ = tmpl;
+  if (::geteuid() == 0) {
+    passwd* pw = ::getpwnam("postgres");
+    if (pw == nullptr) return absl::UnavailableError("no postgres user");
+    if (::chown(server->dir_.c_str(), pw->pw_uid, pw->pw_gid) != 0) {
+      return absl::UnavailableError("chown of the data directory failed");
+    }
+  }
+  server->port_ = FreePort();
+  std::string out;
+  int rc = Shell(absl::StrCat(server->bin_, "/initdb -D ", server->dir_,
+                              "/data -U postgres --auth=trust -E UTF8 "
+                              "--no-sync --locale=C.UTF-8"),
+                 &out);
+  if (rc != 0) return absl::UnavailableError(absl::StrCat("initdb: ", out));
+  if (absl::Status s = server->Ctl("start"); !s.ok()) return s;
+  return server;
+}
+
+absl::Status PostgresServer::Ctl(const std::string& action) {
+  std::string out;
+  std::string opts = absl::StrCat(
+      "-p ", port_, " -k ", dir_,
+      " -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200");
+  int rc = Shell(absl::StrCat(bin_, "/pg_ctl -D ", dir_, "/data -l ", dir_,
+                              "/log -w -t 60 ",
+                              action == "start"
+                                  ? absl::StrCat("-o \"", opts, "\" start")
+                                  : "-m fast stop"),
+                 &out);
+  if (rc != 0) {
+    std::string log;
+    Shell(absl::StrCat("tail -n 20 ", dir_, "/log"), &log);
+    return absl::UnavailableError(
+        absl::StrCat("pg_ctl ", action, ": ", out, log));
+  }
+  running_ = action == "start";
+  return absl::OkStatus();
+}
+
+absl::Status PostgresServer::Stop() { return Ctl("stop"); }
+absl::Status PostgresServer::Restart() { return Ctl("start"); }
+
+PostgresServer::~PostgresServer() {
+  if (running_) {
+    std::string out;
+    Shell(absl::StrCat(bin_, "/pg_ctl -D ", dir_, "/data -m immediate -w stop"),
+          &out);
+  }
+  std::error_code ec;
+  if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
+}
+
+std::string PostgresServer::Uri(const std::string& params) const {
+  return absl::StrCat("postgres://postgres@127.0.0.1:", port_, "/postgres",
+                      params.empty() ? "" : "?", params);
+}
+
+std::string PostgresServer::Conninfo() const {
+  return absl::StrCat("host=127.0.0.1 port=", port_,
+                      " user=postgres dbname=postgres");
+}
+
+}  // namespace fencegate::testing

@@ -1,0 +1,45 @@
+// Copyright fencegate authors.
+//
+// A throwaway PostgreSQL server for integration tests: initdb into a
+// temporary directory and pg_ctl start on a free loopback port, run as the
+// "postgres" user when the tests run as root (PostgreSQL refuses root).
+
+#ifndef TESTS_POSTGRES_SERVER_H_
+#define TESTS_POSTGRES_SERVER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace fencegate::testing {
+
+class PostgresServer {
+ public:
+  // initdb + start. UNAVAILABLE with the tool's output if either fails.
+  static absl::StatusOr<std::unique_ptr<PostgresServer>> Start();
+  ~PostgresServer();  // Stops the server (immediate) and removes its files.
+
+  // postgres://postgres@127.0.0.1:PORT/postgres plus `params` (a query).
+  std::string Uri(const std::string& params = "") const;
+  // The same, as a libpq keyword/value string for pqxx::connection.
+  std::string Conninfo() const;
+  int port() const { return port_; }
+
+  // pg_ctl stop -m fast / pg_ctl start, on the same port and data.
+  absl::Status Stop();
+  absl::Status Restart();
+
+ private:
+  PostgresServer() = default;
+  absl::Status Ctl(const std::string& args);
+
+  std::string dir_;
+  std::string bin_;
+  int port_ = 0;
+  bool running_ = false;
+};
+
+}  // namespace fencegate::testing
+
+#endif  // TESTS_POSTGRES_SERVER_H_
