@@ -10,39 +10,6 @@
 
 namespace fencegate {
 
-// Holds one domain's lock; the table entry lives while anyone uses it.
-class Fencer::ScopedDomainLock {
- public:
-  ScopedDomainLock(Fencer* fencer, absl::string_view domain)
-      : fencer_(fencer), key_(domain) {
-    {
-      absl::MutexLock lock(&fencer_->mu_);
-      auto [it, inserted] = fencer_->locks_.try_emplace(key_);
-      if (inserted) it->second = std::make_unique<DomainLock>();
-      entry_ = it->second.get();
-      ++entry_->users;
-    }
-    FENCEGATE_SYNC_POINT("Fencer::Execute:BeforeDomainLock");
-    entry_->mu.Lock();
-  }
-
-  ~ScopedDomainLock() {
-    entry_->mu.Unlock();
-    absl::MutexLock lock(&fencer_->mu_);
-    if (--entry_->users == 0) fencer_->locks_.erase(key_);
-  }
-
-  ScopedDomainLock(const ScopedDomainLock&) = delete;
-  ScopedDomainLock& operator=(const ScopedDomainLock&) = delete;
-
- private:
-  Fencer* const fencer_;
-  const std::string key_;
-  // The map holds it by unique_ptr, so it stays put across rehashes; it is
-  // erased only when its last user leaves.
-  DomainLock* entry_ = nullptr;
-};
-
 Fencer::Fencer(FenceStore* store, Clock* clock)
     : store_(store), clock_(clock) {}
 
@@ -51,7 +18,8 @@ Fencer::~Fencer() = default;
 absl::StatusOr<FenceDecision> Fencer::Execute(
     absl::string_view domain, uint64_t token,
     absl::FunctionRef<absl::Status()> apply) {
-  ScopedDomainLock domain_lock(this, domain);
+  KeyedMutex::Lock domain_lock(&domain_locks_, domain,
+                               "Fencer::Execute:BeforeDomainLock");
 
   absl::StatusOr<FenceState> current = store_->Get(domain);
   if (!current.ok()) return current.status();

@@ -2,15 +2,14 @@
 
 #include "fencing/rocksdb_fence_store.h"
 
-#include <array>
 #include <cstdio>
 #include <cstdlib>
 
 #include "absl/base/internal/endian.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "fencing/keyed_mutex.h"
 #include "fencing/sync_point.h"
 #include "rocksdb/db.h"
 #include "rocksdb/options.h"
@@ -83,8 +82,7 @@ class RocksDbFenceStore final : public FenceStore {
 
   absl::StatusOr<FenceState> Raise(absl::string_view domain, uint64_t token,
                                    absl::Time at) override {
-    absl::MutexLock stripe(&stripes_[absl::Hash<absl::string_view>()(domain) %
-                                     stripes_.size()]);
+    KeyedMutex::Lock domain_lock(&domain_locks_, domain);
     absl::StatusOr<FenceState> current = Get(domain);
     if (!current.ok()) return current.status();
     if (token <= current->highest_token) return current;
@@ -117,9 +115,9 @@ class RocksDbFenceStore final : public FenceStore {
   }
 
   const std::unique_ptr<rocksdb::DB> db_;
-  // Serializes Raise per domain (by hash), so that read-compare-write is
-  // atomic while different domains still share RocksDB's group commit.
-  std::array<absl::Mutex, 64> stripes_;
+  // Serializes Raise per domain, so that read-compare-write is atomic while
+  // different domains still share RocksDB's group commit.
+  KeyedMutex domain_locks_;
   absl::Mutex cache_mu_;
   absl::flat_hash_map<std::string, FenceState> cache_
       ABSL_GUARDED_BY(cache_mu_);

@@ -7,11 +7,14 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
@@ -94,11 +97,33 @@ absl::StatusOr<GatewayOptions> ResolveOptions(const v1::GatewayConfig& config) {
     options.routes.push_back(
         {"files", absl::StrCat("file://", options.data_dir, "/files")});
   }
+  const std::filesystem::path fence_dir =
+      std::filesystem::path(options.data_dir) / "fence";
+  for (const RouteSpec& route : options.routes) {
+    if (!absl::StartsWith(route.uri, "file://")) continue;
+    std::error_code ec;
+    std::filesystem::path root = std::filesystem::weakly_canonical(
+        std::filesystem::path(route.uri.substr(strlen("file://"))), ec);
+    if (ec) continue;  // The adapter reports unusable roots itself.
+    auto within = [](const std::filesystem::path& inner,
+                     const std::filesystem::path& outer) {
+      auto [o, i] = std::mismatch(outer.begin(), outer.end(), inner.begin(),
+                                  inner.end());
+      return o == outer.end();
+    };
+    if (within(fence_dir, root) || within(root, fence_dir)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "route \"", route.name, "\": its root ", root.string(),
+          " overlaps the fence store ", fence_dir.string(),
+          "; clients could overwrite fence state"));
+    }
+  }
 
   if (config.limits().max_message_bytes() != 0) {
-    if (config.limits().max_message_bytes() < 1024) {
+    if (config.limits().max_message_bytes() < 1024 ||
+        config.limits().max_message_bytes() > INT_MAX) {
       return absl::InvalidArgumentError(
-          "limits.max_message_bytes: must be at least 1024");
+          "limits.max_message_bytes: must be from 1024 to 2147483647");
     }
     options.max_message_bytes = config.limits().max_message_bytes();
   }

@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -17,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "fencegate/v1/gateway.grpc.pb.h"
@@ -171,12 +173,16 @@ int Run(int argc, char** argv) {
   uint64_t token = 0;
   if (command == "write" || command == "fence") {
     if (!set.WasSet("token")) return UsageError("--token is required");
-    if (!absl::SimpleAtoi(f.token, &token) || f.token.empty() ||
-        f.token[0] == '-') {
+    if (f.token.empty() || f.token.size() > 20 ||
+        !std::all_of(f.token.begin(), f.token.end(), absl::ascii_isdigit) ||
+        !absl::SimpleAtoi(f.token, &token) || token == 0) {
       return UsageError(absl::StrCat("--token: \"", f.token,
                                      "\" is not a number from 1 to "
                                      "18446744073709551615"));
     }
+  }
+  if (f.timeout_seconds == 0 || f.timeout_seconds > 86400) {
+    return UsageError("--timeout: must be from 1 to 86400 seconds");
   }
   if ((command == "fence" || command == "get") && !set.WasSet("domain")) {
     return UsageError("--domain is required");

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
@@ -21,7 +22,9 @@ void FlagSet::Uint(std::string name, uint64_t* out, std::string help) {
   std::string flag = name;
   flags_.push_back({std::move(name), std::move(help), false,
                     [out, flag](absl::string_view v) {
-                      if (v.empty() || v[0] == '-' || !absl::SimpleAtoi(v, out)) {
+                      if (v.empty() || v.size() > 20 ||
+                          !std::all_of(v.begin(), v.end(), absl::ascii_isdigit) ||
+                          !absl::SimpleAtoi(v, out)) {
                         return absl::InvalidArgumentError(absl::StrCat(
                             "--", flag, ": \"", v,
                             "\" is not a number from 0 to 18446744073709551615"));

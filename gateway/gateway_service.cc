@@ -114,8 +114,15 @@ grpc::ServerUnaryReactor* GatewayService::Write(
   }
 
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  executor_->Post(domain, [this, reactor, request, response, domain,
+  executor_->Post(domain, [this, context, reactor, request, response, domain,
                            resolved = *resolved]() {
+    if (context->IsCancelled()) {
+      // The client gave up (deadline, cancel, shutdown) while the write
+      // waited for its domain: do not apply what nobody will hear about.
+      reactor->Finish(grpc::Status(grpc::StatusCode::CANCELLED,
+                                   "cancelled before it was applied"));
+      return;
+    }
     // `domain` is captured by value: the target must view this copy.
     WriteTarget target{domain, request->token(), resolved.path,
                        request->request_id()};
@@ -145,7 +152,13 @@ grpc::ServerUnaryReactor* GatewayService::Fence(
     return FinishNow(context, s);
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  executor_->Post(request->domain(), [this, reactor, request, response]() {
+  executor_->Post(request->domain(), [this, context, reactor, request,
+                                      response]() {
+    if (context->IsCancelled()) {
+      reactor->Finish(grpc::Status(grpc::StatusCode::CANCELLED,
+                                   "cancelled before the fence was raised"));
+      return;
+    }
     absl::StatusOr<FenceDecision> decision =
         fencer_->Fence(request->domain(), request->token());
     LogOutcome(RequestTag("Fence", request->request_id()), request->domain(),

@@ -166,8 +166,20 @@ TEST_F(FileAdapterTest, SymlinksInsideTheRootAreFollowed) {
 
 TEST_F(FileAdapterTest, PutOverDirectoryIsRefused) {
   ASSERT_OK(Put("dir/file", "x"));
-  EXPECT_THAT(Put("dir", "x"), StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(Append("dir", "x"), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Put("dir", "x"), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(Append("dir", "x"),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(Put("dir/file/below", "x"),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  bool existed = true;
+  ASSERT_OK(Delete("dir/file/below", &existed));
+  EXPECT_FALSE(existed);
+}
+
+TEST_F(FileAdapterTest, AppendToFifoIsRefusedWithoutBlocking) {
+  ASSERT_EQ(::mkfifo(InRoot("pipe").c_str(), 0644), 0);
+  EXPECT_THAT(Append("pipe", "x"),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 
 TEST_F(FileAdapterTest, ValidateRefusesNonFileOperations) {

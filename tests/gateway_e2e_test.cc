@@ -311,6 +311,17 @@ TEST_F(GatewayE2eTest, FencectlExitCodes) {
                         "--resource=files/x"},
                        &out),
             2);
+  for (const char* token : {"--token=0", "--token=+5", "--token= 5",
+                            "--token=18446744073709551616"}) {
+    EXPECT_EQ(RunCommand({FENCECTL_BIN, addr, "fence", "--domain=jobs", token},
+                         &out),
+              2)
+        << token;
+  }
+  EXPECT_EQ(RunCommand({FENCECTL_BIN, addr, "--timeout=0", "get",
+                        "--domain=jobs"},
+                       &out),
+            2);
   EXPECT_EQ(RunCommand({FENCECTL_BIN, "--addr=127.0.0.1:1", "--timeout=2",
                         "get", "--domain=jobs"},
                        &out),

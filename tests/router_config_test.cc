@@ -91,6 +91,26 @@ TEST(ConfigTest, ErrorsNameTheLine) {
   EXPECT_THAT(bad.status().message(), HasSubstr(":2:"));
   EXPECT_THAT(LoadConfigFile(dir.path() + "/missing"),
               StatusIs(absl::StatusCode::kNotFound));
+  v1::GatewayConfig overlap;
+  overlap.set_data_dir(dir.path() + "/data");
+  v1::Route* route = overlap.add_routes();
+  route->set_name("everything");
+  route->set_uri("file://" + dir.path() + "/data");
+  absl::StatusOr<GatewayOptions> exposed = ResolveOptions(overlap);
+  EXPECT_THAT(exposed, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(exposed.status().message(), HasSubstr("fence store"));
+  route->set_uri("file://" + dir.path() + "/data/fence/sub");
+  EXPECT_THAT(ResolveOptions(overlap),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  route->set_uri("file://" + dir.path() + "/data/fences");  // A sibling.
+  EXPECT_OK(ResolveOptions(overlap).status());
+
+  v1::GatewayConfig huge;
+  huge.set_data_dir(dir.path());
+  huge.mutable_limits()->set_max_message_bytes(3000000000u);
+  EXPECT_THAT(ResolveOptions(huge),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+
   v1::GatewayConfig no_port;
   no_port.set_data_dir(dir.path());
   no_port.set_listen_address("localhost");

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -64,10 +65,13 @@ absl::Status ErrnoStatus(int err, absl::string_view what, absl::string_view path
     case ENOENT:
       return absl::NotFoundError(msg);
     case EXDEV:
-    case ELOOP:
       return absl::PermissionDeniedError(absl::StrCat(
           "file adapter: \"", path,
           "\" resolves outside the route's root (symlink escape)"));
+    case ELOOP:
+      return absl::PermissionDeniedError(absl::StrCat(
+          "file adapter: \"", path,
+          "\": too many symlinks, or a /proc magic link"));
     case EACCES:
     case EPERM:
     case EROFS:
@@ -79,6 +83,8 @@ absl::Status ErrnoStatus(int err, absl::string_view what, absl::string_view path
       return absl::ResourceExhaustedError(msg);
     case ENOTDIR:
     case EISDIR:
+      // The path is well formed; what is on disk does not fit it.
+      return absl::FailedPreconditionError(msg);
     case ENAMETOOLONG:
       return absl::InvalidArgumentError(msg);
     case EIO:
@@ -271,6 +277,7 @@ static absl::StatusOr<Fd> OpenDir(int root_fd, const std::string& dir,
   if (errno != ENOENT || !create) return ErrnoStatus(errno, "open directory", dir);
   // Walk down, creating what is missing.
   Fd parent(::dup(root_fd));
+  if (!parent.valid()) return ErrnoStatus(errno, "dup root for", dir);
   size_t pos = 0;
   while (true) {
     size_t next = dir.find('/', pos);
@@ -307,7 +314,7 @@ absl::Status FileAdapter::Put(absl::string_view path, const std::string& data,
   result->set_existed(::fstatat(dir->get(), sp.leaf.c_str(), &st,
                                 AT_SYMLINK_NOFOLLOW) == 0);
   if (result->existed() && S_ISDIR(st.st_mode)) {
-    return absl::InvalidArgumentError(
+    return absl::FailedPreconditionError(
         absl::StrCat("file adapter: \"", path, "\" is a directory"));
   }
 
@@ -344,12 +351,14 @@ absl::Status FileAdapter::Append(absl::string_view path, const std::string& data
                                  v1::FileResult* result) {
   SplitPath sp = Split(path);
   std::string full(path);
-  Fd file(OpenBeneath(root_fd_, full, O_WRONLY | O_APPEND));
+  // O_NONBLOCK so that a FIFO cannot block the open; it is refused below.
+  constexpr uint64_t kFlags = O_WRONLY | O_APPEND | O_NONBLOCK;
+  Fd file(OpenBeneath(root_fd_, full, kFlags));
   bool created = false;
   if (!file.valid() && errno == ENOENT) {
     absl::StatusOr<Fd> dir = OpenDir(root_fd_, sp.dir, /*create=*/true);
     if (!dir.ok()) return dir.status();
-    file = Fd(OpenBeneath(root_fd_, full, O_WRONLY | O_APPEND | O_CREAT, 0644));
+    file = Fd(OpenBeneath(root_fd_, full, kFlags | O_CREAT, 0644));
     created = file.valid();
     if (created) {
       if (absl::Status s = FsyncFd(dir->get(), "fsync directory of", path);
@@ -358,13 +367,26 @@ absl::Status FileAdapter::Append(absl::string_view path, const std::string& data
       }
     }
   }
-  if (!file.valid()) return ErrnoStatus(errno, "open for append", path);
+  if (!file.valid()) {
+    if (errno == ENXIO) {  // A FIFO without a reader.
+      return absl::FailedPreconditionError(
+          absl::StrCat("file adapter: \"", path, "\" is not a regular file"));
+    }
+    return ErrnoStatus(errno, "open for append", path);
+  }
   struct stat st;
   if (::fstat(file.get(), &st) != 0) return ErrnoStatus(errno, "stat", path);
   if (!S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError(
+    return absl::FailedPreconditionError(
         absl::StrCat("file adapter: \"", path, "\" is not a regular file"));
   }
+  if (::fcntl(file.get(), F_SETFL, O_WRONLY | O_APPEND) != 0) {
+    return ErrnoStatus(errno, "fcntl", path);
+  }
+  // Writers of different domains may append to one file at once; the lock
+  // keeps a failed append's rollback from cutting off another's bytes.
+  if (::flock(file.get(), LOCK_EX) != 0) return ErrnoStatus(errno, "lock", path);
+  if (::fstat(file.get(), &st) != 0) return ErrnoStatus(errno, "stat", path);
   result->set_existed(!created);
   absl::Status s = WriteAll(file.get(), data, path);
   if (s.ok()) s = FsyncFd(file.get(), "fsync", path);
@@ -375,7 +397,7 @@ absl::Status FileAdapter::Append(absl::string_view path, const std::string& data
   }
   result->set_size(static_cast<uint64_t>(st.st_size) + data.size());
   result->set_bytes_written(data.size());
-  return absl::OkStatus();
+  return absl::OkStatus();  // Closing the descriptor releases the lock.
 }
 
 absl::Status FileAdapter::Delete(absl::string_view path,
@@ -383,14 +405,16 @@ absl::Status FileAdapter::Delete(absl::string_view path,
   SplitPath sp = Split(path);
   absl::StatusOr<Fd> dir = OpenDir(root_fd_, sp.dir, /*create=*/false);
   if (!dir.ok()) {
-    if (absl::IsNotFound(dir.status())) {
+    // A missing parent, or a parent that is a file: the file cannot exist.
+    if (absl::IsNotFound(dir.status()) ||
+        absl::IsFailedPrecondition(dir.status())) {
       result->set_existed(false);
       return absl::OkStatus();
     }
     return dir.status();
   }
   if (::unlinkat(dir->get(), sp.leaf.c_str(), 0) != 0) {
-    if (errno == ENOENT) {
+    if (errno == ENOENT || errno == ENOTDIR) {
       result->set_existed(false);
       return absl::OkStatus();
     }

@@ -6,7 +6,8 @@
 // Containment: every path is resolved with openat2(RESOLVE_BENEATH |
 // RESOLVE_NO_MAGICLINKS) relative to the root's descriptor, so absolute
 // paths, "..", and symlinks that lead out of the root fail in the kernel
-// (PERMISSION_DENIED); symlinks that stay inside are followed. Paths are
+// (PERMISSION_DENIED); relative symlinks that stay inside are followed
+// (absolute ones are refused, even when they point inside). Paths are
 // also checked lexically first (INVALID_ARGUMENT): non-empty, relative, no
 // NUL, no empty, "." or ".." segments, at most 4096 bytes.
 //
@@ -14,11 +15,13 @@
 //   put    - data goes to a temporary file in the target's directory, which
 //            is fsynced, renamed over the target, and the directory fsynced:
 //            a crash leaves the old or the new contents, never a mix.
-//   append - written with O_APPEND and fsynced (the directory too when the
-//            file was created); a failed write is truncated back.
+//   append - written with O_APPEND under flock(LOCK_EX) and fsynced (the
+//            directory too when the file was created); a failed write is
+//            truncated back. Only regular files are appended to.
 //   delete - unlinked and the directory fsynced. A missing file is not an
 //            error (existed = false), so retries are safe.
-// Missing parent directories are created by put and append.
+// Missing parent directories are created by put and append. A path whose
+// target is a directory, or crosses a regular file, is FAILED_PRECONDITION.
 
 #ifndef STORAGE_ADAPTERS_FILE_FILE_ADAPTER_H_
 #define STORAGE_ADAPTERS_FILE_FILE_ADAPTER_H_

@@ -21,14 +21,12 @@
 #include <string>
 #include "absl/strings/string_view.h"
 
-#include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "fencing/clock.h"
 #include "fencing/fence_store.h"
+#include "fencing/keyed_mutex.h"
 
 namespace fencegate {
 
@@ -67,17 +65,9 @@ class Fencer {
   absl::StatusOr<FenceState> Get(absl::string_view domain);
 
  private:
-  struct DomainLock {
-    absl::Mutex mu;
-    int users = 0;  // Guarded by Fencer::mu_.
-  };
-  class ScopedDomainLock;
-
   FenceStore* const store_;
   Clock* const clock_;
-  absl::Mutex mu_;
-  absl::flat_hash_map<std::string, std::unique_ptr<DomainLock>> locks_
-      ABSL_GUARDED_BY(mu_);
+  KeyedMutex domain_locks_;
 };
 
 }  // namespace fencegate

@@ -1,0 +1,57 @@
+// Copyright fencegate authors.
+//
+// KeyedMutex: one mutex per key (a fencing domain), created on first use and
+// dropped when its last holder or waiter leaves, so memory follows the keys
+// in use, not every key ever seen.
+
+#ifndef FENCING_KEYED_MUTEX_H_
+#define FENCING_KEYED_MUTEX_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+
+namespace fencegate {
+
+// Thread safety: safe for concurrent use.
+class KeyedMutex {
+ private:
+  struct Entry {
+    absl::Mutex mu;
+    int users = 0;  // Guarded by KeyedMutex::mu_.
+  };
+
+ public:
+  KeyedMutex() = default;
+  KeyedMutex(const KeyedMutex&) = delete;
+  KeyedMutex& operator=(const KeyedMutex&) = delete;
+
+  // Holds the key's mutex for its lifetime. `sync_point`, if not null, is
+  // processed after registering as a user and before blocking on the lock.
+  class Lock {
+   public:
+    Lock(KeyedMutex* owner, absl::string_view key,
+         const char* sync_point = nullptr);
+    ~Lock();
+    Lock(const Lock&) = delete;
+    Lock& operator=(const Lock&) = delete;
+
+   private:
+    KeyedMutex* const owner_;
+    const std::string key_;
+    Entry* entry_ = nullptr;
+  };
+
+ private:
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::unique_ptr<Entry>> entries_
+      ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace fencegate
+
+#endif  // FENCING_KEYED_MUTEX_H_

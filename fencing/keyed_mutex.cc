@@ -1,0 +1,31 @@
+// Copyright fencegate authors.
+
+#include "fencing/keyed_mutex.h"
+
+#include "fencing/sync_point.h"
+
+namespace fencegate {
+
+KeyedMutex::Lock::Lock(KeyedMutex* owner, absl::string_view key,
+                       const char* sync_point)
+    : owner_(owner), key_(key) {
+  {
+    absl::MutexLock lock(&owner_->mu_);
+    auto [it, inserted] = owner_->entries_.try_emplace(key_);
+    if (inserted) it->second = std::make_unique<Entry>();
+    // The map holds entries by unique_ptr, so the pointer survives rehashes;
+    // the entry is erased only when its last user leaves.
+    entry_ = it->second.get();
+    ++entry_->users;
+  }
+  if (sync_point != nullptr) FENCEGATE_SYNC_POINT(sync_point);
+  entry_->mu.Lock();
+}
+
+KeyedMutex::Lock::~Lock() {
+  entry_->mu.Unlock();
+  absl::MutexLock lock(&owner_->mu_);
+  if (--entry_->users == 0) owner_->entries_.erase(key_);
+}
+
+}  // namespace fencegate
