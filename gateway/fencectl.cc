@@ -20,7 +20,9 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "fencegate/v1/gateway.grpc.pb.h"
 #include "fencing/stale_token.h"
 #include "gateway/flags.h"
@@ -46,7 +48,9 @@ constexpr char kUsage[] =
     "Commands:\n"
     "  write --domain=D --token=T --resource=ROUTE/PATH OPERATION\n"
     "        OPERATION is one of --put=DATA, --put-file=PATH, --append=DATA,\n"
-    "        --append-file=PATH (PATH '-' reads stdin) or --delete\n"
+    "        --append-file=PATH (PATH '-' reads stdin), --delete, or\n"
+    "        --sql=STATEMENT with --param=TYPE:VALUE for $1, $2, ... in order\n"
+    "        (TYPE: text, int64, float64, bool, bytes (hex), null)\n"
     "  fence --domain=D --token=T    raise the domain's fence to T\n"
     "  get --domain=D                print the domain's fence\n"
     "\n"
@@ -66,8 +70,49 @@ struct Flags {
   std::string request_id;
   std::string put, put_file, append, append_file;
   bool del = false;
+  std::string sql;
+  std::vector<std::string> params;
   bool help = false;
 };
+
+// Parses TYPE:VALUE into a SqlValue; false with *error set if malformed.
+bool ParseParam(const std::string& spec, v1::SqlValue* out,
+                std::string* error) {
+  size_t colon = spec.find(':');
+  std::string type = spec.substr(0, colon);
+  std::string value = colon == std::string::npos ? "" : spec.substr(colon + 1);
+  bool ok = true;
+  if (type == "null") {
+    out->set_null(true);
+  } else if (colon == std::string::npos) {
+    ok = false;
+  } else if (type == "text") {
+    out->set_text(value);
+  } else if (type == "int64") {
+    int64_t v;
+    ok = absl::SimpleAtoi(value, &v);
+    out->set_int64(v);
+  } else if (type == "float64") {
+    double v;
+    ok = absl::SimpleAtod(value, &v);
+    out->set_float64(v);
+  } else if (type == "bool") {
+    ok = value == "true" || value == "false";
+    out->set_boolean(value == "true");
+  } else if (type == "bytes") {
+    ok = value.size() % 2 == 0 &&
+         std::all_of(value.begin(), value.end(), absl::ascii_isxdigit);
+    out->set_bytes(absl::HexStringToBytes(value));
+  } else {
+    ok = false;
+  }
+  if (!ok) {
+    *error = absl::StrCat("--param=", spec,
+                          ": expected TYPE:VALUE with TYPE text, int64, "
+                          "float64, bool, bytes (hex) or null");
+  }
+  return ok;
+}
 
 int UsageError(const std::string& message) {
   std::cerr << "fencectl: " << message << " (see fencectl --help)\n";
@@ -151,6 +196,9 @@ int Run(int argc, char** argv) {
   set.String("append", &f.append, "write: append DATA");
   set.String("append_file", &f.append_file, "write: append a file's bytes");
   set.Bool("delete", &f.del, "write: delete the file");
+  set.String("sql", &f.sql, "write: one SQL statement (postgres routes)");
+  set.StringList("param", &f.params,
+                 "write: TYPE:VALUE parameter of --sql, repeatable, in order");
   set.Bool("help", &f.help, "print this help");
 
   std::vector<std::string> args;
@@ -198,11 +246,15 @@ int Run(int argc, char** argv) {
   if (command == "write") {
     if (f.resource.empty()) return UsageError("--resource is required");
     int ops = set.WasSet("put") + set.WasSet("put_file") +
-              set.WasSet("append") + set.WasSet("append_file") + f.del;
+              set.WasSet("append") + set.WasSet("append_file") + f.del +
+              set.WasSet("sql");
     if (ops != 1) {
       return UsageError(
           "write takes exactly one of --put, --put-file, --append, "
-          "--append-file, --delete");
+          "--append-file, --delete, --sql");
+    }
+    if (!f.params.empty() && !set.WasSet("sql")) {
+      return UsageError("--param goes with --sql");
     }
     v1::WriteRequest request;
     request.set_domain(f.domain);
@@ -217,6 +269,13 @@ int Run(int argc, char** argv) {
       op->mutable_append()->set_data(f.append);
     } else if (f.del) {
       op->mutable_delete_();
+    } else if (set.WasSet("sql")) {
+      op->mutable_sql()->set_sql(f.sql);
+      for (const std::string& spec : f.params) {
+        if (!ParseParam(spec, op->mutable_sql()->add_params(), &error)) {
+          return UsageError(error);
+        }
+      }
     } else {
       bool is_put = set.WasSet("put_file");
       std::optional<std::string> data =
@@ -231,11 +290,24 @@ int Run(int argc, char** argv) {
     v1::WriteResponse response;
     grpc::Status status = stub->Write(&context, request, &response);
     if (!status.ok()) return ReportError(status);
-    const v1::FileResult& r = response.results(0).file();
-    Print(response, f.json,
-          absl::StrCat("ok: ", Describe(response.fence()),
-                       response.fence_advanced() ? " (advanced)" : "",
-                       " size=", r.size(), " written=", r.bytes_written()));
+    std::string text = absl::StrCat("ok: ", Describe(response.fence()),
+                                    response.fence_advanced() ? " (advanced)"
+                                                              : "");
+    if (response.results_size() > 0 && response.results(0).has_file()) {
+      const v1::FileResult& r = response.results(0).file();
+      absl::StrAppend(&text, " size=", r.size(), " written=", r.bytes_written());
+    } else if (response.results_size() > 0 && response.results(0).has_sql()) {
+      const v1::SqlResult& r = response.results(0).sql();
+      absl::StrAppend(&text, " rows_affected=", r.rows_affected());
+      for (const v1::SqlRow& row : r.rows()) {
+        std::vector<std::string> fields;
+        for (const v1::SqlValue& v : row.fields()) {
+          fields.push_back(v.has_null() ? "NULL" : v.text());
+        }
+        absl::StrAppend(&text, "\n", absl::StrJoin(fields, "\t"));
+      }
+    }
+    Print(response, f.json, text);
     return kExitOk;
   }
   if (command == "fence") {

@@ -344,5 +344,41 @@ TEST_F(PostgresAdapterTest, TwoGatewaysOneDatabase) {
   EXPECT_EQ(Count("owner = 'holder-8'"), 1);
 }
 
+// The worked example of docs/postgres.md, with fencectl.
+TEST_F(PostgresAdapterTest, FencectlRunsSqlWithParameters) {
+  testing::TempDir dir;
+  auto gateway =
+      GatewayProcess::Start(dir.path() + "/g", {"--route=db=" + server_->Uri()});
+  ASSERT_TRUE(gateway.ok()) << gateway.status();
+  const std::string addr = "--addr=" + (*gateway)->address();
+  auto run = [&](uint64_t token, const std::string& sql,
+                 std::vector<std::string> params, std::string* out) {
+    std::vector<std::string> argv = {FENCECTL_BIN,
+                                     addr,
+                                     "write",
+                                     "--domain=nightly-billing",
+                                     "--token=" + std::to_string(token),
+                                     "--resource=db/jobs",
+                                     "--sql=" + sql};
+    for (const std::string& p : params) argv.push_back("--param=" + p);
+    return testing::RunCommand(argv, out);
+  };
+  std::string out;
+  EXPECT_EQ(run(5,
+                "INSERT INTO jobs (id, owner, amount, done) "
+                "VALUES ($1, $2, $3, $4) RETURNING id, owner",
+                {"int64:1", "text:worker-a", "float64:12.5", "bool:false"},
+                &out),
+            0);
+  EXPECT_THAT(out, HasSubstr("rows_affected=1"));
+  EXPECT_THAT(out, HasSubstr("1\tworker-a"));
+  EXPECT_EQ(run(4, "UPDATE jobs SET done = true WHERE id = $1", {"int64:1"},
+                &out),
+            3);
+  EXPECT_EQ(run(5, "INSERT INTO jobs (id) VALUES ($1)", {"int64:1"}, &out), 4);
+  EXPECT_EQ(run(5, "SELECT 1", {"int128:1"}, &out), 2);
+  EXPECT_EQ(Count("done = false AND owner = 'worker-a'"), 1);
+}
+
 }  // namespace
 }  // namespace fencegate
