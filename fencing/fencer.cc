@@ -63,4 +63,10 @@ absl::StatusOr<FenceState> Fencer::Get(absl::string_view domain) {
   return store_->Get(domain);
 }
 
+absl::Status Fencer::WithDomainLock(absl::string_view domain,
+                                    absl::FunctionRef<absl::Status()> fn) {
+  KeyedMutex::Lock domain_lock(&domain_locks_, domain);
+  return fn();
+}
+
 }  // namespace fencegate

@@ -4,6 +4,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <vector>
 
 #include "absl/base/internal/endian.h"
 #include "absl/container/flat_hash_map.h"
@@ -13,6 +15,8 @@
 #include "fencing/sync_point.h"
 #include "rocksdb/db.h"
 #include "rocksdb/options.h"
+#include "rocksdb/write_batch.h"
+#include "fencegate/v1/lease.pb.h"
 
 namespace fencegate {
 namespace {
@@ -20,6 +24,8 @@ namespace {
 // Key: "d/" + domain. Value: version byte 1, then the token and the advance
 // time in microseconds since the Unix epoch, both big-endian 64-bit.
 constexpr char kKeyPrefix[] = "d/";
+// Lease records: "l/" + name -> fencegate.v1.StoredLease.
+constexpr char kLeasePrefix[] = "l/";
 constexpr char kValueVersion = 1;
 constexpr size_t kValueSize = 17;
 
@@ -53,7 +59,7 @@ absl::Status FromRocks(const rocksdb::Status& s, absl::string_view what) {
   return absl::UnavailableError(msg);
 }
 
-class RocksDbFenceStore final : public FenceStore {
+class RocksDbFenceStore final : public RocksDbStore {
  public:
   explicit RocksDbFenceStore(std::unique_ptr<rocksdb::DB> db)
       : db_(std::move(db)) {}
@@ -92,26 +98,98 @@ class RocksDbFenceStore final : public FenceStore {
     rocksdb::Status s =
         db_->Put(write_options, Key(domain), EncodeValue(token, at));
     FENCEGATE_SYNC_POINT("RocksDbFenceStore::Raise:AfterSync");
-    if (!s.ok()) {
-      // After a failed sync the state on disk is unknown; continuing could
-      // serve a fence that a restart rolls back. Crash, as PostgreSQL does
-      // on a failed fsync, and let recovery read what is really durable.
-      std::fprintf(stderr,
-                   "FATAL fence store: cannot make fence of domain \"%.*s\" "
-                   "durable: %s\n",
-                   static_cast<int>(domain.size()), domain.data(),
-                   s.ToString().c_str());
-      std::abort();
-    }
+    if (!s.ok()) DieOnFailedSync(domain, s);
     FenceState state{std::string(domain), token, at};
     absl::MutexLock lock(&cache_mu_);
     cache_.insert_or_assign(state.domain, state);
     return state;
   }
 
+  absl::StatusOr<std::vector<LeaseRecord>> LoadLeases() override {
+    std::vector<LeaseRecord> leases;
+    std::unique_ptr<rocksdb::Iterator> it(
+        db_->NewIterator(rocksdb::ReadOptions()));
+    for (it->Seek(kLeasePrefix); it->Valid() && it->key().starts_with(kLeasePrefix);
+         it->Next()) {
+      v1::StoredLease stored;
+      std::string name = it->key().ToString().substr(strlen(kLeasePrefix));
+      if (!stored.ParseFromArray(it->value().data(),
+                                 static_cast<int>(it->value().size()))) {
+        return absl::DataLossError(
+            absl::StrCat("lease store: corrupt lease of \"", name, "\""));
+      }
+      leases.push_back(LeaseRecord{
+          name, stored.lease_id(), stored.owner(), stored.token(),
+          absl::Milliseconds(stored.ttl_ms()),
+          absl::FromUnixMicros(stored.expires_unix_micros())});
+    }
+    if (absl::Status s = FromRocks(it->status(), "scan leases"); !s.ok()) {
+      return s;
+    }
+    return leases;
+  }
+
+  absl::Status GrantLease(const LeaseRecord& lease, absl::Time at) override {
+    KeyedMutex::Lock domain_lock(&domain_locks_, lease.name);
+    absl::StatusOr<FenceState> current = Get(lease.name);
+    if (!current.ok()) return current.status();
+    if (lease.token <= current->highest_token) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "lease store: token ", lease.token, " for \"", lease.name,
+          "\" is not above the fence ", current->highest_token));
+    }
+    rocksdb::WriteBatch batch;
+    batch.Put(Key(lease.name), EncodeValue(lease.token, at));
+    batch.Put(LeaseKey(lease.name), EncodeLease(lease));
+    rocksdb::WriteOptions write_options;
+    write_options.sync = true;
+    rocksdb::Status s = db_->Write(write_options, &batch);
+    if (!s.ok()) DieOnFailedSync(lease.name, s);
+    FenceState state{lease.name, lease.token, at};
+    absl::MutexLock lock(&cache_mu_);
+    cache_.insert_or_assign(state.domain, state);
+    return absl::OkStatus();
+  }
+
+  absl::Status RenewLease(const LeaseRecord& lease) override {
+    return FromRocks(
+        db_->Put(rocksdb::WriteOptions(), LeaseKey(lease.name), EncodeLease(lease)),
+        "renew lease");
+  }
+
+  absl::Status RemoveLease(absl::string_view name) override {
+    return FromRocks(db_->Delete(rocksdb::WriteOptions(), LeaseKey(name)),
+                     "remove lease");
+  }
+
  private:
   static std::string Key(absl::string_view domain) {
     return absl::StrCat(kKeyPrefix, domain);
+  }
+  static std::string LeaseKey(absl::string_view name) {
+    return absl::StrCat(kLeasePrefix, name);
+  }
+  static std::string EncodeLease(const LeaseRecord& lease) {
+    v1::StoredLease stored;
+    stored.set_lease_id(lease.lease_id);
+    stored.set_owner(lease.owner);
+    stored.set_token(lease.token);
+    stored.set_ttl_ms(static_cast<uint32_t>(absl::ToInt64Milliseconds(lease.ttl)));
+    stored.set_expires_unix_micros(absl::ToUnixMicros(lease.expires_at));
+    return stored.SerializeAsString();
+  }
+
+  // After a failed sync the state on disk is unknown; continuing could serve
+  // a fence that a restart rolls back. Crash, as PostgreSQL does on a failed
+  // fsync, and let recovery read what is really durable.
+  [[noreturn]] static void DieOnFailedSync(absl::string_view domain,
+                                           const rocksdb::Status& s) {
+    std::fprintf(stderr,
+                 "FATAL fence store: cannot make fence of domain \"%.*s\" "
+                 "durable: %s\n",
+                 static_cast<int>(domain.size()), domain.data(),
+                 s.ToString().c_str());
+    std::abort();
   }
 
   const std::unique_ptr<rocksdb::DB> db_;
@@ -125,7 +203,7 @@ class RocksDbFenceStore final : public FenceStore {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<FenceStore>> OpenRocksDbFenceStore(
+absl::StatusOr<std::unique_ptr<RocksDbStore>> OpenRocksDbStore(
     const RocksDbFenceStoreOptions& options) {
   if (options.path.empty()) {
     return absl::InvalidArgumentError("fence store: path must not be empty");
@@ -141,8 +219,16 @@ absl::StatusOr<std::unique_ptr<FenceStore>> OpenRocksDbFenceStore(
   if (!s.ok()) {
     return FromRocks(s, absl::StrCat("open ", options.path));
   }
-  return std::unique_ptr<FenceStore>(
+  return std::unique_ptr<RocksDbStore>(
       new RocksDbFenceStore(std::unique_ptr<rocksdb::DB>(raw)));
+}
+
+absl::StatusOr<std::unique_ptr<FenceStore>> OpenRocksDbFenceStore(
+    const RocksDbFenceStoreOptions& options) {
+  absl::StatusOr<std::unique_ptr<RocksDbStore>> store =
+      OpenRocksDbStore(options);
+  if (!store.ok()) return store.status();
+  return std::unique_ptr<FenceStore>(std::move(*store));
 }
 
 }  // namespace fencegate

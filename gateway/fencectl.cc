@@ -6,7 +6,12 @@
 //   4 request refused as invalid; 5 gateway or storage unavailable, or
 //   deadline exceeded.
 
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
 
 #include <algorithm>
 #include <cstdlib>
@@ -23,6 +28,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "client/lease_token_source.h"
 #include "fencegate/v1/gateway.grpc.pb.h"
 #include "fencing/stale_token.h"
 #include "gateway/flags.h"
@@ -40,6 +46,7 @@ constexpr int kExitUsage = 2;
 constexpr int kExitStale = 3;
 constexpr int kExitInvalid = 4;
 constexpr int kExitUnavailable = 5;
+constexpr int kExitLock = 6;
 
 constexpr char kUsage[] =
     "Usage: fencectl [--addr=HOST:PORT] [--timeout=SECONDS] [--json] COMMAND "
@@ -53,10 +60,15 @@ constexpr char kUsage[] =
     "        (TYPE: text, int64, float64, bool, bytes (hex), null)\n"
     "  fence --domain=D --token=T    raise the domain's fence to T\n"
     "  get --domain=D                print the domain's fence\n"
+    "  lock [--ttl-ms=N] [--wait-ms=N] NAME -- COMMAND [ARGS...]\n"
+    "        take lock NAME from the gateway's lease service, run COMMAND\n"
+    "        with FENCEGATE_DOMAIN=NAME and FENCEGATE_TOKEN=<token> in its\n"
+    "        environment, keep the lease alive, release it afterwards; exits\n"
+    "        with COMMAND's code. If the lease is lost COMMAND gets SIGTERM.\n"
     "\n"
     "The address defaults to $FENCEGATE_ADDR, else 127.0.0.1:7070.\n"
     "Exit codes: 0 ok, 1 error, 2 usage, 3 stale token, 4 invalid request,\n"
-    "5 unavailable or deadline exceeded.\n"
+    "5 unavailable or deadline exceeded, 6 lock not acquired or lost.\n"
     "\n"
     "Flags:\n";
 
@@ -72,6 +84,8 @@ struct Flags {
   bool del = false;
   std::string sql;
   std::vector<std::string> params;
+  uint64_t ttl_ms = 10000;
+  uint64_t wait_ms = 30000;
   bool help = false;
 };
 
@@ -180,6 +194,68 @@ std::string Describe(const v1::FenceState& state) {
                       " highest_token=", state.highest_token());
 }
 
+// The lease being lost: the child's process group gets SIGTERM.
+std::atomic<pid_t> g_child{0};
+
+int RunLocked(const Flags& f, const std::string& name,
+              const std::vector<std::string>& command) {
+  if (f.ttl_ms < 100 || f.ttl_ms > 3600000 || f.wait_ms > 3600000) {
+    return UsageError("--ttl-ms must be 100..3600000 and --wait-ms at most "
+                      "3600000");
+  }
+  client::LeaseTokenSource source(
+      grpc::CreateChannel(f.addr, grpc::InsecureChannelCredentials()));
+  client::LockOptions options;
+  options.ttl = absl::Milliseconds(f.ttl_ms);
+  options.wait = absl::Milliseconds(f.wait_ms);
+  std::atomic<bool> lost{false};
+  absl::StatusOr<std::unique_ptr<client::HeldLock>> lock =
+      source.Acquire(name, options, [&lost] {
+        lost = true;
+        std::cerr << "fencectl: lock lost; stopping the command\n";
+        if (pid_t child = g_child.load(); child > 0) ::kill(-child, SIGTERM);
+      });
+  if (!lock.ok()) {
+    std::cerr << "fencectl: lock \"" << name
+              << "\" not acquired: " << lock.status().message() << "\n";
+    return absl::IsDeadlineExceeded(lock.status()) ? kExitLock
+           : absl::IsUnavailable(lock.status())   ? kExitUnavailable
+                                                  : kExitError;
+  }
+  std::string token = absl::StrCat((*lock)->token());
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    std::cerr << "fencectl: fork failed\n";
+    return kExitError;
+  }
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    ::setenv("FENCEGATE_DOMAIN", name.c_str(), 1);
+    ::setenv("FENCEGATE_TOKEN", token.c_str(), 1);
+    ::setenv("FENCEGATE_ADDR", f.addr.c_str(), 1);
+    std::vector<char*> argv;
+    for (const std::string& a : command) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execvp(argv[0], argv.data());
+    std::cerr << "fencectl: cannot run \"" << command[0] << "\"\n";
+    ::_exit(127);
+  }
+  ::setpgid(pid, pid);
+  g_child = pid;
+  if (lost) ::kill(-pid, SIGTERM);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  g_child = 0;
+  absl::Status released = (*lock)->Release();
+  if (lost || (*lock)->lost()) return kExitLock;
+  if (!released.ok()) {
+    std::cerr << "fencectl: release failed: " << released.message() << "\n";
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
 int Run(int argc, char** argv) {
   Flags f;
   FlagSet set;
@@ -199,6 +275,9 @@ int Run(int argc, char** argv) {
   set.String("sql", &f.sql, "write: one SQL statement (postgres routes)");
   set.StringList("param", &f.params,
                  "write: TYPE:VALUE parameter of --sql, repeatable, in order");
+  set.Uint("ttl_ms", &f.ttl_ms, "lock: lease time to live (default 10000)");
+  set.Uint("wait_ms", &f.wait_ms,
+           "lock: how long to wait for the lock; 0 tries once (default 30000)");
   set.Bool("help", &f.help, "print this help");
 
   std::vector<std::string> args;
@@ -209,15 +288,19 @@ int Run(int argc, char** argv) {
     std::cout << kUsage << set.Usage();
     return kExitOk;
   }
-  if (args.size() != 1) {
-    return UsageError(args.empty() ? "a command is required"
-                                   : "exactly one command is expected");
-  }
-  const std::string& command = args[0];
+  if (args.empty()) return UsageError("a command is required");
+  const std::string command = args[0];
   if (f.addr.empty()) {
     const char* env = std::getenv("FENCEGATE_ADDR");
     f.addr = env != nullptr && *env != '\0' ? env : "127.0.0.1:7070";
   }
+  if (command == "lock") {
+    if (args.size() < 3) {
+      return UsageError("lock takes NAME -- COMMAND [ARGS...]");
+    }
+    return RunLocked(f, args[1], {args.begin() + 2, args.end()});
+  }
+  if (args.size() != 1) return UsageError("exactly one command is expected");
   uint64_t token = 0;
   if (command == "write" || command == "fence") {
     if (!set.WasSet("token")) return UsageError("--token is required");

@@ -22,11 +22,15 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
 
   RocksDbFenceStoreOptions store_options;
   store_options.path = absl::StrCat(options.data_dir, "/fence");
-  absl::StatusOr<std::unique_ptr<FenceStore>> store =
-      OpenRocksDbFenceStore(store_options);
+  absl::StatusOr<std::unique_ptr<RocksDbStore>> store =
+      OpenRocksDbStore(store_options);
   if (!store.ok()) return store.status();
   s->store_ = *std::move(store);
   s->fencer_ = std::make_unique<Fencer>(s->store_.get(), Clock::Real());
+  absl::StatusOr<std::unique_ptr<LeaseManager>> leases =
+      LeaseManager::Create(s->store_.get(), s->fencer_.get(), Clock::Real());
+  if (!leases.ok()) return leases.status();
+  s->leases_ = *std::move(leases);
   s->executor_ = std::make_unique<DomainExecutor>(options.io_threads);
   s->service_ = std::make_unique<GatewayService>(
       s->fencer_.get(), s->router_.get(), s->executor_.get(),
@@ -38,7 +42,10 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
   builder.AddListeningPort(options.listen_address,
                            grpc::InsecureServerCredentials(), &s->port_);
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
+  s->lease_service_ =
+      std::make_unique<LeaseService>(s->leases_.get(), s->executor_.get());
   builder.RegisterService(s->service_.get());
+  builder.RegisterService(s->lease_service_.get());
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || s->port_ == 0) {
     return absl::UnavailableError(absl::StrCat(
@@ -49,6 +56,7 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
       s->server_->GetHealthCheckService();
   health->SetServingStatus(true);
   health->SetServingStatus("fencegate.v1.Gateway", true);
+  health->SetServingStatus("fencegate.v1.Lease", true);
   return s;
 }
 
@@ -61,6 +69,8 @@ void GatewayServer::Shutdown(absl::Duration grace) {
   shut_down_ = true;
   if (server_ != nullptr) {
     server_->GetHealthCheckService()->SetServingStatus(false);
+    // Waiting Acquire calls end now rather than hold shutdown up.
+    if (leases_ != nullptr) leases_->Shutdown();
     // Returns once every started RPC has finished: in-flight writes run to
     // completion on the I/O pool; after the deadline they are cancelled,
     // which the client sees even if the write still lands.

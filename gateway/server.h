@@ -2,7 +2,8 @@
 //
 // GatewayServer: owns everything one gateway process runs — the fence
 // store, the router and its adapters, the I/O pool and the gRPC server
-// (Gateway service, standard health service, server reflection).
+// (Gateway and Lease services, standard health service, server
+// reflection).
 
 #ifndef GATEWAY_SERVER_H_
 #define GATEWAY_SERVER_H_
@@ -13,9 +14,12 @@
 #include "absl/time/time.h"
 #include "fencing/fence_store.h"
 #include "fencing/fencer.h"
+#include "fencing/lease_manager.h"
+#include "fencing/rocksdb_fence_store.h"
 #include "gateway/config.h"
 #include "gateway/domain_executor.h"
 #include "gateway/gateway_service.h"
+#include "gateway/lease_service.h"
 #include "grpcpp/server.h"
 #include "storage_adapters/registry.h"
 #include "storage_adapters/router.h"
@@ -47,11 +51,13 @@ class GatewayServer {
  private:
   GatewayServer() = default;
 
-  std::unique_ptr<FenceStore> store_;
+  std::unique_ptr<RocksDbStore> store_;
   std::unique_ptr<Fencer> fencer_;
+  std::unique_ptr<LeaseManager> leases_;
   std::unique_ptr<Router> router_;
   std::unique_ptr<DomainExecutor> executor_;
   std::unique_ptr<GatewayService> service_;
+  std::unique_ptr<LeaseService> lease_service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   bool shut_down_ = false;

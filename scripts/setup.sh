@@ -10,6 +10,7 @@ PACKAGES=(
   libabsl-dev librocksdb-dev libboost-dev
   libgtest-dev libgmock-dev
   libpqxx-dev postgresql
+  etcd-server etcd-client
 )
 
 missing=()

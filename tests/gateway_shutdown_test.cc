@@ -86,10 +86,13 @@ TEST(GatewayShutdownTest, InFlightWriteFinishesAndNewOnesAreRefused) {
     return !refused.ok();
   }));
   // gRPC cancels calls that arrive while the server shuts down, and
-  // refuses connections once its listener is closed.
+  // refuses connections once its listener is closed; on a loaded machine
+  // the client's own deadline may come first. Whichever: not applied (the
+  // file is checked below, after the server is down).
   EXPECT_THAT(refused.error_code(),
               ::testing::AnyOf(grpc::StatusCode::CANCELLED,
-                               grpc::StatusCode::UNAVAILABLE))
+                               grpc::StatusCode::UNAVAILABLE,
+                               grpc::StatusCode::DEADLINE_EXCEEDED))
       << refused.error_message();
 
   blocking->release.Notify();

@@ -64,6 +64,12 @@ class Fencer {
   // The domain's current fence.
   absl::StatusOr<FenceState> Get(absl::string_view domain);
 
+  // Runs `fn` under the domain's lock, serialized with Execute() and
+  // Fence(): for callers that advance the fence through another path (the
+  // lease service's grants) and must not interleave with a write.
+  absl::Status WithDomainLock(absl::string_view domain,
+                              absl::FunctionRef<absl::Status()> fn);
+
  private:
   FenceStore* const store_;
   Clock* const clock_;

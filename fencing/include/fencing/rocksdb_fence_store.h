@@ -1,8 +1,9 @@
 // Copyright fencegate authors.
 //
-// The RocksDB-backed FenceStore: one key per domain, each rise written with
-// a synced WAL. Concurrent rises of different domains share fsyncs through
-// RocksDB's group commit.
+// The RocksDB-backed FenceStore and LeaseStore: one key per domain ("d/")
+// and per granted lease ("l/"), each fence rise written with a synced WAL.
+// Concurrent rises of different domains share fsyncs through RocksDB's
+// group commit.
 
 #ifndef FENCING_ROCKSDB_FENCE_STORE_H_
 #define FENCING_ROCKSDB_FENCE_STORE_H_
@@ -12,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "fencing/fence_store.h"
+#include "fencing/lease_store.h"
 
 namespace rocksdb {
 class Env;
@@ -30,10 +32,17 @@ struct RocksDbFenceStoreOptions {
   rocksdb::Env* env = nullptr;
 };
 
-// Opens (creating if missing) the fence store at options.path.
+// Both stores over one database; a grant and its fence rise are one write.
+class RocksDbStore : public FenceStore, public LeaseStore {};
+
+// Opens (creating if missing) the store at options.path.
 // Errors: INVALID_ARGUMENT for an empty path; UNAVAILABLE if the database
 // cannot be opened (e.g. another process holds its lock, or a disk error);
 // DATA_LOSS if a stored value is corrupt.
+absl::StatusOr<std::unique_ptr<RocksDbStore>> OpenRocksDbStore(
+    const RocksDbFenceStoreOptions& options);
+
+// OpenRocksDbStore, for callers that need only the fences.
 absl::StatusOr<std::unique_ptr<FenceStore>> OpenRocksDbFenceStore(
     const RocksDbFenceStoreOptions& options);
 

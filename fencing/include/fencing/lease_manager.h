@@ -1,0 +1,129 @@
+// Copyright fencegate authors.
+//
+// LeaseManager: the built-in lease service's locks. One holder per name at a
+// time; every grant takes a fencing token one above the domain's fence and
+// raises the fence to it in the same durable write (LeaseStore::GrantLease),
+// under the domain's Fencer lock, so the previous holder is shut out before
+// the new one hears of its token and no write of the old holder can land
+// after the grant.
+//
+// Expiry runs on a monotonic clock (Boost.Asio steady_timer). Expiry times
+// are also stored as wall-clock times: on start-up, leases whose time passed
+// while the gateway was down are expired, and the others get the remaining
+// time on the monotonic clock.
+
+#ifndef FENCING_LEASE_MANAGER_H_
+#define FENCING_LEASE_MANAGER_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/functional/any_invocable.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "boost/asio/executor_work_guard.hpp"
+#include "boost/asio/io_context.hpp"
+#include "boost/asio/steady_timer.hpp"
+#include "fencing/clock.h"
+#include "fencing/fencer.h"
+#include "fencing/lease_store.h"
+
+namespace fencegate {
+
+struct AcquireOutcome {
+  bool acquired = false;
+  // When acquired: the new lease. Otherwise the current holder's owner and
+  // token (lease_id empty).
+  LeaseRecord lease;
+};
+
+// Thread safety: safe for concurrent use. Callbacks run on the calling
+// thread or on the manager's timer thread, without internal locks held.
+class LeaseManager {
+ public:
+  using AcquireCallback =
+      absl::AnyInvocable<void(absl::StatusOr<AcquireOutcome>) &&>;
+
+  // Loads stored leases, dropping those that expired meanwhile, and starts
+  // the timer thread. `store`, `fencer` and `clock` must outlive it.
+  static absl::StatusOr<std::unique_ptr<LeaseManager>> Create(
+      LeaseStore* store, Fencer* fencer, Clock* clock);
+  ~LeaseManager();  // Shutdown(), then stops the timer thread.
+
+  // Takes `name` for `owner` with `ttl`. If held, waits up to `wait` (zero:
+  // not at all) and then reports acquired = false. `cancelled`, if set, is
+  // asked before a waiter is granted the lock: a waiter whose caller went
+  // away is skipped. `done` runs exactly once. INVALID_ARGUMENT for a bad
+  // name; OUT_OF_RANGE when the domain's fence is at 2^64-1;
+  // UNAVAILABLE after Shutdown().
+  void Acquire(const std::string& name, const std::string& owner,
+               absl::Duration ttl, absl::Duration wait,
+               std::function<bool()> cancelled, AcquireCallback done);
+
+  // Renews the lease for its ttl from now. NOT_FOUND if it is lost.
+  absl::StatusOr<absl::Duration> KeepAlive(const std::string& name,
+                                           const std::string& lease_id);
+
+  // Deletes the lease if `lease_id` holds `name`; FAILED_PRECONDITION if
+  // not. The next waiter, if any, is granted the lock.
+  absl::Status Release(const std::string& name, const std::string& lease_id);
+
+  // Fails pending waiters with UNAVAILABLE and refuses further calls.
+  void Shutdown();
+
+ private:
+  struct Waiter {
+    std::string owner;
+    absl::Duration ttl;
+    std::function<bool()> cancelled;
+    AcquireCallback done;
+    std::unique_ptr<boost::asio::steady_timer> timer;
+  };
+  struct Lock {
+    // Holder; lease_id empty when free.
+    LeaseRecord lease;
+    std::unique_ptr<boost::asio::steady_timer> expiry;
+    std::deque<std::shared_ptr<Waiter>> waiters;
+  };
+
+  LeaseManager(LeaseStore* store, Fencer* fencer, Clock* clock);
+
+  // Grants `name` (free) to a new lease; the durable write happens here.
+  absl::StatusOr<LeaseRecord> GrantLocked(Lock& lock, const std::string& name,
+                                          const std::string& owner,
+                                          absl::Duration ttl)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ArmExpiryLocked(Lock& lock, const std::string& name,
+                       absl::Duration remaining)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnExpiry(const std::string& name, const std::string& lease_id);
+  void OnWaitTimeout(const std::string& name, std::shared_ptr<Waiter> waiter);
+  // Frees `name` and hands it to the first live waiter. Callbacks to run
+  // after unlocking are appended to `deferred`.
+  void FreeAndHandOverLocked(
+      const std::string& name,
+      std::vector<absl::AnyInvocable<void() &&>>* deferred)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  LeaseStore* const store_;
+  Fencer* const fencer_;
+  Clock* const clock_;
+  boost::asio::io_context io_;
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type>
+      work_;
+  std::thread timer_thread_;
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, Lock> locks_ ABSL_GUARDED_BY(mu_);
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace fencegate
+
+#endif  // FENCING_LEASE_MANAGER_H_

@@ -1,0 +1,289 @@
+// Copyright fencegate authors.
+
+#include "fencing/lease_manager.h"
+
+#include <chrono>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "fencing/limits.h"
+
+namespace fencegate {
+namespace {
+
+constexpr absl::Duration kMinTtl = absl::Milliseconds(100);
+constexpr absl::Duration kMaxTtl = absl::Hours(1);
+constexpr absl::Duration kMaxWait = absl::Hours(1);
+
+std::string NewLeaseId() {
+  std::random_device rd;
+  std::uniform_int_distribution<uint64_t> dist;
+  return absl::StrFormat("%016x%016x", dist(rd), dist(rd));
+}
+
+std::chrono::steady_clock::duration ToSteady(absl::Duration d) {
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      absl::ToChronoNanoseconds(d));
+}
+
+}  // namespace
+
+LeaseManager::LeaseManager(LeaseStore* store, Fencer* fencer, Clock* clock)
+    : store_(store),
+      fencer_(fencer),
+      clock_(clock),
+      work_(boost::asio::make_work_guard(io_)) {}
+
+absl::StatusOr<std::unique_ptr<LeaseManager>> LeaseManager::Create(
+    LeaseStore* store, Fencer* fencer, Clock* clock) {
+  std::unique_ptr<LeaseManager> manager(new LeaseManager(store, fencer, clock));
+  absl::StatusOr<std::vector<LeaseRecord>> leases = store->LoadLeases();
+  if (!leases.ok()) return leases.status();
+  const absl::Time now = clock->Now();
+  {
+    absl::MutexLock lock(&manager->mu_);
+    for (LeaseRecord& lease : *leases) {
+      const absl::Duration remaining = lease.expires_at - now;
+      if (remaining <= absl::ZeroDuration()) {
+        // Expired while the gateway was down.
+        if (absl::Status s = store->RemoveLease(lease.name); !s.ok()) return s;
+        continue;
+      }
+      std::string name = lease.name;
+      Lock& l = manager->locks_[name];
+      l.lease = std::move(lease);
+      manager->ArmExpiryLocked(l, name, remaining);
+    }
+  }
+  manager->timer_thread_ = std::thread([m = manager.get()] { m->io_.run(); });
+  return manager;
+}
+
+LeaseManager::~LeaseManager() {
+  Shutdown();
+  work_.reset();
+  io_.stop();
+  if (timer_thread_.joinable()) timer_thread_.join();
+}
+
+void LeaseManager::Acquire(const std::string& name, const std::string& owner,
+                           absl::Duration ttl, absl::Duration wait,
+                           std::function<bool()> cancelled,
+                           AcquireCallback done) {
+  if (absl::Status s = ValidateDomain(name, "name"); !s.ok()) {
+    std::move(done)(s);
+    return;
+  }
+  if (ttl < kMinTtl || ttl > kMaxTtl) {
+    std::move(done)(absl::InvalidArgumentError(
+        "ttl: must be from 100 ms to 1 hour"));
+    return;
+  }
+  if (wait < absl::ZeroDuration() || wait > kMaxWait) {
+    std::move(done)(
+        absl::InvalidArgumentError("wait: must be from 0 to 1 hour"));
+    return;
+  }
+  absl::StatusOr<AcquireOutcome> result;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shut_down_) {
+      result = absl::UnavailableError("lease service is shutting down");
+    } else {
+      Lock& l = locks_[name];
+      if (l.lease.lease_id.empty()) {
+        absl::StatusOr<LeaseRecord> granted = GrantLocked(l, name, owner, ttl);
+        if (granted.ok()) {
+          result = AcquireOutcome{true, *std::move(granted)};
+        } else {
+          result = granted.status();
+          if (l.waiters.empty()) locks_.erase(name);
+        }
+      } else if (wait == absl::ZeroDuration()) {
+        result = AcquireOutcome{false, l.lease};
+        result->lease.lease_id.clear();
+      } else {
+        auto waiter = std::make_shared<Waiter>();
+        waiter->owner = owner;
+        waiter->ttl = ttl;
+        waiter->cancelled = std::move(cancelled);
+        waiter->done = std::move(done);
+        waiter->timer = std::make_unique<boost::asio::steady_timer>(io_);
+        waiter->timer->expires_after(ToSteady(wait));
+        waiter->timer->async_wait(
+            [this, name, waiter](const boost::system::error_code& ec) {
+              if (!ec) OnWaitTimeout(name, waiter);
+            });
+        l.waiters.push_back(std::move(waiter));
+        return;
+      }
+    }
+  }
+  std::move(done)(std::move(result));
+}
+
+absl::StatusOr<LeaseRecord> LeaseManager::GrantLocked(Lock& lock,
+                                                      const std::string& name,
+                                                      const std::string& owner,
+                                                      absl::Duration ttl) {
+  LeaseRecord lease;
+  absl::Status s = fencer_->WithDomainLock(name, [&]() -> absl::Status {
+    absl::StatusOr<FenceState> fence = fencer_->Get(name);
+    if (!fence.ok()) return fence.status();
+    if (fence->highest_token == std::numeric_limits<uint64_t>::max()) {
+      return absl::OutOfRangeError(absl::StrCat(
+          "lock \"", name,
+          "\": its fence is at 2^64-1, no higher token can be granted"));
+    }
+    const absl::Time now = clock_->Now();
+    lease = LeaseRecord{name,   NewLeaseId(), owner, fence->highest_token + 1,
+                        ttl,    now + ttl};
+    return store_->GrantLease(lease, now);
+  });
+  if (!s.ok()) return s;
+  lock.lease = lease;
+  ArmExpiryLocked(lock, name, ttl);
+  return lease;
+}
+
+void LeaseManager::ArmExpiryLocked(Lock& lock, const std::string& name,
+                                   absl::Duration remaining) {
+  if (lock.expiry != nullptr) lock.expiry->cancel();
+  lock.expiry = std::make_unique<boost::asio::steady_timer>(io_);
+  lock.expiry->expires_after(ToSteady(remaining));
+  lock.expiry->async_wait([this, name, lease_id = lock.lease.lease_id](
+                              const boost::system::error_code& ec) {
+    if (!ec) OnExpiry(name, lease_id);
+  });
+}
+
+void LeaseManager::OnExpiry(const std::string& name,
+                            const std::string& lease_id) {
+  std::vector<absl::AnyInvocable<void() &&>> deferred;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = locks_.find(name);
+    if (it == locks_.end() || it->second.lease.lease_id != lease_id) return;
+    // A renewal may have re-armed the timer just after this one fired.
+    if (it->second.expiry != nullptr &&
+        it->second.expiry->expiry() > std::chrono::steady_clock::now()) {
+      return;
+    }
+    store_->RemoveLease(name).IgnoreError();  // Reloaded as expired anyway.
+    FreeAndHandOverLocked(name, &deferred);
+  }
+  for (auto& fn : deferred) std::move(fn)();
+}
+
+void LeaseManager::OnWaitTimeout(const std::string& name,
+                                 std::shared_ptr<Waiter> waiter) {
+  absl::StatusOr<AcquireOutcome> result;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = locks_.find(name);
+    if (it == locks_.end()) return;
+    auto& waiters = it->second.waiters;
+    auto pos = std::find(waiters.begin(), waiters.end(), waiter);
+    if (pos == waiters.end()) return;  // Already granted or failed.
+    waiters.erase(pos);
+    result = AcquireOutcome{false, it->second.lease};
+    result->lease.lease_id.clear();
+  }
+  std::move(waiter->done)(std::move(result));
+}
+
+void LeaseManager::FreeAndHandOverLocked(
+    const std::string& name,
+    std::vector<absl::AnyInvocable<void() &&>>* deferred) {
+  auto it = locks_.find(name);
+  Lock& l = it->second;
+  l.lease = LeaseRecord();
+  if (l.expiry != nullptr) l.expiry->cancel();
+  l.expiry.reset();
+  while (!l.waiters.empty()) {
+    std::shared_ptr<Waiter> waiter = std::move(l.waiters.front());
+    l.waiters.pop_front();
+    waiter->timer->cancel();
+    if (waiter->cancelled && waiter->cancelled()) {
+      deferred->push_back([waiter]() mutable {
+        std::move(waiter->done)(
+            absl::CancelledError("cancelled while waiting for the lock"));
+      });
+      continue;
+    }
+    absl::StatusOr<LeaseRecord> granted =
+        GrantLocked(l, name, waiter->owner, waiter->ttl);
+    absl::StatusOr<AcquireOutcome> outcome =
+        granted.ok() ? absl::StatusOr<AcquireOutcome>(
+                           AcquireOutcome{true, *std::move(granted)})
+                     : absl::StatusOr<AcquireOutcome>(granted.status());
+    deferred->push_back(
+        [waiter, outcome = std::move(outcome)]() mutable {
+          std::move(waiter->done)(std::move(outcome));
+        });
+    if (granted.ok()) return;
+  }
+  locks_.erase(it);  // Free and nobody waiting.
+}
+
+absl::StatusOr<absl::Duration> LeaseManager::KeepAlive(
+    const std::string& name, const std::string& lease_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = locks_.find(name);
+  if (shut_down_ || it == locks_.end() || lease_id.empty() ||
+      it->second.lease.lease_id != lease_id) {
+    return absl::NotFoundError(absl::StrCat(
+        "lease of lock \"", name,
+        "\" is lost (expired, released or taken over): stop writing"));
+  }
+  Lock& l = it->second;
+  l.lease.expires_at = clock_->Now() + l.lease.ttl;
+  if (absl::Status s = store_->RenewLease(l.lease); !s.ok()) return s;
+  ArmExpiryLocked(l, name, l.lease.ttl);
+  return l.lease.ttl;
+}
+
+absl::Status LeaseManager::Release(const std::string& name,
+                                   const std::string& lease_id) {
+  std::vector<absl::AnyInvocable<void() &&>> deferred;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = locks_.find(name);
+    if (it == locks_.end() || lease_id.empty() ||
+        it->second.lease.lease_id != lease_id) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "lock \"", name, "\" is not held by this lease; only its holder "
+                           "can release it"));
+    }
+    if (absl::Status s = store_->RemoveLease(name); !s.ok()) return s;
+    FreeAndHandOverLocked(name, &deferred);
+  }
+  for (auto& fn : deferred) std::move(fn)();
+  return absl::OkStatus();
+}
+
+void LeaseManager::Shutdown() {
+  std::vector<std::shared_ptr<Waiter>> waiters;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+    for (auto& [name, l] : locks_) {
+      if (l.expiry != nullptr) l.expiry->cancel();
+      for (auto& w : l.waiters) {
+        w->timer->cancel();
+        waiters.push_back(std::move(w));
+      }
+      l.waiters.clear();
+    }
+  }
+  for (auto& w : waiters) {
+    std::move(w->done)(
+        absl::UnavailableError("lease service is shutting down"));
+  }
+}
+
+}  // namespace fencegate

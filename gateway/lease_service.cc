@@ -1,0 +1,87 @@
+// Copyright fencegate authors.
+
+#include "gateway/lease_service.h"
+
+#include <algorithm>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_format.h"
+#include "gateway/log.h"
+#include "gateway/status.h"
+
+namespace fencegate {
+
+LeaseService::LeaseService(LeaseManager* manager, DomainExecutor* executor)
+    : manager_(manager), executor_(executor) {}
+
+grpc::ServerUnaryReactor* LeaseService::Acquire(
+    grpc::CallbackServerContext* context, const v1::AcquireRequest* request,
+    v1::AcquireResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  // Never wait past the caller's deadline.
+  absl::Duration wait = absl::Milliseconds(request->wait_ms());
+  const absl::Duration until_deadline =
+      absl::FromChrono(context->deadline()) - absl::Now();
+  wait = std::max(absl::ZeroDuration(), std::min(wait, until_deadline));
+  executor_->PostAny([this, context, reactor, request, response, wait]() {
+    manager_->Acquire(
+        request->name(), request->owner(), absl::Milliseconds(request->ttl_ms()),
+        wait, [context] { return context->IsCancelled(); },
+        [reactor, request, response](absl::StatusOr<AcquireOutcome> outcome) {
+          if (outcome.ok()) {
+            const LeaseRecord& lease = outcome->lease;
+            response->set_acquired(outcome->acquired);
+            if (outcome->acquired) {
+              response->set_token(lease.token);
+              response->set_lease_id(lease.lease_id);
+              response->set_ttl_ms(static_cast<uint32_t>(
+                  absl::ToInt64Milliseconds(lease.ttl)));
+              Log(LogSeverity::kInfo,
+                  absl::StrFormat("lease granted name=\"%s\" owner=\"%s\" "
+                                  "token=%d (fence raised)",
+                                  absl::CHexEscape(lease.name),
+                                  absl::CHexEscape(lease.owner), lease.token));
+            } else {
+              response->set_holder_owner(lease.owner);
+              response->set_holder_token(lease.token);
+            }
+          }
+          reactor->Finish(ToGrpcStatus(outcome.status()));
+        });
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* LeaseService::KeepAlive(
+    grpc::CallbackServerContext* context, const v1::KeepAliveRequest* request,
+    v1::KeepAliveResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  executor_->PostAny([this, reactor, request, response]() {
+    absl::StatusOr<absl::Duration> ttl =
+        manager_->KeepAlive(request->name(), request->lease_id());
+    if (ttl.ok()) {
+      response->set_ttl_ms(
+          static_cast<uint32_t>(absl::ToInt64Milliseconds(*ttl)));
+    }
+    reactor->Finish(ToGrpcStatus(ttl.status()));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* LeaseService::Release(
+    grpc::CallbackServerContext* context, const v1::ReleaseRequest* request,
+    v1::ReleaseResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  executor_->PostAny([this, reactor, request]() {
+    absl::Status s = manager_->Release(request->name(), request->lease_id());
+    if (s.ok()) {
+      Log(LogSeverity::kInfo,
+          absl::StrFormat("lease released name=\"%s\"",
+                          absl::CHexEscape(request->name())));
+    }
+    reactor->Finish(ToGrpcStatus(s));
+  });
+  return reactor;
+}
+
+}  // namespace fencegate

@@ -1,0 +1,225 @@
+// Copyright fencegate authors.
+//
+// The built-in lease service's LeaseManager over the real RocksDB store.
+
+#include "fencing/lease_manager.h"
+
+#include <memory>
+#include <thread>
+
+#include "absl/synchronization/notification.h"
+#include "fencing/clock.h"
+#include "fencing/fencer.h"
+#include "fencing/rocksdb_fence_store.h"
+#include "fencing/sync_point.h"
+#include "tests/test_util.h"
+
+namespace fencegate {
+namespace {
+
+using ::fencegate::testing::StatusIs;
+
+class LeaseManagerTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Open(); }
+  void TearDown() override { SyncPoint::Get()->ClearAll(); }
+
+  void Open() {
+    manager_.reset();
+    fencer_.reset();
+    store_.reset();
+    RocksDbFenceStoreOptions options;
+    options.path = dir_.path() + "/fence";
+    auto store = OpenRocksDbStore(options);
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = *std::move(store);
+    fencer_ = std::make_unique<Fencer>(store_.get(), Clock::Real());
+    auto manager =
+        LeaseManager::Create(store_.get(), fencer_.get(), Clock::Real());
+    ASSERT_TRUE(manager.ok()) << manager.status();
+    manager_ = *std::move(manager);
+  }
+
+  // Acquire that waits for its callback.
+  absl::StatusOr<AcquireOutcome> Acquire(
+      const std::string& name, absl::Duration ttl = absl::Seconds(60),
+      absl::Duration wait = absl::ZeroDuration(),
+      std::function<bool()> cancelled = nullptr) {
+    absl::Notification done;
+    absl::StatusOr<AcquireOutcome> result;
+    manager_->Acquire(name, "test", ttl, wait, std::move(cancelled),
+                      [&](absl::StatusOr<AcquireOutcome> outcome) {
+                        result = std::move(outcome);
+                        done.Notify();
+                      });
+    done.WaitForNotification();
+    return result;
+  }
+
+  uint64_t Fence(const std::string& name) {
+    return fencer_->Get(name)->highest_token;
+  }
+
+  testing::TempDir dir_;
+  std::unique_ptr<RocksDbStore> store_;
+  std::unique_ptr<Fencer> fencer_;
+  std::unique_ptr<LeaseManager> manager_;
+};
+
+TEST_F(LeaseManagerTest, GrantsIncreasingTokensAndRaisesTheFence) {
+  ASSERT_OK_AND_ASSIGN(first, Acquire("jobs"));
+  ASSERT_TRUE(first.acquired);
+  EXPECT_EQ(first.lease.token, 1u);
+  EXPECT_EQ(Fence("jobs"), 1u);
+  ASSERT_OK(manager_->Release("jobs", first.lease.lease_id));
+  ASSERT_OK_AND_ASSIGN(second, Acquire("jobs"));
+  ASSERT_TRUE(second.acquired);
+  EXPECT_EQ(second.lease.token, 2u);
+  EXPECT_EQ(Fence("jobs"), 2u);
+  EXPECT_NE(second.lease.lease_id, first.lease.lease_id);
+}
+
+TEST_F(LeaseManagerTest, TokensStartAboveTheDomainsFence) {
+  ASSERT_OK(fencer_->Fence("jobs", 100).status());
+  ASSERT_OK_AND_ASSIGN(grant, Acquire("jobs"));
+  EXPECT_EQ(grant.lease.token, 101u);
+  ASSERT_OK(fencer_->Fence("max", std::numeric_limits<uint64_t>::max()).status());
+  EXPECT_THAT(Acquire("max"), StatusIs(absl::StatusCode::kOutOfRange));
+}
+
+TEST_F(LeaseManagerTest, TryAcquireReportsTheHolder) {
+  ASSERT_OK_AND_ASSIGN(held, Acquire("jobs"));
+  ASSERT_OK_AND_ASSIGN(other, Acquire("jobs"));
+  EXPECT_FALSE(other.acquired);
+  EXPECT_EQ(other.lease.token, held.lease.token);
+  EXPECT_EQ(other.lease.owner, "test");
+  EXPECT_TRUE(other.lease.lease_id.empty());  // Never leak the handle.
+}
+
+TEST_F(LeaseManagerTest, WaiterGetsTheLockOnRelease) {
+  ASSERT_OK_AND_ASSIGN(held, Acquire("jobs"));
+  absl::Notification granted;
+  absl::StatusOr<AcquireOutcome> waiter;
+  manager_->Acquire("jobs", "waiter", absl::Seconds(60), absl::Seconds(60),
+                    nullptr, [&](absl::StatusOr<AcquireOutcome> outcome) {
+                      waiter = std::move(outcome);
+                      granted.Notify();
+                    });
+  EXPECT_FALSE(granted.HasBeenNotified());
+  ASSERT_OK(manager_->Release("jobs", held.lease.lease_id));
+  granted.WaitForNotification();
+  ASSERT_TRUE(waiter.ok()) << waiter.status();
+  ASSERT_TRUE(waiter->acquired);
+  EXPECT_EQ(waiter->lease.token, held.lease.token + 1);
+  EXPECT_EQ(Fence("jobs"), held.lease.token + 1);
+}
+
+TEST_F(LeaseManagerTest, CancelledWaiterIsSkipped) {
+  ASSERT_OK_AND_ASSIGN(held, Acquire("jobs"));
+  absl::Notification finished;
+  absl::Status waiter_status;
+  manager_->Acquire("jobs", "gone", absl::Seconds(60), absl::Seconds(60),
+                    [] { return true; },
+                    [&](absl::StatusOr<AcquireOutcome> outcome) {
+                      waiter_status = outcome.status();
+                      finished.Notify();
+                    });
+  ASSERT_OK(manager_->Release("jobs", held.lease.lease_id));
+  finished.WaitForNotification();
+  EXPECT_THAT(waiter_status, StatusIs(absl::StatusCode::kCancelled));
+  ASSERT_OK_AND_ASSIGN(next, Acquire("jobs"));
+  EXPECT_TRUE(next.acquired);
+  EXPECT_EQ(next.lease.token, held.lease.token + 1);  // No token burned.
+}
+
+TEST_F(LeaseManagerTest, OnlyTheOwnerReleases) {
+  ASSERT_OK_AND_ASSIGN(held, Acquire("jobs"));
+  EXPECT_THAT(manager_->Release("jobs", "not-the-lease-id"),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(manager_->Release("jobs", ""),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_OK(manager_->KeepAlive("jobs", held.lease.lease_id).status());
+  ASSERT_OK(manager_->Release("jobs", held.lease.lease_id));
+  // A second release by the former owner is refused as well.
+  EXPECT_THAT(manager_->Release("jobs", held.lease.lease_id),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+}
+
+TEST_F(LeaseManagerTest, ExpiredLeaseIsLostAndTheLockPassesOn) {
+  ASSERT_OK_AND_ASSIGN(held, Acquire("jobs", absl::Milliseconds(150)));
+  // Polling with KeepAlive would renew it; poll with try-acquires instead.
+  absl::StatusOr<AcquireOutcome> next;
+  ASSERT_TRUE(testing::WaitFor([&] {
+    next = Acquire("jobs");
+    return next.ok() && next->acquired;
+  }));
+  EXPECT_GT(next->lease.token, held.lease.token);
+  EXPECT_THAT(manager_->KeepAlive("jobs", held.lease.lease_id),
+              StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(LeaseManagerTest, LeaseExpiredWhileDownIsExpiredAfterRestart) {
+  ASSERT_OK_AND_ASSIGN(short_lease, Acquire("short", absl::Milliseconds(200)));
+  ASSERT_OK_AND_ASSIGN(long_lease, Acquire("long", absl::Hours(1)));
+  manager_.reset();  // The gateway goes down...
+  const absl::Time expiry = absl::Now() + absl::Milliseconds(200);
+  ASSERT_TRUE(testing::WaitFor([&] { return absl::Now() > expiry; }));
+  Open();  // ...and comes back after the short lease's time has passed.
+  ASSERT_OK_AND_ASSIGN(retaken, Acquire("short"));
+  EXPECT_TRUE(retaken.acquired);
+  EXPECT_EQ(retaken.lease.token, short_lease.lease.token + 1);
+  ASSERT_OK_AND_ASSIGN(still_held, Acquire("long"));
+  EXPECT_FALSE(still_held.acquired);
+  EXPECT_OK(manager_->KeepAlive("long", long_lease.lease.lease_id).status());
+}
+
+TEST_F(LeaseManagerTest, TokensNeverGoBackwardsAcrossRestarts) {
+  uint64_t last = 0;
+  for (int round = 0; round < 3; ++round) {
+    ASSERT_OK_AND_ASSIGN(grant, Acquire("jobs"));
+    EXPECT_GT(grant.lease.token, last);
+    last = grant.lease.token;
+    ASSERT_OK(manager_->Release("jobs", grant.lease.lease_id));
+    Open();
+  }
+}
+
+// A grant waits for a write of the domain that is being applied: the new
+// holder's token is not issued while the old holder's write is in flight,
+// so no old write lands after the new token exists (rule 4 of the fencing
+// contract, for grants).
+TEST_F(LeaseManagerTest, GrantIsSerializedWithInFlightWrites) {
+  absl::Notification applying, granted;
+  bool granted_during_apply = true;
+  std::thread old_holder([&] {
+    EXPECT_OK(fencer_
+                  ->Execute("jobs", 1,
+                            [&] {
+                              applying.Notify();
+                              granted_during_apply =
+                                  granted.WaitForNotificationWithTimeout(
+                                      absl::Milliseconds(300));
+                              return absl::OkStatus();
+                            })
+                  .status());
+  });
+  applying.WaitForNotification();
+  ASSERT_OK_AND_ASSIGN(grant, Acquire("jobs"));
+  granted.Notify();
+  old_holder.join();
+  EXPECT_FALSE(granted_during_apply);
+  EXPECT_EQ(grant.lease.token, 2u);
+}
+
+TEST_F(LeaseManagerTest, BadArguments) {
+  EXPECT_THAT(Acquire(""), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Acquire("jobs", absl::Milliseconds(10)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Acquire("jobs", absl::Hours(2)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(manager_->KeepAlive("jobs", "x"),
+              StatusIs(absl::StatusCode::kNotFound));
+}
+
+}  // namespace
+}  // namespace fencegate
