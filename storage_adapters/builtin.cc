@@ -3,6 +3,7 @@
 #include "storage_adapters/builtin.h"
 
 #include "storage_adapters/file/config.h"
+#include "storage_adapters/noop/config.h"
 #include "storage_adapters/postgres/config.h"
 
 namespace fencegate {
@@ -13,6 +14,9 @@ absl::Status RegisterBuiltinAdapters(AdapterRegistry* registry) {
   }
   if (absl::Status s = registry->Register("postgres", CreatePostgresAdapter);
       !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = registry->Register("noop", CreateNoopAdapter); !s.ok()) {
     return s;
   }
   return registry->Register("postgresql", CreatePostgresAdapter);

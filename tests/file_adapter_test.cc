@@ -226,6 +226,9 @@ TEST(FileAdapterUriTest, RegistryBuildsFromUri) {
               StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(registry.Create("no-scheme"),
               StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_OK(registry.Create("noop://").status());
+  EXPECT_THAT(registry.Create("noop://x"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 }  // namespace

@@ -82,7 +82,7 @@ absl::StatusOr<std::unique_ptr<PostgresServer>> PostgresServer::Start() {
       return absl::UnavailableError("chown of the data directory failed");
     }
   }
-  server->port_ = FreePort();
+  server->port_ = FreeLoopbackPort();
   std::string out;
   int rc = Shell(absl::StrCat(server->bin_, "/initdb -D ", server->dir_,
                               "/data -U postgres --auth=trust -E UTF8 "
@@ -113,6 +113,8 @@ absl::Status PostgresServer::Ctl(const std::string& action) {
   running_ = action == "start";
   return absl::OkStatus();
 }
+
+int PostgresServer::FreeLoopbackPort() { return FreePort(); }
 
 absl::Status PostgresServer::Stop() { return Ctl("stop"); }
 absl::Status PostgresServer::Restart() { return Ctl("start"); }

@@ -1,7 +1,7 @@
 // Copyright fencegate authors.
 //
 // Registers every adapter shipped with fencegate: file://, postgres:// (and
-// its alias postgresql://).
+// its alias postgresql://), noop://.
 
 #ifndef STORAGE_ADAPTERS_BUILTIN_H_
 #define STORAGE_ADAPTERS_BUILTIN_H_

@@ -1,0 +1,83 @@
+// Copyright fencegate authors.
+//
+// fencegate-bench: shared pieces of the harness — the environment it starts
+// (PostgreSQL, pgbouncer, gateway), latency statistics, and reports.
+
+#ifndef BENCH_BENCH_H_
+#define BENCH_BENCH_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "tests/fixtures.h"
+#include "tests/postgres_server.h"
+
+namespace fencegate::bench {
+
+// What the harness runs against; started by Environment::Start unless given.
+struct EnvironmentOptions {
+  // libpq DSN of an existing PostgreSQL; empty starts a throwaway one.
+  std::string pg_dsn;
+  // libpq DSN of an existing pgbouncer; empty starts one if installed.
+  std::string pgbouncer_dsn;
+  // Directory for the gateway's data and the servers' files.
+  std::string work_dir;
+  // Extra gateway flags.
+  std::vector<std::string> gateway_flags;
+};
+
+class Environment {
+ public:
+  static absl::StatusOr<std::unique_ptr<Environment>> Start(
+      const EnvironmentOptions& options);
+  ~Environment();  // Stops what it started.
+
+  // libpq keyword/value DSN of PostgreSQL.
+  const std::string& pg_dsn() const { return pg_dsn_; }
+  // postgres:// URI of PostgreSQL, for a gateway route.
+  const std::string& pg_uri() const { return pg_uri_; }
+  // Empty if pgbouncer is not available.
+  const std::string& pgbouncer_dsn() const { return pgbouncer_dsn_; }
+  std::string gateway_address() const { return gateway_->address(); }
+  const std::string& data_dir() const { return data_dir_; }
+
+ private:
+  Environment() = default;
+  absl::Status StartPgbouncer(int pg_port);
+
+  std::unique_ptr<testing::PostgresServer> pg_;
+  std::unique_ptr<testing::GatewayProcess> gateway_;
+  std::string pg_dsn_, pg_uri_, pgbouncer_dsn_, data_dir_;
+  std::string pgbouncer_dir_;
+  int pgbouncer_pid_ = 0;
+};
+
+// Latencies of one run, in microseconds.
+struct RunStats {
+  std::string target;
+  std::string pattern;
+  int clients = 0;
+  double seconds = 0;
+  uint64_t ops = 0;
+  uint64_t errors = 0;
+  std::string first_error;
+  std::vector<uint32_t> latencies_us;  // Sorted after Finish().
+
+  void Finish();
+  double ops_per_s() const { return seconds > 0 ? ops / seconds : 0; }
+  double Percentile(double p) const;  // In microseconds.
+};
+
+// Writes `runs` as a JSON document; `extra` is spliced in as more fields.
+std::string ToJson(const std::vector<RunStats>& runs,
+                   const std::string& extra_json_fields);
+// An SVG plot of latency distributions (log-scale x), one line per run.
+std::string ToSvg(const std::vector<RunStats>& runs, const std::string& title);
+
+}  // namespace fencegate::bench
+
+#endif  // BENCH_BENCH_H_

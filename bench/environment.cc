@@ -1,0 +1,132 @@
+// Copyright fencegate authors.
+
+#include <pwd.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "bench/bench.h"
+#include "pqxx/pqxx"
+
+namespace fencegate::bench {
+namespace {
+
+int FreePort() { return testing::PostgresServer::FreeLoopbackPort(); }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Environment>> Environment::Start(
+    const EnvironmentOptions& options) {
+  std::unique_ptr<Environment> env(new Environment());
+  env->data_dir_ = options.work_dir + "/gateway";
+  int pg_port = 0;
+  if (options.pg_dsn.empty()) {
+    absl::StatusOr<std::unique_ptr<testing::PostgresServer>> pg =
+        testing::PostgresServer::Start();
+    if (!pg.ok()) return pg.status();
+    env->pg_ = *std::move(pg);
+    env->pg_dsn_ = env->pg_->Conninfo();
+    env->pg_uri_ = env->pg_->Uri("pool_size=64");
+    pg_port = env->pg_->port();
+  } else {
+    env->pg_dsn_ = options.pg_dsn;
+    pqxx::connection probe(options.pg_dsn);
+    env->pg_uri_ = absl::StrCat("postgres://", probe.username(), "@",
+                                probe.hostname(), ":", probe.port(), "/",
+                                probe.dbname(), "?pool_size=64");
+  }
+  if (!options.pgbouncer_dsn.empty()) {
+    env->pgbouncer_dsn_ = options.pgbouncer_dsn;
+  } else if (pg_port != 0 && std::filesystem::exists("/usr/sbin/pgbouncer")) {
+    if (absl::Status s = env->StartPgbouncer(pg_port); !s.ok()) {
+      std::fprintf(stderr, "bench: pgbouncer not started: %s\n",
+                   std::string(s.message()).c_str());
+    }
+  }
+  std::vector<std::string> flags = {
+      "--route=db=" + env->pg_uri_,
+      absl::StrCat("--route=files=file://", env->data_dir_, "/files"),
+      "--route=noop=noop://", "--io_threads=64"};
+  flags.insert(flags.end(), options.gateway_flags.begin(),
+               options.gateway_flags.end());
+  absl::StatusOr<std::unique_ptr<testing::GatewayProcess>> gateway =
+      testing::GatewayProcess::Start(env->data_dir_, flags);
+  if (!gateway.ok()) return gateway.status();
+  env->gateway_ = *std::move(gateway);
+  return env;
+}
+
+absl::Status Environment::StartPgbouncer(int pg_port) {
+  char tmpl[] = "/tmp/fgbouncer-XXXXXX";
+  if (::mkdtemp(tmpl) == nullptr) return absl::UnavailableError("mkdtemp");
+  pgbouncer_dir_ = tmpl;
+  const int port = FreePort();
+  std::ofstream(pgbouncer_dir_ + "/userlist.txt") << "\"postgres\" \"\"\n";
+  std::ofstream(pgbouncer_dir_ + "/pgbouncer.ini")
+      << "[databases]\npostgres = host=127.0.0.1 port=" << pg_port
+      << " dbname=postgres user=postgres\n"
+      << "[pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = " << port
+      << "\nunix_socket_dir = " << pgbouncer_dir_
+      << "\nauth_type = trust\nauth_file = " << pgbouncer_dir_
+      << "/userlist.txt\npool_mode = transaction\nmax_client_conn = 1000\n"
+      << "default_pool_size = 32\npidfile = " << pgbouncer_dir_
+      << "/pgbouncer.pid\nlogfile = " << pgbouncer_dir_ << "/pgbouncer.log\n";
+  std::string cmd = absl::StrCat("/usr/sbin/pgbouncer -d ", pgbouncer_dir_,
+                                 "/pgbouncer.ini");
+  if (::geteuid() == 0) {
+    passwd* pw = ::getpwnam("postgres");
+    if (pw == nullptr) return absl::UnavailableError("no postgres user");
+    for (const auto& e : std::filesystem::directory_iterator(pgbouncer_dir_)) {
+      if (::chown(e.path().c_str(), pw->pw_uid, pw->pw_gid) != 0) {
+        return absl::UnavailableError("chown");
+      }
+    }
+    if (::chown(pgbouncer_dir_.c_str(), pw->pw_uid, pw->pw_gid) != 0) {
+      return absl::UnavailableError("chown");
+    }
+    cmd = "runuser -u postgres -- " + cmd;
+  }
+  if (std::system(cmd.c_str()) != 0) {
+    return absl::UnavailableError("pgbouncer failed to start");
+  }
+  std::string dsn = absl::StrCat("host=127.0.0.1 port=", port,
+                                 " user=postgres dbname=postgres");
+  bool up = testing::WaitFor(
+      [&] {
+        try {
+          pqxx::connection c(dsn);
+          return true;
+        } catch (const std::exception&) {
+          return false;
+        }
+      },
+      absl::Seconds(20));
+  absl::StatusOr<std::string> pid =
+      testing::ReadFile(pgbouncer_dir_ + "/pgbouncer.pid");
+  if (pid.ok()) {
+    (void)absl::SimpleAtoi(absl::StripAsciiWhitespace(*pid), &pgbouncer_pid_);
+  }
+  if (!up) return absl::UnavailableError("pgbouncer did not answer");
+  pgbouncer_dsn_ = dsn;
+  return absl::OkStatus();
+}
+
+Environment::~Environment() {
+  gateway_.reset();
+  if (pgbouncer_pid_ > 0) ::kill(pgbouncer_pid_, SIGTERM);
+  if (!pgbouncer_dir_.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(pgbouncer_dir_, ec);
+  }
+  pg_.reset();
+}
+
+}  // namespace fencegate::bench

@@ -1,0 +1,52 @@
+// Copyright fencegate authors.
+//
+// The safety scenario: M workers contend for one lock with a short ttl; some
+// are paused past their lease between checking it and writing, as a long GC
+// pause would pause them. Every write goes to a PostgreSQL table and to a
+// file, either through the gateway (fenced) or directly (unfenced). A
+// checker then reads the history back and counts violations: writes applied
+// with a token lower than one already applied, and acknowledged writes that
+// are missing.
+
+#ifndef BENCH_SAFETY_H_
+#define BENCH_SAFETY_H_
+
+#include <cstdint>
+#include <string>
+
+#include "bench/bench.h"
+
+namespace fencegate::bench {
+
+struct SafetyOptions {
+  int workers = 4;
+  absl::Duration ttl = absl::Milliseconds(300);
+  // Share of lock holdings in which the worker pauses past its lease.
+  double pause_fraction = 0.5;
+  // Pause length, as a multiple of ttl.
+  int pause_ttls = 4;
+  // Writes per holding.
+  int writes_per_holding = 4;
+  absl::Duration duration = absl::Seconds(8);
+};
+
+struct SafetyResult {
+  std::string mode;  // "gateway" or "direct".
+  uint64_t attempted = 0, acknowledged = 0, refused_stale = 0, errors = 0;
+  uint64_t holdings = 0, pauses = 0;
+  uint64_t pg_rows = 0, pg_violations = 0, pg_missing = 0;
+  uint64_t file_lines = 0, file_violations = 0, file_missing = 0;
+  uint64_t violations() const {
+    return pg_violations + pg_missing + file_violations + file_missing;
+  }
+};
+
+// `fenced`: through the gateway; otherwise straight to PostgreSQL and the
+// file.
+absl::StatusOr<SafetyResult> RunSafety(Environment& env,
+                                       const SafetyOptions& options,
+                                       bool fenced);
+
+}  // namespace fencegate::bench
+
+#endif  // BENCH_SAFETY_H_

@@ -1,0 +1,235 @@
+// Copyright fencegate authors.
+
+#include "bench/throughput.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "fencegate/v1/gateway.grpc.pb.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "pqxx/pqxx"
+
+namespace fencegate::bench {
+namespace {
+
+// The seed's fenced UPDATE: the row's own fence column guards it.
+constexpr char kFencedUpdate[] =
+    "UPDATE bench_accounts SET balance = balance + 1, fence = $2 "
+    "WHERE id = $1 AND fence <= $2";
+
+// One client's connection to one target; Write() is one fenced write.
+class Client {
+ public:
+  virtual ~Client() = default;
+  virtual absl::Status Write(uint64_t token) = 0;
+};
+
+class DirectClient : public Client {
+ public:
+  DirectClient(const std::string& dsn, int id) : conn_(dsn), id_(id) {}
+  absl::Status Write(uint64_t token) override {
+    try {
+      pqxx::nontransaction tx(conn_);
+      pqxx::result r = tx.exec_params(kFencedUpdate, id_,
+                                      static_cast<int64_t>(token));
+      if (r.affected_rows() != 1) {
+        return absl::FailedPreconditionError("fenced update matched no row");
+      }
+      return absl::OkStatus();
+    } catch (const std::exception& e) {
+      return absl::UnavailableError(e.what());
+    }
+  }
+
+ private:
+  pqxx::connection conn_;
+  const int id_;
+};
+
+class GatewayClient : public Client {
+ public:
+  GatewayClient(std::shared_ptr<grpc::Channel> channel, std::string kind,
+                std::string domain, int id)
+      : stub_(v1::Gateway::NewStub(channel)) {
+    request_.set_domain(std::move(domain));
+    v1::Operation* op = request_.add_ops();
+    if (kind == "gateway-pg") {
+      request_.set_resource("db/bench_accounts");
+      op->mutable_sql()->set_sql(kFencedUpdate);
+      op->mutable_sql()->add_params()->set_int64(id);
+      op->mutable_sql()->add_params()->set_int64(0);  // Token, per write.
+    } else if (kind == "gateway-file") {
+      request_.set_resource(absl::StrCat("files/bench/", id));
+      op->mutable_put()->set_data(std::string(64, 'x'));
+    } else {
+      request_.set_resource(absl::StrCat("noop/bench/", id));
+      op->mutable_put()->set_data(std::string(64, 'x'));
+    }
+  }
+  absl::Status Write(uint64_t token) override {
+    request_.set_token(token);
+    if (request_.ops(0).has_sql()) {
+      request_.mutable_ops(0)->mutable_sql()->mutable_params(1)->set_int64(
+          static_cast<int64_t>(token));
+    }
+    v1::WriteResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(30));
+    grpc::Status s = stub_->Write(&context, request_, &response);
+    if (!s.ok()) {
+      return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                          s.error_message());
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  std::unique_ptr<v1::Gateway::Stub> stub_;
+  v1::WriteRequest request_;
+};
+
+absl::Status PrepareTable(const std::string& dsn, int rows) {
+  try {
+    pqxx::connection c(dsn);
+    pqxx::work tx(c);
+    tx.exec("CREATE TABLE IF NOT EXISTS bench_accounts (id int PRIMARY KEY, "
+            "fence bigint NOT NULL, balance bigint NOT NULL)");
+    tx.exec_params(
+        "INSERT INTO bench_accounts SELECT g, 0, 0 FROM generate_series(0, "
+        "$1) g ON CONFLICT (id) DO NOTHING",
+        rows);
+    tx.commit();
+    return absl::OkStatus();
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(e.what());
+  }
+}
+
+RunStats RunOne(const std::string& target, const std::string& pattern,
+                int clients, absl::Duration duration,
+                const std::function<std::unique_ptr<Client>(int)>& make) {
+  RunStats stats;
+  stats.target = target;
+  stats.pattern = pattern;
+  stats.clients = clients;
+  // Tokens start from the clock so that every run starts above the last.
+  const uint64_t base = static_cast<uint64_t>(absl::ToUnixMicros(absl::Now()));
+  std::atomic<uint64_t> ops{0}, errors{0};
+  std::atomic<bool> stop{false};
+  absl::Mutex mu;
+  std::vector<std::thread> threads;
+  std::vector<std::vector<uint32_t>> latencies(clients);
+  std::vector<std::unique_ptr<Client>> conns;
+  for (int i = 0; i < clients; ++i) conns.push_back(make(i));
+  const absl::Time start = absl::Now();
+  for (int i = 0; i < clients; ++i) {
+    threads.emplace_back([&, i] {
+      uint64_t token = base;
+      std::vector<uint32_t>& lat = latencies[i];
+      lat.reserve(1 << 16);
+      while (!stop.load(std::memory_order_relaxed)) {
+        auto t0 = std::chrono::steady_clock::now();
+        absl::Status s = conns[i]->Write(token);
+        auto us = std::chrono::duration_cast<std::chrono::microseconds>(
+                      std::chrono::steady_clock::now() - t0)
+                      .count();
+        if (s.ok()) {
+          lat.push_back(static_cast<uint32_t>(us));
+          ops.fetch_add(1, std::memory_order_relaxed);
+        } else {
+          errors.fetch_add(1, std::memory_order_relaxed);
+          absl::MutexLock lock(&mu);
+          if (stats.first_error.empty()) stats.first_error = s.ToString();
+        }
+        if (pattern == "advancing") ++token;
+      }
+    });
+  }
+  // Live progress line.
+  uint64_t last_ops = 0;
+  absl::Time last = start;
+  while (absl::Now() - start < duration) {
+    absl::SleepFor(std::min(absl::Seconds(1), duration - (absl::Now() - start)));
+    const absl::Time now = absl::Now();
+    const uint64_t o = ops.load();
+    std::fprintf(stderr,
+                 "\r  %-13s %-9s N=%-3d %9.0f ops/s  errors=%-6llu %4.1f/%.0fs ",
+                 target.c_str(), pattern.c_str(), clients,
+                 (o - last_ops) / absl::ToDoubleSeconds(now - last),
+                 static_cast<unsigned long long>(errors.load()),
+                 absl::ToDoubleSeconds(now - start),
+                 absl::ToDoubleSeconds(duration));
+    last_ops = o;
+    last = now;
+  }
+  stop = true;
+  for (auto& t : threads) t.join();
+  stats.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  std::fprintf(stderr, "\n");
+  stats.ops = ops.load();
+  stats.errors = errors.load();
+  for (auto& l : latencies) {
+    stats.latencies_us.insert(stats.latencies_us.end(), l.begin(), l.end());
+  }
+  stats.Finish();
+  return stats;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<RunStats>> RunThroughput(
+    Environment& env, const ThroughputOptions& options) {
+  int max_clients = 0;
+  for (int c : options.clients) max_clients = std::max(max_clients, c);
+  if (absl::Status s = PrepareTable(env.pg_dsn(), max_clients); !s.ok()) {
+    return s;
+  }
+  std::vector<RunStats> runs;
+  for (const std::string& target : options.targets) {
+    std::function<std::unique_ptr<Client>(int)> make;
+    if (target == "direct") {
+      make = [&](int i) {
+        return std::make_unique<DirectClient>(env.pg_dsn(), i);
+      };
+    } else if (target == "pgbouncer") {
+      if (env.pgbouncer_dsn().empty()) {
+        std::fprintf(stderr, "  pgbouncer: not available, skipped\n");
+        continue;
+      }
+      make = [&](int i) {
+        return std::make_unique<DirectClient>(env.pgbouncer_dsn(), i);
+      };
+    } else if (target == "gateway-pg" || target == "gateway-file" ||
+               target == "gateway-noop") {
+      make = [&, target](int i) {
+        // One channel per 8 clients: gRPC multiplexes, but one HTTP/2
+        // connection would serialize its frames on one thread.
+        grpc::ChannelArguments args;
+        args.SetInt("grpc.channel_id", i / 8);  // Distinct subchannels.
+        auto ch = grpc::CreateCustomChannel(
+            env.gateway_address(), grpc::InsecureChannelCredentials(), args);
+        return std::make_unique<GatewayClient>(
+            ch, target, absl::StrCat("bench-", target, "-", i), i);
+      };
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--targets: unknown target \"", target, "\""));
+    }
+    for (const std::string& pattern : options.patterns) {
+      for (int clients : options.clients) {
+        runs.push_back(RunOne(target, pattern, clients, options.duration, make));
+      }
+    }
+  }
+  return runs;
+}
+
+}  // namespace fencegate::bench

@@ -1,0 +1,30 @@
+// Copyright fencegate authors.
+//
+// The throughput scenario: N clients issue fenced writes for a set time
+// against each target; one RunStats per (target, pattern, clients).
+
+#ifndef BENCH_THROUGHPUT_H_
+#define BENCH_THROUGHPUT_H_
+
+#include <string>
+#include <vector>
+
+#include "bench/bench.h"
+
+namespace fencegate::bench {
+
+struct ThroughputOptions {
+  // direct, pgbouncer, gateway-pg, gateway-file, gateway-noop.
+  std::vector<std::string> targets;
+  std::vector<int> clients = {1, 16, 64};
+  // steady (a holder keeps its token) and/or advancing (each write raises).
+  std::vector<std::string> patterns = {"steady", "advancing"};
+  absl::Duration duration = absl::Seconds(5);
+};
+
+absl::StatusOr<std::vector<RunStats>> RunThroughput(
+    Environment& env, const ThroughputOptions& options);
+
+}  // namespace fencegate::bench
+
+#endif  // BENCH_THROUGHPUT_H_

@@ -1,0 +1,24 @@
+// Copyright fencegate authors.
+//
+// The no-op adapter, registered for "noop://": accepts any well-formed
+// operation and stores nothing. It isolates the gateway's own cost (RPC,
+// validation, fencing, the fence store) in benchmarks, and lets a
+// deployment fence-check requests without a backend. Takes no parameters.
+
+#ifndef STORAGE_ADAPTERS_NOOP_CONFIG_H_
+#define STORAGE_ADAPTERS_NOOP_CONFIG_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "storage_adapters/storage_adapter.h"
+#include "storage_adapters/uri.h"
+
+namespace fencegate {
+
+absl::StatusOr<std::unique_ptr<StorageAdapter>> CreateNoopAdapter(
+    const Uri& uri);
+
+}  // namespace fencegate
+
+#endif  // STORAGE_ADAPTERS_NOOP_CONFIG_H_

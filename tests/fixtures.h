@@ -1,0 +1,63 @@
+// Copyright fencegate authors.
+//
+// Process fixtures shared by the tests and the benchmark harness (no
+// GoogleTest dependency): a real fencegate process on a free port, running
+// commands, and waiting on conditions.
+
+#ifndef TESTS_FIXTURES_H_
+#define TESTS_FIXTURES_H_
+
+#include <sys/types.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace fencegate::testing {
+
+// Reads a whole file; NOT_FOUND if it cannot be read.
+absl::StatusOr<std::string> ReadFile(const std::string& path);
+// Writes `data` to `path`, aborting on failure.
+void WriteFileOrDie(const std::string& path, const std::string& data);
+
+// Polls `condition` until true or `timeout` passes. For waiting on another
+// process (a port file, a log line), never for ordering threads.
+bool WaitFor(const std::function<bool()>& condition,
+             absl::Duration timeout = absl::Seconds(30));
+
+// A fencegate server process started from the build tree, on a free port.
+class GatewayProcess {
+ public:
+  // Starts fencegate --data_dir=data_dir --listen=127.0.0.1:0 plus `args`,
+  // and waits until it serves.
+  static absl::StatusOr<std::unique_ptr<GatewayProcess>> Start(
+      const std::string& data_dir, const std::vector<std::string>& args = {});
+  ~GatewayProcess();  // SIGKILLs the process if still running.
+
+  int port() const { return port_; }
+  std::string address() const;
+  pid_t pid() const { return pid_; }
+  const std::string& log_path() const { return log_path_; }
+
+  // Sends `sig`, then waits for exit; returns the wait status.
+  int Stop(int sig);
+
+ private:
+  pid_t pid_ = -1;
+  int port_ = 0;
+  std::string log_path_;
+};
+
+// Runs a command (argv[0] is a path), capturing stdout; returns the exit
+// code, or -1 if it did not exit normally.
+int RunCommand(const std::vector<std::string>& argv, std::string* out,
+               std::string* err = nullptr);
+
+}  // namespace fencegate::testing
+
+#endif  // TESTS_FIXTURES_H_
