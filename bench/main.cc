@@ -88,6 +88,7 @@ int Run(int argc, char** argv) {
                                      svg = "bench-latency.svg";
   std::string work_dir = "/tmp";
   bool help = false;
+  std::vector<std::string> gateway_flags;
   FlagSet set;
   set.String("targets", &targets,
              "comma list of direct, pgbouncer, gateway-pg, gateway-file, "
@@ -104,6 +105,9 @@ int Run(int argc, char** argv) {
   set.String("svg", &svg, "SVG latency plot (default bench-latency.svg)");
   set.String("work_dir", &work_dir, "where the gateway keeps its data "
                                     "(default /tmp; a fresh subdirectory)");
+  set.StringList("gateway_flag", &gateway_flags,
+                 "extra flag for the started gateway, repeatable "
+                 "(e.g. --gateway_flag=--io_threads=8)");
   set.Bool("help", &help, "print this help");
   std::vector<std::string> args;
   if (absl::Status s = set.Parse(argc, argv, 1, &args); !s.ok()) {
@@ -135,7 +139,7 @@ int Run(int argc, char** argv) {
               << "\n";
     return 1;
   }
-  EnvironmentOptions eopts{pg_dsn, pgbouncer_dsn, dir, {}};
+  EnvironmentOptions eopts{pg_dsn, pgbouncer_dsn, dir, gateway_flags};
   std::fprintf(stderr, "fencegate-bench: starting servers in %s\n", dir.c_str());
   absl::StatusOr<std::unique_ptr<Environment>> env = Environment::Start(eopts);
   if (!env.ok()) {
