@@ -39,9 +39,9 @@ absl::StatusOr<std::unique_ptr<Environment>> Environment::Start(
   } else {
     env->pg_dsn_ = options.pg_dsn;
     pqxx::connection probe(options.pg_dsn);
-    env->pg_uri_ = absl::StrCat("postgres://", probe.username(), "@",
-                                probe.hostname(), ":", probe.port(), "/",
-                                probe.dbname(), "?pool_size=64");
+    env->pg_uri_ =
+        absl::StrCat("postgres://", probe.username(), "@", probe.hostname(),
+                     ":", probe.port(), "/", probe.dbname(), "?pool_size=64");
   }
   if (!options.pgbouncer_dsn.empty()) {
     env->pgbouncer_dsn_ = options.pgbouncer_dsn;
@@ -79,8 +79,8 @@ absl::Status Environment::StartPgbouncer(int pg_port) {
       << "/userlist.txt\npool_mode = transaction\nmax_client_conn = 1000\n"
       << "default_pool_size = 32\npidfile = " << pgbouncer_dir_
       << "/pgbouncer.pid\nlogfile = " << pgbouncer_dir_ << "/pgbouncer.log\n";
-  std::string cmd = absl::StrCat("/usr/sbin/pgbouncer -d ", pgbouncer_dir_,
-                                 "/pgbouncer.ini");
+  std::string cmd =
+      absl::StrCat("/usr/sbin/pgbouncer -d ", pgbouncer_dir_, "/pgbouncer.ini");
   if (::geteuid() == 0) {
     passwd* pw = ::getpwnam("postgres");
     if (pw == nullptr) return absl::UnavailableError("no postgres user");

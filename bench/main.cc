@@ -36,8 +36,8 @@ constexpr char kUsage[] =
 
 void PrintThroughput(const std::vector<RunStats>& runs) {
   std::printf("\n%-13s %-9s %4s %10s %9s %9s %9s %7s %9s\n", "target",
-              "pattern", "N", "ops/s", "p50 us", "p99 us", "p99.9 us",
-              "errors", "vs direct");
+              "pattern", "N", "ops/s", "p50 us", "p99 us", "p99.9 us", "errors",
+              "vs direct");
   for (const RunStats& r : runs) {
     double direct = 0;
     for (const RunStats& d : runs) {
@@ -50,9 +50,9 @@ void PrintThroughput(const std::vector<RunStats>& runs) {
                 r.target.c_str(), r.pattern.c_str(), r.clients, r.ops_per_s(),
                 r.Percentile(50), r.Percentile(99), r.Percentile(99.9),
                 static_cast<unsigned long long>(r.errors),
-                direct > 0 ? absl::StrFormat("%.2fx", r.ops_per_s() / direct)
-                                 .c_str()
-                           : "-");
+                direct > 0
+                    ? absl::StrFormat("%.2fx", r.ops_per_s() / direct).c_str()
+                    : "-");
     if (!r.first_error.empty()) {
       std::printf("    first error: %s\n", r.first_error.c_str());
     }
@@ -72,8 +72,8 @@ std::string SafetyJson(const std::vector<SafetyResult>& results) {
             "\"pg_missing\": %d, \"file_lines\": %d, \"file_violations\": %d, "
             "\"file_missing\": %d}%s\n",
             r.mode, r.holdings, r.pauses, r.attempted, r.acknowledged,
-            r.refused_stale, r.errors, r.pg_rows, r.pg_violations,
-            r.pg_missing, r.file_lines, r.file_violations, r.file_missing,
+            r.refused_stale, r.errors, r.pg_rows, r.pg_violations, r.pg_missing,
+            r.file_lines, r.file_violations, r.file_missing,
             i + 1 < results.size() ? "," : ""));
   }
   return out + "  ]";
@@ -93,7 +93,8 @@ int Run(int argc, char** argv) {
   set.String("targets", &targets,
              "comma list of direct, pgbouncer, gateway-pg, gateway-file, "
              "gateway-noop (default all)");
-  set.String("clients", &clients, "comma list of client counts (default 1,16,64)");
+  set.String("clients", &clients,
+             "comma list of client counts (default 1,16,64)");
   set.String("patterns", &patterns, "steady,advancing (default both)");
   set.Uint("duration_s", &duration_s, "seconds per throughput run (default 5)");
   set.Uint("safety_s", &safety_s, "seconds per safety run (default 8)");
@@ -103,8 +104,9 @@ int Run(int argc, char** argv) {
   set.String("pgbouncer_dsn", &pgbouncer_dsn, "existing pgbouncer (libpq DSN)");
   set.String("json", &json, "JSON output file (default bench-results.json)");
   set.String("svg", &svg, "SVG latency plot (default bench-latency.svg)");
-  set.String("work_dir", &work_dir, "where the gateway keeps its data "
-                                    "(default /tmp; a fresh subdirectory)");
+  set.String("work_dir", &work_dir,
+             "where the gateway keeps its data "
+             "(default /tmp; a fresh subdirectory)");
   set.StringList("gateway_flag", &gateway_flags,
                  "extra flag for the started gateway, repeatable "
                  "(e.g. --gateway_flag=--io_threads=8)");
@@ -126,7 +128,8 @@ int Run(int argc, char** argv) {
   for (absl::string_view c : absl::StrSplit(clients, ',', absl::SkipEmpty())) {
     int n = 0;
     if (!absl::SimpleAtoi(c, &n) || n < 1 || n > 1024) {
-      std::cerr << "fencegate-bench: --clients: \"" << c << "\" is not 1..1024\n";
+      std::cerr << "fencegate-bench: --clients: \"" << c
+                << "\" is not 1..1024\n";
       return 2;
     }
     topts.clients.push_back(n);
@@ -140,7 +143,8 @@ int Run(int argc, char** argv) {
     return 1;
   }
   EnvironmentOptions eopts{pg_dsn, pgbouncer_dsn, dir, gateway_flags};
-  std::fprintf(stderr, "fencegate-bench: starting servers in %s\n", dir.c_str());
+  std::fprintf(stderr, "fencegate-bench: starting servers in %s\n",
+               dir.c_str());
   absl::StatusOr<std::unique_ptr<Environment>> env = Environment::Start(eopts);
   if (!env.ok()) {
     std::cerr << "fencegate-bench: " << env.status().message() << "\n";
@@ -180,15 +184,15 @@ int Run(int argc, char** argv) {
                 "holdings", "pauses", "attempted", "acked", "refused",
                 "pg_viol", "pg_miss", "file_vio", "file_mis");
     for (const SafetyResult& r : safety) {
-      std::printf("%-8s %8llu %6llu %9llu %6llu %7llu %8llu %8llu %8llu %8llu\n",
-                  r.mode.c_str(), (unsigned long long)r.holdings,
-                  (unsigned long long)r.pauses, (unsigned long long)r.attempted,
-                  (unsigned long long)r.acknowledged,
-                  (unsigned long long)r.refused_stale,
-                  (unsigned long long)r.pg_violations,
-                  (unsigned long long)r.pg_missing,
-                  (unsigned long long)r.file_violations,
-                  (unsigned long long)r.file_missing);
+      std::printf(
+          "%-8s %8llu %6llu %9llu %6llu %7llu %8llu %8llu %8llu %8llu\n",
+          r.mode.c_str(), (unsigned long long)r.holdings,
+          (unsigned long long)r.pauses, (unsigned long long)r.attempted,
+          (unsigned long long)r.acknowledged,
+          (unsigned long long)r.refused_stale,
+          (unsigned long long)r.pg_violations, (unsigned long long)r.pg_missing,
+          (unsigned long long)r.file_violations,
+          (unsigned long long)r.file_missing);
     }
     const SafetyResult& direct = safety[0];
     const SafetyResult& gateway = safety[1];
@@ -197,14 +201,15 @@ int Run(int argc, char** argv) {
                   (unsigned long long)gateway.violations());
       rc = 1;
     } else if (direct.pg_violations + direct.file_violations == 0) {
-      std::printf("FAIL: the unfenced run showed no violation; the checker "
-                  "cannot be trusted (no pause overlapped a handover)\n");
+      std::printf(
+          "FAIL: the unfenced run showed no violation; the checker "
+          "cannot be trusted (no pause overlapped a handover)\n");
       rc = 1;
     } else {
-      std::printf("OK: unfenced writes produced %llu violations; through the "
-                  "gateway 0\n",
-                  (unsigned long long)(direct.pg_violations +
-                                       direct.file_violations));
+      std::printf(
+          "OK: unfenced writes produced %llu violations; through the "
+          "gateway 0\n",
+          (unsigned long long)(direct.pg_violations + direct.file_violations));
     }
   }
   std::ofstream(json) << ToJson(runs, safety.empty() ? "" : SafetyJson(safety));

@@ -45,8 +45,7 @@ std::string ToJson(const std::vector<RunStats>& runs,
                         "\"ops_per_s\": %.1f, \"p50_us\": %.0f, "
                         "\"p99_us\": %.0f, \"p999_us\": %.0f",
                         r.seconds, r.ops, r.errors, r.ops_per_s(),
-                        r.Percentile(50), r.Percentile(99),
-                        r.Percentile(99.9)),
+                        r.Percentile(50), r.Percentile(99), r.Percentile(99.9)),
         ", \"first_error\": ", JsonString(r.first_error), "}",
         i + 1 < runs.size() ? "," : "", "\n");
   }
@@ -76,24 +75,27 @@ std::string ToSvg(const std::vector<RunStats>& runs, const std::string& title) {
   for (int d = 1; d <= 6; ++d) {
     double x = x_of(std::pow(10, d));
     const char* label[] = {"", "10us", "100us", "1ms", "10ms", "100ms", "1s"};
-    absl::StrAppend(&svg, absl::StrFormat(
-        "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
-        "stroke=\"#ddd\"/><text x=\"%.1f\" y=\"%.1f\" "
-        "text-anchor=\"middle\">%s</text>\n",
-        x, top, x, top + ph, x, top + ph + 18, label[d]));
+    absl::StrAppend(
+        &svg,
+        absl::StrFormat("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
+                        "stroke=\"#ddd\"/><text x=\"%.1f\" y=\"%.1f\" "
+                        "text-anchor=\"middle\">%s</text>\n",
+                        x, top, x, top + ph, x, top + ph + 18, label[d]));
   }
   for (int q = 0; q <= 4; ++q) {
     double y = top + ph - q * ph / 4;
-    absl::StrAppend(&svg, absl::StrFormat(
-        "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
-        "stroke=\"#ddd\"/><text x=\"%.1f\" y=\"%.1f\" "
-        "text-anchor=\"end\">%d%%</text>\n",
-        left, y, left + pw, y, left - 6, y + 4, q * 25));
+    absl::StrAppend(
+        &svg,
+        absl::StrFormat("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
+                        "stroke=\"#ddd\"/><text x=\"%.1f\" y=\"%.1f\" "
+                        "text-anchor=\"end\">%d%%</text>\n",
+                        left, y, left + pw, y, left - 6, y + 4, q * 25));
   }
-  absl::StrAppend(&svg, absl::StrFormat(
-      "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">latency "
-      "(log scale); y: share of writes at or below</text>\n",
-      left + pw / 2, h - 10));
+  absl::StrAppend(
+      &svg, absl::StrFormat(
+                "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">latency "
+                "(log scale); y: share of writes at or below</text>\n",
+                left + pw / 2, h - 10));
   for (size_t i = 0; i < runs.size(); ++i) {
     const RunStats& r = runs[i];
     if (r.latencies_us.empty()) continue;
@@ -101,20 +103,23 @@ std::string ToSvg(const std::vector<RunStats>& runs, const std::string& title) {
     const size_t n = r.latencies_us.size();
     const size_t step = std::max<size_t>(1, n / 400);
     for (size_t k = 0; k < n; k += step) {
-      absl::StrAppend(&points, absl::StrFormat(
-          "%.1f,%.1f ", x_of(r.latencies_us[k]),
-          top + ph - ph * static_cast<double>(k + 1) / n));
+      absl::StrAppend(
+          &points,
+          absl::StrFormat("%.1f,%.1f ", x_of(r.latencies_us[k]),
+                          top + ph - ph * static_cast<double>(k + 1) / n));
     }
     absl::StrAppend(&points, absl::StrFormat("%.1f,%.1f",
                                              x_of(r.latencies_us[n - 1]), top));
     const char* color = colors[i % 10];
-    absl::StrAppend(&svg, absl::StrFormat(
-        "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.8\" "
-        "points=\"%s\"/>\n<rect x=\"%.0f\" y=\"%.0f\" width=\"12\" "
-        "height=\"4\" fill=\"%s\"/><text x=\"%.0f\" y=\"%.0f\">%s %s "
-        "N=%d</text>\n",
-        color, points, w - right + 15, top + 12 + i * 18 - 4, color,
-        w - right + 32, top + 12 + i * 18, r.target, r.pattern, r.clients));
+    absl::StrAppend(
+        &svg,
+        absl::StrFormat(
+            "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.8\" "
+            "points=\"%s\"/>\n<rect x=\"%.0f\" y=\"%.0f\" width=\"12\" "
+            "height=\"4\" fill=\"%s\"/><text x=\"%.0f\" y=\"%.0f\">%s %s "
+            "N=%d</text>\n",
+            color, points, w - right + 15, top + 12 + i * 18 - 4, color,
+            w - right + 32, top + 12 + i * 18, r.target, r.pattern, r.clients));
   }
   return svg + "</svg>\n";
 }

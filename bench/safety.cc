@@ -73,7 +73,8 @@ class Worker {
           ++shared_->pauses;
           absl::SleepFor(options_.ttl * options_.pause_ttls);
         }
-        const int64_t write_id = static_cast<int64_t>(id_) * 100000000 + ++counter;
+        const int64_t write_id =
+            static_cast<int64_t>(id_) * 100000000 + ++counter;
         WriteBoth(token, write_id);
       }
       Release(lease_id);
@@ -84,7 +85,8 @@ class Worker {
   bool Acquire(std::string* lease_id, uint64_t* token) {
     v1::AcquireRequest request;
     request.set_name(lock_);
-    request.set_ttl_ms(static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.ttl)));
+    request.set_ttl_ms(
+        static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.ttl)));
     request.set_wait_ms(2000);
     request.set_owner(absl::StrCat("worker-", id_));
     v1::AcquireResponse response;
@@ -146,8 +148,9 @@ class Worker {
         pg = absl::UnavailableError(e.what());
       }
       int fd = ::open(log_path_.c_str(), O_WRONLY | O_APPEND | O_CREAT, 0644);
-      file = fd >= 0 && ::write(fd, line.data(), line.size()) ==
-                            static_cast<ssize_t>(line.size()) &&
+      file = fd >= 0 &&
+                     ::write(fd, line.data(), line.size()) ==
+                         static_cast<ssize_t>(line.size()) &&
                      ::fsync(fd) == 0
                  ? absl::OkStatus()
                  : absl::UnavailableError("append failed");
@@ -223,8 +226,9 @@ absl::StatusOr<SafetyResult> RunSafety(Environment& env,
   try {
     pqxx::connection c(env.pg_dsn());
     pqxx::work tx(c);
-    tx.exec("CREATE TABLE IF NOT EXISTS safety_history (seq bigserial PRIMARY "
-            "KEY, mode text, token bigint, worker int, write_id bigint)");
+    tx.exec(
+        "CREATE TABLE IF NOT EXISTS safety_history (seq bigserial PRIMARY "
+        "KEY, mode text, token bigint, worker int, write_id bigint)");
     tx.exec_params("DELETE FROM safety_history WHERE mode = $1", result.mode);
     tx.commit();
   } catch (const std::exception& e) {
@@ -266,7 +270,8 @@ absl::StatusOr<SafetyResult> RunSafety(Environment& env,
   History file;
   absl::StatusOr<std::string> text = testing::ReadFile(log_path);
   if (text.ok()) {
-    for (absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipEmpty())) {
+    for (absl::string_view line :
+         absl::StrSplit(*text, '\n', absl::SkipEmpty())) {
       std::vector<absl::string_view> f = absl::StrSplit(line, ' ');
       uint64_t token = 0;
       int64_t id = 0;

@@ -37,8 +37,8 @@ class DirectClient : public Client {
   absl::Status Write(uint64_t token) override {
     try {
       pqxx::nontransaction tx(conn_);
-      pqxx::result r = tx.exec_params(kFencedUpdate, id_,
-                                      static_cast<int64_t>(token));
+      pqxx::result r =
+          tx.exec_params(kFencedUpdate, id_, static_cast<int64_t>(token));
       if (r.affected_rows() != 1) {
         return absl::FailedPreconditionError("fenced update matched no row");
       }
@@ -100,8 +100,9 @@ absl::Status PrepareTable(const std::string& dsn, int rows) {
   try {
     pqxx::connection c(dsn);
     pqxx::work tx(c);
-    tx.exec("CREATE TABLE IF NOT EXISTS bench_accounts (id int PRIMARY KEY, "
-            "fence bigint NOT NULL, balance bigint NOT NULL)");
+    tx.exec(
+        "CREATE TABLE IF NOT EXISTS bench_accounts (id int PRIMARY KEY, "
+        "fence bigint NOT NULL, balance bigint NOT NULL)");
     tx.exec_params(
         "INSERT INTO bench_accounts SELECT g, 0, 0 FROM generate_series(0, "
         "$1) g ON CONFLICT (id) DO NOTHING",
@@ -157,16 +158,16 @@ RunStats RunOne(const std::string& target, const std::string& pattern,
   uint64_t last_ops = 0;
   absl::Time last = start;
   while (absl::Now() - start < duration) {
-    absl::SleepFor(std::min(absl::Seconds(1), duration - (absl::Now() - start)));
+    absl::SleepFor(
+        std::min(absl::Seconds(1), duration - (absl::Now() - start)));
     const absl::Time now = absl::Now();
     const uint64_t o = ops.load();
-    std::fprintf(stderr,
-                 "\r  %-13s %-9s N=%-3d %9.0f ops/s  errors=%-6llu %4.1f/%.0fs ",
-                 target.c_str(), pattern.c_str(), clients,
-                 (o - last_ops) / absl::ToDoubleSeconds(now - last),
-                 static_cast<unsigned long long>(errors.load()),
-                 absl::ToDoubleSeconds(now - start),
-                 absl::ToDoubleSeconds(duration));
+    std::fprintf(
+        stderr, "\r  %-13s %-9s N=%-3d %9.0f ops/s  errors=%-6llu %4.1f/%.0fs ",
+        target.c_str(), pattern.c_str(), clients,
+        (o - last_ops) / absl::ToDoubleSeconds(now - last),
+        static_cast<unsigned long long>(errors.load()),
+        absl::ToDoubleSeconds(now - start), absl::ToDoubleSeconds(duration));
     last_ops = o;
     last = now;
   }
@@ -225,7 +226,8 @@ absl::StatusOr<std::vector<RunStats>> RunThroughput(
     }
     for (const std::string& pattern : options.patterns) {
       for (int clients : options.clients) {
-        runs.push_back(RunOne(target, pattern, clients, options.duration, make));
+        runs.push_back(
+            RunOne(target, pattern, clients, options.duration, make));
       }
     }
   }

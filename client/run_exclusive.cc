@@ -12,7 +12,8 @@ absl::Status RunExclusive(
   absl::StatusOr<std::unique_ptr<HeldLock>> lock =
       source.Acquire(name, options, nullptr);
   if (!lock.ok()) return lock.status();
-  absl::Status result = work(LockContext{(*lock)->name(), (*lock)->token(), **lock});
+  absl::Status result =
+      work(LockContext{(*lock)->name(), (*lock)->token(), **lock});
   const bool lost = (*lock)->lost();
   absl::Status released = (*lock)->Release();
   if (!result.ok()) return result;

@@ -2,7 +2,6 @@
 
 #include "fencing/clock.h"
 
-
 namespace fencegate {
 namespace {
 

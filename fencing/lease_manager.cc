@@ -78,8 +78,8 @@ void LeaseManager::Acquire(const std::string& name, const std::string& owner,
     return;
   }
   if (ttl < kMinTtl || ttl > kMaxTtl) {
-    std::move(done)(absl::InvalidArgumentError(
-        "ttl: must be from 100 ms to 1 hour"));
+    std::move(done)(
+        absl::InvalidArgumentError("ttl: must be from 100 ms to 1 hour"));
     return;
   }
   if (wait < absl::ZeroDuration() || wait > kMaxWait) {
@@ -139,8 +139,8 @@ absl::StatusOr<LeaseRecord> LeaseManager::GrantLocked(Lock& lock,
           "\": its fence is at 2^64-1, no higher token can be granted"));
     }
     const absl::Time now = clock_->Now();
-    lease = LeaseRecord{name,   NewLeaseId(), owner, fence->highest_token + 1,
-                        ttl,    now + ttl};
+    lease = LeaseRecord{name, NewLeaseId(), owner, fence->highest_token + 1,
+                        ttl,  now + ttl};
     return store_->GrantLease(lease, now);
   });
   if (!s.ok()) return s;
@@ -220,10 +220,9 @@ void LeaseManager::FreeAndHandOverLocked(
         granted.ok() ? absl::StatusOr<AcquireOutcome>(
                            AcquireOutcome{true, *std::move(granted)})
                      : absl::StatusOr<AcquireOutcome>(granted.status());
-    deferred->push_back(
-        [waiter, outcome = std::move(outcome)]() mutable {
-          std::move(waiter->done)(std::move(outcome));
-        });
+    deferred->push_back([waiter, outcome = std::move(outcome)]() mutable {
+      std::move(waiter->done)(std::move(outcome));
+    });
     if (granted.ok()) return;
   }
   locks_.erase(it);  // Free and nobody waiting.
@@ -254,9 +253,10 @@ absl::Status LeaseManager::Release(const std::string& name,
     auto it = locks_.find(name);
     if (it == locks_.end() || lease_id.empty() ||
         it->second.lease.lease_id != lease_id) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "lock \"", name, "\" is not held by this lease; only its holder "
-                           "can release it"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("lock \"", name,
+                       "\" is not held by this lease; only its holder "
+                       "can release it"));
     }
     if (absl::Status s = store_->RemoveLease(name); !s.ok()) return s;
     FreeAndHandOverLocked(name, &deferred);

@@ -8,7 +8,8 @@ namespace fencegate {
 
 absl::Status ValidateDomain(absl::string_view domain, absl::string_view field) {
   if (domain.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ": must not be empty"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": must not be empty"));
   }
   if (domain.size() > kMaxDomainBytes) {
     return absl::InvalidArgumentError(
@@ -25,8 +26,9 @@ absl::Status ValidateDomain(absl::string_view domain, absl::string_view field) {
 absl::Status ValidateToken(uint64_t token, absl::string_view field) {
   if (token == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        field, ": must be at least 1 (0 is the unset value; pass the token "
-               "your lock service granted)"));
+        field,
+        ": must be at least 1 (0 is the unset value; pass the token "
+        "your lock service granted)"));
   }
   return absl::OkStatus();
 }

@@ -11,12 +11,12 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "fencegate/v1/lease.pb.h"
 #include "fencing/keyed_mutex.h"
 #include "fencing/sync_point.h"
 #include "rocksdb/db.h"
 #include "rocksdb/options.h"
 #include "rocksdb/write_batch.h"
-#include "fencegate/v1/lease.pb.h"
 
 namespace fencegate {
 namespace {
@@ -41,9 +41,9 @@ std::string EncodeValue(uint64_t token, absl::Time at) {
 absl::Status DecodeValue(absl::string_view domain, absl::string_view value,
                          FenceState* state) {
   if (value.size() != kValueSize || value[0] != kValueVersion) {
-    return absl::DataLossError(absl::StrCat(
-        "fence store: corrupt value for domain \"", domain, "\" (",
-        value.size(), " bytes)"));
+    return absl::DataLossError(
+        absl::StrCat("fence store: corrupt value for domain \"", domain, "\" (",
+                     value.size(), " bytes)"));
   }
   state->highest_token = absl::big_endian::Load64(value.data() + 1);
   state->advanced_at = absl::FromUnixMicros(
@@ -73,8 +73,7 @@ class RocksDbFenceStore final : public RocksDbStore {
     FenceState state;
     state.domain = std::string(domain);
     std::string value;
-    rocksdb::Status s =
-        db_->Get(rocksdb::ReadOptions(), Key(domain), &value);
+    rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), Key(domain), &value);
     if (s.IsNotFound()) return state;  // Never fenced: not cached.
     if (absl::Status st = FromRocks(s, "read"); !st.ok()) return st;
     if (absl::Status st = DecodeValue(domain, value, &state); !st.ok()) {
@@ -109,8 +108,8 @@ class RocksDbFenceStore final : public RocksDbStore {
     std::vector<LeaseRecord> leases;
     std::unique_ptr<rocksdb::Iterator> it(
         db_->NewIterator(rocksdb::ReadOptions()));
-    for (it->Seek(kLeasePrefix); it->Valid() && it->key().starts_with(kLeasePrefix);
-         it->Next()) {
+    for (it->Seek(kLeasePrefix);
+         it->Valid() && it->key().starts_with(kLeasePrefix); it->Next()) {
       v1::StoredLease stored;
       std::string name = it->key().ToString().substr(strlen(kLeasePrefix));
       if (!stored.ParseFromArray(it->value().data(),
@@ -118,10 +117,10 @@ class RocksDbFenceStore final : public RocksDbStore {
         return absl::DataLossError(
             absl::StrCat("lease store: corrupt lease of \"", name, "\""));
       }
-      leases.push_back(LeaseRecord{
-          name, stored.lease_id(), stored.owner(), stored.token(),
-          absl::Milliseconds(stored.ttl_ms()),
-          absl::FromUnixMicros(stored.expires_unix_micros())});
+      leases.push_back(
+          LeaseRecord{name, stored.lease_id(), stored.owner(), stored.token(),
+                      absl::Milliseconds(stored.ttl_ms()),
+                      absl::FromUnixMicros(stored.expires_unix_micros())});
     }
     if (absl::Status s = FromRocks(it->status(), "scan leases"); !s.ok()) {
       return s;
@@ -152,9 +151,9 @@ class RocksDbFenceStore final : public RocksDbStore {
   }
 
   absl::Status RenewLease(const LeaseRecord& lease) override {
-    return FromRocks(
-        db_->Put(rocksdb::WriteOptions(), LeaseKey(lease.name), EncodeLease(lease)),
-        "renew lease");
+    return FromRocks(db_->Put(rocksdb::WriteOptions(), LeaseKey(lease.name),
+                              EncodeLease(lease)),
+                     "renew lease");
   }
 
   absl::Status RemoveLease(absl::string_view name) override {
@@ -174,7 +173,8 @@ class RocksDbFenceStore final : public RocksDbStore {
     stored.set_lease_id(lease.lease_id);
     stored.set_owner(lease.owner);
     stored.set_token(lease.token);
-    stored.set_ttl_ms(static_cast<uint32_t>(absl::ToInt64Milliseconds(lease.ttl)));
+    stored.set_ttl_ms(
+        static_cast<uint32_t>(absl::ToInt64Milliseconds(lease.ttl)));
     stored.set_expires_unix_micros(absl::ToUnixMicros(lease.expires_at));
     return stored.SerializeAsString();
   }

@@ -34,8 +34,7 @@ SyncPoint* SyncPoint::Get() {
 void SyncPoint::SetCallback(absl::string_view point, Callback cb) {
   Registry& r = GetRegistry();
   absl::MutexLock lock(&r.mu);
-  r.callbacks[std::string(point)] =
-      std::make_shared<Callback>(std::move(cb));
+  r.callbacks[std::string(point)] = std::make_shared<Callback>(std::move(cb));
   r.count.store(static_cast<int>(r.callbacks.size()));
 }
 

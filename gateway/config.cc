@@ -41,9 +41,8 @@ absl::Status MakeDirs(const std::string& path) {
     if (pos == path.size() || path[pos] == '/') {
       std::string prefix = path.substr(0, pos);
       if (::mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("data_dir: cannot create \"", prefix,
-                         "\": ", strerror(errno)));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "data_dir: cannot create \"", prefix, "\": ", strerror(errno)));
       }
     }
   }
@@ -55,8 +54,8 @@ absl::Status MakeDirs(const std::string& path) {
 absl::StatusOr<v1::GatewayConfig> LoadConfigFile(const std::string& path) {
   std::ifstream in(path);
   if (!in) {
-    return absl::NotFoundError(absl::StrCat("config file \"", path,
-                                            "\": ", strerror(errno)));
+    return absl::NotFoundError(
+        absl::StrCat("config file \"", path, "\": ", strerror(errno)));
   }
   std::stringstream text;
   text << in.rdbuf();
@@ -107,15 +106,15 @@ absl::StatusOr<GatewayOptions> ResolveOptions(const v1::GatewayConfig& config) {
     if (ec) continue;  // The adapter reports unusable roots itself.
     auto within = [](const std::filesystem::path& inner,
                      const std::filesystem::path& outer) {
-      auto [o, i] = std::mismatch(outer.begin(), outer.end(), inner.begin(),
-                                  inner.end());
+      auto [o, i] =
+          std::mismatch(outer.begin(), outer.end(), inner.begin(), inner.end());
       return o == outer.end();
     };
     if (within(fence_dir, root) || within(root, fence_dir)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "route \"", route.name, "\": its root ", root.string(),
-          " overlaps the fence store ", fence_dir.string(),
-          "; clients could overwrite fence state"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("route \"", route.name, "\": its root ", root.string(),
+                       " overlaps the fence store ", fence_dir.string(),
+                       "; clients could overwrite fence state"));
     }
   }
 
@@ -137,6 +136,10 @@ absl::StatusOr<GatewayOptions> ResolveOptions(const v1::GatewayConfig& config) {
   }
   if (options.io_threads > 1024) {
     return absl::InvalidArgumentError("io_threads: at most 1024");
+  }
+  options.etcd_endpoint = config.etcd().endpoint();
+  if (!config.etcd().lock_prefix().empty()) {
+    options.etcd_lock_prefix = config.etcd().lock_prefix();
   }
   if (config.shutdown_grace_seconds() != 0) {
     options.shutdown_grace = absl::Seconds(config.shutdown_grace_seconds());

@@ -38,6 +38,11 @@ struct GatewayOptions {
   // Log every accepted write, not only fence advances and errors.
   // Default: false.
   bool log_writes = false;
+  // etcd endpoint (host:port) whose locks the gateway follows, raising each
+  // lock's fence when a new holder takes it. Default: empty (off).
+  std::string etcd_endpoint;
+  // Prefix of the etcd lock keys. Default: "fencegate/locks".
+  std::string etcd_lock_prefix = "fencegate/locks";
 };
 
 // Reads a GatewayConfig text proto. INVALID_ARGUMENT with the file name,

@@ -19,26 +19,25 @@ void DomainExecutor::Post(const std::string& domain,
     absl::MutexLock lock(&mu_);
     auto [it, inserted] = lanes_.try_emplace(domain);
     if (inserted) {
-      it->second =
-          std::make_unique<Lane>(boost::asio::make_strand(pool_.get_executor()));
+      it->second = std::make_unique<Lane>(
+          boost::asio::make_strand(pool_.get_executor()));
     }
     lane = it->second.get();
     ++lane->pending;
   }
-  boost::asio::post(lane->strand, [this, lane, domain,
-                                   work = std::move(work)]() mutable {
-    std::move(work)();
-    absl::MutexLock lock(&mu_);
-    // The strand's implementation is reference counted, so the handle may
-    // go while this handler still runs on it.
-    if (--lane->pending == 0) lanes_.erase(domain);
-  });
+  boost::asio::post(lane->strand,
+                    [this, lane, domain, work = std::move(work)]() mutable {
+                      std::move(work)();
+                      absl::MutexLock lock(&mu_);
+                      // The strand's implementation is reference counted, so
+                      // the handle may go while this handler still runs on it.
+                      if (--lane->pending == 0) lanes_.erase(domain);
+                    });
 }
 
 void DomainExecutor::PostAny(absl::AnyInvocable<void() &&> work) {
-  boost::asio::post(pool_, [work = std::move(work)]() mutable {
-    std::move(work)();
-  });
+  boost::asio::post(pool_,
+                    [work = std::move(work)]() mutable { std::move(work)(); });
 }
 
 void DomainExecutor::Join() {

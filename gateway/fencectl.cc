@@ -10,10 +10,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
-
-#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -24,10 +23,11 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "client/etcd/etcd_token_source.h"
 #include "client/lease_token_source.h"
 #include "fencegate/v1/gateway.grpc.pb.h"
 #include "fencing/stale_token.h"
@@ -60,11 +60,13 @@ constexpr char kUsage[] =
     "        (TYPE: text, int64, float64, bool, bytes (hex), null)\n"
     "  fence --domain=D --token=T    raise the domain's fence to T\n"
     "  get --domain=D                print the domain's fence\n"
-    "  lock [--ttl-ms=N] [--wait-ms=N] NAME -- COMMAND [ARGS...]\n"
-    "        take lock NAME from the gateway's lease service, run COMMAND\n"
-    "        with FENCEGATE_DOMAIN=NAME and FENCEGATE_TOKEN=<token> in its\n"
-    "        environment, keep the lease alive, release it afterwards; exits\n"
-    "        with COMMAND's code. If the lease is lost COMMAND gets SIGTERM.\n"
+    "  lock [--ttl-ms=N] [--wait-ms=N] [--etcd-endpoint=H:P] NAME -- COMMAND\n"
+    "        take lock NAME from the gateway's lease service (or etcd), run\n"
+    "        COMMAND with FENCEGATE_DOMAIN=NAME and FENCEGATE_TOKEN=<token> "
+    "in\n"
+    "        its environment, keep the lease alive, release it afterwards;\n"
+    "        exit with COMMAND's code. If the lease is lost COMMAND gets\n"
+    "        SIGTERM.\n"
     "\n"
     "The address defaults to $FENCEGATE_ADDR, else 127.0.0.1:7070.\n"
     "Exit codes: 0 ok, 1 error, 2 usage, 3 stale token, 4 invalid request,\n"
@@ -85,6 +87,8 @@ struct Flags {
   std::string sql;
   std::vector<std::string> params;
   uint64_t ttl_ms = 10000;
+  std::string etcd_endpoint;
+  std::string etcd_lock_prefix;
   uint64_t wait_ms = 30000;
   bool help = false;
 };
@@ -200,17 +204,30 @@ std::atomic<pid_t> g_child{0};
 int RunLocked(const Flags& f, const std::string& name,
               const std::vector<std::string>& command) {
   if (f.ttl_ms < 100 || f.ttl_ms > 3600000 || f.wait_ms > 3600000) {
-    return UsageError("--ttl-ms must be 100..3600000 and --wait-ms at most "
-                      "3600000");
+    return UsageError(
+        "--ttl-ms must be 100..3600000 and --wait-ms at most "
+        "3600000");
   }
-  client::LeaseTokenSource source(
-      grpc::CreateChannel(f.addr, grpc::InsecureChannelCredentials()));
+  std::unique_ptr<client::TokenSource> source;
+  if (f.etcd_endpoint.empty()) {
+    source = std::make_unique<client::LeaseTokenSource>(
+        grpc::CreateChannel(f.addr, grpc::InsecureChannelCredentials()));
+  } else {
+    client::EtcdTokenSourceOptions etcd;
+    etcd.endpoint = f.etcd_endpoint;
+    if (!f.etcd_lock_prefix.empty()) etcd.prefix = f.etcd_lock_prefix;
+    absl::StatusOr<std::unique_ptr<client::EtcdTokenSource>> created =
+        client::EtcdTokenSource::Create(etcd);
+    if (!created.ok())
+      return UsageError(std::string(created.status().message()));
+    source = *std::move(created);
+  }
   client::LockOptions options;
   options.ttl = absl::Milliseconds(f.ttl_ms);
   options.wait = absl::Milliseconds(f.wait_ms);
   std::atomic<bool> lost{false};
   absl::StatusOr<std::unique_ptr<client::HeldLock>> lock =
-      source.Acquire(name, options, [&lost] {
+      source->Acquire(name, options, [&lost] {
         lost = true;
         std::cerr << "fencectl: lock lost; stopping the command\n";
         if (pid_t child = g_child.load(); child > 0) ::kill(-child, SIGTERM);
@@ -219,8 +236,8 @@ int RunLocked(const Flags& f, const std::string& name,
     std::cerr << "fencectl: lock \"" << name
               << "\" not acquired: " << lock.status().message() << "\n";
     return absl::IsDeadlineExceeded(lock.status()) ? kExitLock
-           : absl::IsUnavailable(lock.status())   ? kExitUnavailable
-                                                  : kExitError;
+           : absl::IsUnavailable(lock.status())    ? kExitUnavailable
+                                                   : kExitError;
   }
   std::string token = absl::StrCat((*lock)->token());
   pid_t pid = ::fork();
@@ -234,7 +251,8 @@ int RunLocked(const Flags& f, const std::string& name,
     ::setenv("FENCEGATE_TOKEN", token.c_str(), 1);
     ::setenv("FENCEGATE_ADDR", f.addr.c_str(), 1);
     std::vector<char*> argv;
-    for (const std::string& a : command) argv.push_back(const_cast<char*>(a.c_str()));
+    for (const std::string& a : command)
+      argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
     ::execvp(argv[0], argv.data());
     std::cerr << "fencectl: cannot run \"" << command[0] << "\"\n";
@@ -247,8 +265,11 @@ int RunLocked(const Flags& f, const std::string& name,
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   g_child = 0;
+  // Read before releasing: a release may end the lease, which some sources
+  // report as lost.
+  const bool was_lost = lost || (*lock)->lost();
   absl::Status released = (*lock)->Release();
-  if (lost || (*lock)->lost()) return kExitLock;
+  if (was_lost) return kExitLock;
   if (!released.ok()) {
     std::cerr << "fencectl: release failed: " << released.message() << "\n";
   }
@@ -259,9 +280,11 @@ int RunLocked(const Flags& f, const std::string& name,
 int Run(int argc, char** argv) {
   Flags f;
   FlagSet set;
-  set.String("addr", &f.addr, "gateway address (default $FENCEGATE_ADDR or "
-                              "127.0.0.1:7070)");
-  set.Uint("timeout", &f.timeout_seconds, "RPC deadline in seconds (default 30)");
+  set.String("addr", &f.addr,
+             "gateway address (default $FENCEGATE_ADDR or "
+             "127.0.0.1:7070)");
+  set.Uint("timeout", &f.timeout_seconds,
+           "RPC deadline in seconds (default 30)");
   set.Bool("json", &f.json, "print the response as JSON");
   set.String("domain", &f.domain, "fencing domain (write: default resource)");
   set.String("token", &f.token, "fencing token, 1 to 2^64-1");
@@ -278,6 +301,11 @@ int Run(int argc, char** argv) {
   set.Uint("ttl_ms", &f.ttl_ms, "lock: lease time to live (default 10000)");
   set.Uint("wait_ms", &f.wait_ms,
            "lock: how long to wait for the lock; 0 tries once (default 30000)");
+  set.String("etcd_endpoint", &f.etcd_endpoint,
+             "lock: take the lock from etcd at host:port instead of the "
+             "gateway's lease service");
+  set.String("etcd_lock_prefix", &f.etcd_lock_prefix,
+             "lock: etcd key prefix (default fencegate/locks)");
   set.Bool("help", &f.help, "print this help");
 
   std::vector<std::string> args;
@@ -373,12 +401,13 @@ int Run(int argc, char** argv) {
     v1::WriteResponse response;
     grpc::Status status = stub->Write(&context, request, &response);
     if (!status.ok()) return ReportError(status);
-    std::string text = absl::StrCat("ok: ", Describe(response.fence()),
-                                    response.fence_advanced() ? " (advanced)"
-                                                              : "");
+    std::string text =
+        absl::StrCat("ok: ", Describe(response.fence()),
+                     response.fence_advanced() ? " (advanced)" : "");
     if (response.results_size() > 0 && response.results(0).has_file()) {
       const v1::FileResult& r = response.results(0).file();
-      absl::StrAppend(&text, " size=", r.size(), " written=", r.bytes_written());
+      absl::StrAppend(&text, " size=", r.size(),
+                      " written=", r.bytes_written());
     } else if (response.results_size() > 0 && response.results(0).has_sql()) {
       const v1::SqlResult& r = response.results(0).sql();
       absl::StrAppend(&text, " rows_affected=", r.rows_affected());

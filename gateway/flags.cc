@@ -11,26 +11,27 @@
 namespace fencegate {
 
 void FlagSet::String(std::string name, std::string* out, std::string help) {
-  flags_.push_back({std::move(name), std::move(help), false,
-                    [out](absl::string_view v) {
-                      *out = std::string(v);
-                      return absl::OkStatus();
-                    }});
+  flags_.push_back(
+      {std::move(name), std::move(help), false, [out](absl::string_view v) {
+         *out = std::string(v);
+         return absl::OkStatus();
+       }});
 }
 
 void FlagSet::Uint(std::string name, uint64_t* out, std::string help) {
   std::string flag = name;
-  flags_.push_back({std::move(name), std::move(help), false,
-                    [out, flag](absl::string_view v) {
-                      if (v.empty() || v.size() > 20 ||
-                          !std::all_of(v.begin(), v.end(), absl::ascii_isdigit) ||
-                          !absl::SimpleAtoi(v, out)) {
-                        return absl::InvalidArgumentError(absl::StrCat(
-                            "--", flag, ": \"", v,
-                            "\" is not a number from 0 to 18446744073709551615"));
-                      }
-                      return absl::OkStatus();
-                    }});
+  flags_.push_back(
+      {std::move(name), std::move(help), false,
+       [out, flag](absl::string_view v) {
+         if (v.empty() || v.size() > 20 ||
+             !std::all_of(v.begin(), v.end(), absl::ascii_isdigit) ||
+             !absl::SimpleAtoi(v, out)) {
+           return absl::InvalidArgumentError(absl::StrCat(
+               "--", flag, ": \"", v,
+               "\" is not a number from 0 to 18446744073709551615"));
+         }
+         return absl::OkStatus();
+       }});
 }
 
 void FlagSet::Bool(std::string name, bool* out, std::string help) {
@@ -51,11 +52,11 @@ void FlagSet::Bool(std::string name, bool* out, std::string help) {
 
 void FlagSet::StringList(std::string name, std::vector<std::string>* out,
                          std::string help) {
-  flags_.push_back({std::move(name), std::move(help), false,
-                    [out](absl::string_view v) {
-                      out->emplace_back(v);
-                      return absl::OkStatus();
-                    }});
+  flags_.push_back(
+      {std::move(name), std::move(help), false, [out](absl::string_view v) {
+         out->emplace_back(v);
+         return absl::OkStatus();
+       }});
 }
 
 const FlagSet::Flag* FlagSet::Find(absl::string_view name) const {

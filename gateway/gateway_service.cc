@@ -4,8 +4,8 @@
 
 #include <string>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "fencing/limits.h"
 #include "fencing/stale_token.h"
@@ -46,7 +46,8 @@ void LogOutcome(absl::string_view tag, absl::string_view domain, uint64_t token,
                 const absl::StatusOr<FenceDecision>& decision,
                 bool log_accepted) {
   if (!decision.ok()) {
-    if (std::optional<StaleTokenInfo> stale = GetStaleToken(decision.status())) {
+    if (std::optional<StaleTokenInfo> stale =
+            GetStaleToken(decision.status())) {
       Log(LogSeverity::kWarning,
           absl::StrFormat("%s rejected stale token domain=\"%s\" token=%d "
                           "highest=%d",
@@ -89,8 +90,9 @@ grpc::ServerUnaryReactor* GatewayService::Write(
   if (!resolved.ok()) return FinishNow(context, resolved.status());
   std::string domain =
       request->domain().empty() ? request->resource() : request->domain();
-  if (absl::Status s = ValidateDomain(
-          domain, request->domain().empty() ? "resource (as domain)" : "domain");
+  if (absl::Status s = ValidateDomain(domain, request->domain().empty()
+                                                  ? "resource (as domain)"
+                                                  : "domain");
       !s.ok()) {
     return FinishNow(context, s);
   }

@@ -28,8 +28,8 @@ struct GatewayServiceOptions {
 // are not owned and must outlive the service.
 class GatewayService final : public v1::Gateway::CallbackService {
  public:
-  GatewayService(Fencer* fencer, const Router* router,
-                 DomainExecutor* executor, GatewayServiceOptions options);
+  GatewayService(Fencer* fencer, const Router* router, DomainExecutor* executor,
+                 GatewayServiceOptions options);
 
   grpc::ServerUnaryReactor* Write(grpc::CallbackServerContext* context,
                                   const v1::WriteRequest* request,

@@ -25,8 +25,9 @@ grpc::ServerUnaryReactor* LeaseService::Acquire(
   wait = std::max(absl::ZeroDuration(), std::min(wait, until_deadline));
   executor_->PostAny([this, context, reactor, request, response, wait]() {
     manager_->Acquire(
-        request->name(), request->owner(), absl::Milliseconds(request->ttl_ms()),
-        wait, [context] { return context->IsCancelled(); },
+        request->name(), request->owner(),
+        absl::Milliseconds(request->ttl_ms()), wait,
+        [context] { return context->IsCancelled(); },
         [reactor, request, response](absl::StatusOr<AcquireOutcome> outcome) {
           if (outcome.ok()) {
             const LeaseRecord& lease = outcome->lease;
@@ -34,8 +35,8 @@ grpc::ServerUnaryReactor* LeaseService::Acquire(
             if (outcome->acquired) {
               response->set_token(lease.token);
               response->set_lease_id(lease.lease_id);
-              response->set_ttl_ms(static_cast<uint32_t>(
-                  absl::ToInt64Milliseconds(lease.ttl)));
+              response->set_ttl_ms(
+                  static_cast<uint32_t>(absl::ToInt64Milliseconds(lease.ttl)));
               Log(LogSeverity::kInfo,
                   absl::StrFormat("lease granted name=\"%s\" owner=\"%s\" "
                                   "token=%d (fence raised)",

@@ -16,9 +16,10 @@ void Log(LogSeverity severity, absl::string_view message) {
   const char* level = severity == LogSeverity::kInfo      ? "I"
                       : severity == LogSeverity::kWarning ? "W"
                                                           : "E";
-  std::string line = absl::StrCat(
-      absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone()),
-      " ", level, " ", message, "\n");
+  std::string line =
+      absl::StrCat(absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(),
+                                    absl::UTCTimeZone()),
+                   " ", level, " ", message, "\n");
   size_t done = 0;
   while (done < line.size()) {
     ssize_t n = ::write(STDERR_FILENO, line.data() + done, line.size() - done);

@@ -42,12 +42,20 @@ struct Flags {
   uint64_t shutdown_grace_seconds = 0;
   std::string port_file;
   bool log_writes = false;
+  std::string etcd_endpoint;
+  std::string etcd_lock_prefix;
   bool help = false;
 };
 
 absl::Status ApplyFlags(const Flags& flags, v1::GatewayConfig* config) {
   if (!flags.listen.empty()) config->set_listen_address(flags.listen);
   if (!flags.data_dir.empty()) config->set_data_dir(flags.data_dir);
+  if (!flags.etcd_endpoint.empty()) {
+    config->mutable_etcd()->set_endpoint(flags.etcd_endpoint);
+  }
+  if (!flags.etcd_lock_prefix.empty()) {
+    config->mutable_etcd()->set_lock_prefix(flags.etcd_lock_prefix);
+  }
   if (!flags.routes.empty()) {
     config->clear_routes();
     for (const std::string& r : flags.routes) {
@@ -64,11 +72,13 @@ absl::Status ApplyFlags(const Flags& flags, v1::GatewayConfig* config) {
   }
   auto u32 = [](uint64_t v, const char* name) -> absl::StatusOr<uint32_t> {
     if (v > UINT32_MAX) {
-      return absl::InvalidArgumentError(absl::StrCat("--", name, ": too large"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", name, ": too large"));
     }
     return static_cast<uint32_t>(v);
   };
-  absl::StatusOr<uint32_t> v = u32(flags.max_message_bytes, "max_message_bytes");
+  absl::StatusOr<uint32_t> v =
+      u32(flags.max_message_bytes, "max_message_bytes");
   if (!v.ok()) return v.status();
   if (*v) config->mutable_limits()->set_max_message_bytes(*v);
   if (v = u32(flags.max_ops_per_write, "max_ops_per_write"); !v.ok()) {
@@ -90,8 +100,9 @@ int Run(int argc, char** argv) {
   FlagSet set;
   set.String("config", &flags.config,
              "configuration file (fencegate.v1.GatewayConfig, text format)");
-  set.String("listen", &flags.listen,
-             "host:port to serve on; port 0 picks one (default 127.0.0.1:7070)");
+  set.String(
+      "listen", &flags.listen,
+      "host:port to serve on; port 0 picks one (default 127.0.0.1:7070)");
   set.String("data_dir", &flags.data_dir,
              "data directory (default ./fencegate-data)");
   set.StringList("route", &flags.routes,
@@ -109,6 +120,11 @@ int Run(int argc, char** argv) {
              "write the bound port to this file once serving");
   set.Bool("log_writes", &flags.log_writes,
            "log every accepted write, not only fence advances and errors");
+  set.String(
+      "etcd_endpoint", &flags.etcd_endpoint,
+      "etcd host:port whose locks raise fences on handover (default off)");
+  set.String("etcd_lock_prefix", &flags.etcd_lock_prefix,
+             "prefix of the etcd lock keys (default fencegate/locks)");
   set.Bool("help", &flags.help, "print this help");
 
   std::vector<std::string> positional;
@@ -164,11 +180,16 @@ int Run(int argc, char** argv) {
     std::cerr << "fencegate: " << server.status().message() << "\n";
     return absl::IsInvalidArgument(server.status()) ? 2 : 1;
   }
-  std::string host = options->listen_address.substr(
-      0, options->listen_address.rfind(':'));
+  std::string host =
+      options->listen_address.substr(0, options->listen_address.rfind(':'));
   Log(LogSeverity::kInfo,
       absl::StrCat("fencegate serving on ", host, ":", (*server)->port(),
                    " data_dir=", options->data_dir));
+  if (!options->etcd_endpoint.empty()) {
+    Log(LogSeverity::kInfo,
+        absl::StrCat("following etcd locks under ", options->etcd_lock_prefix,
+                     "/ at ", options->etcd_endpoint));
+  }
   for (const RouteSpec& route : options->routes) {
     Log(LogSeverity::kInfo,
         absl::StrCat("route ", route.name, "/ -> ", RedactUri(route.uri)));

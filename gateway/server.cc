@@ -2,15 +2,48 @@
 
 #include "gateway/server.h"
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "fencing/clock.h"
+#include "fencing/limits.h"
 #include "fencing/rocksdb_fence_store.h"
+#include "fencing/stale_token.h"
+#include "gateway/log.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 
 namespace fencegate {
+namespace {
+
+// A new etcd lock owner: raise its domain's fence to the key's revision.
+void RaiseFenceForEtcdOwner(Fencer* fencer, const std::string& domain,
+                            uint64_t token) {
+  if (!ValidateDomain(domain).ok()) {
+    Log(LogSeverity::kWarning,
+        absl::StrCat("etcd watcher: lock name is not a valid domain: ",
+                     absl::CHexEscape(domain)));
+    return;
+  }
+  absl::StatusOr<FenceDecision> d = fencer->Fence(domain, token);
+  if (d.ok()) {
+    if (d->advanced) {
+      Log(LogSeverity::kInfo,
+          absl::StrFormat("etcd lock handover: fence of \"%s\" raised to %d",
+                          absl::CHexEscape(domain), token));
+    }
+  } else if (GetStaleToken(d.status()).has_value()) {
+    // The fence is already higher (another source raised it): nothing to do.
+  } else {
+    Log(LogSeverity::kError,
+        absl::StrCat("etcd watcher: raising fence of \"",
+                     absl::CHexEscape(domain), "\": ", d.status().ToString()));
+  }
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
     const GatewayOptions& options, const AdapterRegistry& registry) {
@@ -31,6 +64,24 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
       LeaseManager::Create(s->store_.get(), s->fencer_.get(), Clock::Real());
   if (!leases.ok()) return leases.status();
   s->leases_ = *std::move(leases);
+  if (!options.etcd_endpoint.empty()) {
+    client::EtcdFenceWatcherOptions watch;
+    watch.endpoint = options.etcd_endpoint;
+    watch.prefix = options.etcd_lock_prefix;
+    watch.on_error = [](const absl::Status& error) {
+      Log(LogSeverity::kWarning,
+          absl::StrCat("etcd watcher: ", error.ToString()));
+    };
+    Fencer* fencer = s->fencer_.get();
+    s->etcd_watcher_ = std::make_unique<client::EtcdFenceWatcher>(
+        std::move(watch), [fencer](const std::string& domain, uint64_t token) {
+          RaiseFenceForEtcdOwner(fencer, domain, token);
+        });
+    if (absl::Status st = s->etcd_watcher_->Start(); !st.ok()) {
+      return absl::Status(st.code(),
+                          absl::StrCat("etcd watcher: ", st.message()));
+    }
+  }
   s->executor_ = std::make_unique<DomainExecutor>(options.io_threads);
   s->service_ = std::make_unique<GatewayService>(
       s->fencer_.get(), s->router_.get(), s->executor_.get(),
@@ -48,9 +99,9 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
   builder.RegisterService(s->lease_service_.get());
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || s->port_ == 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot listen on ", options.listen_address,
-        " (address in use or invalid)"));
+    return absl::UnavailableError(absl::StrCat("cannot listen on ",
+                                               options.listen_address,
+                                               " (address in use or invalid)"));
   }
   grpc::HealthCheckServiceInterface* health =
       s->server_->GetHealthCheckService();
@@ -69,6 +120,7 @@ void GatewayServer::Shutdown(absl::Duration grace) {
   shut_down_ = true;
   if (server_ != nullptr) {
     server_->GetHealthCheckService()->SetServingStatus(false);
+    if (etcd_watcher_ != nullptr) etcd_watcher_->Stop();
     // Waiting Acquire calls end now rather than hold shutdown up.
     if (leases_ != nullptr) leases_->Shutdown();
     // Returns once every started RPC has finished: in-flight writes run to

@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "client/etcd/etcd_fence_watcher.h"
 #include "fencing/fence_store.h"
 #include "fencing/fencer.h"
 #include "fencing/lease_manager.h"
@@ -30,9 +31,10 @@ namespace fencegate {
 class GatewayServer {
  public:
   // Opens the fence store in <data_dir>/fence, builds the routes' adapters
-  // from `registry`, and starts serving. INVALID_ARGUMENT for a bad route or
-  // URI; UNAVAILABLE if the store is locked by another process or the
-  // address cannot be bound.
+  // from `registry`, starts the etcd watcher if configured, and starts
+  // serving. INVALID_ARGUMENT for a bad route or URI; UNAVAILABLE if the
+  // store is locked by another process, etcd cannot be read, or the address
+  // cannot be bound.
   static absl::StatusOr<std::unique_ptr<GatewayServer>> Start(
       const GatewayOptions& options, const AdapterRegistry& registry);
 
@@ -54,6 +56,7 @@ class GatewayServer {
   std::unique_ptr<RocksDbStore> store_;
   std::unique_ptr<Fencer> fencer_;
   std::unique_ptr<LeaseManager> leases_;
+  std::unique_ptr<client::EtcdFenceWatcher> etcd_watcher_;
   std::unique_ptr<Router> router_;
   std::unique_ptr<DomainExecutor> executor_;
   std::unique_ptr<GatewayService> service_;

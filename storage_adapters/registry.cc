@@ -25,10 +25,9 @@ absl::StatusOr<std::unique_ptr<StorageAdapter>> AdapterRegistry::Create(
   if (!uri.ok()) return uri.status();
   auto it = factories_.find(uri->scheme);
   if (it == factories_.end()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("adapter URI \"", uri->redacted, "\": unknown scheme \"",
-                     uri->scheme, "\" (known: ", absl::StrJoin(Schemes(), ", "),
-                     ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "adapter URI \"", uri->redacted, "\": unknown scheme \"", uri->scheme,
+        "\" (known: ", absl::StrJoin(Schemes(), ", "), ")"));
   }
   return it->second(*uri);
 }

@@ -28,8 +28,7 @@ absl::StatusOr<std::unique_ptr<Router>> Router::Create(
   }
   std::unique_ptr<Router> router(new Router());
   for (const RouteSpec& spec : routes) {
-    if (!IsValidRouteName(spec.name) || spec.name == "." ||
-        spec.name == "..") {
+    if (!IsValidRouteName(spec.name) || spec.name == "." || spec.name == "..") {
       return absl::InvalidArgumentError(absl::StrCat(
           "route \"", spec.name,
           "\": a name is 1-64 of letters, digits, '_', '-' and '.'"));
@@ -42,8 +41,8 @@ absl::StatusOr<std::unique_ptr<Router>> Router::Create(
         registry.Create(spec.uri);
     if (!adapter.ok()) {
       return absl::Status(adapter.status().code(),
-                          absl::StrCat("route \"", spec.name, "\": ",
-                                       adapter.status().message()));
+                          absl::StrCat("route \"", spec.name,
+                                       "\": ", adapter.status().message()));
     }
     router->routes_.emplace(spec.name, *std::move(adapter));
   }
@@ -54,9 +53,10 @@ absl::StatusOr<ResolvedResource> Router::Resolve(
     absl::string_view resource) const {
   size_t slash = resource.find('/');
   if (resource.empty() || slash == absl::string_view::npos || slash == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "resource: \"", resource, "\" must be \"<route>/<path>\", e.g. "
-        "\"files/reports/daily.csv\""));
+    return absl::InvalidArgumentError(
+        absl::StrCat("resource: \"", resource,
+                     "\" must be \"<route>/<path>\", e.g. "
+                     "\"files/reports/daily.csv\""));
   }
   absl::string_view route = resource.substr(0, slash);
   auto it = routes_.find(route);

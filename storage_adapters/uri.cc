@@ -29,8 +29,9 @@ absl::StatusOr<Uri> ParseUri(absl::string_view text) {
   uri.redacted = RedactUri(text);
   size_t sep = text.find("://");
   if (sep == absl::string_view::npos || sep == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "adapter URI \"", uri.redacted, "\": expected scheme://..., e.g. file:///path"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("adapter URI \"", uri.redacted,
+                     "\": expected scheme://..., e.g. file:///path"));
   }
   for (char c : text.substr(0, sep)) {
     if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '+' &&
@@ -48,7 +49,8 @@ absl::StatusOr<Uri> ParseUri(absl::string_view text) {
   }
   size_t slash = rest.find('/');
   uri.authority = std::string(rest.substr(0, slash));
-  if (slash != absl::string_view::npos) uri.path = std::string(rest.substr(slash));
+  if (slash != absl::string_view::npos)
+    uri.path = std::string(rest.substr(slash));
   return uri;
 }
 

@@ -163,12 +163,11 @@ TEST_F(FencerTest, InFlightOlderWriteIsRejectedAfterNewerToken) {
   ASSERT_OK(Write("jobs", 1).status());
   thread_local bool is_old_holder = false;
   absl::Notification old_in_flight, new_done;
-  SyncPoint::Get()->SetCallback("Fencer::Execute:BeforeDomainLock",
-                                [&](void*) {
-                                  if (!is_old_holder) return;
-                                  old_in_flight.Notify();
-                                  new_done.WaitForNotification();
-                                });
+  SyncPoint::Get()->SetCallback("Fencer::Execute:BeforeDomainLock", [&](void*) {
+    if (!is_old_holder) return;
+    old_in_flight.Notify();
+    new_done.WaitForNotification();
+  });
   absl::Status old_status;
   std::thread old_holder([&] {
     is_old_holder = true;
@@ -215,7 +214,8 @@ TEST_F(FencerTest, FailedApplyKeepsAdvanceAndAllowsRetry) {
   EXPECT_THAT(failed, StatusIs(absl::StatusCode::kUnavailable));
   ASSERT_OK_AND_ASSIGN(state, fencer_->Get("jobs"));
   EXPECT_EQ(state.highest_token, 9u);
-  EXPECT_THAT(Write("jobs", 8), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(Write("jobs", 8),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
   ASSERT_OK(Write("jobs", 9).status());
   EXPECT_THAT(Applied(), ElementsAre(1, 9));
 }
@@ -229,7 +229,8 @@ TEST_F(FencerTest, FencesSurviveReopen) {
   ASSERT_OK_AND_ASSIGN(jobs, fencer_->Get("jobs"));
   EXPECT_EQ(jobs.highest_token, 12u);
   EXPECT_NE(jobs.advanced_at, absl::InfinitePast());
-  EXPECT_THAT(Write("jobs", 11), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(Write("jobs", 11),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
   ASSERT_OK_AND_ASSIGN(billing, fencer_->Get("billing"));
   EXPECT_EQ(billing.highest_token, 3u);
 }

@@ -118,9 +118,9 @@ TEST_F(FileAdapterTest, OperationsApplyInOrderWithResults) {
 }
 
 TEST_F(FileAdapterTest, LexicalTraversalIsRefused) {
-  for (const char* bad :
-       {"", "/etc/passwd", "../outside/secret", "a/../../outside/secret",
-        "a/./b", "a//b", "a/", ".", "..", ".fencegate-tmp-x", "a/.fencegate-tmp-y"}) {
+  for (const char* bad : {"", "/etc/passwd", "../outside/secret",
+                          "a/../../outside/secret", "a/./b", "a//b", "a/", ".",
+                          "..", ".fencegate-tmp-x", "a/.fencegate-tmp-y"}) {
     EXPECT_THAT(Put(bad, "x"), StatusIs(absl::StatusCode::kInvalidArgument))
         << bad;
   }

@@ -48,8 +48,7 @@ absl::StatusOr<std::unique_ptr<GatewayProcess>> GatewayProcess::Start(
   std::string port_file = absl::StrCat(data_dir, ".port");
   ::unlink(port_file.c_str());
   process->log_path_ = absl::StrCat(data_dir, ".log");
-  std::vector<std::string> argv = {FENCEGATE_BIN,
-                                   "--listen=127.0.0.1:0",
+  std::vector<std::string> argv = {FENCEGATE_BIN, "--listen=127.0.0.1:0",
                                    absl::StrCat("--data_dir=", data_dir),
                                    absl::StrCat("--port_file=", port_file)};
   argv.insert(argv.end(), args.begin(), args.end());
@@ -73,14 +72,14 @@ absl::StatusOr<std::unique_ptr<GatewayProcess>> GatewayProcess::Start(
       return true;
     }
     absl::StatusOr<std::string> text = ReadFile(port_file);
-    return text.ok() && absl::SimpleAtoi(absl::StripAsciiWhitespace(*text),
-                                         &process->port_);
+    return text.ok() &&
+           absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &process->port_);
   });
   if (exited || !ready) {
     if (exited) process->pid_ = -1;
     absl::StatusOr<std::string> log = ReadFile(process->log_path_);
-    return absl::UnavailableError(absl::StrCat(
-        "fencegate did not start: ", log.ok() ? *log : "(no log)"));
+    return absl::UnavailableError(absl::StrCat("fencegate did not start: ",
+                                               log.ok() ? *log : "(no log)"));
   }
   return process;
 }
@@ -113,7 +112,8 @@ int RunCommand(const std::vector<std::string>& argv, std::string* out,
     ::close(out_pipe[0]);
     ::close(err_pipe[0]);
     std::vector<char*> c_argv;
-    for (const std::string& a : argv) c_argv.push_back(const_cast<char*>(a.c_str()));
+    for (const std::string& a : argv)
+      c_argv.push_back(const_cast<char*>(a.c_str()));
     c_argv.push_back(nullptr);
     ::execv(c_argv[0], c_argv.data());
     ::_exit(127);

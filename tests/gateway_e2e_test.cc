@@ -123,8 +123,9 @@ TEST_F(GatewayE2eTest, StaleWriteIsRejectedAndFileUntouched) {
   // The rejection is in the log with domain, token and highest token.
   ASSERT_TRUE(::fencegate::testing::WaitFor([&] {
     auto log = ReadFile(gateway_->log_path());
-    return log.ok() && log->find("rejected stale token domain=\"jobs\" "
-                                 "token=4 highest=5") != std::string::npos;
+    return log.ok() && log->find(
+                           "rejected stale token domain=\"jobs\" "
+                           "token=4 highest=5") != std::string::npos;
   }));
 }
 
@@ -260,8 +261,8 @@ TEST_F(GatewayE2eTest, HealthAndReflectionAnswer) {
   for (const auto& s : response.list_services_response().service()) {
     names.push_back(s.name());
   }
-  EXPECT_THAT(names, ::testing::IsSupersetOf({"fencegate.v1.Gateway",
-                                              "grpc.health.v1.Health"}));
+  EXPECT_THAT(names, ::testing::IsSupersetOf(
+                         {"fencegate.v1.Gateway", "grpc.health.v1.Health"}));
   EXPECT_TRUE(stream->Finish().ok());
 }
 
@@ -275,8 +276,7 @@ TEST_F(GatewayE2eTest, FencectlExitCodes) {
   const std::string addr = "--addr=" + gateway_->address();
   std::string out, err;
   EXPECT_EQ(RunCommand({FENCECTL_BIN, addr, "write", "--domain=jobs",
-                        "--token=5", "--resource=files/cli.txt",
-                        "--put=hello"},
+                        "--token=5", "--resource=files/cli.txt", "--put=hello"},
                        &out, &err),
             0)
       << err;
@@ -290,14 +290,14 @@ TEST_F(GatewayE2eTest, FencectlExitCodes) {
   EXPECT_THAT(err, HasSubstr("highest token is 5"));
   EXPECT_EQ(*ReadFile(FilePath("cli.txt")), "hello");
 
-  EXPECT_EQ(RunCommand({FENCECTL_BIN, addr, "fence", "--domain=jobs",
-                        "--token=9"},
-                       &out),
-            0);
+  EXPECT_EQ(
+      RunCommand({FENCECTL_BIN, addr, "fence", "--domain=jobs", "--token=9"},
+                 &out),
+      0);
   out.clear();
-  EXPECT_EQ(RunCommand({FENCECTL_BIN, addr, "--json", "get", "--domain=jobs"},
-                       &out),
-            0);
+  EXPECT_EQ(
+      RunCommand({FENCECTL_BIN, addr, "--json", "get", "--domain=jobs"}, &out),
+      0);
   EXPECT_THAT(out, HasSubstr("\"highest_token\":\"9\""));
   EXPECT_EQ(RunCommand({FENCECTL_BIN, addr, "write", "--domain=jobs",
                         "--token=9", "--resource=nope/x", "--put=x"},
@@ -313,15 +313,15 @@ TEST_F(GatewayE2eTest, FencectlExitCodes) {
             2);
   for (const char* token : {"--token=0", "--token=+5", "--token= 5",
                             "--token=18446744073709551616"}) {
-    EXPECT_EQ(RunCommand({FENCECTL_BIN, addr, "fence", "--domain=jobs", token},
-                         &out),
-              2)
+    EXPECT_EQ(
+        RunCommand({FENCECTL_BIN, addr, "fence", "--domain=jobs", token}, &out),
+        2)
         << token;
   }
-  EXPECT_EQ(RunCommand({FENCECTL_BIN, addr, "--timeout=0", "get",
-                        "--domain=jobs"},
-                       &out),
-            2);
+  EXPECT_EQ(
+      RunCommand({FENCECTL_BIN, addr, "--timeout=0", "get", "--domain=jobs"},
+                 &out),
+      2);
   EXPECT_EQ(RunCommand({FENCECTL_BIN, "--addr=127.0.0.1:1", "--timeout=2",
                         "get", "--domain=jobs"},
                        &out),

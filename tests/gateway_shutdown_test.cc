@@ -51,9 +51,8 @@ TEST(GatewayShutdownTest, InFlightWriteFinishesAndNewOnesAreRefused) {
                     {"files", "file://" + dir.path() + "/files"}};
   options.io_threads = 4;
   ASSERT_OK_AND_ASSIGN(server, GatewayServer::Start(options, registry));
-  auto channel =
-      grpc::CreateChannel(absl::StrCat("127.0.0.1:", server->port()),
-                          grpc::InsecureChannelCredentials());
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server->port()),
+                                     grpc::InsecureChannelCredentials());
   auto stub = v1::Gateway::NewStub(channel);
 
   v1::WriteRequest request;
@@ -73,9 +72,9 @@ TEST(GatewayShutdownTest, InFlightWriteFinishesAndNewOnesAreRefused) {
   // Once shutdown has begun, a new write is refused and applies nothing.
   grpc::Status refused;
   ASSERT_TRUE(testing::WaitFor([&] {
-    auto fresh = v1::Gateway::NewStub(grpc::CreateChannel(
-        absl::StrCat("127.0.0.1:", server->port()),
-        grpc::InsecureChannelCredentials()));
+    auto fresh = v1::Gateway::NewStub(
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", server->port()),
+                            grpc::InsecureChannelCredentials()));
     v1::WriteRequest late = request;
     late.set_resource("files/late");
     v1::WriteResponse response;

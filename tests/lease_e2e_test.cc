@@ -127,8 +127,8 @@ TEST_F(LeaseE2eTest, LossOfKeepAliveIsReportedToTheWorker) {
   client::LockOptions options;
   options.ttl = absl::Milliseconds(600);
   std::atomic<int> lost_calls{0};
-  ASSERT_OK_AND_ASSIGN(lock, source.Acquire("jobs", options,
-                                            [&] { ++lost_calls; }));
+  ASSERT_OK_AND_ASSIGN(lock,
+                       source.Acquire("jobs", options, [&] { ++lost_calls; }));
   EXPECT_FALSE(lock->lost());
   // The gateway dies: renewals fail until the ttl since the last one runs
   // out, and the worker is told.
@@ -141,7 +141,8 @@ TEST_F(LeaseE2eTest, ExpiredLeaseIsLostForTheHolder) {
   v1::AcquireResponse a = Acquire("jobs", 150);
   ASSERT_TRUE(a.acquired());
   // Poll with try-acquires (a KeepAlive would renew the lease).
-  ASSERT_TRUE(testing::WaitFor([&] { return Acquire("jobs", 60000).acquired(); }));
+  ASSERT_TRUE(
+      testing::WaitFor([&] { return Acquire("jobs", 60000).acquired(); }));
   v1::KeepAliveRequest request;
   request.set_name("jobs");
   request.set_lease_id(a.lease_id());
@@ -176,7 +177,8 @@ TEST_F(LeaseE2eTest, RunExclusiveHandsTheTokenAndReleases) {
       source, "jobs", {}, [&](const client::LockContext& lock) {
         seen = lock.token;
         grpc::Status s = Write(lock.token, "exclusive");
-        return s.ok() ? absl::OkStatus() : absl::InternalError(s.error_message());
+        return s.ok() ? absl::OkStatus()
+                      : absl::InternalError(s.error_message());
       }));
   EXPECT_GT(seen, 0u);
   EXPECT_EQ(Report(), "exclusive");
@@ -201,9 +203,9 @@ TEST_F(LeaseE2eTest, FencectlLockRunsTheCommandWithTheToken) {
   std::thread first([&] {
     first_rc = testing::RunCommand(
         {FENCECTL_BIN, addr, "lock", "jobs", "--", "/bin/sh", "-c",
-         absl::StrCat("echo $FENCEGATE_TOKEN > ", token_file,
-                      ".tmp && mv ", token_file, ".tmp ", token_file,
-                      " && cat ", fifo, " > /dev/null && ", FENCECTL_BIN,
+         absl::StrCat("echo $FENCEGATE_TOKEN > ", token_file, ".tmp && mv ",
+                      token_file, ".tmp ", token_file, " && cat ", fifo,
+                      " > /dev/null && ", FENCECTL_BIN,
                       " write --domain \"$FENCEGATE_DOMAIN\" --token "
                       "\"$FENCEGATE_TOKEN\" --resource files/report.txt "
                       "--put from-lock")},
@@ -211,8 +213,8 @@ TEST_F(LeaseE2eTest, FencectlLockRunsTheCommandWithTheToken) {
   });
   ASSERT_TRUE(testing::WaitFor([&] { return ReadFile(token_file).ok(); }));
   uint64_t token = 0;
-  ASSERT_TRUE(absl::SimpleAtoi(absl::StripAsciiWhitespace(*ReadFile(token_file)),
-                               &token));
+  ASSERT_TRUE(absl::SimpleAtoi(
+      absl::StripAsciiWhitespace(*ReadFile(token_file)), &token));
   EXPECT_EQ(Fence("jobs"), token);
   // While it is held, a second fencectl lock that will not wait fails with 6.
   EXPECT_EQ(testing::RunCommand({FENCECTL_BIN, addr, "--wait-ms=0", "lock",

@@ -83,7 +83,8 @@ TEST_F(LeaseManagerTest, TokensStartAboveTheDomainsFence) {
   ASSERT_OK(fencer_->Fence("jobs", 100).status());
   ASSERT_OK_AND_ASSIGN(grant, Acquire("jobs"));
   EXPECT_EQ(grant.lease.token, 101u);
-  ASSERT_OK(fencer_->Fence("max", std::numeric_limits<uint64_t>::max()).status());
+  ASSERT_OK(
+      fencer_->Fence("max", std::numeric_limits<uint64_t>::max()).status());
   EXPECT_THAT(Acquire("max"), StatusIs(absl::StatusCode::kOutOfRange));
 }
 
@@ -118,12 +119,12 @@ TEST_F(LeaseManagerTest, CancelledWaiterIsSkipped) {
   ASSERT_OK_AND_ASSIGN(held, Acquire("jobs"));
   absl::Notification finished;
   absl::Status waiter_status;
-  manager_->Acquire("jobs", "gone", absl::Seconds(60), absl::Seconds(60),
-                    [] { return true; },
-                    [&](absl::StatusOr<AcquireOutcome> outcome) {
-                      waiter_status = outcome.status();
-                      finished.Notify();
-                    });
+  manager_->Acquire(
+      "jobs", "gone", absl::Seconds(60), absl::Seconds(60), [] { return true; },
+      [&](absl::StatusOr<AcquireOutcome> outcome) {
+        waiter_status = outcome.status();
+        finished.Notify();
+      });
   ASSERT_OK(manager_->Release("jobs", held.lease.lease_id));
   finished.WaitForNotification();
   EXPECT_THAT(waiter_status, StatusIs(absl::StatusCode::kCancelled));

@@ -69,8 +69,9 @@ class PostgresAdapterTest : public ::testing::Test {
       // Already running: Restart() only starts a stopped server.
     }
     Exec("DROP TABLE IF EXISTS jobs, fencegate_fences, other_fences");
-    Exec("CREATE TABLE jobs (id bigint PRIMARY KEY, owner text, "
-         "amount double precision, done boolean, payload bytea)");
+    Exec(
+        "CREATE TABLE jobs (id bigint PRIMARY KEY, owner text, "
+        "amount double precision, done boolean, payload bytea)");
     adapter_ = MakeAdapter("");
   }
 
@@ -93,11 +94,12 @@ class PostgresAdapterTest : public ::testing::Test {
     return Exec("SELECT count(*) FROM jobs WHERE " + where)[0][0].as<int64_t>();
   }
   static int64_t StoredFence(const std::string& domain) {
-    if (Exec("SELECT to_regclass('fencegate_fences') IS NULL")[0][0].as<bool>()) {
+    if (Exec("SELECT to_regclass('fencegate_fences') IS NULL")[0][0]
+            .as<bool>()) {
       return 0;  // Not even created: nothing was fenced.
     }
-    pqxx::result r = Exec("SELECT token FROM fencegate_fences WHERE domain = '" +
-                          domain + "'");
+    pqxx::result r = Exec(
+        "SELECT token FROM fencegate_fences WHERE domain = '" + domain + "'");
     return r.empty() ? 0 : r[0][0].as<int64_t>();
   }
 
@@ -145,8 +147,8 @@ TEST_F(PostgresAdapterTest, AcceptedWriteLandsWithRowCountsAndReturning) {
 TEST_F(PostgresAdapterTest, StaleWriteLeavesTableUntouched) {
   ASSERT_OK(Apply("billing", 10,
                   {Sql("INSERT INTO jobs (id, owner) VALUES (1, 'new')")}));
-  absl::Status stale = Apply(
-      "billing", 9, {Sql("UPDATE jobs SET owner = 'late' WHERE id = 1")});
+  absl::Status stale =
+      Apply("billing", 9, {Sql("UPDATE jobs SET owner = 'late' WHERE id = 1")});
   EXPECT_THAT(stale, StatusIs(absl::StatusCode::kFailedPrecondition));
   std::optional<StaleTokenInfo> info = GetStaleToken(stale);
   ASSERT_TRUE(info.has_value()) << stale;
@@ -183,7 +185,8 @@ TEST_F(PostgresAdapterTest, EveryStatementRollsBackWhenOneFails) {
   EXPECT_EQ(Count("owner IS NULL"), 1);
   EXPECT_EQ(StoredFence("d"), 1);  // The fence row rolled back too.
 
-  absl::Status syntax = Apply("d", 2, {Sql("INSERT INTO nosuchtable VALUES (1)")});
+  absl::Status syntax =
+      Apply("d", 2, {Sql("INSERT INTO nosuchtable VALUES (1)")});
   EXPECT_THAT(syntax, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(syntax.message(), HasSubstr("42P01"));
 }
@@ -268,16 +271,16 @@ TEST_F(PostgresAdapterTest, StatementTimeoutIsDeadlineExceeded) {
 
 TEST_F(PostgresAdapterTest, CustomFenceTableAndBadUris) {
   auto custom = MakeAdapter("fence_table=other_fences");
-  ASSERT_OK(Apply(custom.get(), "d", 4, {Sql("INSERT INTO jobs (id) VALUES (1)")}));
+  ASSERT_OK(
+      Apply(custom.get(), "d", 4, {Sql("INSERT INTO jobs (id) VALUES (1)")}));
   EXPECT_EQ(Exec("SELECT token FROM other_fences WHERE domain = 'd'")[0][0]
                 .as<int64_t>(),
             4);
   AdapterRegistry registry;
   ASSERT_OK(RegisterBuiltinAdapters(&registry));
-  for (const char* bad :
-       {"postgres:///db", "postgres://u@h/db?pool_size=0",
-        "postgres://u@h/db?fence_table=Robert');--",
-        "postgres://u@h/db?statement_timeout_ms=abc"}) {
+  for (const char* bad : {"postgres:///db", "postgres://u@h/db?pool_size=0",
+                          "postgres://u@h/db?fence_table=Robert');--",
+                          "postgres://u@h/db?statement_timeout_ms=abc"}) {
     EXPECT_THAT(registry.Create(bad),
                 StatusIs(absl::StatusCode::kInvalidArgument))
         << bad;
@@ -347,8 +350,8 @@ TEST_F(PostgresAdapterTest, TwoGatewaysOneDatabase) {
 // The worked example of docs/postgres.md, with fencectl.
 TEST_F(PostgresAdapterTest, FencectlRunsSqlWithParameters) {
   testing::TempDir dir;
-  auto gateway =
-      GatewayProcess::Start(dir.path() + "/g", {"--route=db=" + server_->Uri()});
+  auto gateway = GatewayProcess::Start(dir.path() + "/g",
+                                       {"--route=db=" + server_->Uri()});
   ASSERT_TRUE(gateway.ok()) << gateway.status();
   const std::string addr = "--addr=" + (*gateway)->address();
   auto run = [&](uint64_t token, const std::string& sql,
@@ -364,17 +367,17 @@ TEST_F(PostgresAdapterTest, FencectlRunsSqlWithParameters) {
     return testing::RunCommand(argv, out);
   };
   std::string out;
-  EXPECT_EQ(run(5,
-                "INSERT INTO jobs (id, owner, amount, done) "
-                "VALUES ($1, $2, $3, $4) RETURNING id, owner",
-                {"int64:1", "text:worker-a", "float64:12.5", "bool:false"},
-                &out),
-            0);
+  EXPECT_EQ(
+      run(5,
+          "INSERT INTO jobs (id, owner, amount, done) "
+          "VALUES ($1, $2, $3, $4) RETURNING id, owner",
+          {"int64:1", "text:worker-a", "float64:12.5", "bool:false"}, &out),
+      0);
   EXPECT_THAT(out, HasSubstr("rows_affected=1"));
   EXPECT_THAT(out, HasSubstr("1\tworker-a"));
-  EXPECT_EQ(run(4, "UPDATE jobs SET done = true WHERE id = $1", {"int64:1"},
-                &out),
-            3);
+  EXPECT_EQ(
+      run(4, "UPDATE jobs SET done = true WHERE id = $1", {"int64:1"}, &out),
+      3);
   EXPECT_EQ(run(5, "INSERT INTO jobs (id) VALUES ($1)", {"int64:1"}, &out), 4);
   EXPECT_EQ(run(5, "SELECT 1", {"int128:1"}, &out), 2);
   EXPECT_EQ(Count("done = false AND owner = 'worker-a'"), 1);

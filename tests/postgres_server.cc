@@ -49,10 +49,10 @@ int FreePort() {
 // Runs a shell command, as the postgres user when we are root; returns its
 // exit code and output.
 int Shell(const std::string& command, std::string* output) {
-  std::string full = ::geteuid() == 0
-                         ? absl::StrCat("runuser -u postgres -- sh -c '",
-                                        command, "' 2>&1")
-                         : absl::StrCat("sh -c '", command, "' 2>&1");
+  std::string full =
+      ::geteuid() == 0
+          ? absl::StrCat("runuser -u postgres -- sh -c '", command, "' 2>&1")
+          : absl::StrCat("sh -c '", command, "' 2>&1");
   FILE* p = ::popen(full.c_str(), "r");
   if (p == nullptr) return -1;
   char buf[4096];
@@ -98,12 +98,12 @@ absl::Status PostgresServer::Ctl(const std::string& action) {
   std::string opts = absl::StrCat(
       "-p ", port_, " -k ", dir_,
       " -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200");
-  int rc = Shell(absl::StrCat(bin_, "/pg_ctl -D ", dir_, "/data -l ", dir_,
-                              "/log -w -t 60 ",
-                              action == "start"
-                                  ? absl::StrCat("-o \"", opts, "\" start")
+  int rc =
+      Shell(absl::StrCat(
+                bin_, "/pg_ctl -D ", dir_, "/data -l ", dir_, "/log -w -t 60 ",
+                action == "start" ? absl::StrCat("-o \"", opts, "\" start")
                                   : "-m fast stop"),
-                 &out);
+            &out);
   if (rc != 0) {
     std::string log;
     Shell(absl::StrCat("tail -n 20 ", dir_, "/log"), &log);

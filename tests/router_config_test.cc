@@ -24,8 +24,8 @@ class RouterTest : public ::testing::Test {
 };
 
 TEST_F(RouterTest, ResolvesByFirstSegment) {
-  ASSERT_OK_AND_ASSIGN(
-      router, Router::Create(registry_, {{"files", Uri("a")}, {"b", Uri("b")}}));
+  ASSERT_OK_AND_ASSIGN(router, Router::Create(registry_, {{"files", Uri("a")},
+                                                          {"b", Uri("b")}}));
   ASSERT_OK_AND_ASSIGN(r, router->Resolve("files/reports/daily.csv"));
   EXPECT_EQ(r.route, "files");
   EXPECT_EQ(r.path, "reports/daily.csv");
@@ -34,11 +34,13 @@ TEST_F(RouterTest, ResolvesByFirstSegment) {
 }
 
 TEST_F(RouterTest, UnknownOrMalformedResourceIsInvalid) {
-  ASSERT_OK_AND_ASSIGN(router, Router::Create(registry_, {{"files", Uri("a")}}));
+  ASSERT_OK_AND_ASSIGN(router,
+                       Router::Create(registry_, {{"files", Uri("a")}}));
   absl::StatusOr<ResolvedResource> unknown = router->Resolve("nope/x");
   EXPECT_THAT(unknown, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(unknown.status().message(), HasSubstr("unknown route \"nope\""));
-  EXPECT_THAT(router->Resolve(""), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(router->Resolve(""),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(router->Resolve("files"),
               StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(router->Resolve("/files/x"),

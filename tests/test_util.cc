@@ -24,7 +24,8 @@ TempDir::TempDir() {
 
 TempDir::~TempDir() {
   std::error_code ec;
-  if (!std::getenv("FENCEGATE_KEEP_TEST_DIRS")) std::filesystem::remove_all(path_, ec);
+  if (!std::getenv("FENCEGATE_KEEP_TEST_DIRS"))
+    std::filesystem::remove_all(path_, ec);
 }
 
 }  // namespace fencegate::testing

@@ -20,19 +20,19 @@
 #include "gtest/gtest.h"
 #include "tests/fixtures.h"
 
-#define ASSERT_OK(expr)                                  \
-  do {                                                   \
-    const absl::Status fg_status_ = (expr);              \
-    ASSERT_TRUE(fg_status_.ok()) << fg_status_;          \
+#define ASSERT_OK(expr)                         \
+  do {                                          \
+    const absl::Status fg_status_ = (expr);     \
+    ASSERT_TRUE(fg_status_.ok()) << fg_status_; \
   } while (0)
-#define EXPECT_OK(expr)                                  \
-  do {                                                   \
-    const absl::Status fg_status_ = (expr);              \
-    EXPECT_TRUE(fg_status_.ok()) << fg_status_;          \
+#define EXPECT_OK(expr)                         \
+  do {                                          \
+    const absl::Status fg_status_ = (expr);     \
+    EXPECT_TRUE(fg_status_.ok()) << fg_status_; \
   } while (0)
-#define ASSERT_OK_AND_ASSIGN(lhs, expr)                        \
-  auto lhs##_or = (expr);                                      \
-  ASSERT_TRUE(lhs##_or.ok()) << lhs##_or.status();             \
+#define ASSERT_OK_AND_ASSIGN(lhs, expr)            \
+  auto lhs##_or = (expr);                          \
+  ASSERT_TRUE(lhs##_or.ok()) << lhs##_or.status(); \
   auto lhs = std::move(lhs##_or).value()
 
 namespace fencegate::testing {

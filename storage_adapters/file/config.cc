@@ -19,8 +19,9 @@ absl::StatusOr<std::unique_ptr<StorageAdapter>> CreateFileAdapter(
         "adapter URI \"", uri.redacted, "\": file URIs take no parameters"));
   }
   if (uri.path.empty() || uri.path[0] != '/') {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "adapter URI \"", uri.redacted, "\": the root must be an absolute path"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("adapter URI \"", uri.redacted,
+                     "\": the root must be an absolute path"));
   }
   absl::StatusOr<std::unique_ptr<FileAdapter>> adapter =
       FileAdapter::Open(uri.path);

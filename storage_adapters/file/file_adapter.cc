@@ -58,7 +58,8 @@ class Fd {
   int fd_ = -1;
 };
 
-absl::Status ErrnoStatus(int err, absl::string_view what, absl::string_view path) {
+absl::Status ErrnoStatus(int err, absl::string_view what,
+                         absl::string_view path) {
   std::string msg =
       absl::StrCat("file adapter: ", what, " \"", path, "\": ", strerror(err));
   switch (err) {
@@ -69,9 +70,9 @@ absl::Status ErrnoStatus(int err, absl::string_view what, absl::string_view path
           "file adapter: \"", path,
           "\" resolves outside the route's root (symlink escape)"));
     case ELOOP:
-      return absl::PermissionDeniedError(absl::StrCat(
-          "file adapter: \"", path,
-          "\": too many symlinks, or a /proc magic link"));
+      return absl::PermissionDeniedError(
+          absl::StrCat("file adapter: \"", path,
+                       "\": too many symlinks, or a /proc magic link"));
     case EACCES:
     case EPERM:
     case EROFS:
@@ -105,8 +106,8 @@ int OpenBeneath(int dirfd, const std::string& path, uint64_t flags,
   how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
   int fd;
   do {
-    fd = static_cast<int>(::syscall(SYS_openat2, dirfd, path.c_str(), &how,
-                                    sizeof(how)));
+    fd = static_cast<int>(
+        ::syscall(SYS_openat2, dirfd, path.c_str(), &how, sizeof(how)));
   } while (fd < 0 && errno == EAGAIN);
   return fd;
 }
@@ -154,9 +155,9 @@ absl::Status ValidateFilePath(absl::string_view path) {
         "resource: the file path after the route is empty");
   }
   if (path.size() > kMaxPathBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "resource: file path of ", path.size(), " bytes exceeds ",
-        kMaxPathBytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("resource: file path of ", path.size(), " bytes exceeds ",
+                     kMaxPathBytes));
   }
   if (path.find('\0') != absl::string_view::npos) {
     return absl::InvalidArgumentError("resource: file path contains NUL");
@@ -168,9 +169,9 @@ absl::Status ValidateFilePath(absl::string_view path) {
   std::vector<absl::string_view> segments = absl::StrSplit(path, '/');
   for (absl::string_view seg : segments) {
     if (seg.empty() || seg == "." || seg == "..") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "resource: file path \"", path,
-          "\" has an empty, \".\" or \"..\" segment"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("resource: file path \"", path,
+                       "\" has an empty, \".\" or \"..\" segment"));
     }
   }
   if (segments.back().substr(0, kFileTempPrefix.size()) == kFileTempPrefix) {
@@ -192,9 +193,9 @@ absl::StatusOr<std::unique_ptr<FileAdapter>> FileAdapter::Open(
     if (pos == root.size() || root[pos] == '/') {
       std::string prefix = root.substr(0, pos);
       if (::mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) {
-        return absl::UnavailableError(absl::StrCat(
-            "file adapter: cannot create root \"", prefix, "\": ",
-            strerror(errno)));
+        return absl::UnavailableError(
+            absl::StrCat("file adapter: cannot create root \"", prefix,
+                         "\": ", strerror(errno)));
       }
     }
   }
@@ -255,9 +256,9 @@ absl::Status FileAdapter::Apply(const WriteTarget& target,
         s = absl::InvalidArgumentError("no operation set");
     }
     if (!s.ok()) {
-      return absl::Status(
-          s.code(), absl::StrCat("ops[", i, "] (", i, " of ", ops.size(),
-                                 " operations applied): ", s.message()));
+      return absl::Status(s.code(),
+                          absl::StrCat("ops[", i, "] (", i, " of ", ops.size(),
+                                       " operations applied): ", s.message()));
     }
   }
   return absl::OkStatus();
@@ -274,7 +275,8 @@ static absl::StatusOr<Fd> OpenDir(int root_fd, const std::string& dir,
   }
   Fd fd(OpenBeneath(root_fd, dir, O_RDONLY | O_DIRECTORY));
   if (fd.valid()) return fd;
-  if (errno != ENOENT || !create) return ErrnoStatus(errno, "open directory", dir);
+  if (errno != ENOENT || !create)
+    return ErrnoStatus(errno, "open directory", dir);
   // Walk down, creating what is missing.
   Fd parent(::dup(root_fd));
   if (!parent.valid()) return ErrnoStatus(errno, "dup root for", dir);
@@ -282,9 +284,8 @@ static absl::StatusOr<Fd> OpenDir(int root_fd, const std::string& dir,
   while (true) {
     size_t next = dir.find('/', pos);
     std::string prefix = dir.substr(0, next);
-    std::string segment = dir.substr(pos, next == std::string::npos
-                                              ? std::string::npos
-                                              : next - pos);
+    std::string segment = dir.substr(
+        pos, next == std::string::npos ? std::string::npos : next - pos);
     Fd child(OpenBeneath(root_fd, prefix, O_RDONLY | O_DIRECTORY));
     if (!child.valid()) {
       if (errno != ENOENT) return ErrnoStatus(errno, "open directory", prefix);
@@ -311,8 +312,8 @@ absl::Status FileAdapter::Put(absl::string_view path, const std::string& data,
   absl::StatusOr<Fd> dir = OpenDir(root_fd_, sp.dir, /*create=*/true);
   if (!dir.ok()) return dir.status();
   struct stat st;
-  result->set_existed(::fstatat(dir->get(), sp.leaf.c_str(), &st,
-                                AT_SYMLINK_NOFOLLOW) == 0);
+  result->set_existed(
+      ::fstatat(dir->get(), sp.leaf.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0);
   if (result->existed() && S_ISDIR(st.st_mode)) {
     return absl::FailedPreconditionError(
         absl::StrCat("file adapter: \"", path, "\" is a directory"));
@@ -347,7 +348,8 @@ absl::Status FileAdapter::Put(absl::string_view path, const std::string& data,
   return absl::OkStatus();
 }
 
-absl::Status FileAdapter::Append(absl::string_view path, const std::string& data,
+absl::Status FileAdapter::Append(absl::string_view path,
+                                 const std::string& data,
                                  v1::FileResult* result) {
   SplitPath sp = Split(path);
   std::string full(path);
@@ -385,7 +387,8 @@ absl::Status FileAdapter::Append(absl::string_view path, const std::string& data
   }
   // Writers of different domains may append to one file at once; the lock
   // keeps a failed append's rollback from cutting off another's bytes.
-  if (::flock(file.get(), LOCK_EX) != 0) return ErrnoStatus(errno, "lock", path);
+  if (::flock(file.get(), LOCK_EX) != 0)
+    return ErrnoStatus(errno, "lock", path);
   if (::fstat(file.get(), &st) != 0) return ErrnoStatus(errno, "stat", path);
   result->set_existed(!created);
   absl::Status s = WriteAll(file.get(), data, path);

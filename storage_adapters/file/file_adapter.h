@@ -28,9 +28,9 @@
 
 #include <memory>
 #include <string>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "storage_adapters/storage_adapter.h"
 
 namespace fencegate {

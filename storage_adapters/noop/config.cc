@@ -32,8 +32,9 @@ class NoopAdapter final : public StorageAdapter {
 absl::StatusOr<std::unique_ptr<StorageAdapter>> CreateNoopAdapter(
     const Uri& uri) {
   if (!uri.authority.empty() || !uri.path.empty() || !uri.query.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "adapter URI \"", uri.redacted, "\": the no-op adapter is just noop://"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("adapter URI \"", uri.redacted,
+                     "\": the no-op adapter is just noop://"));
   }
   return std::unique_ptr<StorageAdapter>(std::make_unique<NoopAdapter>());
 }

@@ -71,8 +71,8 @@ absl::StatusOr<PostgresAdapterOptions> ParsePostgresUri(const Uri& uri) {
         if (parts.size() > 2 ||
             !std::all_of(parts.begin(), parts.end(), IsIdentifier)) {
           return absl::InvalidArgumentError(absl::StrCat(
-              "adapter URI \"", options.redacted_uri, "\": fence_table=",
-              kv.second,
+              "adapter URI \"", options.redacted_uri,
+              "\": fence_table=", kv.second,
               " must be [schema.]table of lower-case letters, digits and _"));
         }
         options.fence_table = std::string(kv.second);
@@ -85,13 +85,12 @@ absl::StatusOr<PostgresAdapterOptions> ParsePostgresUri(const Uri& uri) {
   }
   if (!has_connect_timeout) passthrough.emplace_back("connect_timeout=5");
   if (uri.authority.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "adapter URI \"", options.redacted_uri,
-        "\": expected postgres://user@host[:port]/database"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("adapter URI \"", options.redacted_uri,
+                     "\": expected postgres://user@host[:port]/database"));
   }
-  options.conninfo =
-      absl::StrCat("postgresql://", uri.authority, uri.path, "?",
-                   absl::StrJoin(passthrough, "&"));
+  options.conninfo = absl::StrCat("postgresql://", uri.authority, uri.path, "?",
+                                  absl::StrJoin(passthrough, "&"));
   return options;
 }
 

@@ -11,8 +11,9 @@
 //   pool_size            connections kept open               Default: 8
 //   pool_wait_ms         wait for a free connection          Default: 10000
 //   statement_timeout_ms per-statement timeout (SET)         Default: 30000
-//   fence_table          [schema.]table of the fences        Default: fencegate_fences
-//   max_result_rows      rows returned per Write, in total   Default: 1000
+//   fence_table          [schema.]table of the fences        Default:
+//   fencegate_fences max_result_rows      rows returned per Write, in total
+//   Default: 1000
 //
 // libpq parameters (sslmode, connect_timeout, application_name, ...) pass
 // through; connect_timeout defaults to 5 seconds.

@@ -43,9 +43,9 @@ absl::StatusOr<PgConnectionPool::Lease> PgConnectionPool::Acquire() {
       return in_use_ < size_;
     };
     if (!mu_.AwaitWithTimeout(absl::Condition(&available), wait_)) {
-      return absl::UnavailableError(absl::StrCat(
-          "postgres ", redacted_, ": all ", size_,
-          " connections busy for ", absl::FormatDuration(wait_)));
+      return absl::UnavailableError(
+          absl::StrCat("postgres ", redacted_, ": all ", size_,
+                       " connections busy for ", absl::FormatDuration(wait_)));
     }
     ++in_use_;
     if (!idle_.empty()) {

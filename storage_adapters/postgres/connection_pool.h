@@ -18,7 +18,6 @@
 #include "absl/time/time.h"
 #include "pqxx/connection"
 
-
 namespace fencegate {
 
 // Thread safety: safe for concurrent use. A Lease is used by one thread.

@@ -22,8 +22,7 @@ namespace {
 
 constexpr size_t kMaxSqlBytes = 1 << 20;
 constexpr int kMaxParams = 65535;
-constexpr char kSqlErrorTypeUrl[] =
-    "type.googleapis.com/fencegate.v1.SqlError";
+constexpr char kSqlErrorTypeUrl[] = "type.googleapis.com/fencegate.v1.SqlError";
 
 std::string ParamText(const v1::SqlValue& v) {
   switch (v.kind_case()) {
@@ -72,10 +71,10 @@ absl::Status SqlErrorStatus(const pqxx::sql_error& e, int op_index) {
   const std::string& state = e.sqlstate();
   std::string where =
       op_index >= 0 ? absl::StrCat("ops[", op_index, "]") : "fence table";
-  absl::Status status(CodeForSqlState(state),
-                      absl::StrCat(where, ": postgres error SQLSTATE ",
-                                   state.empty() ? "?????" : state, ": ",
-                                   Trimmed(e.what())));
+  absl::Status status(
+      CodeForSqlState(state),
+      absl::StrCat(where, ": postgres error SQLSTATE ",
+                   state.empty() ? "?????" : state, ": ", Trimmed(e.what())));
   v1::SqlError detail;
   detail.set_sqlstate(state);
   detail.set_message(Trimmed(e.what()));
@@ -94,21 +93,20 @@ std::string QuoteTable(const std::string& table) {
 }  // namespace
 
 std::string FenceTableDdl(const std::string& table) {
-  return absl::StrCat(
-      "CREATE TABLE IF NOT EXISTS ", QuoteTable(table),
-      " (domain text PRIMARY KEY,"
-      " token bigint NOT NULL CHECK (token > 0),"
-      " updated_at timestamptz NOT NULL DEFAULT now())");
+  return absl::StrCat("CREATE TABLE IF NOT EXISTS ", QuoteTable(table),
+                      " (domain text PRIMARY KEY,"
+                      " token bigint NOT NULL CHECK (token > 0),"
+                      " updated_at timestamptz NOT NULL DEFAULT now())");
 }
 
 PostgresAdapter::PostgresAdapter(PostgresAdapterOptions options)
     : options_(std::move(options)),
-      fence_upsert_sql_(absl::StrCat(
-          "INSERT INTO ", QuoteTable(options_.fence_table),
-          " AS f (domain, token) VALUES ($1, $2::bigint)"
-          " ON CONFLICT (domain) DO UPDATE"
-          " SET token = EXCLUDED.token, updated_at = now()"
-          " WHERE f.token <= EXCLUDED.token RETURNING f.token")),
+      fence_upsert_sql_(
+          absl::StrCat("INSERT INTO ", QuoteTable(options_.fence_table),
+                       " AS f (domain, token) VALUES ($1, $2::bigint)"
+                       " ON CONFLICT (domain) DO UPDATE"
+                       " SET token = EXCLUDED.token, updated_at = now()"
+                       " WHERE f.token <= EXCLUDED.token RETURNING f.token")),
       fence_select_sql_(absl::StrCat("SELECT token FROM ",
                                      QuoteTable(options_.fence_table),
                                      " WHERE domain = $1")),
@@ -129,11 +127,12 @@ PostgresAdapter::~PostgresAdapter() = default;
 
 absl::Status PostgresAdapter::Validate(const WriteTarget& target,
                                        const Operations& ops) const {
-  if (target.token > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "token: ", target.token,
-        " does not fit PostgreSQL's bigint fence column (at most "
-        "9223372036854775807)"));
+  if (target.token >
+      static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("token: ", target.token,
+                     " does not fit PostgreSQL's bigint fence column (at most "
+                     "9223372036854775807)"));
   }
   if (target.path.empty()) {
     return absl::InvalidArgumentError(
@@ -165,9 +164,9 @@ absl::Status PostgresAdapter::Validate(const WriteTarget& target,
       }
       if (v.kind_case() == v1::SqlValue::kText &&
           v.text().find('\0') != std::string::npos) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "ops[", i, "].params[", p,
-            "]: text cannot hold NUL bytes; send bytes instead"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("ops[", i, "].params[", p,
+                         "]: text cannot hold NUL bytes; send bytes instead"));
       }
     }
   }
@@ -175,8 +174,7 @@ absl::Status PostgresAdapter::Validate(const WriteTarget& target,
 }
 
 absl::Status PostgresAdapter::Apply(const WriteTarget& target,
-                                    const Operations& ops,
-                                    OpResults* results) {
+                                    const Operations& ops, OpResults* results) {
   bool retryable = false;
   absl::Status s = ApplyOnce(target, ops, results, &retryable);
   if (s.ok() || !retryable) return s;
@@ -257,8 +255,9 @@ absl::Status PostgresAdapter::ApplyOnce(const WriteTarget& target,
     lease->Discard();
     *retryable = !committing;
     return absl::UnavailableError(
-        absl::StrCat("postgres: connection lost", committing ? " during COMMIT, outcome unknown" : "",
-                     ": ", Trimmed(e.what())));
+        absl::StrCat("postgres: connection lost",
+                     committing ? " during COMMIT, outcome unknown" : "", ": ",
+                     Trimmed(e.what())));
   } catch (const pqxx::sql_error& e) {
     if (CodeForSqlState(e.sqlstate()) == absl::StatusCode::kUnavailable) {
       lease->Discard();

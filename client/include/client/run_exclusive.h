@@ -35,10 +35,9 @@ struct LockContext {
 // succeeded but the lock was lost during it, FAILED_PRECONDITION "lock lost"
 // so the caller knows its writes may have been fenced off. A failed release
 // after successful work is reported too.
-absl::Status RunExclusive(TokenSource& source, const std::string& name,
-                          const LockOptions& options,
-                          absl::FunctionRef<absl::Status(const LockContext&)>
-                              work);
+absl::Status RunExclusive(
+    TokenSource& source, const std::string& name, const LockOptions& options,
+    absl::FunctionRef<absl::Status(const LockContext&)> work);
 
 }  // namespace fencegate::client
 

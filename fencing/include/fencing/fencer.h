@@ -19,11 +19,11 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include "absl/strings/string_view.h"
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "fencing/clock.h"
 #include "fencing/fence_store.h"
 #include "fencing/keyed_mutex.h"

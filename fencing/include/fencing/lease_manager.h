@@ -53,8 +53,9 @@ class LeaseManager {
 
   // Loads stored leases, dropping those that expired meanwhile, and starts
   // the timer thread. `store`, `fencer` and `clock` must outlive it.
-  static absl::StatusOr<std::unique_ptr<LeaseManager>> Create(
-      LeaseStore* store, Fencer* fencer, Clock* clock);
+  static absl::StatusOr<std::unique_ptr<LeaseManager>> Create(LeaseStore* store,
+                                                              Fencer* fencer,
+                                                              Clock* clock);
   ~LeaseManager();  // Shutdown(), then stops the timer thread.
 
   // Takes `name` for `owner` with `ttl`. If held, waits up to `wait` (zero:

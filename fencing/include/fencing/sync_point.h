@@ -11,6 +11,7 @@
 
 #include <functional>
 #include <string>
+
 #include "absl/strings/string_view.h"
 
 namespace fencegate {

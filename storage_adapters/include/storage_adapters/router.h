@@ -8,11 +8,11 @@
 
 #include <memory>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "storage_adapters/registry.h"
 #include "storage_adapters/storage_adapter.h"
 

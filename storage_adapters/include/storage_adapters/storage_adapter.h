@@ -9,9 +9,9 @@
 #define STORAGE_ADAPTERS_STORAGE_ADAPTER_H_
 
 #include <cstdint>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "fencegate/v1/gateway.pb.h"
 #include "google/protobuf/repeated_ptr_field.h"
 

@@ -6,9 +6,9 @@
 #define STORAGE_ADAPTERS_URI_H_
 
 #include <string>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace fencegate {
 

@@ -1,0 +1,332 @@
+// Copyright fencegate authors.
+
+#include "client/etcd/etcd_fence_watcher.h"
+
+#include <algorithm>
+#include <thread>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
+#include "absl/synchronization/mutex.h"
+#include "client/etcd/etcd_connection.h"
+#include "etcdserverpb/rpc.grpc.pb.h"
+#include "fencing/limits.h"
+
+namespace fencegate::client {
+namespace {
+
+using etcd_internal::EtcdConnection;
+using etcd_internal::PrefixEnd;
+
+constexpr absl::Duration kFirstBackoff = absl::Milliseconds(100);
+// Keys per Range page while reading the prefix.
+constexpr int64_t kPageSize = 1000;
+
+}  // namespace
+
+class EtcdFenceWatcher::Impl {
+ public:
+  Impl(EtcdFenceWatcherOptions options, OwnerCallback on_owner)
+      : options_(std::move(options)), on_owner_(std::move(on_owner)) {}
+  ~Impl() { Stop(); }
+
+  absl::Status Start();
+  void Stop();
+
+ private:
+  // Keys of one lock name: key -> create_revision.
+  using Keys = absl::flat_hash_map<std::string, int64_t>;
+  using Call = std::function<grpc::Status(grpc::ClientContext*)>;
+
+  void Run();
+  // Reads the whole prefix into names_, sets revision_ to the read's and
+  // reports the owners that changed.
+  absl::Status Sync();
+  // Follows changes from revision_ + 1 until an error or Stop(); sets
+  // `*resync` if that history was compacted away, and `*progressed` once
+  // the watch is established.
+  absl::Status Watch(bool* resync, bool* progressed);
+  // Runs `call` with a context that Stop() cancels.
+  absl::Status Cancellable(absl::Time deadline, absl::string_view what,
+                           const Call& call);
+  // Calls on_owner_ for each of `changed` whose owner differs from the last
+  // one reported.
+  void Report(const absl::flat_hash_set<std::string>& changed);
+  // The lock name of "<prefix>/<name>/<id>"; false for any other key.
+  bool NameOf(absl::string_view key, std::string* name) const;
+  bool Stopping();
+  // Waits for `pause` or Stop(); true if stopped.
+  bool WaitStopped(absl::Duration pause);
+
+  const EtcdFenceWatcherOptions options_;
+  const OwnerCallback on_owner_;
+  std::string dir_;  // "<prefix>/"
+  std::shared_ptr<EtcdConnection> connection_;
+
+  // Used by the watcher thread only.
+  absl::flat_hash_map<std::string, Keys> names_;
+  absl::flat_hash_map<std::string, int64_t> reported_;
+  int64_t revision_ = 0;
+
+  absl::Mutex mu_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  // Set by the thread after its first Sync(), with that Sync's result.
+  bool first_sync_done_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status first_sync_ ABSL_GUARDED_BY(mu_);
+  grpc::ClientContext* active_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::thread thread_;
+};
+
+absl::Status EtcdFenceWatcher::Impl::Start() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stop_) return absl::FailedPreconditionError("watcher was stopped");
+  }
+  if (thread_.joinable()) {
+    return absl::FailedPreconditionError("watcher already started");
+  }
+  absl::string_view prefix = options_.prefix;
+  absl::ConsumeSuffix(&prefix, "/");
+  if (prefix.empty()) {
+    return absl::InvalidArgumentError("etcd lock prefix must not be empty");
+  }
+  if (options_.max_backoff <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("etcd watcher max_backoff must be positive, not ",
+                     absl::FormatDuration(options_.max_backoff)));
+  }
+  absl::StatusOr<std::shared_ptr<EtcdConnection>> connection =
+      EtcdConnection::Create(options_.endpoint, options_.rpc_timeout);
+  if (!connection.ok()) return connection.status();
+  connection_ = *std::move(connection);
+  dir_ = absl::StrCat(prefix, "/");
+
+  thread_ = std::thread([this] { Run(); });
+  absl::Status first;
+  {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(&first_sync_done_));
+    first = first_sync_;
+    first_sync_done_ = false;
+  }
+  if (!first.ok()) thread_.join();  // Run() has returned.
+  return first;
+}
+
+void EtcdFenceWatcher::Impl::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+    if (active_ != nullptr) active_->TryCancel();
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+bool EtcdFenceWatcher::Impl::Stopping() {
+  absl::MutexLock lock(&mu_);
+  return stop_;
+}
+
+bool EtcdFenceWatcher::Impl::WaitStopped(absl::Duration pause) {
+  absl::MutexLock lock(&mu_);
+  mu_.AwaitWithTimeout(absl::Condition(&stop_), pause);
+  return stop_;
+}
+
+void EtcdFenceWatcher::Impl::Run() {
+  absl::Status first = Sync();
+  {
+    absl::MutexLock lock(&mu_);
+    first_sync_ = first;
+    first_sync_done_ = true;
+  }
+  if (!first.ok()) return;
+  absl::Duration backoff = kFirstBackoff;
+  bool resync = false;
+  while (true) {
+    absl::Status status;
+    if (resync) {
+      status = Sync();
+      if (status.ok()) {
+        resync = false;
+        backoff = kFirstBackoff;
+      }
+    }
+    if (status.ok()) {
+      bool progressed = false;
+      status = Watch(&resync, &progressed);
+      if (progressed) backoff = kFirstBackoff;
+    }
+    if (Stopping()) return;
+    if (options_.on_error) options_.on_error(status);
+    if (WaitStopped(backoff)) return;
+    backoff = std::min(backoff * 2, options_.max_backoff);
+  }
+}
+
+absl::Status EtcdFenceWatcher::Impl::Cancellable(absl::Time deadline,
+                                                 absl::string_view what,
+                                                 const Call& call) {
+  grpc::ClientContext context;
+  EtcdConnection::Prepare(&context, deadline);
+  {
+    absl::MutexLock lock(&mu_);
+    if (stop_) return absl::CancelledError("watcher stopped");
+    active_ = &context;
+  }
+  grpc::Status status = call(&context);
+  {
+    absl::MutexLock lock(&mu_);
+    active_ = nullptr;
+  }
+  return connection_->ToStatus(status, what);
+}
+
+absl::Status EtcdFenceWatcher::Impl::Sync() {
+  absl::flat_hash_map<std::string, Keys> names;
+  int64_t revision = 0;
+  std::string start = dir_;
+  const std::string end = PrefixEnd(dir_);
+  while (true) {
+    etcdserverpb::RangeRequest request;
+    request.set_key(start);
+    request.set_range_end(end);
+    request.set_keys_only(true);
+    request.set_limit(kPageSize);
+    request.set_revision(revision);  // 0 on the first page: the newest.
+    etcdserverpb::RangeResponse response;
+    absl::Status status = Cancellable(
+        absl::Now() + options_.rpc_timeout, "Range",
+        [&](grpc::ClientContext* context) {
+          return connection_->kv().Range(context, request, &response);
+        });
+    if (!status.ok()) return status;
+    if (revision == 0) revision = response.header().revision();
+    std::string name;
+    for (const mvccpb::KeyValue& kv : response.kvs()) {
+      if (NameOf(kv.key(), &name)) names[name][kv.key()] = kv.create_revision();
+    }
+    if (!response.more() || response.kvs_size() == 0) break;
+    start = absl::StrCat(response.kvs(response.kvs_size() - 1).key(),
+                         absl::string_view("\0", 1));
+  }
+  absl::flat_hash_set<std::string> changed;
+  for (const auto& [name, keys] : names_) changed.insert(name);
+  for (const auto& [name, keys] : names) changed.insert(name);
+  names_ = std::move(names);
+  revision_ = revision;
+  Report(changed);
+  return absl::OkStatus();
+}
+
+absl::Status EtcdFenceWatcher::Impl::Watch(bool* resync, bool* progressed) {
+  absl::Status ended;
+  absl::Status status = Cancellable(
+      absl::InfiniteFuture(), "Watch", [&](grpc::ClientContext* context) {
+        auto stream = connection_->watch().Watch(context);
+        etcdserverpb::WatchRequest request;
+        etcdserverpb::WatchCreateRequest* create =
+            request.mutable_create_request();
+        create->set_key(dir_);
+        create->set_range_end(PrefixEnd(dir_));
+        create->set_start_revision(revision_ + 1);
+        etcdserverpb::WatchResponse response;
+        if (stream->Write(request)) {
+          while (stream->Read(&response)) {
+            if (response.compact_revision() > 0) {
+              *resync = true;
+              ended = absl::OutOfRangeError(absl::StrCat(
+                  "etcd compacted the history of ", dir_, " up to revision ",
+                  response.compact_revision(), "; reading it again"));
+              break;
+            }
+            if (response.canceled()) {
+              ended = absl::AbortedError(
+                  absl::StrCat("etcd cancelled the watch of ", dir_, ": ",
+                               response.cancel_reason()));
+              break;
+            }
+            *progressed = true;
+            absl::flat_hash_set<std::string> changed;
+            std::string name;
+            for (const mvccpb::Event& event : response.events()) {
+              const mvccpb::KeyValue& kv = event.kv();
+              revision_ = std::max(revision_, kv.mod_revision());
+              if (!NameOf(kv.key(), &name)) continue;
+              changed.insert(name);
+              if (event.type() == mvccpb::Event::DELETE) {
+                auto it = names_.find(name);
+                if (it == names_.end()) continue;
+                it->second.erase(kv.key());
+                if (it->second.empty()) names_.erase(it);
+              } else {
+                names_[name][kv.key()] = kv.create_revision();
+              }
+            }
+            Report(changed);
+          }
+        }
+        context->TryCancel();
+        return stream->Finish();
+      });
+  if (!ended.ok()) return ended;
+  if (!status.ok()) return status;
+  return absl::UnavailableError(
+      absl::StrCat("etcd at ", connection_->endpoint(), " ended the watch"));
+}
+
+void EtcdFenceWatcher::Impl::Report(
+    const absl::flat_hash_set<std::string>& changed) {
+  for (const std::string& name : changed) {
+    auto it = names_.find(name);
+    if (it == names_.end()) {
+      reported_.erase(name);
+      continue;
+    }
+    if (absl::Status valid = ValidateDomain(name, "lock name"); !valid.ok()) {
+      // A key no EtcdTokenSource would write (e.g. by hand): the gateway
+      // could not fence it anyway.
+      if (options_.on_error) options_.on_error(valid);
+      continue;
+    }
+    int64_t owner = 0;
+    for (const auto& [key, revision] : it->second) {
+      if (owner == 0 || revision < owner) owner = revision;
+    }
+    auto [last, inserted] = reported_.try_emplace(name, owner);
+    if (!inserted) {
+      if (last->second == owner) continue;
+      last->second = owner;
+    }
+    on_owner_(name, static_cast<uint64_t>(owner));
+  }
+}
+
+bool EtcdFenceWatcher::Impl::NameOf(absl::string_view key,
+                                    std::string* name) const {
+  if (!absl::ConsumePrefix(&key, dir_)) return false;
+  size_t slash = key.rfind('/');
+  if (slash == absl::string_view::npos || slash == 0 ||
+      slash + 1 == key.size()) {
+    return false;
+  }
+  name->assign(key.data(), slash);
+  return true;
+}
+
+EtcdFenceWatcher::EtcdFenceWatcher(EtcdFenceWatcherOptions options,
+                                   OwnerCallback on_owner)
+    : impl_(std::make_unique<Impl>(std::move(options), std::move(on_owner))) {}
+
+EtcdFenceWatcher::~EtcdFenceWatcher() = default;
+
+absl::Status EtcdFenceWatcher::Start() { return impl_->Start(); }
+
+void EtcdFenceWatcher::Stop() { impl_->Stop(); }
+
+}  // namespace fencegate::client

@@ -1,0 +1,261 @@
+// Copyright fencegate authors.
+//
+// EtcdFenceWatcher against a real etcd: it reports each lock's owner (the
+// key with the lowest create_revision), never a waiter, catches up on
+// start, and follows etcd across a restart.
+
+#include "client/etcd/etcd_fence_watcher.h"
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "client/etcd/etcd_token_source.h"
+#include "tests/etcd_server.h"
+#include "tests/test_util.h"
+
+namespace fencegate::client {
+namespace {
+
+using ::fencegate::testing::EtcdServer;
+using ::fencegate::testing::StatusIs;
+using ::fencegate::testing::WaitFor;
+using ::testing::ElementsAre;
+
+// What the watcher reported, in order (the gateway would Fence() these).
+class Recorder {
+ public:
+  EtcdFenceWatcher::OwnerCallback Callback() {
+    return [this](const std::string& domain, uint64_t token) {
+      absl::MutexLock lock(&mu_);
+      calls_.emplace_back(domain, token);
+    };
+  }
+  std::vector<uint64_t> TokensOf(const std::string& domain) {
+    absl::MutexLock lock(&mu_);
+    std::vector<uint64_t> tokens;
+    for (const auto& [d, t] : calls_) {
+      if (d == domain) tokens.push_back(t);
+    }
+    return tokens;
+  }
+  bool Has(const std::string& domain, uint64_t token) {
+    for (uint64_t t : TokensOf(domain)) {
+      if (t == token) return true;
+    }
+    return false;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<std::pair<std::string, uint64_t>> calls_ ABSL_GUARDED_BY(mu_);
+};
+
+LockOptions Options(absl::Duration wait) {
+  LockOptions options;
+  options.wait = wait;
+  return options;
+}
+
+class EtcdFenceWatcherTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<EtcdServer>> started = EtcdServer::Start();
+    ASSERT_TRUE(started.ok()) << started.status();
+    etcd_ = *std::move(started);
+    EtcdTokenSourceOptions options;
+    options.endpoint = etcd_->endpoint();
+    absl::StatusOr<std::unique_ptr<EtcdTokenSource>> source =
+        EtcdTokenSource::Create(options);
+    ASSERT_TRUE(source.ok()) << source.status();
+    source_ = *std::move(source);
+  }
+
+  std::unique_ptr<EtcdFenceWatcher> NewWatcher(
+      absl::Duration rpc_timeout = absl::Seconds(5)) {
+    EtcdFenceWatcherOptions options;
+    options.endpoint = etcd_->endpoint();
+    options.rpc_timeout = rpc_timeout;
+    options.on_error = [this](const absl::Status&) { errors_.fetch_add(1); };
+    return std::make_unique<EtcdFenceWatcher>(options, recorder_.Callback());
+  }
+
+  // The create_revisions of the "jobs" lock keys, oldest first.
+  std::vector<uint64_t> JobsRevisions() {
+    absl::StatusOr<std::vector<mvccpb::KeyValue>> kvs =
+        etcd_->RangePrefix("fencegate/locks/jobs/");
+    EXPECT_TRUE(kvs.ok()) << kvs.status();
+    std::vector<uint64_t> revisions;
+    if (kvs.ok()) {
+      for (const mvccpb::KeyValue& kv : *kvs) {
+        revisions.push_back(static_cast<uint64_t>(kv.create_revision()));
+      }
+    }
+    return revisions;
+  }
+
+  std::unique_ptr<EtcdServer> etcd_;
+  std::unique_ptr<EtcdTokenSource> source_;
+  Recorder recorder_;
+  std::atomic<int> errors_{0};
+};
+
+TEST_F(EtcdFenceWatcherTest, ReportsANewHoldersRevision) {
+  std::unique_ptr<EtcdFenceWatcher> watcher = NewWatcher();
+  ASSERT_OK(watcher->Start());
+  ASSERT_OK_AND_ASSIGN(
+      lock, source_->Acquire("jobs", Options(absl::ZeroDuration()), nullptr));
+  EXPECT_TRUE(WaitFor([&] { return recorder_.Has("jobs", lock->token()); }));
+
+  // A name with slashes (a file path as the domain) comes through whole.
+  ASSERT_OK_AND_ASSIGN(
+      file, source_->Acquire("files/reports/daily.csv",
+                             Options(absl::ZeroDuration()), nullptr));
+  EXPECT_TRUE(WaitFor(
+      [&] { return recorder_.Has("files/reports/daily.csv", file->token()); }));
+  EXPECT_THAT(recorder_.TokensOf("jobs"), ElementsAre(lock->token()));
+}
+
+TEST_F(EtcdFenceWatcherTest, WaitersKeyDoesNotRaiseTheFence) {
+  std::unique_ptr<EtcdFenceWatcher> watcher = NewWatcher();
+  ASSERT_OK(watcher->Start());
+  ASSERT_OK_AND_ASSIGN(
+      holder, source_->Acquire("jobs", Options(absl::ZeroDuration()), nullptr));
+  ASSERT_TRUE(WaitFor([&] { return recorder_.Has("jobs", holder->token()); }));
+
+  absl::StatusOr<std::unique_ptr<HeldLock>> waited;
+  std::jthread waiter([&] {
+    waited = source_->Acquire("jobs", Options(absl::Seconds(60)), nullptr);
+  });
+  ASSERT_TRUE(WaitFor([&] { return JobsRevisions().size() == 2; }));
+  const uint64_t waiter_revision = JobsRevisions()[1];
+
+  // Watch events arrive in revision order: once the watcher reports a lock
+  // taken after the waiter queued, it has seen the waiter's key too.
+  ASSERT_OK_AND_ASSIGN(
+      marker,
+      source_->Acquire("marker", Options(absl::ZeroDuration()), nullptr));
+  ASSERT_GT(marker->token(), waiter_revision);
+  ASSERT_TRUE(
+      WaitFor([&] { return recorder_.Has("marker", marker->token()); }));
+  EXPECT_THAT(recorder_.TokensOf("jobs"), ElementsAre(holder->token()));
+
+  // Once the holder lets go, the waiter owns the lock and is reported.
+  ASSERT_OK(holder->Release());
+  waiter.join();
+  ASSERT_TRUE(waited.ok()) << waited.status();
+  EXPECT_EQ((*waited)->token(), waiter_revision);
+  EXPECT_TRUE(WaitFor([&] { return recorder_.Has("jobs", waiter_revision); }));
+  EXPECT_THAT(recorder_.TokensOf("jobs"),
+              ElementsAre(holder->token(), waiter_revision));
+}
+
+TEST_F(EtcdFenceWatcherTest, StartReportsTheCurrentOwnerButNotWaiters) {
+  ASSERT_OK_AND_ASSIGN(
+      holder, source_->Acquire("jobs", Options(absl::ZeroDuration()), nullptr));
+  absl::StatusOr<std::unique_ptr<HeldLock>> waited;
+  std::jthread waiter([&] {
+    waited = source_->Acquire("jobs", Options(absl::Seconds(60)), nullptr);
+  });
+  ASSERT_TRUE(WaitFor([&] { return JobsRevisions().size() == 2; }));
+
+  std::unique_ptr<EtcdFenceWatcher> watcher = NewWatcher();
+  ASSERT_OK(watcher->Start());
+  // Start() returns after the catch-up: no waiting needed.
+  EXPECT_THAT(recorder_.TokensOf("jobs"), ElementsAre(holder->token()));
+
+  ASSERT_OK(holder->Release());
+  waiter.join();
+  ASSERT_TRUE(waited.ok()) << waited.status();
+}
+
+TEST_F(EtcdFenceWatcherTest, ExpiredHoldersSuccessorIsReported) {
+  std::unique_ptr<EtcdFenceWatcher> watcher = NewWatcher();
+  ASSERT_OK(watcher->Start());
+  ASSERT_OK_AND_ASSIGN(
+      holder, source_->Acquire("jobs", Options(absl::ZeroDuration()), nullptr));
+  absl::StatusOr<std::unique_ptr<HeldLock>> waited;
+  std::jthread waiter([&] {
+    waited = source_->Acquire("jobs", Options(absl::Seconds(60)), nullptr);
+  });
+  ASSERT_TRUE(WaitFor([&] { return JobsRevisions().size() == 2; }));
+  const uint64_t waiter_revision = JobsRevisions()[1];
+
+  // The holder's lease ends (as if it had hung): etcd deletes its key.
+  absl::StatusOr<std::vector<mvccpb::KeyValue>> kvs =
+      etcd_->RangePrefix("fencegate/locks/jobs/");
+  ASSERT_TRUE(kvs.ok()) << kvs.status();
+  ASSERT_OK(etcd_->RevokeLease(kvs->at(0).lease()));
+
+  waiter.join();
+  ASSERT_TRUE(waited.ok()) << waited.status();
+  EXPECT_TRUE(WaitFor([&] { return recorder_.Has("jobs", waiter_revision); }));
+  EXPECT_THAT(recorder_.TokensOf("jobs"),
+              ElementsAre(holder->token(), waiter_revision));
+}
+
+TEST_F(EtcdFenceWatcherTest, FollowsEtcdAcrossARestart) {
+  std::unique_ptr<EtcdFenceWatcher> watcher = NewWatcher();
+  ASSERT_OK(watcher->Start());
+  ASSERT_OK_AND_ASSIGN(
+      before, source_->Acquire("jobs", Options(absl::ZeroDuration()), nullptr));
+  ASSERT_TRUE(WaitFor([&] { return recorder_.Has("jobs", before->token()); }));
+  ASSERT_OK(before->Release());
+
+  etcd_->Kill();
+  ASSERT_TRUE(WaitFor([&] { return errors_.load() > 0; }));  // Noticed.
+  ASSERT_OK(etcd_->Restart());
+
+  ASSERT_OK_AND_ASSIGN(
+      after, source_->Acquire("jobs", Options(absl::ZeroDuration()), nullptr));
+  EXPECT_GT(after->token(), before->token());
+  EXPECT_TRUE(WaitFor([&] { return recorder_.Has("jobs", after->token()); }));
+  EXPECT_THAT(recorder_.TokensOf("jobs"),
+              ElementsAre(before->token(), after->token()));
+}
+
+TEST_F(EtcdFenceWatcherTest, StartFailsWhileEtcdIsDownAndCanBeRetried) {
+  etcd_->Kill();
+  std::unique_ptr<EtcdFenceWatcher> watcher =
+      NewWatcher(absl::Milliseconds(500));
+  EXPECT_THAT(watcher->Start(), StatusIs(absl::StatusCode::kUnavailable));
+
+  ASSERT_OK(etcd_->Restart());
+  ASSERT_OK(watcher->Start());
+  ASSERT_OK_AND_ASSIGN(
+      lock, source_->Acquire("jobs", Options(absl::ZeroDuration()), nullptr));
+  EXPECT_TRUE(WaitFor([&] { return recorder_.Has("jobs", lock->token()); }));
+}
+
+TEST_F(EtcdFenceWatcherTest, StopEndsTheWatcherForGood) {
+  std::unique_ptr<EtcdFenceWatcher> watcher = NewWatcher();
+  ASSERT_OK(watcher->Start());
+  EXPECT_THAT(watcher->Start(),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  watcher->Stop();
+  watcher->Stop();
+  EXPECT_THAT(watcher->Start(),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+}
+
+TEST_F(EtcdFenceWatcherTest, InvalidOptionsAreRejected) {
+  EtcdFenceWatcherOptions no_prefix;
+  no_prefix.endpoint = etcd_->endpoint();
+  no_prefix.prefix = "";
+  EtcdFenceWatcher a(no_prefix, recorder_.Callback());
+  EXPECT_THAT(a.Start(), StatusIs(absl::StatusCode::kInvalidArgument));
+
+  EtcdFenceWatcherOptions https;
+  https.endpoint = "https://127.0.0.1:2379";
+  EtcdFenceWatcher b(https, recorder_.Callback());
+  EXPECT_THAT(b.Start(), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+}  // namespace
+}  // namespace fencegate::client
