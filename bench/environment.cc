@@ -17,12 +17,6 @@
 #include "pqxx/pqxx"
 
 namespace fencegate::bench {
-namespace {
-
-int FreePort() { return testing::PostgresServer::FreeLoopbackPort(); }
-
-}  // namespace
-
 absl::StatusOr<std::unique_ptr<Environment>> Environment::Start(
     const EnvironmentOptions& options) {
   std::unique_ptr<Environment> env(new Environment());
@@ -68,7 +62,7 @@ absl::Status Environment::StartPgbouncer(int pg_port) {
   char tmpl[] = "/tmp/fgbouncer-XXXXXX";
   if (::mkdtemp(tmpl) == nullptr) return absl::UnavailableError("mkdtemp");
   pgbouncer_dir_ = tmpl;
-  const int port = FreePort();
+  const int port = testing::FreeLoopbackPort();
   std::ofstream(pgbouncer_dir_ + "/userlist.txt") << "\"postgres\" \"\"\n";
   std::ofstream(pgbouncer_dir_ + "/pgbouncer.ini")
       << "[databases]\npostgres = host=127.0.0.1 port=" << pg_port

@@ -20,28 +20,13 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
+#include "tests/fixtures.h"
 #include "tests/test_util.h"
 
 namespace fencegate::testing {
 namespace {
 
 constexpr char kEtcdBinary[] = "/usr/bin/etcd";
-
-// A port that was free a moment ago (bound to 0, then closed).
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  int port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  ::close(fd);
-  return port;
-}
 
 // wait_for_ready: the calling thread then drives the connection attempt. A
 // fail-fast call returns at once while the channel reconnects, leaving the
@@ -72,14 +57,14 @@ absl::StatusOr<std::unique_ptr<EtcdServer>> EtcdServer::Start() {
     return absl::UnavailableError("mkdtemp failed");
   }
   server->dir_ = tmpl;
-  // A port picked by FreePort() can be taken before etcd binds it: then
+  // A port picked by FreeLoopbackPort() can be taken before etcd binds it: then
   // etcd exits, and we try other ports.
   absl::Status launched;
   for (int attempt = 0; attempt < 3; ++attempt) {
     std::error_code ec;
     std::filesystem::remove_all(absl::StrCat(server->dir_, "/data"), ec);
-    server->client_port_ = FreePort();
-    server->peer_port_ = FreePort();
+    server->client_port_ = FreeLoopbackPort();
+    server->peer_port_ = FreeLoopbackPort();
     grpc::ChannelArguments args;
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);

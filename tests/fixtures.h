@@ -53,6 +53,10 @@ class GatewayProcess {
   std::string log_path_;
 };
 
+// A TCP port on 127.0.0.1 that was free a moment ago (bound to 0, then
+// closed); 0 if none could be found.
+int FreeLoopbackPort();
+
 // Runs a command (argv[0] is a path), capturing stdout; returns the exit
 // code, or -1 if it did not exit normally.
 int RunCommand(const std::vector<std::string>& argv, std::string* out,

@@ -13,6 +13,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "tests/fixtures.h"
 
 namespace fencegate::testing {
 namespace {
@@ -28,22 +29,6 @@ std::string FindBinDir() {
   }
   ::globfree(&g);
   return found;
-}
-
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  int port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  ::close(fd);
-  return port;
 }
 
 // Runs a shell command, as the postgres user when we are root; returns its
@@ -113,8 +98,6 @@ absl::Status PostgresServer::Ctl(const std::string& action) {
   running_ = action == "start";
   return absl::OkStatus();
 }
-
-int PostgresServer::FreeLoopbackPort() { return FreePort(); }
 
 absl::Status PostgresServer::Stop() { return Ctl("stop"); }
 absl::Status PostgresServer::Restart() { return Ctl("start"); }

@@ -26,9 +26,6 @@ class PostgresServer {
   std::string Conninfo() const;
   int port() const { return port_; }
 
-  // A port that was free on 127.0.0.1 a moment ago.
-  static int FreeLoopbackPort();
-
   // pg_ctl stop -m fast / pg_ctl start, on the same port and data.
   absl::Status Stop();
   absl::Status Restart();
