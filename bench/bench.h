@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "tests/etcd_server.h"
 #include "tests/fixtures.h"
 #include "tests/postgres_server.h"
 
@@ -28,6 +29,9 @@ struct EnvironmentOptions {
   std::string work_dir;
   // Extra gateway flags.
   std::vector<std::string> gateway_flags;
+  // Start a throwaway etcd (if /usr/bin/etcd exists) and have the gateway
+  // follow its locks.
+  bool start_etcd = true;
 };
 
 class Environment {
@@ -43,6 +47,10 @@ class Environment {
   // Empty if pgbouncer is not available.
   const std::string& pgbouncer_dsn() const { return pgbouncer_dsn_; }
   std::string gateway_address() const { return gateway_->address(); }
+  // Empty if etcd is not available.
+  std::string etcd_endpoint() const {
+    return etcd_ != nullptr ? etcd_->endpoint() : "";
+  }
   const std::string& data_dir() const { return data_dir_; }
 
  private:
@@ -50,6 +58,7 @@ class Environment {
   absl::Status StartPgbouncer(int pg_port);
 
   std::unique_ptr<testing::PostgresServer> pg_;
+  std::unique_ptr<testing::EtcdServer> etcd_;
   std::unique_ptr<testing::GatewayProcess> gateway_;
   std::string pg_dsn_, pg_uri_, pgbouncer_dsn_, data_dir_;
   std::string pgbouncer_dir_;

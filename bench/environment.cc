@@ -45,10 +45,23 @@ absl::StatusOr<std::unique_ptr<Environment>> Environment::Start(
                    std::string(s.message()).c_str());
     }
   }
+  if (options.start_etcd && std::filesystem::exists("/usr/bin/etcd")) {
+    absl::StatusOr<std::unique_ptr<testing::EtcdServer>> etcd =
+        testing::EtcdServer::Start();
+    if (etcd.ok()) {
+      env->etcd_ = *std::move(etcd);
+    } else {
+      std::fprintf(stderr, "bench: etcd not started: %s\n",
+                   std::string(etcd.status().message()).c_str());
+    }
+  }
   std::vector<std::string> flags = {
       "--route=db=" + env->pg_uri_,
       absl::StrCat("--route=files=file://", env->data_dir_, "/files"),
       "--route=noop=noop://", "--io_threads=64"};
+  if (env->etcd_ != nullptr) {
+    flags.push_back("--etcd_endpoint=" + env->etcd_->endpoint());
+  }
   flags.insert(flags.end(), options.gateway_flags.begin(),
                options.gateway_flags.end());
   absl::StatusOr<std::unique_ptr<testing::GatewayProcess>> gateway =
@@ -121,6 +134,7 @@ Environment::~Environment() {
     std::filesystem::remove_all(pgbouncer_dir_, ec);
   }
   pg_.reset();
+  etcd_.reset();
 }
 
 }  // namespace fencegate::bench

@@ -66,12 +66,13 @@ std::string SafetyJson(const std::vector<SafetyResult>& results) {
     absl::StrAppend(
         &out,
         absl::StrFormat(
-            "    {\"mode\": \"%s\", \"holdings\": %d, \"pauses\": %d, "
+            "    {\"source\": \"%s\", \"mode\": \"%s\", \"holdings\": %d, "
+            "\"pauses\": %d, "
             "\"attempted\": %d, \"acknowledged\": %d, \"refused_stale\": %d, "
             "\"errors\": %d, \"pg_rows\": %d, \"pg_violations\": %d, "
             "\"pg_missing\": %d, \"file_lines\": %d, \"file_violations\": %d, "
             "\"file_missing\": %d}%s\n",
-            r.mode, r.holdings, r.pauses, r.attempted, r.acknowledged,
+            r.source, r.mode, r.holdings, r.pauses, r.attempted, r.acknowledged,
             r.refused_stale, r.errors, r.pg_rows, r.pg_violations, r.pg_missing,
             r.file_lines, r.file_violations, r.file_missing,
             i + 1 < results.size() ? "," : ""));
@@ -99,7 +100,8 @@ int Run(int argc, char** argv) {
   set.Uint("duration_s", &duration_s, "seconds per throughput run (default 5)");
   set.Uint("safety_s", &safety_s, "seconds per safety run (default 8)");
   set.Uint("workers", &workers, "safety: contending workers (default 4)");
-  set.Uint("ttl_ms", &ttl_ms, "safety: lease ttl (default 300)");
+  set.Uint("ttl_ms", &ttl_ms,
+           "safety: built-in lease ttl (default 300; etcd uses 2 s)");
   set.String("pg_dsn", &pg_dsn, "existing PostgreSQL (libpq DSN)");
   set.String("pgbouncer_dsn", &pgbouncer_dsn, "existing pgbouncer (libpq DSN)");
   set.String("json", &json, "JSON output file (default bench-results.json)");
@@ -164,29 +166,42 @@ int Run(int argc, char** argv) {
   std::vector<SafetyResult> safety;
   int rc = 0;
   if (args[0] != "throughput") {
-    SafetyOptions sopts;
-    sopts.workers = static_cast<int>(workers);
-    sopts.ttl = absl::Milliseconds(ttl_ms);
-    sopts.duration = absl::Seconds(safety_s);
-    for (bool fenced : {false, true}) {
-      std::fprintf(stderr, "  safety %s: %d workers, ttl %llums, %llus...\n",
-                   fenced ? "through the gateway" : "direct, unfenced",
-                   sopts.workers, static_cast<unsigned long long>(ttl_ms),
-                   static_cast<unsigned long long>(safety_s));
-      absl::StatusOr<SafetyResult> r = RunSafety(**env, sopts, fenced);
-      if (!r.ok()) {
-        std::cerr << "fencegate-bench: " << r.status().message() << "\n";
-        return 1;
+    std::vector<std::string> sources = {"lease"};
+    if (!(*env)->etcd_endpoint().empty()) sources.push_back("etcd");
+    for (const std::string& source : sources) {
+      SafetyOptions sopts;
+      sopts.source = source;
+      sopts.workers = static_cast<int>(workers);
+      sopts.duration = absl::Seconds(safety_s);
+      if (source == "etcd") {
+        // etcd leases are whole seconds, at least its minimum.
+        sopts.ttl = absl::Seconds(2);
+        sopts.pause_ttls = 2;
+      } else {
+        sopts.ttl = absl::Milliseconds(ttl_ms);
       }
-      safety.push_back(*r);
+      for (bool fenced : {false, true}) {
+        std::fprintf(
+            stderr, "  safety %s %s: %d workers, ttl %lldms, %llus...\n",
+            source.c_str(), fenced ? "through the gateway" : "direct, unfenced",
+            sopts.workers,
+            static_cast<long long>(absl::ToInt64Milliseconds(sopts.ttl)),
+            static_cast<unsigned long long>(safety_s));
+        absl::StatusOr<SafetyResult> r = RunSafety(**env, sopts, fenced);
+        if (!r.ok()) {
+          std::cerr << "fencegate-bench: " << r.status().message() << "\n";
+          return 1;
+        }
+        safety.push_back(*r);
+      }
     }
-    std::printf("\n%-8s %8s %6s %9s %6s %7s %8s %8s %8s %8s\n", "mode",
-                "holdings", "pauses", "attempted", "acked", "refused",
+    std::printf("\n%-6s %-8s %8s %6s %9s %6s %7s %8s %8s %8s %8s\n", "source",
+                "mode", "holdings", "pauses", "attempted", "acked", "refused",
                 "pg_viol", "pg_miss", "file_vio", "file_mis");
     for (const SafetyResult& r : safety) {
       std::printf(
-          "%-8s %8llu %6llu %9llu %6llu %7llu %8llu %8llu %8llu %8llu\n",
-          r.mode.c_str(), (unsigned long long)r.holdings,
+          "%-6s %-8s %8llu %6llu %9llu %6llu %7llu %8llu %8llu %8llu %8llu\n",
+          r.source.c_str(), r.mode.c_str(), (unsigned long long)r.holdings,
           (unsigned long long)r.pauses, (unsigned long long)r.attempted,
           (unsigned long long)r.acknowledged,
           (unsigned long long)r.refused_stale,
@@ -194,22 +209,29 @@ int Run(int argc, char** argv) {
           (unsigned long long)r.file_violations,
           (unsigned long long)r.file_missing);
     }
-    const SafetyResult& direct = safety[0];
-    const SafetyResult& gateway = safety[1];
-    if (gateway.violations() != 0) {
-      std::printf("FAIL: the gateway let %llu violations through\n",
-                  (unsigned long long)gateway.violations());
-      rc = 1;
-    } else if (direct.pg_violations + direct.file_violations == 0) {
-      std::printf(
-          "FAIL: the unfenced run showed no violation; the checker "
-          "cannot be trusted (no pause overlapped a handover)\n");
-      rc = 1;
-    } else {
-      std::printf(
-          "OK: unfenced writes produced %llu violations; through the "
-          "gateway 0\n",
-          (unsigned long long)(direct.pg_violations + direct.file_violations));
+    for (size_t i = 0; i + 1 < safety.size(); i += 2) {
+      const SafetyResult& direct = safety[i];
+      const SafetyResult& gateway = safety[i + 1];
+      if (gateway.violations() != 0) {
+        std::printf("FAIL (%s): the gateway let %llu violations through\n",
+                    gateway.source.c_str(),
+                    (unsigned long long)gateway.violations());
+        rc = 1;
+      } else if (direct.pg_violations + direct.file_violations == 0) {
+        std::printf(
+            "FAIL (%s): the unfenced run showed no violation; the "
+            "checker cannot be trusted (no pause overlapped a "
+            "handover)\n",
+            direct.source.c_str());
+        rc = 1;
+      } else {
+        std::printf(
+            "OK (%s): unfenced writes produced %llu violations; "
+            "through the gateway 0\n",
+            direct.source.c_str(),
+            (unsigned long long)(direct.pg_violations +
+                                 direct.file_violations));
+      }
     }
   }
   std::ofstream(json) << ToJson(runs, safety.empty() ? "" : SafetyJson(safety));
@@ -227,4 +249,9 @@ int Run(int argc, char** argv) {
 }  // namespace
 }  // namespace fencegate::bench
 
-int main(int argc, char** argv) { return fencegate::bench::Run(argc, argv); }
+int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "safety-worker") {
+    return fencegate::bench::SafetyWorkerMain(argc, argv);
+  }
+  return fencegate::bench::Run(argc, argv);
+}

@@ -3,21 +3,23 @@
 #include "bench/safety.h"
 
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
-#include <atomic>
-#include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <random>
-#include <thread>
+#include <sstream>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "absl/synchronization/mutex.h"
+#include "client/etcd/etcd_token_source.h"
+#include "client/lease_token_source.h"
 #include "fencegate/v1/gateway.grpc.pb.h"
-#include "fencegate/v1/lease.grpc.pb.h"
+#include "gateway/flags.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "pqxx/pqxx"
@@ -26,138 +28,132 @@ namespace fencegate::bench {
 namespace {
 
 constexpr char kInsert[] =
-    "INSERT INTO safety_history (mode, token, worker, write_id) "
+    "INSERT INTO safety_history (run, token, worker, write_id) "
     "VALUES ($1, $2, $3, $4)";
 
-struct Shared {
-  absl::Mutex mu;
-  absl::flat_hash_set<int64_t> acked_pg ABSL_GUARDED_BY(mu);
-  absl::flat_hash_set<int64_t> acked_file ABSL_GUARDED_BY(mu);
-  std::atomic<uint64_t> attempted{0}, acknowledged{0}, refused{0}, errors{0},
-      holdings{0}, pauses{0};
+// Stops this whole process — every thread, keep-alive included — for `d`,
+// the way a stop-the-world GC pause or a SIGSTOP'd VM would: a child
+// process sends SIGCONT when the time is up.
+void PauseWholeProcess(absl::Duration d) {
+  const pid_t self = ::getpid();
+  const pid_t resumer = ::fork();
+  if (resumer == 0) {
+    ::usleep(static_cast<useconds_t>(absl::ToInt64Microseconds(d)));
+    ::kill(self, SIGCONT);
+    ::_exit(0);
+  }
+  ::kill(self, SIGSTOP);
+  ::waitpid(resumer, nullptr, 0);
+}
+
+struct WorkerConfig {
+  std::string source, mode, gateway, pg_dsn, etcd, lock, run, log_path, out;
+  uint64_t id = 0, ttl_ms = 300, pause_ttls = 4, writes = 4, until_ms = 0;
+  std::string pause_fraction = "0.5";
 };
 
 class Worker {
  public:
-  Worker(Environment& env, const SafetyOptions& options, bool fenced, int id,
-         const std::string& lock, const std::string& log_path, Shared* shared)
-      : options_(options),
-        fenced_(fenced),
-        id_(id),
-        lock_(lock),
-        log_path_(log_path),
-        shared_(shared),
-        rng_(id * 7919 + 1) {
-    auto channel = grpc::CreateChannel(env.gateway_address(),
-                                       grpc::InsecureChannelCredentials());
-    lease_ = v1::Lease::NewStub(channel);
-    gateway_ = v1::Gateway::NewStub(channel);
-    if (!fenced_) conn_ = std::make_unique<pqxx::connection>(env.pg_dsn());
-    mode_ = fenced ? "gateway" : "direct";
+  explicit Worker(const WorkerConfig& c) : c_(c), rng_(c.id * 7919 + 1) {
+    gateway_ = v1::Gateway::NewStub(
+        grpc::CreateChannel(c.gateway, grpc::InsecureChannelCredentials()));
+    if (c.mode == "direct")
+      conn_ = std::make_unique<pqxx::connection>(c.pg_dsn);
+    (void)absl::SimpleAtod(c.pause_fraction, &pause_fraction_);
   }
 
-  void Run(absl::Time end) {
-    int64_t counter = 0;
-    while (absl::Now() < end) {
-      std::string lease_id;
-      uint64_t token = 0;
-      if (!Acquire(&lease_id, &token)) continue;
-      ++shared_->holdings;
-      const bool pause = std::uniform_real_distribution<double>(0, 1)(rng_) <
-                         options_.pause_fraction;
-      for (int k = 0; k < options_.writes_per_holding; ++k) {
-        // A worker checks its lease before each write...
-        if (!KeepAlive(lease_id)) break;
-        // ...and a pause can strike right after the check.
-        if (pause && k == options_.writes_per_holding / 2) {
-          ++shared_->pauses;
-          absl::SleepFor(options_.ttl * options_.pause_ttls);
-        }
-        const int64_t write_id =
-            static_cast<int64_t>(id_) * 100000000 + ++counter;
-        WriteBoth(token, write_id);
-      }
-      Release(lease_id);
+  absl::Status Run() {
+    std::unique_ptr<client::TokenSource> source;
+    if (c_.source == "etcd") {
+      client::EtcdTokenSourceOptions options;
+      options.endpoint = c_.etcd;
+      absl::StatusOr<std::unique_ptr<client::EtcdTokenSource>> etcd =
+          client::EtcdTokenSource::Create(options);
+      if (!etcd.ok()) return etcd.status();
+      source = *std::move(etcd);
+    } else {
+      source = std::make_unique<client::LeaseTokenSource>(
+          grpc::CreateChannel(c_.gateway, grpc::InsecureChannelCredentials()));
     }
+    client::LockOptions lock_options;
+    lock_options.ttl = absl::Milliseconds(c_.ttl_ms);
+    lock_options.wait = absl::Seconds(2);
+    lock_options.owner = absl::StrCat("worker-", c_.id);
+    const absl::Time until =
+        absl::FromUnixMillis(static_cast<int64_t>(c_.until_ms));
+    int64_t counter = 0;
+    while (absl::Now() < until) {
+      absl::StatusOr<std::unique_ptr<client::HeldLock>> lock =
+          source->Acquire(c_.lock, lock_options, nullptr);
+      if (!lock.ok()) continue;
+      ++holdings_;
+      const bool pause =
+          std::uniform_real_distribution<double>(0, 1)(rng_) < pause_fraction_;
+      for (uint64_t k = 0; k < c_.writes; ++k) {
+        // A worker checks its lock before each write...
+        if ((*lock)->lost()) break;
+        // ...and a pause can strike right after the check.
+        if (pause && k == c_.writes / 2) {
+          ++pauses_;
+          PauseWholeProcess(lock_options.ttl *
+                            static_cast<int64_t>(c_.pause_ttls));
+        }
+        WriteBoth((*lock)->token(),
+                  static_cast<int64_t>(c_.id) * 100000000 + ++counter);
+      }
+      (void)(*lock)->Release();  // Refused when lost: fine.
+    }
+    std::ofstream out(c_.out);
+    out << attempted_ << " " << acked_ << " " << refused_ << " " << errors_
+        << " " << holdings_ << " " << pauses_ << "\n"
+        << acks_;
+    return out ? absl::OkStatus()
+               : absl::InternalError("cannot write " + c_.out);
   }
 
  private:
-  bool Acquire(std::string* lease_id, uint64_t* token) {
-    v1::AcquireRequest request;
-    request.set_name(lock_);
-    request.set_ttl_ms(
-        static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.ttl)));
-    request.set_wait_ms(2000);
-    request.set_owner(absl::StrCat("worker-", id_));
-    v1::AcquireResponse response;
-    grpc::ClientContext context;
-    if (!lease_->Acquire(&context, request, &response).ok() ||
-        !response.acquired()) {
-      return false;
-    }
-    *lease_id = response.lease_id();
-    *token = response.token();
-    return true;
-  }
-  bool KeepAlive(const std::string& lease_id) {
-    v1::KeepAliveRequest request;
-    request.set_name(lock_);
-    request.set_lease_id(lease_id);
-    v1::KeepAliveResponse response;
-    grpc::ClientContext context;
-    return lease_->KeepAlive(&context, request, &response).ok();
-  }
-  void Release(const std::string& lease_id) {
-    v1::ReleaseRequest request;
-    request.set_name(lock_);
-    request.set_lease_id(lease_id);
-    v1::ReleaseResponse response;
-    grpc::ClientContext context;
-    (void)lease_->Release(&context, request, &response);  // Lost is fine.
-  }
-
   void WriteBoth(uint64_t token, int64_t write_id) {
-    std::string line = absl::StrCat(token, " ", id_, " ", write_id, "\n");
-    shared_->attempted += 2;
+    std::string line = absl::StrCat(token, " ", c_.id, " ", write_id, "\n");
+    attempted_ += 2;
     absl::Status pg, file;
-    if (fenced_) {
+    if (c_.mode == "gateway") {
       v1::WriteRequest request;
-      request.set_domain(lock_);
+      request.set_domain(c_.lock);
       request.set_token(token);
       request.set_resource("db/safety_history");
       v1::SqlStatement* sql = request.add_ops()->mutable_sql();
       sql->set_sql(kInsert);
-      sql->add_params()->set_text(mode_);
+      sql->add_params()->set_text(c_.run);
       sql->add_params()->set_int64(static_cast<int64_t>(token));
-      sql->add_params()->set_int64(id_);
+      sql->add_params()->set_int64(static_cast<int64_t>(c_.id));
       sql->add_params()->set_int64(write_id);
       pg = Send(request);
       v1::WriteRequest append;
-      append.set_domain(lock_);
+      append.set_domain(c_.lock);
       append.set_token(token);
-      append.set_resource("files/safety-gateway.log");
+      append.set_resource(absl::StrCat("files/", c_.run, ".log"));
       append.add_ops()->mutable_append()->set_data(line);
       file = Send(append);
     } else {
       try {
         pqxx::nontransaction tx(*conn_);
-        tx.exec_params(kInsert, mode_, static_cast<int64_t>(token), id_,
-                       write_id);
+        tx.exec_params(kInsert, c_.run, static_cast<int64_t>(token),
+                       static_cast<int64_t>(c_.id), write_id);
         pg = absl::OkStatus();
       } catch (const std::exception& e) {
         pg = absl::UnavailableError(e.what());
       }
-      int fd = ::open(log_path_.c_str(), O_WRONLY | O_APPEND | O_CREAT, 0644);
-      file = fd >= 0 &&
-                     ::write(fd, line.data(), line.size()) ==
-                         static_cast<ssize_t>(line.size()) &&
-                     ::fsync(fd) == 0
-                 ? absl::OkStatus()
-                 : absl::UnavailableError("append failed");
+      const int fd =
+          ::open(c_.log_path.c_str(), O_WRONLY | O_APPEND | O_CREAT, 0644);
+      const bool ok = fd >= 0 &&
+                      ::write(fd, line.data(), line.size()) ==
+                          static_cast<ssize_t>(line.size()) &&
+                      ::fsync(fd) == 0;
       if (fd >= 0) ::close(fd);
+      file = ok ? absl::OkStatus() : absl::UnavailableError("append failed");
     }
-    Account(pg, write_id, /*file=*/false);
-    Account(file, write_id, /*file=*/true);
+    Account(pg, "pg", write_id);
+    Account(file, "file", write_id);
   }
 
   absl::Status Send(const v1::WriteRequest& request) {
@@ -168,28 +164,25 @@ class Worker {
                         s.error_message());
   }
 
-  void Account(const absl::Status& s, int64_t write_id, bool file) {
+  void Account(const absl::Status& s, const char* where, int64_t write_id) {
     if (s.ok()) {
-      ++shared_->acknowledged;
-      absl::MutexLock lock(&shared_->mu);
-      (file ? shared_->acked_file : shared_->acked_pg).insert(write_id);
+      ++acked_;
+      absl::StrAppend(&acks_, where, " ", write_id, "\n");
     } else if (absl::IsFailedPrecondition(s)) {
-      ++shared_->refused;
+      ++refused_;
     } else {
-      ++shared_->errors;
+      ++errors_;
     }
   }
 
-  const SafetyOptions options_;
-  const bool fenced_;
-  const int id_;
-  const std::string lock_, log_path_;
-  std::string mode_;
-  Shared* const shared_;
+  const WorkerConfig c_;
   std::mt19937 rng_;
-  std::unique_ptr<v1::Lease::Stub> lease_;
+  double pause_fraction_ = 0.5;
   std::unique_ptr<v1::Gateway::Stub> gateway_;
   std::unique_ptr<pqxx::connection> conn_;
+  uint64_t attempted_ = 0, acked_ = 0, refused_ = 0, errors_ = 0, holdings_ = 0,
+           pauses_ = 0;
+  std::string acks_;
 };
 
 // Counts writes applied below the highest token already applied, walking a
@@ -213,55 +206,131 @@ struct History {
 
 }  // namespace
 
+int SafetyWorkerMain(int argc, char** argv) {
+  WorkerConfig c;
+  FlagSet set;
+  set.String("source", &c.source, "lease or etcd");
+  set.String("mode", &c.mode, "gateway or direct");
+  set.String("gateway", &c.gateway, "gateway address");
+  set.String("pg_dsn", &c.pg_dsn, "PostgreSQL DSN");
+  set.String("etcd", &c.etcd, "etcd endpoint");
+  set.String("lock", &c.lock, "lock name (and fencing domain)");
+  set.String("run", &c.run, "run id");
+  set.String("log_path", &c.log_path, "direct mode: the file");
+  set.String("out", &c.out, "where to write the worker's results");
+  set.Uint("id", &c.id, "worker id");
+  set.Uint("ttl_ms", &c.ttl_ms, "lease ttl");
+  set.Uint("pause_ttls", &c.pause_ttls, "pause length in ttls");
+  set.String("pause_fraction", &c.pause_fraction, "share of paused holdings");
+  set.Uint("writes", &c.writes, "writes per holding");
+  set.Uint("until_ms", &c.until_ms, "stop taking the lock after (unix ms)");
+  std::vector<std::string> rest;
+  if (absl::Status s = set.Parse(argc, argv, 2, &rest); !s.ok()) {
+    std::fprintf(stderr, "safety-worker: %s\n",
+                 std::string(s.message()).c_str());
+    return 2;
+  }
+  absl::Status s = Worker(c).Run();
+  if (!s.ok()) {
+    std::fprintf(stderr, "safety-worker %llu: %s\n",
+                 static_cast<unsigned long long>(c.id), s.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
+
 absl::StatusOr<SafetyResult> RunSafety(Environment& env,
                                        const SafetyOptions& options,
                                        bool fenced) {
   SafetyResult result;
+  result.source = options.source;
   result.mode = fenced ? "gateway" : "direct";
-  const std::string lock = absl::StrCat("safety-", result.mode, "-",
-                                        absl::ToUnixMicros(absl::Now()));
+  const std::string run =
+      absl::StrCat("safety-", options.source, "-", result.mode, "-",
+                   absl::ToUnixMicros(absl::Now()));
   const std::string log_path =
-      fenced ? env.data_dir() + "/files/safety-gateway.log"
-             : env.data_dir() + "/safety-direct.log";
+      fenced ? absl::StrCat(env.data_dir(), "/files/", run, ".log")
+             : absl::StrCat(env.data_dir(), "/", run, ".log");
   try {
     pqxx::connection c(env.pg_dsn());
     pqxx::work tx(c);
     tx.exec(
         "CREATE TABLE IF NOT EXISTS safety_history (seq bigserial PRIMARY "
-        "KEY, mode text, token bigint, worker int, write_id bigint)");
-    tx.exec_params("DELETE FROM safety_history WHERE mode = $1", result.mode);
+        "KEY, run text, token bigint, worker int, write_id bigint)");
     tx.commit();
   } catch (const std::exception& e) {
     return absl::UnavailableError(e.what());
   }
-  ::unlink(log_path.c_str());
 
-  Shared shared;
-  std::vector<std::unique_ptr<Worker>> workers;
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return absl::InternalError("cannot find /proc/self/exe");
+  self[n] = '\0';
+  const int64_t until = absl::ToUnixMillis(absl::Now() + options.duration);
+  std::vector<pid_t> pids;
   for (int i = 0; i < options.workers; ++i) {
-    workers.push_back(std::make_unique<Worker>(env, options, fenced, i, lock,
-                                               log_path, &shared));
+    std::vector<std::string> argv = {
+        self,
+        "safety-worker",
+        "--source=" + options.source,
+        "--mode=" + result.mode,
+        "--gateway=" + env.gateway_address(),
+        "--pg_dsn=" + env.pg_dsn(),
+        "--etcd=" + env.etcd_endpoint(),
+        "--lock=" + run,
+        "--run=" + run,
+        "--log_path=" + log_path,
+        absl::StrCat("--out=", env.data_dir(), "/", run, "-", i, ".txt"),
+        absl::StrCat("--id=", i),
+        absl::StrCat("--ttl_ms=", absl::ToInt64Milliseconds(options.ttl)),
+        absl::StrCat("--pause_ttls=", options.pause_ttls),
+        absl::StrCat("--pause_fraction=", options.pause_fraction),
+        absl::StrCat("--writes=", options.writes_per_holding),
+        absl::StrCat("--until_ms=", until)};
+    const pid_t pid = ::fork();
+    if (pid < 0) return absl::InternalError("fork failed");
+    if (pid == 0) {
+      std::vector<char*> args;
+      for (std::string& a : argv) args.push_back(a.data());
+      args.push_back(nullptr);
+      ::execv(self, args.data());
+      ::_exit(127);
+    }
+    pids.push_back(pid);
   }
-  const absl::Time end = absl::Now() + options.duration;
-  std::vector<std::thread> threads;
-  for (auto& w : workers) threads.emplace_back([&w, end] { w->Run(end); });
-  for (auto& t : threads) t.join();
+  bool workers_ok = true;
+  for (pid_t pid : pids) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    workers_ok = workers_ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  }
+  if (!workers_ok) return absl::InternalError("a safety worker failed");
 
-  result.attempted = shared.attempted;
-  result.acknowledged = shared.acknowledged;
-  result.refused_stale = shared.refused;
-  result.errors = shared.errors;
-  result.holdings = shared.holdings;
-  result.pauses = shared.pauses;
+  absl::flat_hash_set<int64_t> acked_pg, acked_file;
+  for (int i = 0; i < options.workers; ++i) {
+    std::ifstream in(absl::StrCat(env.data_dir(), "/", run, "-", i, ".txt"));
+    uint64_t v[6] = {0};
+    for (uint64_t& x : v) in >> x;
+    result.attempted += v[0];
+    result.acknowledged += v[1];
+    result.refused_stale += v[2];
+    result.errors += v[3];
+    result.holdings += v[4];
+    result.pauses += v[5];
+    std::string where;
+    int64_t id;
+    while (in >> where >> id)
+      (where == "pg" ? acked_pg : acked_file).insert(id);
+  }
 
   History pg;
   try {
     pqxx::connection c(env.pg_dsn());
     pqxx::work tx(c);
     for (const pqxx::row& row : tx.exec_params(
-             "SELECT token, write_id FROM safety_history WHERE mode = $1 "
+             "SELECT token, write_id FROM safety_history WHERE run = $1 "
              "ORDER BY seq",
-             result.mode)) {
+             run)) {
       pg.entries.emplace_back(row[0].as<int64_t>(), row[1].as<int64_t>());
     }
   } catch (const std::exception& e) {
@@ -283,9 +352,8 @@ absl::StatusOr<SafetyResult> RunSafety(Environment& env,
   }
   result.pg_rows = pg.entries.size();
   result.file_lines = file.entries.size();
-  absl::MutexLock lock_acked(&shared.mu);
-  pg.Check(shared.acked_pg, &result.pg_violations, &result.pg_missing);
-  file.Check(shared.acked_file, &result.file_violations, &result.file_missing);
+  pg.Check(acked_pg, &result.pg_violations, &result.pg_missing);
+  file.Check(acked_file, &result.file_violations, &result.file_missing);
   return result;
 }
 

@@ -1,12 +1,14 @@
 // Copyright fencegate authors.
 //
-// The safety scenario: M workers contend for one lock with a short ttl; some
-// are paused past their lease between checking it and writing, as a long GC
-// pause would pause them. Every write goes to a PostgreSQL table and to a
-// file, either through the gateway (fenced) or directly (unfenced). A
-// checker then reads the history back and counts violations: writes applied
-// with a token lower than one already applied, and acknowledged writes that
-// are missing.
+// The safety scenario: M worker processes contend for one lock with a short
+// ttl, taken from a token source (the gateway's lease service, or etcd).
+// Some holders are paused past their lease right after checking it — the
+// whole process, keep-alive threads included, is stopped with SIGSTOP and
+// resumed with SIGCONT, as a long GC pause would stop it — and then write.
+// Every write goes to a PostgreSQL table and to a file, through the gateway
+// (fenced) or directly (unfenced). A checker then reads both histories back
+// and counts violations: writes applied with a token lower than one applied
+// before them, and acknowledged writes that are missing.
 
 #ifndef BENCH_SAFETY_H_
 #define BENCH_SAFETY_H_
@@ -19,9 +21,12 @@
 namespace fencegate::bench {
 
 struct SafetyOptions {
+  // "lease" (built-in lease service) or "etcd".
+  std::string source = "lease";
   int workers = 4;
+  // Lease ttl. etcd rounds it up to whole seconds and to its minimum.
   absl::Duration ttl = absl::Milliseconds(300);
-  // Share of lock holdings in which the worker pauses past its lease.
+  // Share of lock holdings in which the worker is paused past its lease.
   double pause_fraction = 0.5;
   // Pause length, as a multiple of ttl.
   int pause_ttls = 4;
@@ -31,6 +36,7 @@ struct SafetyOptions {
 };
 
 struct SafetyResult {
+  std::string source;
   std::string mode;  // "gateway" or "direct".
   uint64_t attempted = 0, acknowledged = 0, refused_stale = 0, errors = 0;
   uint64_t holdings = 0, pauses = 0;
@@ -42,10 +48,13 @@ struct SafetyResult {
 };
 
 // `fenced`: through the gateway; otherwise straight to PostgreSQL and the
-// file.
+// file. Runs the workers as child processes of this binary.
 absl::StatusOr<SafetyResult> RunSafety(Environment& env,
                                        const SafetyOptions& options,
                                        bool fenced);
+
+// Entry point of one worker process ("fencegate-bench safety-worker ...").
+int SafetyWorkerMain(int argc, char** argv);
 
 }  // namespace fencegate::bench
 

@@ -2,11 +2,15 @@
 # /usr/bin/etcd started by tests/etcd_server.cc. Included from
 # tests/CMakeLists.txt.
 
-add_library(fencegate_etcd_test_util etcd_server.cc)
-target_include_directories(fencegate_etcd_test_util PUBLIC ${PROJECT_SOURCE_DIR})
-target_link_libraries(fencegate_etcd_test_util
-  PUBLIC fencegate_test_util fencegate_etcd_proto gRPC::grpc++
+# The etcd fixture is GoogleTest-free, so the benchmark harness uses it too.
+add_library(fencegate_etcd_fixture etcd_server.cc)
+target_link_libraries(fencegate_etcd_fixture
+  PUBLIC fencegate_fixtures fencegate_etcd_proto gRPC::grpc++
          absl::status absl::statusor absl::strings absl::time)
+
+add_library(fencegate_etcd_test_util INTERFACE)
+target_link_libraries(fencegate_etcd_test_util
+  INTERFACE fencegate_etcd_fixture fencegate_test_util)
 
 fencegate_test(etcd_token_source_test fencegate_etcd fencegate_etcd_test_util
                absl::synchronization)

@@ -21,7 +21,6 @@
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
 #include "tests/fixtures.h"
-#include "tests/test_util.h"
 
 namespace fencegate::testing {
 namespace {
