@@ -303,6 +303,36 @@ TEST_F(PostgresAdapterTest, RecoversAfterServerRestart) {
   EXPECT_EQ(Count(), 2);
 }
 
+// The same through a gateway process: UNAVAILABLE while PostgreSQL is
+// down, and the gateway recovers on its own once it is back.
+TEST_F(PostgresAdapterTest, GatewayRecoversAfterServerRestart) {
+  testing::TempDir dir;
+  auto gateway =
+      GatewayProcess::Start(dir.path() + "/g", {"--route=db=" + server_->Uri()});
+  ASSERT_TRUE(gateway.ok()) << gateway.status();
+  auto stub = v1::Gateway::NewStub(grpc::CreateChannel(
+      (*gateway)->address(), grpc::InsecureChannelCredentials()));
+  auto write = [&](int64_t id) {
+    v1::WriteRequest request;
+    request.set_domain("d");
+    request.set_token(1);
+    request.set_resource("db/jobs");
+    *request.add_ops() = Sql("INSERT INTO jobs (id) VALUES ($1)", {Int(id)});
+    v1::WriteResponse response;
+    grpc::ClientContext context;
+    return stub->Write(&context, request, &response);
+  };
+  ASSERT_TRUE(write(1).ok());
+  ASSERT_OK(server_->Stop());
+  grpc::Status down = write(2);
+  EXPECT_EQ(down.error_code(), grpc::StatusCode::UNAVAILABLE)
+      << down.error_message();
+  ASSERT_OK(server_->Restart());
+  grpc::Status back = write(2);
+  EXPECT_TRUE(back.ok()) << back.error_message();
+  EXPECT_EQ(Count(), 2);
+}
+
 // Two gateways, each with its own fence store, in front of one database:
 // the database's fence table refuses the stale write that the second
 // gateway's own store would have let through.
