@@ -307,8 +307,8 @@ TEST_F(PostgresAdapterTest, RecoversAfterServerRestart) {
 // down, and the gateway recovers on its own once it is back.
 TEST_F(PostgresAdapterTest, GatewayRecoversAfterServerRestart) {
   testing::TempDir dir;
-  auto gateway =
-      GatewayProcess::Start(dir.path() + "/g", {"--route=db=" + server_->Uri()});
+  auto gateway = GatewayProcess::Start(dir.path() + "/g",
+                                       {"--route=db=" + server_->Uri()});
   ASSERT_TRUE(gateway.ok()) << gateway.status();
   auto stub = v1::Gateway::NewStub(grpc::CreateChannel(
       (*gateway)->address(), grpc::InsecureChannelCredentials()));
