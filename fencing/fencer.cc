@@ -65,7 +65,8 @@ absl::StatusOr<FenceState> Fencer::Get(absl::string_view domain) {
 
 absl::Status Fencer::WithDomainLock(absl::string_view domain,
                                     absl::FunctionRef<absl::Status()> fn) {
-  KeyedMutex::Lock domain_lock(&domain_locks_, domain);
+  KeyedMutex::Lock domain_lock(&domain_locks_, domain,
+                               "Fencer::WithDomainLock:BeforeLock");
   return fn();
 }
 

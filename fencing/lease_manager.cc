@@ -2,6 +2,7 @@
 
 #include "fencing/lease_manager.h"
 
+#include <algorithm>
 #include <chrono>
 #include <limits>
 #include <random>
@@ -9,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "boost/asio/post.hpp"
 #include "fencing/limits.h"
 
 namespace fencegate {
@@ -46,7 +48,9 @@ absl::StatusOr<std::unique_ptr<LeaseManager>> LeaseManager::Create(
   {
     absl::MutexLock lock(&manager->mu_);
     for (LeaseRecord& lease : *leases) {
-      const absl::Duration remaining = lease.expires_at - now;
+      // Clamped to the ttl, in case the wall clock was set back meanwhile.
+      const absl::Duration remaining =
+          std::min(lease.expires_at - now, lease.ttl);
       if (remaining <= absl::ZeroDuration()) {
         // Expired while the gateway was down.
         if (absl::Status s = store->RemoveLease(lease.name); !s.ok()) return s;
@@ -64,6 +68,7 @@ absl::StatusOr<std::unique_ptr<LeaseManager>> LeaseManager::Create(
 
 LeaseManager::~LeaseManager() {
   Shutdown();
+  grant_pool_.join();
   work_.reset();
   io_.stop();
   if (timer_thread_.joinable()) timer_thread_.join();
@@ -88,20 +93,18 @@ void LeaseManager::Acquire(const std::string& name, const std::string& owner,
     return;
   }
   absl::StatusOr<AcquireOutcome> result;
+  bool grant_now = false;
   {
     absl::MutexLock lock(&mu_);
     if (shut_down_) {
       result = absl::UnavailableError("lease service is shutting down");
     } else {
       Lock& l = locks_[name];
-      if (l.lease.lease_id.empty()) {
-        absl::StatusOr<LeaseRecord> granted = GrantLocked(l, name, owner, ttl);
-        if (granted.ok()) {
-          result = AcquireOutcome{true, *std::move(granted)};
-        } else {
-          result = granted.status();
-          if (l.waiters.empty()) locks_.erase(name);
-        }
+      if (l.lease.lease_id.empty() && !l.granting) {
+        // Reserve it; the durable write happens without mu_.
+        l.granting = true;
+        l.lease.owner = owner;
+        grant_now = true;
       } else if (wait == absl::ZeroDuration()) {
         result = AcquireOutcome{false, l.lease};
         result->lease.lease_id.clear();
@@ -122,13 +125,16 @@ void LeaseManager::Acquire(const std::string& name, const std::string& owner,
       }
     }
   }
-  std::move(done)(std::move(result));
+  if (grant_now) {
+    FinishGrant(name, owner, ttl, std::move(done));
+  } else {
+    std::move(done)(std::move(result));  // Shutting down, or held.
+  }
 }
 
-absl::StatusOr<LeaseRecord> LeaseManager::GrantLocked(Lock& lock,
-                                                      const std::string& name,
-                                                      const std::string& owner,
-                                                      absl::Duration ttl) {
+void LeaseManager::FinishGrant(const std::string& name,
+                               const std::string& owner, absl::Duration ttl,
+                               AcquireCallback done) {
   LeaseRecord lease;
   absl::Status s = fencer_->WithDomainLock(name, [&]() -> absl::Status {
     absl::StatusOr<FenceState> fence = fencer_->Get(name);
@@ -143,10 +149,24 @@ absl::StatusOr<LeaseRecord> LeaseManager::GrantLocked(Lock& lock,
                         ttl,  now + ttl};
     return store_->GrantLease(lease, now);
   });
-  if (!s.ok()) return s;
-  lock.lease = lease;
-  ArmExpiryLocked(lock, name, ttl);
-  return lease;
+  std::vector<absl::AnyInvocable<void() &&>> deferred;
+  {
+    absl::MutexLock lock(&mu_);
+    Lock& l = locks_[name];
+    l.granting = false;
+    if (s.ok()) {
+      l.lease = lease;
+      ArmExpiryLocked(l, name, ttl);
+    } else {
+      FreeAndHandOverLocked(name, &deferred);
+    }
+  }
+  if (s.ok()) {
+    std::move(done)(AcquireOutcome{true, std::move(lease)});
+  } else {
+    std::move(done)(s);
+  }
+  for (auto& fn : deferred) std::move(fn)();
 }
 
 void LeaseManager::ArmExpiryLocked(Lock& lock, const std::string& name,
@@ -214,16 +234,14 @@ void LeaseManager::FreeAndHandOverLocked(
       });
       continue;
     }
-    absl::StatusOr<LeaseRecord> granted =
-        GrantLocked(l, name, waiter->owner, waiter->ttl);
-    absl::StatusOr<AcquireOutcome> outcome =
-        granted.ok() ? absl::StatusOr<AcquireOutcome>(
-                           AcquireOutcome{true, *std::move(granted)})
-                     : absl::StatusOr<AcquireOutcome>(granted.status());
-    deferred->push_back([waiter, outcome = std::move(outcome)]() mutable {
-      std::move(waiter->done)(std::move(outcome));
+    l.granting = true;
+    l.lease.owner = waiter->owner;
+    deferred->push_back([this, name, waiter]() mutable {
+      boost::asio::post(grant_pool_, [this, name, waiter]() mutable {
+        FinishGrant(name, waiter->owner, waiter->ttl, std::move(waiter->done));
+      });
     });
-    if (granted.ok()) return;
+    return;
   }
   locks_.erase(it);  // Free and nobody waiting.
 }
@@ -231,8 +249,12 @@ void LeaseManager::FreeAndHandOverLocked(
 absl::StatusOr<absl::Duration> LeaseManager::KeepAlive(
     const std::string& name, const std::string& lease_id) {
   absl::MutexLock lock(&mu_);
+  if (shut_down_) {
+    // The lease is kept (and reloaded after a restart): not lost.
+    return absl::UnavailableError("lease service is shutting down");
+  }
   auto it = locks_.find(name);
-  if (shut_down_ || it == locks_.end() || lease_id.empty() ||
+  if (it == locks_.end() || lease_id.empty() ||
       it->second.lease.lease_id != lease_id) {
     return absl::NotFoundError(absl::StrCat(
         "lease of lock \"", name,

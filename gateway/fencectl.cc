@@ -201,6 +201,10 @@ std::string Describe(const v1::FenceState& state) {
 // The lease being lost: the child's process group gets SIGTERM.
 std::atomic<pid_t> g_child{0};
 
+void ForwardSignal(int sig) {
+  if (pid_t child = g_child.load(); child > 0) ::kill(-child, sig);
+}
+
 int RunLocked(const Flags& f, const std::string& name,
               const std::vector<std::string>& command) {
   if (f.ttl_ms < 100 || f.ttl_ms > 3600000 || f.wait_ms > 3600000) {
@@ -260,6 +264,13 @@ int RunLocked(const Flags& f, const std::string& name,
   }
   ::setpgid(pid, pid);
   g_child = pid;
+  // Signals meant for fencectl reach the command too, so that it never runs
+  // on unsupervised after fencectl is gone.
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    struct sigaction action = {};
+    action.sa_handler = ForwardSignal;
+    ::sigaction(sig, &action, nullptr);
+  }
   if (lost) ::kill(-pid, SIGTERM);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {

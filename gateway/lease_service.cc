@@ -18,12 +18,20 @@ grpc::ServerUnaryReactor* LeaseService::Acquire(
     grpc::CallbackServerContext* context, const v1::AcquireRequest* request,
     v1::AcquireResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  // Never wait past the caller's deadline.
-  absl::Duration wait = absl::Milliseconds(request->wait_ms());
-  const absl::Duration until_deadline =
-      absl::FromChrono(context->deadline()) - absl::Now();
-  wait = std::max(absl::ZeroDuration(), std::min(wait, until_deadline));
-  executor_->PostAny([this, context, reactor, request, response, wait]() {
+  executor_->PostAny([this, context, reactor, request, response]() {
+    if (context->IsCancelled()) {
+      // The caller gave up while this waited in the queue: granting now
+      // would hold the lock for nobody until its ttl runs out.
+      reactor->Finish(grpc::Status(grpc::StatusCode::CANCELLED,
+                                   "cancelled before the lock was taken"));
+      return;
+    }
+    // Never wait past the caller's deadline.
+    const absl::Duration until_deadline =
+        absl::FromChrono(context->deadline()) - absl::Now();
+    const absl::Duration wait = std::max(
+        absl::ZeroDuration(),
+        std::min(absl::Milliseconds(request->wait_ms()), until_deadline));
     manager_->Acquire(
         request->name(), request->owner(),
         absl::Milliseconds(request->ttl_ms()), wait,

@@ -212,6 +212,57 @@ TEST_F(LeaseManagerTest, GrantIsSerializedWithInFlightWrites) {
   EXPECT_EQ(grant.lease.token, 2u);
 }
 
+// A grant waiting for a slow write of its domain must not hold up other
+// locks: here lock "other" is renewed while the grant of "jobs" waits.
+TEST_F(LeaseManagerTest, GrantWaitingForAWriteDoesNotBlockOtherLocks) {
+  ASSERT_OK_AND_ASSIGN(other, Acquire("other"));
+  absl::Notification applying, finish_write, grant_waiting;
+  std::thread writer([&] {
+    EXPECT_OK(fencer_
+                  ->Execute("jobs", 1,
+                            [&] {
+                              applying.Notify();
+                              finish_write.WaitForNotification();
+                              return absl::OkStatus();
+                            })
+                  .status());
+  });
+  applying.WaitForNotification();
+  SyncPoint::Get()->SetCallback("Fencer::WithDomainLock:BeforeLock",
+                                [&](void*) { grant_waiting.Notify(); });
+  absl::StatusOr<AcquireOutcome> grant;
+  std::thread granter([&] { grant = Acquire("jobs"); });
+  grant_waiting.WaitForNotification();
+  // The grant is now blocked on the domain lock. Renewing another lock
+  // must still work.
+  absl::Notification renewed;
+  absl::Status renew_status;
+  std::thread renewer([&] {
+    renew_status = manager_->KeepAlive("other", other.lease.lease_id).status();
+    renewed.Notify();
+  });
+  const bool renewed_while_write_ran =
+      renewed.WaitForNotificationWithTimeout(absl::Seconds(20));
+  finish_write.Notify();
+  writer.join();
+  granter.join();
+  renewer.join();
+  EXPECT_TRUE(renewed_while_write_ran);
+  EXPECT_OK(renew_status);
+  ASSERT_TRUE(grant.ok()) << grant.status();
+  EXPECT_TRUE(grant->acquired);
+  EXPECT_EQ(grant->lease.token, 2u);
+}
+
+TEST_F(LeaseManagerTest, KeepAliveDuringShutdownIsUnavailableNotLost) {
+  ASSERT_OK_AND_ASSIGN(held, Acquire("jobs"));
+  manager_->Shutdown();
+  EXPECT_THAT(manager_->KeepAlive("jobs", held.lease.lease_id),
+              StatusIs(absl::StatusCode::kUnavailable));
+  Open();  // Restarted: the lease is still there.
+  EXPECT_OK(manager_->KeepAlive("jobs", held.lease.lease_id).status());
+}
+
 TEST_F(LeaseManagerTest, BadArguments) {
   EXPECT_THAT(Acquire(""), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(Acquire("jobs", absl::Milliseconds(10)),

@@ -31,6 +31,7 @@
 #include "boost/asio/executor_work_guard.hpp"
 #include "boost/asio/io_context.hpp"
 #include "boost/asio/steady_timer.hpp"
+#include "boost/asio/thread_pool.hpp"
 #include "fencing/clock.h"
 #include "fencing/fencer.h"
 #include "fencing/lease_store.h"
@@ -68,7 +69,8 @@ class LeaseManager {
                absl::Duration ttl, absl::Duration wait,
                std::function<bool()> cancelled, AcquireCallback done);
 
-  // Renews the lease for its ttl from now. NOT_FOUND if it is lost.
+  // Renews the lease for its ttl from now. NOT_FOUND if it is lost;
+  // UNAVAILABLE while shutting down (the lease itself is kept).
   absl::StatusOr<absl::Duration> KeepAlive(const std::string& name,
                                            const std::string& lease_id);
 
@@ -88,26 +90,30 @@ class LeaseManager {
     std::unique_ptr<boost::asio::steady_timer> timer;
   };
   struct Lock {
-    // Holder; lease_id empty when free.
+    // Holder; lease_id empty when free or while a grant is being written.
     LeaseRecord lease;
+    // A grant is being made durable (outside mu_): the lock is taken.
+    bool granting = false;
     std::unique_ptr<boost::asio::steady_timer> expiry;
     std::deque<std::shared_ptr<Waiter>> waiters;
   };
 
   LeaseManager(LeaseStore* store, Fencer* fencer, Clock* clock);
 
-  // Grants `name` (free) to a new lease; the durable write happens here.
-  absl::StatusOr<LeaseRecord> GrantLocked(Lock& lock, const std::string& name,
-                                          const std::string& owner,
-                                          absl::Duration ttl)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes a grant of `name`, reserved with Lock::granting, durable — under
+  // the domain's Fencer lock, which may wait for a write in flight, so
+  // without mu_ — then installs it and runs `done`. On failure the lock
+  // passes to the next waiter.
+  void FinishGrant(const std::string& name, const std::string& owner,
+                   absl::Duration ttl, AcquireCallback done);
   void ArmExpiryLocked(Lock& lock, const std::string& name,
                        absl::Duration remaining)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnExpiry(const std::string& name, const std::string& lease_id);
   void OnWaitTimeout(const std::string& name, std::shared_ptr<Waiter> waiter);
-  // Frees `name` and hands it to the first live waiter. Callbacks to run
-  // after unlocking are appended to `deferred`.
+  // Frees `name` and reserves it for the first live waiter, whose grant is
+  // finished on grant_pool_. Callbacks to run after unlocking are appended
+  // to `deferred`.
   void FreeAndHandOverLocked(
       const std::string& name,
       std::vector<absl::AnyInvocable<void() &&>>* deferred)
@@ -120,6 +126,9 @@ class LeaseManager {
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type>
       work_;
   std::thread timer_thread_;
+  // Finishes grants handed to waiters, so that a grant waiting for its
+  // domain's lock holds up neither the timer thread nor the caller.
+  boost::asio::thread_pool grant_pool_{2};
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, Lock> locks_ ABSL_GUARDED_BY(mu_);
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
