@@ -24,11 +24,21 @@ constexpr char kFencedUpdate[] =
     "UPDATE bench_accounts SET balance = balance + 1, fence = $2 "
     "WHERE id = $1 AND fence <= $2";
 
-// One client's connection to one target; Write() is one fenced write.
+// One client's connection to one target. A client makes one fenced write
+// at a time: with Write() on a thread of its own (libpqxx blocks), or with
+// WriteAsync() when async() is true (gRPC's callback API, so the harness's
+// 64 clients do not need 64 threads of the two cores the gateway uses).
 class Client {
  public:
   virtual ~Client() = default;
+  virtual bool async() const { return false; }
   virtual absl::Status Write(uint64_t token) = 0;
+  // Starts a write; `done` runs on a gRPC thread when it finishes and may
+  // start the next one.
+  virtual void WriteAsync(uint64_t token,
+                          std::function<void(absl::Status)> done) {
+    done(Write(token));
+  }
 };
 
 class DirectClient : public Client {
@@ -73,27 +83,48 @@ class GatewayClient : public Client {
       op->mutable_put()->set_data(std::string(64, 'x'));
     }
   }
+  bool async() const override { return true; }
+
   absl::Status Write(uint64_t token) override {
+    SetToken(token);
+    v1::WriteResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(30));
+    return ToStatus(stub_->Write(&context, request_, &response));
+  }
+
+  void WriteAsync(uint64_t token,
+                  std::function<void(absl::Status)> done) override {
+    SetToken(token);
+    context_ = std::make_unique<grpc::ClientContext>();
+    context_->set_deadline(std::chrono::system_clock::now() +
+                           std::chrono::seconds(30));
+    response_.Clear();
+    stub_->async()->Write(
+        context_.get(), &request_, &response_,
+        [done = std::move(done)](grpc::Status s) { done(ToStatus(s)); });
+  }
+
+ private:
+  void SetToken(uint64_t token) {
     request_.set_token(token);
     if (request_.ops(0).has_sql()) {
       request_.mutable_ops(0)->mutable_sql()->mutable_params(1)->set_int64(
           static_cast<int64_t>(token));
     }
-    v1::WriteResponse response;
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() +
-                         std::chrono::seconds(30));
-    grpc::Status s = stub_->Write(&context, request_, &response);
-    if (!s.ok()) {
-      return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                          s.error_message());
-    }
-    return absl::OkStatus();
+  }
+  static absl::Status ToStatus(const grpc::Status& s) {
+    if (s.ok()) return absl::OkStatus();
+    return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                        s.error_message());
   }
 
- private:
   std::unique_ptr<v1::Gateway::Stub> stub_;
   v1::WriteRequest request_;
+  // The write in flight (one at a time).
+  std::unique_ptr<grpc::ClientContext> context_;
+  v1::WriteResponse response_;
 };
 
 absl::Status PrepareTable(const std::string& dsn, int rows) {
@@ -130,28 +161,54 @@ RunStats RunOne(const std::string& target, const std::string& pattern,
   std::vector<std::vector<uint32_t>> latencies(clients);
   std::vector<std::unique_ptr<Client>> conns;
   for (int i = 0; i < clients; ++i) conns.push_back(make(i));
+  auto record = [&](int i, std::chrono::steady_clock::time_point t0,
+                    const absl::Status& s) {
+    auto us = std::chrono::duration_cast<std::chrono::microseconds>(
+                  std::chrono::steady_clock::now() - t0)
+                  .count();
+    if (s.ok()) {
+      latencies[i].push_back(static_cast<uint32_t>(us));
+      ops.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      errors.fetch_add(1, std::memory_order_relaxed);
+      absl::MutexLock lock(&mu);
+      if (stats.first_error.empty()) stats.first_error = s.ToString();
+    }
+  };
+  // Asynchronous clients: each completion records and starts the next write
+  // until `stop`; `finished` counts the clients that stopped.
+  int finished = 0;
+  std::vector<uint64_t> tokens(clients, base);
+  std::function<void(int)> issue = [&](int i) {
+    auto t0 = std::chrono::steady_clock::now();
+    conns[i]->WriteAsync(tokens[i], [&, i, t0](absl::Status s) {
+      record(i, t0, s);
+      if (pattern == "advancing") ++tokens[i];
+      if (!stop.load(std::memory_order_relaxed)) {
+        issue(i);
+        return;
+      }
+      absl::MutexLock lock(&mu);
+      ++finished;
+    });
+  };
+  for (int i = 0; i < clients; ++i) latencies[i].reserve(1 << 16);
   const absl::Time start = absl::Now();
   for (int i = 0; i < clients; ++i) {
+    if (conns[i]->async()) {
+      issue(i);
+      continue;
+    }
     threads.emplace_back([&, i] {
       uint64_t token = base;
-      std::vector<uint32_t>& lat = latencies[i];
-      lat.reserve(1 << 16);
       while (!stop.load(std::memory_order_relaxed)) {
         auto t0 = std::chrono::steady_clock::now();
         absl::Status s = conns[i]->Write(token);
-        auto us = std::chrono::duration_cast<std::chrono::microseconds>(
-                      std::chrono::steady_clock::now() - t0)
-                      .count();
-        if (s.ok()) {
-          lat.push_back(static_cast<uint32_t>(us));
-          ops.fetch_add(1, std::memory_order_relaxed);
-        } else {
-          errors.fetch_add(1, std::memory_order_relaxed);
-          absl::MutexLock lock(&mu);
-          if (stats.first_error.empty()) stats.first_error = s.ToString();
-        }
+        record(i, t0, s);
         if (pattern == "advancing") ++token;
       }
+      absl::MutexLock lock(&mu);
+      ++finished;
     });
   }
   // Live progress line.
@@ -172,6 +229,11 @@ RunStats RunOne(const std::string& target, const std::string& pattern,
     last = now;
   }
   stop = true;
+  {
+    absl::MutexLock lock(&mu);
+    auto all_finished = [&] { return finished == clients; };
+    mu.Await(absl::Condition(&all_finished));
+  }
   for (auto& t : threads) t.join();
   stats.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   std::fprintf(stderr, "\n");

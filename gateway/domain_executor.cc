@@ -12,30 +12,43 @@ DomainExecutor::~DomainExecutor() {
   if (!joined_) Join();
 }
 
-void DomainExecutor::Post(const std::string& domain,
-                          absl::AnyInvocable<void() &&> work) {
-  Lane* lane;
+void DomainExecutor::Post(const std::string& domain, Work work) {
   {
     absl::MutexLock lock(&mu_);
     auto [it, inserted] = lanes_.try_emplace(domain);
-    if (inserted) {
-      it->second = std::make_unique<Lane>(
-          boost::asio::make_strand(pool_.get_executor()));
+    if (!inserted) {
+      // The domain is busy: queue behind its running item.
+      if (it->second == nullptr) {
+        it->second = std::make_unique<std::deque<Work>>();
+      }
+      it->second->push_back(std::move(work));
+      return;
     }
-    lane = it->second.get();
-    ++lane->pending;
   }
-  boost::asio::post(lane->strand,
-                    [this, lane, domain, work = std::move(work)]() mutable {
-                      std::move(work)();
-                      absl::MutexLock lock(&mu_);
-                      // The strand's implementation is reference counted, so
-                      // the handle may go while this handler still runs on it.
-                      if (--lane->pending == 0) lanes_.erase(domain);
-                    });
+  boost::asio::post(pool_, [this, domain, work = std::move(work)]() mutable {
+    RunLane(domain, std::move(work));
+  });
 }
 
-void DomainExecutor::PostAny(absl::AnyInvocable<void() &&> work) {
+void DomainExecutor::RunLane(const std::string& domain, Work work) {
+  std::move(work)();
+  Work next;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = lanes_.find(domain);
+    if (it->second == nullptr || it->second->empty()) {
+      lanes_.erase(it);
+      return;
+    }
+    next = std::move(it->second->front());
+    it->second->pop_front();
+  }
+  boost::asio::post(pool_, [this, domain, next = std::move(next)]() mutable {
+    RunLane(domain, std::move(next));
+  });
+}
+
+void DomainExecutor::PostAny(Work work) {
   boost::asio::post(pool_,
                     [work = std::move(work)]() mutable { std::move(work)(); });
 }

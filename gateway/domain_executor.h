@@ -2,12 +2,16 @@
 //
 // DomainExecutor: the bounded I/O pool where blocking work (fence syncs,
 // storage writes) runs, off gRPC's threads. Work posted for one domain runs
-// one at a time in posting order on a Boost.Asio strand, so a busy domain
-// occupies at most one pool thread and never starves the others.
+// one at a time in posting order, so a busy domain occupies at most one pool
+// thread; after each item a busy domain goes to the back of the pool's queue,
+// so it never starves the others. (A lane exists only while its domain has
+// work: an idle domain costs nothing, and the first write of an idle domain
+// goes straight to the pool.)
 
 #ifndef GATEWAY_DOMAIN_EXECUTOR_H_
 #define GATEWAY_DOMAIN_EXECUTOR_H_
 
+#include <deque>
 #include <memory>
 #include <string>
 
@@ -15,7 +19,6 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/synchronization/mutex.h"
-#include "boost/asio/strand.hpp"
 #include "boost/asio/thread_pool.hpp"
 
 namespace fencegate {
@@ -41,16 +44,16 @@ class DomainExecutor {
   void Join();
 
  private:
-  using Strand = boost::asio::strand<boost::asio::thread_pool::executor_type>;
-  struct Lane {
-    explicit Lane(Strand s) : strand(std::move(s)) {}
-    Strand strand;
-    int pending = 0;  // Guarded by DomainExecutor::mu_.
-  };
+  using Work = absl::AnyInvocable<void() &&>;
+  // Runs `work` of `domain`, then hands the domain's next item to the pool,
+  // or retires the domain's lane if it has none.
+  void RunLane(const std::string& domain, Work work);
 
   boost::asio::thread_pool pool_;
   absl::Mutex mu_;
-  absl::flat_hash_map<std::string, std::unique_ptr<Lane>> lanes_
+  // Domains with work running; the value holds what waits behind it
+  // (allocated on the first wait).
+  absl::flat_hash_map<std::string, std::unique_ptr<std::deque<Work>>> lanes_
       ABSL_GUARDED_BY(mu_);
   bool joined_ = false;
 };

@@ -9,7 +9,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc grpc-proto
   libabsl-dev librocksdb-dev libboost-dev
   libgtest-dev libgmock-dev
-  libpqxx-dev postgresql pgbouncer
+  libpq-dev libpqxx-dev postgresql pgbouncer
   etcd-server etcd-client
 )
 

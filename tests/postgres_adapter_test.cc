@@ -170,6 +170,69 @@ TEST_F(PostgresAdapterTest, DirectWriterFollowingTheProtocolFencesTheGateway) {
   EXPECT_EQ(Count(), 0);
 }
 
+// A fence table made by hand, without the CHECK constraint fencegate's DDL
+// has: a stale write must still fail, and must not lower the stored token.
+TEST_F(PostgresAdapterTest, StaleWriteFailsOnAFenceTableWithoutConstraints) {
+  Exec(
+      "CREATE TABLE fencegate_fences (domain text PRIMARY KEY, token bigint, "
+      "updated_at timestamptz)");
+  Exec("INSERT INTO fencegate_fences (domain, token) VALUES ('billing', 50)");
+  absl::Status stale =
+      Apply("billing", 49, {Sql("INSERT INTO jobs (id) VALUES (1)")});
+  EXPECT_THAT(stale, StatusIs(absl::StatusCode::kFailedPrecondition));
+  std::optional<StaleTokenInfo> info = GetStaleToken(stale);
+  ASSERT_TRUE(info.has_value()) << stale;
+  EXPECT_EQ(info->highest_token, 50u);
+  EXPECT_EQ(Count(), 0);
+  EXPECT_EQ(StoredFence("billing"), 50);
+  ASSERT_OK(Apply("billing", 51, {Sql("INSERT INTO jobs (id) VALUES (2)")}));
+  EXPECT_EQ(StoredFence("billing"), 51);
+}
+
+// Each Write is one transaction; statements that would end or split it are
+// refused before anything is sent.
+TEST_F(PostgresAdapterTest, TransactionControlIsRefused) {
+  ASSERT_OK(Apply("d", 1, {Sql("INSERT INTO jobs (id) VALUES (1)")}));
+  for (const char* sql :
+       {"COMMIT", "  begin", "/* a /* nested */ comment */ Rollback",
+        "-- note\nEND", "SAVEPOINT s", "RELEASE SAVEPOINT s", "ABORT",
+        "start transaction", "PREPARE TRANSACTION 'x'"}) {
+    absl::Status s =
+        Apply("d", 2, {Sql("INSERT INTO jobs (id) VALUES (2)"), Sql(sql)});
+    EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument)) << sql;
+    EXPECT_THAT(s.message(), HasSubstr("transaction control")) << sql;
+  }
+  EXPECT_EQ(Count(), 1);
+  EXPECT_EQ(StoredFence("d"), 1);
+  // Words that only start like one are fine.
+  ASSERT_OK(Apply(
+      "d", 2, {Sql("UPDATE jobs SET owner = 'ending' WHERE id = 1 -- END")}));
+  EXPECT_EQ(Count("owner = 'ending'"), 1);
+}
+
+// PostgreSQL closes a pooled connection while it sits idle (an
+// administrator, idle_session_timeout, a proxy): the next write notices
+// before sending and uses a new connection instead of failing.
+TEST_F(PostgresAdapterTest, ConnectionClosedWhileIdleIsReplaced) {
+  ASSERT_OK(Apply("d", 1, {Sql("INSERT INTO jobs (id) VALUES (1)")}));
+  pqxx::result killed = Exec(
+      "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+      "WHERE pid <> pg_backend_pid() AND backend_type = 'client backend' "
+      "AND datname = current_database()");
+  ASSERT_GE(killed.size(), 1u);
+  // pg_terminate_backend only signals; wait until the backend is gone.
+  ASSERT_TRUE(testing::WaitFor(
+      [] {
+        return Exec(
+                   "SELECT count(*) FROM pg_stat_activity WHERE pid <> "
+                   "pg_backend_pid() AND backend_type = 'client backend'")[0][0]
+                   .as<int64_t>() == 0;
+      },
+      absl::Seconds(10)));
+  ASSERT_OK(Apply("d", 1, {Sql("INSERT INTO jobs (id) VALUES (2)")}));
+  EXPECT_EQ(Count(), 2);
+}
+
 TEST_F(PostgresAdapterTest, EveryStatementRollsBackWhenOneFails) {
   ASSERT_OK(Apply("d", 1, {Sql("INSERT INTO jobs (id) VALUES (1)")}));
   absl::Status failed =

@@ -5,7 +5,6 @@
 #include <exception>
 
 #include "absl/strings/str_cat.h"
-#include "pqxx/connection"
 #include "pqxx/except"
 
 namespace fencegate {
@@ -21,7 +20,7 @@ PgConnectionPool::PgConnectionPool(std::string conninfo, std::string redacted,
 PgConnectionPool::~PgConnectionPool() = default;
 
 PgConnectionPool::Lease::Lease(PgConnectionPool* pool,
-                               std::unique_ptr<pqxx::connection> conn)
+                               std::unique_ptr<PgConnection> conn)
     : pool_(pool), conn_(std::move(conn)) {}
 
 PgConnectionPool::Lease::Lease(Lease&& other) noexcept
@@ -36,7 +35,7 @@ PgConnectionPool::Lease::~Lease() {
 }
 
 absl::StatusOr<PgConnectionPool::Lease> PgConnectionPool::Acquire() {
-  std::unique_ptr<pqxx::connection> conn;
+  std::unique_ptr<PgConnection> conn;
   {
     absl::MutexLock lock(&mu_);
     auto available = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -53,10 +52,13 @@ absl::StatusOr<PgConnectionPool::Lease> PgConnectionPool::Acquire() {
       idle_.pop_back();
     }
   }
-  if (conn != nullptr && conn->is_open()) return Lease(this, std::move(conn));
+  if (conn != nullptr && conn->IdleAndAlive()) {
+    return Lease(this, std::move(conn));
+  }
+  conn.reset();  // Closed by the server while idle: open a fresh one.
   // Open a new connection outside the lock: it can take connect_timeout.
   try {
-    conn = std::make_unique<pqxx::connection>(conninfo_);
+    conn = std::make_unique<PgConnection>(conninfo_);
     if (setup_) setup_(*conn);
     return Lease(this, std::move(conn));
   } catch (const std::exception& e) {
@@ -70,7 +72,7 @@ absl::StatusOr<PgConnectionPool::Lease> PgConnectionPool::Acquire() {
   }
 }
 
-void PgConnectionPool::Release(std::unique_ptr<pqxx::connection> conn,
+void PgConnectionPool::Release(std::unique_ptr<PgConnection> conn,
                                bool discard) {
   absl::MutexLock lock(&mu_);
   --in_use_;

@@ -1,8 +1,8 @@
 // Copyright fencegate authors.
 //
-// PgConnectionPool: a fixed number of libpqxx connections, opened lazily and
-// reopened after they break, so the adapter recovers by itself when
-// PostgreSQL restarts.
+// PgConnectionPool: a fixed number of connections, opened lazily and
+// reopened after they break (or after the server closed them while idle), so
+// the adapter recovers by itself when PostgreSQL restarts.
 
 #ifndef STORAGE_ADAPTERS_POSTGRES_CONNECTION_POOL_H_
 #define STORAGE_ADAPTERS_POSTGRES_CONNECTION_POOL_H_
@@ -16,7 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "pqxx/connection"
+#include "storage_adapters/postgres/pg_connection.h"
 
 namespace fencegate {
 
@@ -25,7 +25,7 @@ class PgConnectionPool {
  public:
   // Runs on every new connection (SET statement_timeout, create the fence
   // table); may throw libpqxx exceptions, which fail the Acquire().
-  using Setup = std::function<void(pqxx::connection&)>;
+  using Setup = std::function<void(PgConnection&)>;
 
   // `redacted` names the server in error messages without its password.
   PgConnectionPool(std::string conninfo, std::string redacted, int size,
@@ -40,16 +40,16 @@ class PgConnectionPool {
     Lease(Lease&& other) noexcept;
     Lease& operator=(Lease&&) = delete;
     ~Lease();
-    pqxx::connection& conn() { return *conn_; }
+    PgConnection& conn() { return *conn_; }
     // The connection is broken (or its state unknown): close it instead of
     // returning it to the pool.
     void Discard() { discard_ = true; }
 
    private:
     friend class PgConnectionPool;
-    Lease(PgConnectionPool* pool, std::unique_ptr<pqxx::connection> conn);
+    Lease(PgConnectionPool* pool, std::unique_ptr<PgConnection> conn);
     PgConnectionPool* pool_;
-    std::unique_ptr<pqxx::connection> conn_;
+    std::unique_ptr<PgConnection> conn_;
     bool discard_ = false;
   };
 
@@ -58,7 +58,7 @@ class PgConnectionPool {
   absl::StatusOr<Lease> Acquire();
 
  private:
-  void Release(std::unique_ptr<pqxx::connection> conn, bool discard);
+  void Release(std::unique_ptr<PgConnection> conn, bool discard);
 
   const std::string conninfo_;
   const std::string redacted_;
@@ -66,7 +66,7 @@ class PgConnectionPool {
   const absl::Duration wait_;
   const Setup setup_;
   absl::Mutex mu_;
-  std::vector<std::unique_ptr<pqxx::connection>> idle_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<PgConnection>> idle_ ABSL_GUARDED_BY(mu_);
   int in_use_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

@@ -6,16 +6,20 @@
 #include <cstdint>
 #include <exception>
 #include <limits>
+#include <string_view>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "fencegate/v1/errors.pb.h"
 #include "fencing/stale_token.h"
 #include "fencing/sync_point.h"
-#include "pqxx/pqxx"
+#include "pqxx/except"
+#include "pqxx/nontransaction"
 
 namespace fencegate {
 namespace {
@@ -23,6 +27,64 @@ namespace {
 constexpr size_t kMaxSqlBytes = 1 << 20;
 constexpr int kMaxParams = 65535;
 constexpr char kSqlErrorTypeUrl[] = "type.googleapis.com/fencegate.v1.SqlError";
+
+// The first keyword of `sql`, upper-cased, after whitespace and comments.
+std::string FirstKeyword(absl::string_view sql, size_t* end = nullptr) {
+  size_t i = 0;
+  while (i < sql.size()) {
+    if (absl::ascii_isspace(static_cast<unsigned char>(sql[i]))) {
+      ++i;
+    } else if (sql.substr(i, 2) == "--") {
+      size_t nl = sql.find('\n', i);
+      i = nl == absl::string_view::npos ? sql.size() : nl + 1;
+    } else if (sql.substr(i, 2) == "/*") {
+      // PostgreSQL's block comments nest.
+      int depth = 0;
+      do {
+        if (sql.substr(i, 2) == "/*") {
+          ++depth;
+          i += 2;
+        } else if (sql.substr(i, 2) == "*/") {
+          --depth;
+          i += 2;
+        } else {
+          ++i;
+        }
+      } while (depth > 0 && i < sql.size());
+    } else {
+      break;
+    }
+  }
+  size_t j = i;
+  while (j < sql.size() &&
+         (absl::ascii_isalpha(static_cast<unsigned char>(sql[j])) ||
+          sql[j] == '_')) {
+    ++j;
+  }
+  if (end != nullptr) *end = j;
+  return absl::AsciiStrToUpper(sql.substr(i, j - i));
+}
+
+// True for statements that begin, end or split a transaction: each Write is
+// one transaction, which they would break.
+bool IsTransactionControl(absl::string_view sql) {
+  size_t end = 0;
+  const std::string first = FirstKeyword(sql, &end);
+  if (first == "BEGIN" || first == "START" || first == "COMMIT" ||
+      first == "END" || first == "ROLLBACK" || first == "ABORT" ||
+      first == "SAVEPOINT" || first == "RELEASE") {
+    return true;
+  }
+  return first == "PREPARE" && FirstKeyword(sql.substr(end)) == "TRANSACTION";
+}
+
+// The connection's prepared fence upsert.
+constexpr char kFenceStatement[] = "fencegate_fence";
+
+struct PgResultDeleter {
+  void operator()(PGresult* r) const { PQclear(r); }
+};
+using PgResult = std::unique_ptr<PGresult, PgResultDeleter>;
 
 std::string ParamText(const v1::SqlValue& v) {
   switch (v.kind_case()) {
@@ -67,20 +129,58 @@ absl::StatusCode CodeForSqlState(const std::string& state) {
   return absl::StatusCode::kInvalidArgument;
 }
 
-absl::Status SqlErrorStatus(const pqxx::sql_error& e, int op_index) {
-  const std::string& state = e.sqlstate();
+// The fence upsert divides by zero when the stored token is higher: an
+// error that aborts the pipeline before any statement runs, whatever
+// constraints the fence table has.
+constexpr std::string_view kStaleSqlState = "22012";
+
+absl::Status SqlErrorStatus(const std::string& state, const char* message,
+                            int op_index) {
   std::string where =
       op_index >= 0 ? absl::StrCat("ops[", op_index, "]") : "fence table";
   absl::Status status(
       CodeForSqlState(state),
       absl::StrCat(where, ": postgres error SQLSTATE ",
-                   state.empty() ? "?????" : state, ": ", Trimmed(e.what())));
+                   state.empty() ? "?????" : state, ": ", Trimmed(message)));
   v1::SqlError detail;
   detail.set_sqlstate(state);
-  detail.set_message(Trimmed(e.what()));
+  detail.set_message(Trimmed(message));
   detail.set_op_index(op_index);
   status.SetPayload(kSqlErrorTypeUrl, absl::Cord(detail.SerializeAsString()));
   return status;
+}
+
+std::string ConnectionError(PGconn* c) {
+  const char* m = c == nullptr ? nullptr : PQerrorMessage(c);
+  return m == nullptr || *m == '\0' ? "connection closed" : Trimmed(m);
+}
+
+void AddResult(const PGresult* r, int64_t* rows_left, v1::SqlResult* out) {
+  uint64_t affected = 0;
+  if (!absl::SimpleAtoi(PQcmdTuples(const_cast<PGresult*>(r)), &affected)) {
+    affected = 0;  // Empty for statements that report no row count.
+  }
+  out->set_rows_affected(affected);
+  const int columns = PQnfields(r);
+  for (int col = 0; col < columns; ++col) out->add_columns(PQfname(r, col));
+  const int rows = PQntuples(r);
+  for (int row = 0; row < rows; ++row) {
+    if (*rows_left <= 0) {
+      out->set_truncated(true);
+      break;
+    }
+    --*rows_left;
+    v1::SqlRow* out_row = out->add_rows();
+    for (int col = 0; col < columns; ++col) {
+      v1::SqlValue* v = out_row->add_fields();
+      if (PQgetisnull(r, row, col)) {
+        v->set_null(true);
+      } else {
+        v->set_text(std::string(PQgetvalue(r, row, col),
+                                static_cast<size_t>(PQgetlength(r, row, col))));
+      }
+    }
+  }
 }
 
 std::string QuoteTable(const std::string& table) {
@@ -104,22 +204,32 @@ PostgresAdapter::PostgresAdapter(PostgresAdapterOptions options)
       fence_upsert_sql_(
           absl::StrCat("INSERT INTO ", QuoteTable(options_.fence_table),
                        " AS f (domain, token) VALUES ($1, $2::bigint)"
-                       " ON CONFLICT (domain) DO UPDATE"
-                       " SET token = EXCLUDED.token, updated_at = now()"
-                       " WHERE f.token <= EXCLUDED.token RETURNING f.token")),
+                       " ON CONFLICT (domain) DO UPDATE SET token = CASE"
+                       " WHEN f.token <= EXCLUDED.token THEN EXCLUDED.token"
+                       " ELSE f.token / 0 END, updated_at = now()")),
       fence_select_sql_(absl::StrCat("SELECT token FROM ",
                                      QuoteTable(options_.fence_table),
                                      " WHERE domain = $1")),
       pool_(options_.conninfo, options_.redacted_uri, options_.pool_size,
             absl::Milliseconds(options_.pool_wait_ms),
             [table = options_.fence_table,
-             timeout = options_.statement_timeout_ms](pqxx::connection& c) {
-              pqxx::nontransaction tx(c);
-              tx.exec(absl::StrCat("SET statement_timeout = ", timeout));
-              try {
-                tx.exec(FenceTableDdl(table));
-              } catch (const pqxx::unique_violation&) {
-                // Another gateway created it at the same moment: fine.
+             timeout = options_.statement_timeout_ms,
+             upsert = fence_upsert_sql_](PgConnection& c) {
+              {
+                pqxx::nontransaction tx(c);
+                tx.exec(absl::StrCat("SET statement_timeout = ", timeout));
+                try {
+                  tx.exec(FenceTableDdl(table));
+                } catch (const pqxx::unique_violation&) {
+                  // Another gateway created it at the same moment: fine.
+                }
+              }
+              // Parsed and planned once per connection, not per write.
+              PgResult r(PQprepare(c.raw(), kFenceStatement, upsert.c_str(), 2,
+                                   nullptr));
+              if (r == nullptr || PQresultStatus(r.get()) != PGRES_COMMAND_OK) {
+                throw pqxx::sql_error(absl::StrCat(
+                    "preparing the fence upsert: ", ConnectionError(c.raw())));
               }
             }) {}
 
@@ -151,6 +261,11 @@ absl::Status PostgresAdapter::Validate(const WriteTarget& target,
     if (stmt.sql().size() > kMaxSqlBytes) {
       return absl::InvalidArgumentError(absl::StrCat(
           "ops[", i, "].sql: longer than ", kMaxSqlBytes, " bytes"));
+    }
+    if (IsTransactionControl(stmt.sql())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ops[", i, "].sql: transaction control (", FirstKeyword(stmt.sql()),
+          ") is not allowed: each Write is one transaction"));
     }
     if (stmt.params_size() > kMaxParams) {
       return absl::InvalidArgumentError(
@@ -190,85 +305,143 @@ absl::Status PostgresAdapter::ApplyOnce(const WriteTarget& target,
   *retryable = false;
   absl::StatusOr<PgConnectionPool::Lease> lease = pool_.Acquire();
   if (!lease.ok()) return lease.status();
-  int op_index = -1;
-  bool committing = false;
-  try {
-    pqxx::work tx(lease->conn());
-    const std::string domain(target.domain);
-    const std::string token = absl::StrCat(target.token);
-    pqxx::result fenced = tx.exec_params(fence_upsert_sql_, domain, token);
-    if (fenced.empty()) {
-      pqxx::result row = tx.exec_params(fence_select_sql_, domain);
-      uint64_t highest = row.empty() ? 0 : row[0][0].as<int64_t>();
-      tx.abort();
-      return StaleTokenError(target.domain, target.token, highest);
-    }
-    int64_t rows_left = options_.max_result_rows;
-    for (op_index = 0; op_index < ops.size(); ++op_index) {
-      const v1::SqlStatement& stmt = ops[op_index].sql();
-      std::vector<std::string> texts;
-      std::vector<const char*> params;
-      texts.reserve(stmt.params_size());
-      params.reserve(stmt.params_size());
-      for (const v1::SqlValue& v : stmt.params()) {
-        texts.push_back(ParamText(v));
-        params.push_back(v.kind_case() == v1::SqlValue::kNull
-                             ? nullptr
-                             : texts.back().c_str());
-      }
-      pqxx::result r = tx.exec_params(
-          stmt.sql(), pqxx::prepare::make_dynamic_params(params));
-      v1::SqlResult* out = results->Add()->mutable_sql();
-      out->set_rows_affected(r.affected_rows());
-      for (pqxx::row_size_type c = 0; c < r.columns(); ++c) {
-        out->add_columns(r.column_name(c));
-      }
-      for (const pqxx::row& row : r) {
-        if (rows_left <= 0) {
-          out->set_truncated(true);
-          break;
-        }
-        --rows_left;
-        v1::SqlRow* out_row = out->add_rows();
-        for (const pqxx::field& f : row) {
-          v1::SqlValue* v = out_row->add_fields();
-          if (f.is_null()) {
-            v->set_null(true);
-          } else {
-            v->set_text(std::string(f.c_str(), f.size()));
-          }
-        }
-      }
-    }
-    op_index = -1;
-    FENCEGATE_SYNC_POINT("PostgresAdapter::Apply:BeforeCommit");
-    committing = true;
-    tx.commit();
-    return absl::OkStatus();
-  } catch (const pqxx::in_doubt_error& e) {
+  PGconn* c = lease->conn().raw();
+  if (PQenterPipelineMode(c) != 1) {
     lease->Discard();
-    return absl::UnavailableError(absl::StrCat(
-        "postgres: connection lost during COMMIT, outcome unknown (retry with "
-        "the same token): ",
-        Trimmed(e.what())));
-  } catch (const pqxx::broken_connection& e) {
-    lease->Discard();
-    *retryable = !committing;
-    return absl::UnavailableError(
-        absl::StrCat("postgres: connection lost",
-                     committing ? " during COMMIT, outcome unknown" : "", ": ",
-                     Trimmed(e.what())));
-  } catch (const pqxx::sql_error& e) {
-    if (CodeForSqlState(e.sqlstate()) == absl::StatusCode::kUnavailable) {
-      lease->Discard();
-      *retryable = !committing;
-    }
-    return SqlErrorStatus(e, op_index);
-  } catch (const std::exception& e) {
-    lease->Discard();
-    return absl::InternalError(
-        absl::StrCat("postgres: unexpected error: ", e.what()));
+    return absl::InternalError(absl::StrCat(
+        "postgres: cannot enter pipeline mode: ", ConnectionError(c)));
   }
+
+  // Send everything: the fence upsert (query 0), the statements, the sync
+  // that commits the implicit transaction. One round trip.
+  const std::string domain(target.domain);
+  const std::string token = absl::StrCat(target.token);
+  const char* fence_params[2] = {domain.c_str(), token.c_str()};
+  bool sent = PQsendQueryPrepared(c, kFenceStatement, 2, fence_params, nullptr,
+                                  nullptr, 0) == 1;
+  std::vector<std::string> texts;
+  std::vector<const char*> params;
+  for (int i = 0; sent && i < ops.size(); ++i) {
+    const v1::SqlStatement& stmt = ops[i].sql();
+    texts.clear();
+    params.clear();
+    texts.reserve(stmt.params_size());
+    for (const v1::SqlValue& v : stmt.params()) {
+      texts.push_back(ParamText(v));
+      params.push_back(v.kind_case() == v1::SqlValue::kNull
+                           ? nullptr
+                           : texts.back().c_str());
+    }
+    sent = PQsendQueryParams(c, stmt.sql().c_str(), stmt.params_size(), nullptr,
+                             params.data(), nullptr, nullptr, 0) == 1;
+  }
+  FENCEGATE_SYNC_POINT("PostgresAdapter::Apply:BeforeCommit");
+  if (sent) sent = PQpipelineSync(c) == 1;
+  if (!sent) {
+    // The sync never reached the server whole, so nothing was committed.
+    lease->Discard();
+    *retryable = PQstatus(c) == CONNECTION_BAD;
+    return absl::UnavailableError(absl::StrCat(
+        "postgres: sending the write failed: ", ConnectionError(c)));
+  }
+
+  // Read one result per query. After the first error the server skips the
+  // rest (PIPELINE_ABORTED) and rolls the transaction back at the sync.
+  absl::Status error;
+  bool failed = false;
+  bool stale = false;
+  bool lost = false;
+  int64_t rows_left = options_.max_result_rows;
+  for (int q = 0; q <= ops.size() && !lost; ++q) {
+    PgResult r(PQgetResult(c));
+    const ExecStatusType status =
+        r == nullptr ? PGRES_FATAL_ERROR : PQresultStatus(r.get());
+    if (status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK) {
+      if (q > 0) AddResult(r.get(), &rows_left, results->Add()->mutable_sql());
+    } else if (status == PGRES_PIPELINE_ABORTED) {
+      // Skipped after an earlier error.
+    } else if (status == PGRES_FATAL_ERROR) {
+      const char* state = r == nullptr
+                              ? nullptr
+                              : PQresultErrorField(r.get(), PG_DIAG_SQLSTATE);
+      if (state == nullptr || PQstatus(c) == CONNECTION_BAD ||
+          CodeForSqlState(state) == absl::StatusCode::kUnavailable) {
+        lost = true;
+        if (state != nullptr && !failed) {
+          // The server ended the session with an error (e.g. 57P01 on
+          // shutdown) while it ran query q: it never reached the sync.
+          failed = true;
+          *retryable = true;
+          error = SqlErrorStatus(state, PQresultErrorMessage(r.get()), q - 1);
+        }
+        break;
+      }
+      if (!failed) {
+        failed = true;
+        if (q == 0 && std::string_view(state) == kStaleSqlState) {
+          stale = true;
+        } else {
+          error = SqlErrorStatus(state, PQresultErrorMessage(r.get()), q - 1);
+        }
+      }
+    } else {
+      // COPY and the like cannot run in a pipeline; the connection's state
+      // is unknown: drop it.
+      lost = true;
+      failed = true;
+      error = absl::InvalidArgumentError(
+          absl::StrCat("ops[", q - 1, "]: unsupported statement (",
+                       PQresStatus(status), ")"));
+      break;
+    }
+    if (r != nullptr) PgResult end(PQgetResult(c));  // Ends query q.
+  }
+  if (!lost) {
+    PgResult sync(PQgetResult(c));
+    lost = sync == nullptr || PQresultStatus(sync.get()) != PGRES_PIPELINE_SYNC;
+  }
+  if (lost) {
+    lease->Discard();
+    if (failed) return error;  // Rolled back: an error preceded the sync.
+    results->Clear();
+    return absl::UnavailableError(absl::StrCat(
+        "postgres: connection lost after the write was sent, outcome unknown "
+        "(retry with the same token): ",
+        ConnectionError(c)));
+  }
+  PQexitPipelineMode(c);
+  if (PQtransactionStatus(c) != PQTRANS_IDLE) {
+    // A statement opened a transaction block (Validate refuses the plain
+    // spellings); closing the connection rolls it back.
+    lease->Discard();
+    results->Clear();
+    return absl::InvalidArgumentError(
+        "ops: a statement left a transaction open; transaction control is "
+        "not allowed (each Write is one transaction); nothing was applied");
+  }
+  if (stale) {
+    results->Clear();
+    return StaleError(c, target);
+  }
+  if (failed) {
+    results->Clear();
+    return error;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PostgresAdapter::StaleError(PGconn* c, const WriteTarget& target) {
+  const std::string domain(target.domain);
+  const char* params[1] = {domain.c_str()};
+  PgResult r(PQexecParams(c, fence_select_sql_.c_str(), 1, nullptr, params,
+                          nullptr, nullptr, 0));
+  uint64_t highest = 0;
+  if (r != nullptr && PQresultStatus(r.get()) == PGRES_TUPLES_OK &&
+      PQntuples(r.get()) == 1) {
+    // A bigint always parses; 0 would read as "unknown" in the error.
+    if (!absl::SimpleAtoi(PQgetvalue(r.get(), 0, 0), &highest)) highest = 0;
+  }
+  return StaleTokenError(target.domain, target.token, highest);
 }
 
 }  // namespace fencegate
