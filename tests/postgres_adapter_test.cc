@@ -10,6 +10,8 @@
 
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "fencegate/v1/errors.pb.h"
@@ -231,6 +233,26 @@ TEST_F(PostgresAdapterTest, ConnectionClosedWhileIdleIsReplaced) {
       absl::Seconds(10)));
   ASSERT_OK(Apply("d", 1, {Sql("INSERT INTO jobs (id) VALUES (2)")}));
   EXPECT_EQ(Count(), 2);
+}
+
+// Many connections open at once against a database without the fence
+// table: each creates it IF NOT EXISTS, and the ones that lose the race
+// must not fail their write.
+TEST_F(PostgresAdapterTest, ConcurrentFirstConnectionsAllSucceed) {
+  auto wide = MakeAdapter("pool_size=16");
+  std::vector<std::thread> threads;
+  std::vector<absl::Status> results(16);
+  for (int i = 0; i < 16; ++i) {
+    threads.emplace_back([&, i] {
+      results[i] = Apply(wide.get(), absl::StrCat("d", i), 1,
+                         {Sql("INSERT INTO jobs (id) VALUES ($1)", {Int(i)})});
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int i = 0; i < 16; ++i) {
+    EXPECT_TRUE(results[i].ok()) << i << ": " << results[i];
+  }
+  EXPECT_EQ(Count(), 16);
 }
 
 TEST_F(PostgresAdapterTest, EveryStatementRollsBackWhenOneFails) {

@@ -220,8 +220,13 @@ PostgresAdapter::PostgresAdapter(PostgresAdapterOptions options)
                 tx.exec(absl::StrCat("SET statement_timeout = ", timeout));
                 try {
                   tx.exec(FenceTableDdl(table));
-                } catch (const pqxx::unique_violation&) {
-                  // Another gateway created it at the same moment: fine.
+                } catch (const pqxx::sql_error& e) {
+                  // Another connection created it at the same moment: the
+                  // catalog reports a duplicate (23505, 42P07 or 42710).
+                  if (e.sqlstate() != "23505" && e.sqlstate() != "42P07" &&
+                      e.sqlstate() != "42710") {
+                    throw;
+                  }
                 }
               }
               // Parsed and planned once per connection, not per write.
