@@ -28,14 +28,15 @@ absl::StatusOr<std::unique_ptr<Environment>> Environment::Start(
     if (!pg.ok()) return pg.status();
     env->pg_ = *std::move(pg);
     env->pg_dsn_ = env->pg_->Conninfo();
-    env->pg_uri_ = env->pg_->Uri("pool_size=64");
+    env->pg_uri_ =
+        env->pg_->Uri(absl::StrCat("pool_size=", options.pg_pool_size));
     pg_port = env->pg_->port();
   } else {
     env->pg_dsn_ = options.pg_dsn;
     pqxx::connection probe(options.pg_dsn);
-    env->pg_uri_ =
-        absl::StrCat("postgres://", probe.username(), "@", probe.hostname(),
-                     ":", probe.port(), "/", probe.dbname(), "?pool_size=64");
+    env->pg_uri_ = absl::StrCat(
+        "postgres://", probe.username(), "@", probe.hostname(), ":",
+        probe.port(), "/", probe.dbname(), "?pool_size=", options.pg_pool_size);
   }
   if (!options.pgbouncer_dsn.empty()) {
     env->pgbouncer_dsn_ = options.pgbouncer_dsn;

@@ -82,7 +82,9 @@ std::string SafetyJson(const std::vector<SafetyResult>& results) {
 }
 
 int Run(int argc, char** argv) {
-  std::string targets = "direct,pgbouncer,gateway-pg,gateway-file,gateway-noop";
+  std::string targets =
+      "direct,direct-fenced,pgbouncer,gateway-pg,gateway-file,gateway-noop,"
+      "grpc-floor";
   std::string clients = "1,16,64";
   std::string patterns = "steady,advancing";
   uint64_t duration_s = 5, safety_s = 8, workers = 4, ttl_ms = 300;
@@ -91,10 +93,11 @@ int Run(int argc, char** argv) {
   std::string work_dir = "/tmp";
   bool help = false;
   std::vector<std::string> gateway_flags;
+  uint64_t pg_pool_size = 4;
   FlagSet set;
   set.String("targets", &targets,
-             "comma list of direct, pgbouncer, gateway-pg, gateway-file, "
-             "gateway-noop (default all)");
+             "comma list of direct, direct-fenced, pgbouncer, gateway-pg, "
+             "gateway-file, gateway-noop, grpc-floor (default all)");
   set.String("clients", &clients,
              "comma list of client counts (default 1,16,64)");
   set.String("patterns", &patterns, "steady,advancing (default both)");
@@ -113,6 +116,8 @@ int Run(int argc, char** argv) {
   set.StringList("gateway_flag", &gateway_flags,
                  "extra flag for the started gateway, repeatable "
                  "(e.g. --gateway_flag=--io_threads=8)");
+  set.Uint("pg_pool_size", &pg_pool_size,
+           "pool_size of the gateway's PostgreSQL route (default 4)");
   set.Bool("help", &help, "print this help");
   std::vector<std::string> args;
   if (absl::Status s = set.Parse(argc, argv, 1, &args); !s.ok()) {
@@ -138,6 +143,10 @@ int Run(int argc, char** argv) {
     topts.clients.push_back(n);
   }
   topts.duration = absl::Seconds(duration_s);
+  if (pg_pool_size == 0 || pg_pool_size > 1000) {
+    std::cerr << "fencegate-bench: --pg_pool_size: 1 to 1000\n";
+    return 2;
+  }
 
   std::string dir = absl::StrCat(work_dir, "/fgbench-XXXXXX");
   if (::mkdtemp(dir.data()) == nullptr) {
@@ -146,6 +155,7 @@ int Run(int argc, char** argv) {
     return 1;
   }
   EnvironmentOptions eopts{pg_dsn, pgbouncer_dsn, dir, gateway_flags};
+  eopts.pg_pool_size = pg_pool_size;
   std::fprintf(stderr, "fencegate-bench: starting servers in %s\n",
                dir.c_str());
   absl::StatusOr<std::unique_ptr<Environment>> env = Environment::Start(eopts);

@@ -2,6 +2,8 @@
 
 #include "bench/throughput.h"
 
+#include <libpq-fe.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -12,9 +14,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "fencegate/v1/gateway.grpc.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "pqxx/pqxx"
+#include "storage_adapters/postgres/postgres_adapter.h"
 
 namespace fencegate::bench {
 namespace {
@@ -23,6 +27,10 @@ namespace {
 constexpr char kFencedUpdate[] =
     "UPDATE bench_accounts SET balance = balance + 1, fence = $2 "
     "WHERE id = $1 AND fence <= $2";
+
+// The fence table of the direct-fenced clients; the gateway's adapter uses
+// its own default table in the same database.
+constexpr char kFenceTable[] = "bench_direct_fences";
 
 // One client's connection to one target. A client makes one fenced write
 // at a time: with Write() on a thread of its own (libpqxx blocks), or with
@@ -61,6 +69,63 @@ class DirectClient : public Client {
  private:
   pqxx::connection conn_;
   const int id_;
+};
+
+// What the gateway's PostgreSQL adapter sends for one Write, sent straight
+// from the client: the fence-table upsert and the fenced UPDATE as one
+// pipelined implicit transaction (libpq pipeline mode). PostgreSQL's own
+// cost of fencing in the database; gateway-pg can be no faster.
+class DirectFencedClient : public Client {
+ public:
+  DirectFencedClient(const std::string& dsn, int id)
+      : conn_(PQconnectdb(dsn.c_str())),
+        id_(absl::StrCat(id)),
+        domain_(absl::StrCat("bench-direct-fenced-", id)) {
+    if (PQstatus(conn_) != CONNECTION_OK) return;
+    PGresult* r = PQprepare(conn_, "fence", FenceUpsertSql(kFenceTable).c_str(),
+                            2, nullptr);
+    PQclear(r);
+  }
+  ~DirectFencedClient() override { PQfinish(conn_); }
+
+  absl::Status Write(uint64_t token) override {
+    const std::string t = absl::StrCat(token);
+    const char* fence[2] = {domain_.c_str(), t.c_str()};
+    const char* update[2] = {id_.c_str(), t.c_str()};
+    if (PQenterPipelineMode(conn_) != 1 ||
+        PQsendQueryPrepared(conn_, "fence", 2, fence, nullptr, nullptr, 0) !=
+            1 ||
+        PQsendQueryParams(conn_, kFencedUpdate, 2, nullptr, update, nullptr,
+                          nullptr, 0) != 1 ||
+        PQpipelineSync(conn_) != 1) {
+      return absl::UnavailableError(PQerrorMessage(conn_));
+    }
+    absl::Status status;
+    for (int q = 0; q < 2; ++q) {
+      PGresult* r = PQgetResult(conn_);
+      if (r == nullptr) return absl::UnavailableError(PQerrorMessage(conn_));
+      if (PQresultStatus(r) != PGRES_COMMAND_OK && status.ok()) {
+        status = absl::FailedPreconditionError(PQresultErrorMessage(r));
+      } else if (q == 1 && status.ok() && std::string(PQcmdTuples(r)) != "1") {
+        status = absl::FailedPreconditionError("fenced update matched no row");
+      }
+      PQclear(r);
+      PQclear(PQgetResult(conn_));  // The NULL that ends query q.
+    }
+    PGresult* sync = PQgetResult(conn_);
+    const bool synced =
+        sync != nullptr && PQresultStatus(sync) == PGRES_PIPELINE_SYNC;
+    PQclear(sync);
+    if (!synced || PQexitPipelineMode(conn_) != 1) {
+      return absl::UnavailableError(PQerrorMessage(conn_));
+    }
+    return status;
+  }
+
+ private:
+  PGconn* const conn_;
+  const std::string id_;
+  const std::string domain_;
 };
 
 class GatewayClient : public Client {
@@ -127,6 +192,38 @@ class GatewayClient : public Client {
   v1::WriteResponse response_;
 };
 
+// The floor under every gateway figure: gRPC's health check, answered by
+// gRPC itself on its own thread, over the same channels from the same
+// client code. What gateway-noop adds to it is the gateway's own cost.
+class HealthClient : public Client {
+ public:
+  explicit HealthClient(std::shared_ptr<grpc::Channel> channel)
+      : stub_(grpc::health::v1::Health::NewStub(channel)) {}
+  bool async() const override { return true; }
+  absl::Status Write(uint64_t) override {
+    grpc::health::v1::HealthCheckResponse response;
+    grpc::ClientContext context;
+    grpc::Status s = stub_->Check(&context, request_, &response);
+    return s.ok() ? absl::OkStatus()
+                  : absl::UnavailableError(s.error_message());
+  }
+  void WriteAsync(uint64_t, std::function<void(absl::Status)> done) override {
+    context_ = std::make_unique<grpc::ClientContext>();
+    stub_->async()->Check(
+        context_.get(), &request_, &response_,
+        [done = std::move(done)](grpc::Status s) {
+          done(s.ok() ? absl::OkStatus()
+                      : absl::UnavailableError(s.error_message()));
+        });
+  }
+
+ private:
+  std::unique_ptr<grpc::health::v1::Health::Stub> stub_;
+  grpc::health::v1::HealthCheckRequest request_;
+  std::unique_ptr<grpc::ClientContext> context_;
+  grpc::health::v1::HealthCheckResponse response_;
+};
+
 absl::Status PrepareTable(const std::string& dsn, int rows) {
   try {
     pqxx::connection c(dsn);
@@ -138,6 +235,7 @@ absl::Status PrepareTable(const std::string& dsn, int rows) {
         "INSERT INTO bench_accounts SELECT g, 0, 0 FROM generate_series(0, "
         "$1) g ON CONFLICT (id) DO NOTHING",
         rows);
+    tx.exec(FenceTableDdl(kFenceTable));
     tx.commit();
     return absl::OkStatus();
   } catch (const std::exception& e) {
@@ -193,6 +291,15 @@ RunStats RunOne(const std::string& target, const std::string& pattern,
     });
   };
   for (int i = 0; i < clients; ++i) latencies[i].reserve(1 << 16);
+  // One untimed write per client first: gRPC channels and the gateway's
+  // pool connections open on first use, and their set-up (a connect, a
+  // PostgreSQL fork) is not what a run measures.
+  for (int i = 0; i < clients; ++i) {
+    if (absl::Status s = conns[i]->Write(base); !s.ok()) {
+      errors.fetch_add(1, std::memory_order_relaxed);
+      if (stats.first_error.empty()) stats.first_error = s.ToString();
+    }
+  }
   const absl::Time start = absl::Now();
   for (int i = 0; i < clients; ++i) {
     if (conns[i]->async()) {
@@ -262,6 +369,10 @@ absl::StatusOr<std::vector<RunStats>> RunThroughput(
       make = [&](int i) {
         return std::make_unique<DirectClient>(env.pg_dsn(), i);
       };
+    } else if (target == "direct-fenced") {
+      make = [&](int i) {
+        return std::make_unique<DirectFencedClient>(env.pg_dsn(), i);
+      };
     } else if (target == "pgbouncer") {
       if (env.pgbouncer_dsn().empty()) {
         std::fprintf(stderr, "  pgbouncer: not available, skipped\n");
@@ -271,14 +382,15 @@ absl::StatusOr<std::vector<RunStats>> RunThroughput(
         return std::make_unique<DirectClient>(env.pgbouncer_dsn(), i);
       };
     } else if (target == "gateway-pg" || target == "gateway-file" ||
-               target == "gateway-noop") {
-      make = [&, target](int i) {
+               target == "gateway-noop" || target == "grpc-floor") {
+      make = [&, target](int i) -> std::unique_ptr<Client> {
         // One channel per 8 clients: gRPC multiplexes, but one HTTP/2
         // connection would serialize its frames on one thread.
         grpc::ChannelArguments args;
         args.SetInt("grpc.channel_id", i / 8);  // Distinct subchannels.
         auto ch = grpc::CreateCustomChannel(
             env.gateway_address(), grpc::InsecureChannelCredentials(), args);
+        if (target == "grpc-floor") return std::make_unique<HealthClient>(ch);
         return std::make_unique<GatewayClient>(
             ch, target, absl::StrCat("bench-", target, "-", i), i);
       };
@@ -287,6 +399,8 @@ absl::StatusOr<std::vector<RunStats>> RunThroughput(
           absl::StrCat("--targets: unknown target \"", target, "\""));
     }
     for (const std::string& pattern : options.patterns) {
+      // A health check carries no token.
+      if (target == "grpc-floor" && pattern != "steady") continue;
       for (int clients : options.clients) {
         runs.push_back(
             RunOne(target, pattern, clients, options.duration, make));

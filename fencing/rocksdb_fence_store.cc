@@ -213,6 +213,13 @@ absl::StatusOr<std::unique_ptr<RocksDbStore>> OpenRocksDbStore(
   db_options.paranoid_checks = true;
   // Recover every synced write; stop at the first torn record.
   db_options.wal_recovery_mode = rocksdb::WALRecoveryMode::kPointInTimeRecovery;
+  // Many I/O threads raise fences at once, each waiting for one fsync that
+  // RocksDB's write group shares. Waiting writers block instead of spinning
+  // (spinning took CPU from the group's leader on small machines), and the
+  // leader inserts the group's tiny records into the memtable itself
+  // instead of waking every writer to insert its own.
+  db_options.enable_write_thread_adaptive_yield = false;
+  db_options.allow_concurrent_memtable_write = false;
   if (options.env != nullptr) db_options.env = options.env;
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(db_options, options.path, &raw);

@@ -199,14 +199,17 @@ std::string FenceTableDdl(const std::string& table) {
                       " updated_at timestamptz NOT NULL DEFAULT now())");
 }
 
+std::string FenceUpsertSql(const std::string& table) {
+  return absl::StrCat("INSERT INTO ", QuoteTable(table),
+                      " AS f (domain, token) VALUES ($1, $2::bigint)"
+                      " ON CONFLICT (domain) DO UPDATE SET token = CASE"
+                      " WHEN f.token <= EXCLUDED.token THEN EXCLUDED.token"
+                      " ELSE f.token / 0 END, updated_at = now()");
+}
+
 PostgresAdapter::PostgresAdapter(PostgresAdapterOptions options)
     : options_(std::move(options)),
-      fence_upsert_sql_(
-          absl::StrCat("INSERT INTO ", QuoteTable(options_.fence_table),
-                       " AS f (domain, token) VALUES ($1, $2::bigint)"
-                       " ON CONFLICT (domain) DO UPDATE SET token = CASE"
-                       " WHEN f.token <= EXCLUDED.token THEN EXCLUDED.token"
-                       " ELSE f.token / 0 END, updated_at = now()")),
+      fence_upsert_sql_(FenceUpsertSql(options_.fence_table)),
       fence_select_sql_(absl::StrCat("SELECT token FROM ",
                                      QuoteTable(options_.fence_table),
                                      " WHERE domain = $1")),

@@ -78,6 +78,11 @@ class PostgresAdapter final : public StorageAdapter {
 // The fence table's DDL for `table` (docs/postgres.md shows it).
 std::string FenceTableDdl(const std::string& table);
 
+// The upsert that opens every Write's transaction: $1 domain, $2 token.
+// Raises or keeps the domain's row, and fails with SQLSTATE 22012 (division
+// by zero, on purpose) if the row holds a higher token.
+std::string FenceUpsertSql(const std::string& table);
+
 }  // namespace fencegate
 
 #endif  // STORAGE_ADAPTERS_POSTGRES_POSTGRES_ADAPTER_H_
