@@ -204,12 +204,27 @@ TEST_F(PostgresAdapterTest, TransactionControlIsRefused) {
     EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument)) << sql;
     EXPECT_THAT(s.message(), HasSubstr("transaction control")) << sql;
   }
+  // COPY's data phase has no place in a Write.
+  absl::Status copy = Apply("d", 2, {Sql("copy jobs to stdout")});
+  EXPECT_THAT(copy, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(copy.message(), HasSubstr("COPY"));
   EXPECT_EQ(Count(), 1);
   EXPECT_EQ(StoredFence("d"), 1);
+  // A statement that is only a comment is an empty query: no error, no rows.
+  OpResults results;
+  ASSERT_OK(
+      Apply("d", 2,
+            {Sql("-- nothing to do"), Sql("INSERT INTO jobs (id) VALUES (3)")},
+            &results));
+  ASSERT_EQ(results.size(), 2);
+  EXPECT_EQ(results[0].sql().rows_affected(), 0u);
+  EXPECT_EQ(results[1].sql().rows_affected(), 1u);
+  EXPECT_EQ(Count(), 2);
   // Words that only start like one are fine.
   ASSERT_OK(Apply(
       "d", 2, {Sql("UPDATE jobs SET owner = 'ending' WHERE id = 1 -- END")}));
   EXPECT_EQ(Count("owner = 'ending'"), 1);
+  EXPECT_EQ(StoredFence("d"), 2);
 }
 
 // PostgreSQL closes a pooled connection while it sits idle (an

@@ -270,6 +270,12 @@ absl::Status PostgresAdapter::Validate(const WriteTarget& target,
       return absl::InvalidArgumentError(absl::StrCat(
           "ops[", i, "].sql: longer than ", kMaxSqlBytes, " bytes"));
     }
+    if (FirstKeyword(stmt.sql()) == "COPY") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ops[", i,
+                       "].sql: COPY cannot run in a Write; use INSERT or "
+                       "SELECT"));
+    }
     if (IsTransactionControl(stmt.sql())) {
       return absl::InvalidArgumentError(absl::StrCat(
           "ops[", i, "].sql: transaction control (", FirstKeyword(stmt.sql()),
@@ -359,12 +365,14 @@ absl::Status PostgresAdapter::ApplyOnce(const WriteTarget& target,
   bool failed = false;
   bool stale = false;
   bool lost = false;
+  const char* unexpected = nullptr;  // An unexpected result status.
   int64_t rows_left = options_.max_result_rows;
   for (int q = 0; q <= ops.size() && !lost; ++q) {
     PgResult r(PQgetResult(c));
     const ExecStatusType status =
         r == nullptr ? PGRES_FATAL_ERROR : PQresultStatus(r.get());
-    if (status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK) {
+    if (status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK ||
+        status == PGRES_EMPTY_QUERY) {
       if (q > 0) AddResult(r.get(), &rows_left, results->Add()->mutable_sql());
     } else if (status == PGRES_PIPELINE_ABORTED) {
       // Skipped after an earlier error.
@@ -393,13 +401,11 @@ absl::Status PostgresAdapter::ApplyOnce(const WriteTarget& target,
         }
       }
     } else {
-      // COPY and the like cannot run in a pipeline; the connection's state
-      // is unknown: drop it.
+      // Nothing Validate lets through answers like this (COPY would); what
+      // the server does with the rest of the batch is unknown: drop the
+      // connection and report the outcome as unknown.
       lost = true;
-      failed = true;
-      error = absl::InvalidArgumentError(
-          absl::StrCat("ops[", q - 1, "]: unsupported statement (",
-                       PQresStatus(status), ")"));
+      unexpected = PQresStatus(status);
       break;
     }
     if (r != nullptr) PgResult end(PQgetResult(c));  // Ends query q.
@@ -412,6 +418,11 @@ absl::Status PostgresAdapter::ApplyOnce(const WriteTarget& target,
     lease->Discard();
     if (failed) return error;  // Rolled back: an error preceded the sync.
     results->Clear();
+    if (unexpected != nullptr) {
+      return absl::InternalError(
+          absl::StrCat("postgres: unexpected result ", unexpected,
+                       "; connection dropped, outcome unknown"));
+    }
     return absl::UnavailableError(absl::StrCat(
         "postgres: connection lost after the write was sent, outcome unknown "
         "(retry with the same token): ",

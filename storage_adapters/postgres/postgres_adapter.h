@@ -23,6 +23,7 @@
 // Statements must not control the transaction: BEGIN, COMMIT, ROLLBACK,
 // SAVEPOINT and the like are refused by Validate (INVALID_ARGUMENT), and a
 // statement that still leaves a transaction open is rolled back and refused.
+// COPY is refused by Validate too.
 //
 // Errors: SQL errors carry the SQLSTATE in the message and a SqlError
 // detail; integrity violations (class 23) are FAILED_PRECONDITION, a
