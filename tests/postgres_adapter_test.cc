@@ -328,6 +328,23 @@ TEST_F(PostgresAdapterTest, TypedParametersRoundTrip) {
             1);
 }
 
+// A Write is sent as one pipeline: megabytes of statements going out while
+// megabytes of results come back must not leave both sides blocked on a
+// full socket.
+TEST_F(PostgresAdapterTest, LargeWriteWithLargeResultsCompletes) {
+  const std::string big(100 * 1024, 'x');
+  std::vector<v1::Operation> ops;
+  for (int i = 0; i < 40; ++i) {
+    ops.push_back(Sql("SELECT $1::text || $2::text", {Text(big), Int(i)}));
+  }
+  ops.push_back(Sql("INSERT INTO jobs (id) VALUES (1)"));
+  OpResults results;
+  ASSERT_OK(Apply("d", 1, ops, &results));
+  ASSERT_EQ(results.size(), 41);
+  EXPECT_EQ(results[39].sql().rows(0).fields(0).text(), big + "39");
+  EXPECT_EQ(Count(), 1);
+}
+
 TEST_F(PostgresAdapterTest, ReturnedRowsAreCapped) {
   auto capped = MakeAdapter("max_result_rows=2");
   OpResults results;
