@@ -416,8 +416,8 @@ absl::Status PostgresAdapter::ApplyOnce(const WriteTarget& target,
   }
   if (lost) {
     lease->Discard();
-    if (failed) return error;  // Rolled back: an error preceded the sync.
     results->Clear();
+    if (failed) return error;  // Rolled back: an error preceded the sync.
     if (unexpected != nullptr) {
       return absl::InternalError(
           absl::StrCat("postgres: unexpected result ", unexpected,
