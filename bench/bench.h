@@ -88,7 +88,8 @@ struct RunStats {
 // Writes `runs` as a JSON document; `extra` is spliced in as more fields.
 std::string ToJson(const std::vector<RunStats>& runs,
                    const std::string& extra_json_fields);
-// An SVG plot of latency distributions (log-scale x), one line per run.
+// SVG latency histograms: a panel per target and pattern, an outline per
+// client count, log-spaced bins (10 us to 10 s).
 std::string ToSvg(const std::vector<RunStats>& runs, const std::string& title);
 
 }  // namespace fencegate::bench

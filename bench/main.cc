@@ -109,7 +109,7 @@ int Run(int argc, char** argv) {
   set.String("pg_dsn", &pg_dsn, "existing PostgreSQL (libpq DSN)");
   set.String("pgbouncer_dsn", &pgbouncer_dsn, "existing pgbouncer (libpq DSN)");
   set.String("json", &json, "JSON output file (default bench-results.json)");
-  set.String("svg", &svg, "SVG latency plot (default bench-latency.svg)");
+  set.String("svg", &svg, "SVG latency histograms (default bench-latency.svg)");
   set.String("work_dir", &work_dir,
              "where the gateway keeps its data "
              "(default /tmp; a fresh subdirectory)");
@@ -247,7 +247,8 @@ int Run(int argc, char** argv) {
   }
   std::ofstream(json) << ToJson(runs, safety.empty() ? "" : SafetyJson(safety));
   if (!runs.empty()) {
-    std::ofstream(svg) << ToSvg(runs, "fencegate-bench: write latency (CDF)");
+    std::ofstream(svg) << ToSvg(runs,
+                                "fencegate-bench: write latency histograms");
   }
   std::fprintf(stderr, "fencegate-bench: wrote %s%s\n", json.c_str(),
                runs.empty() ? "" : absl::StrCat(" and ", svg).c_str());

@@ -55,71 +55,116 @@ std::string ToJson(const std::vector<RunStats>& runs,
 }
 
 std::string ToSvg(const std::vector<RunStats>& runs, const std::string& title) {
-  // Cumulative distribution of latency per run, x on a log scale from
-  // 10 us to 1 s.
-  const double w = 900, h = 520, left = 70, right = 260, top = 40, bottom = 50;
-  const double pw = w - left - right, ph = h - top - bottom;
-  auto x_of = [&](double us) {
-    double v = std::log10(std::max(10.0, std::min(1e6, us)));
-    return left + (v - 1.0) / 5.0 * pw;
+  // One panel per target and token pattern, in the order the runs came;
+  // in each, one latency histogram per client count: log-spaced bins from
+  // 10 us to 10 s (5 per decade), y the share of the run's writes per bin.
+  std::vector<std::pair<std::string, std::string>> panels;
+  for (const RunStats& r : runs) {
+    std::pair<std::string, std::string> key{r.target, r.pattern};
+    if (std::find(panels.begin(), panels.end(), key) == panels.end()) {
+      panels.push_back(key);
+    }
+  }
+  constexpr int kBinsPerDecade = 5, kDecades = 6;
+  constexpr int kBins = kBinsPerDecade * kDecades;
+  constexpr int kColumns = 3;
+  const double pw = 260, ph = 130;          // Plot area of a panel.
+  const double cw = pw + 70, ch = ph + 70;  // A panel with its margins.
+  const int rows = (static_cast<int>(panels.size()) + kColumns - 1) / kColumns;
+  const double w = kColumns * cw + 20, h = 70 + rows * ch;
+  const char* colors[] = {"#1f77b4", "#ff7f0e", "#2ca02c",
+                          "#d62728", "#9467bd", "#8c564b"};
+  std::vector<int> client_counts;
+  for (const RunStats& r : runs) {
+    if (std::find(client_counts.begin(), client_counts.end(), r.clients) ==
+        client_counts.end()) {
+      client_counts.push_back(r.clients);
+    }
+  }
+  std::sort(client_counts.begin(), client_counts.end());
+  auto color_of = [&](int clients) {
+    size_t i = std::find(client_counts.begin(), client_counts.end(), clients) -
+               client_counts.begin();
+    return colors[i % 6];
   };
-  const char* colors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728",
-                          "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-                          "#bcbd22", "#17becf"};
+
   std::string svg = absl::StrFormat(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" "
-      "height=\"%.0f\" font-family=\"sans-serif\" font-size=\"12\">\n"
+      "height=\"%.0f\" font-family=\"sans-serif\" font-size=\"11\">\n"
       "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
-      "<text x=\"%.0f\" y=\"24\" font-size=\"15\">%s</text>\n",
-      w, h, left, title);
-  for (int d = 1; d <= 6; ++d) {
-    double x = x_of(std::pow(10, d));
-    const char* label[] = {"", "10us", "100us", "1ms", "10ms", "100ms", "1s"};
-    absl::StrAppend(
-        &svg,
-        absl::StrFormat("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
-                        "stroke=\"#ddd\"/><text x=\"%.1f\" y=\"%.1f\" "
-                        "text-anchor=\"middle\">%s</text>\n",
-                        x, top, x, top + ph, x, top + ph + 18, label[d]));
-  }
-  for (int q = 0; q <= 4; ++q) {
-    double y = top + ph - q * ph / 4;
-    absl::StrAppend(
-        &svg,
-        absl::StrFormat("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
-                        "stroke=\"#ddd\"/><text x=\"%.1f\" y=\"%.1f\" "
-                        "text-anchor=\"end\">%d%%</text>\n",
-                        left, y, left + pw, y, left - 6, y + 4, q * 25));
-  }
+      "<text x=\"20\" y=\"24\" font-size=\"15\">%s</text>\n",
+      w, h, title);
   absl::StrAppend(
-      &svg, absl::StrFormat(
-                "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">latency "
-                "(log scale); y: share of writes at or below</text>\n",
-                left + pw / 2, h - 10));
-  for (size_t i = 0; i < runs.size(); ++i) {
-    const RunStats& r = runs[i];
-    if (r.latencies_us.empty()) continue;
-    std::string points;
-    const size_t n = r.latencies_us.size();
-    const size_t step = std::max<size_t>(1, n / 400);
-    for (size_t k = 0; k < n; k += step) {
-      absl::StrAppend(
-          &points,
-          absl::StrFormat("%.1f,%.1f ", x_of(r.latencies_us[k]),
-                          top + ph - ph * static_cast<double>(k + 1) / n));
+      &svg,
+      absl::StrFormat("<text x=\"%.0f\" y=\"42\" fill=\"#555\">"
+                      "y: share of a run's writes per bin (%d "
+                      "bins per decade of latency)</text>\n",
+                      20 + client_counts.size() * 110.0 + 20, kBinsPerDecade));
+  for (size_t i = 0; i < client_counts.size(); ++i) {
+    absl::StrAppend(
+        &svg, absl::StrFormat("<rect x=\"%.0f\" y=\"36\" width=\"14\" "
+                              "height=\"4\" fill=\"%s\"/><text x=\"%.0f\" "
+                              "y=\"42\">N=%d clients</text>\n",
+                              20 + i * 110.0, color_of(client_counts[i]),
+                              38 + i * 110.0, client_counts[i]));
+  }
+  for (size_t p = 0; p < panels.size(); ++p) {
+    const double x0 = 20 + (p % kColumns) * cw + 45;
+    const double y0 = 70 + (p / kColumns) * ch + 20;
+    // The histograms first, to scale the panel's y axis to its highest bin.
+    std::vector<std::pair<int, std::vector<double>>> hists;
+    double peak = 0;
+    for (const RunStats& r : runs) {
+      if (r.target != panels[p].first || r.pattern != panels[p].second ||
+          r.latencies_us.empty()) {
+        continue;
+      }
+      std::vector<double> bins(kBins, 0);
+      for (uint32_t us : r.latencies_us) {
+        double v = std::log10(std::max(10.0, static_cast<double>(us))) - 1.0;
+        int b = std::min(kBins - 1, static_cast<int>(v * kBinsPerDecade));
+        bins[b] += 1.0 / r.latencies_us.size();
+      }
+      for (double b : bins) peak = std::max(peak, b);
+      hists.emplace_back(r.clients, std::move(bins));
     }
-    absl::StrAppend(&points, absl::StrFormat("%.1f,%.1f",
-                                             x_of(r.latencies_us[n - 1]), top));
-    const char* color = colors[i % 10];
+    if (peak <= 0) peak = 1;
     absl::StrAppend(
         &svg,
         absl::StrFormat(
-            "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.8\" "
-            "points=\"%s\"/>\n<rect x=\"%.0f\" y=\"%.0f\" width=\"12\" "
-            "height=\"4\" fill=\"%s\"/><text x=\"%.0f\" y=\"%.0f\">%s %s "
-            "N=%d</text>\n",
-            color, points, w - right + 15, top + 12 + i * 18 - 4, color,
-            w - right + 32, top + 12 + i * 18, r.target, r.pattern, r.clients));
+            "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\">%s, %s</text>\n"
+            "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" "
+            "fill=\"none\" stroke=\"#bbb\"/>\n"
+            "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%.0f%%</text>\n"
+            "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">0</text>\n",
+            x0, y0 - 6, panels[p].first, panels[p].second, x0, y0, pw, ph,
+            x0 - 4, y0 + 10, peak * 100, x0 - 4, y0 + ph));
+    const char* labels[] = {"10us",  "100us", "1ms", "10ms",
+                            "100ms", "1s",    "10s"};
+    for (int d = 0; d <= kDecades; ++d) {
+      const double x = x0 + d * pw / kDecades;
+      absl::StrAppend(
+          &svg, absl::StrFormat(
+                    "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
+                    "stroke=\"#eee\"/><text x=\"%.1f\" y=\"%.1f\" "
+                    "text-anchor=\"middle\" font-size=\"10\">%s</text>\n",
+                    x, y0, x, y0 + ph, x, y0 + ph + 14, labels[d]));
+    }
+    for (const auto& [clients, bins] : hists) {
+      // A step outline, so that the client counts can overlap.
+      std::string points = absl::StrFormat("%.1f,%.1f", x0, y0 + ph);
+      for (int b = 0; b < kBins; ++b) {
+        const double y = y0 + ph - ph * bins[b] / peak;
+        const double xa = x0 + b * pw / kBins, xb = x0 + (b + 1) * pw / kBins;
+        absl::StrAppend(&points,
+                        absl::StrFormat(" %.1f,%.1f %.1f,%.1f", xa, y, xb, y));
+      }
+      absl::StrAppend(&points, absl::StrFormat(" %.1f,%.1f", x0 + pw, y0 + ph));
+      absl::StrAppend(&svg,
+                      absl::StrFormat("<polyline fill=\"none\" stroke=\"%s\" "
+                                      "stroke-width=\"1.6\" points=\"%s\"/>\n",
+                                      color_of(clients), points));
+    }
   }
   return svg + "</svg>\n";
 }

@@ -428,7 +428,11 @@ absl::Status PostgresAdapter::ApplyOnce(const WriteTarget& target,
         "(retry with the same token): ",
         ConnectionError(c)));
   }
-  PQexitPipelineMode(c);
+  if (PQexitPipelineMode(c) != 1) {
+    // Every result was read, so this cannot happen; the outcome is known,
+    // but do not reuse a connection in a state nobody expects.
+    lease->Discard();
+  }
   if (PQtransactionStatus(c) != PQTRANS_IDLE) {
     // A statement opened a transaction block (Validate refuses the plain
     // spellings); closing the connection rolls it back.
