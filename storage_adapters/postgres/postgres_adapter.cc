@@ -316,27 +316,137 @@ absl::Status PostgresAdapter::Apply(const WriteTarget& target,
 absl::Status PostgresAdapter::ApplyOnce(const WriteTarget& target,
                                         const Operations& ops,
                                         OpResults* results, bool* retryable) {
-  *retryable = false;
+  PendingWrite w;
+  w.target = &target;
+  w.ops = &ops;
+  w.results = results;
+  queue_mu_.Lock();
+  queue_.push_back(&w);
+  FENCEGATE_SYNC_POINT("PostgresAdapter::ApplyOnce:Queued");
+  while (!w.done) {
+    auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_) {
+      return w.done || (senders_ < options_.pool_size && !queue_.empty());
+    };
+    queue_mu_.Await(absl::Condition(&ready));
+    if (w.done) break;
+    // Lead a batch of the oldest waiting writes, this one or not.
+    std::vector<PendingWrite*> batch;
+    while (!queue_.empty() && batch.size() < kMaxBatch) {
+      batch.push_back(queue_.front());
+      queue_.pop_front();
+    }
+    ++senders_;
+    queue_mu_.Unlock();
+    RunBatch(batch);
+    queue_mu_.Lock();
+    --senders_;
+    for (PendingWrite* p : batch) p->done = true;  // Owners may now return.
+  }
+  queue_mu_.Unlock();
+  *retryable = w.retryable;
+  return w.status;
+}
+
+void PostgresAdapter::RunBatch(const std::vector<PendingWrite*>& batch) {
+  size_t batch_size = batch.size();
+  FENCEGATE_SYNC_POINT_ARG("PostgresAdapter::RunBatch:Start", &batch_size);
   absl::StatusOr<PgConnectionPool::Lease> lease = pool_.Acquire();
-  if (!lease.ok()) return lease.status();
+  if (!lease.ok()) {
+    for (PendingWrite* p : batch) p->status = lease.status();
+    return;
+  }
   PGconn* c = lease->conn().raw();
   if (PQenterPipelineMode(c) != 1) {
     lease->Discard();
-    return absl::InternalError(absl::StrCat(
-        "postgres: cannot enter pipeline mode: ", ConnectionError(c)));
+    for (PendingWrite* p : batch) {
+      p->status = absl::InternalError(absl::StrCat(
+          "postgres: cannot enter pipeline mode: ", ConnectionError(c)));
+    }
+    return;
   }
 
-  // Send everything: the fence upsert (query 0), the statements, the sync
-  // that commits the implicit transaction. One round trip.
-  const std::string domain(target.domain);
-  const std::string token = absl::StrCat(target.token);
+  // Send every write: its fence upsert, its statements, and a sync that
+  // ends its own implicit transaction. One round trip for the batch; an
+  // error in one write rolls back that write only.
+  size_t sent = 0;
+  while (sent < batch.size() && SendWrite(c, *batch[sent])) ++sent;
+  for (size_t i = sent; i < batch.size(); ++i) {
+    // Its sync never reached the server whole, so nothing was committed.
+    batch[i]->status = absl::UnavailableError(absl::StrCat(
+        "postgres: sending the write failed: ", ConnectionError(c)));
+    batch[i]->retryable = PQstatus(c) == CONNECTION_BAD;
+    batch[i]->results->Clear();
+  }
+
+  // Results come back in order, each write's ending with its sync.
+  Ending ending = Ending::kSynced;
+  for (size_t i = 0; i < sent; ++i) {
+    PendingWrite* p = batch[i];
+    if (ending != Ending::kSynced) {
+      p->results->Clear();
+      if (ending == Ending::kEndedBeforeSync) {
+        // The server ended the session while it ran an earlier write, so
+        // it never ran this one.
+        p->status = absl::UnavailableError(
+            absl::StrCat("postgres: connection closed before the write ran: ",
+                         ConnectionError(c)));
+        p->retryable = true;
+      } else {
+        p->status = absl::UnavailableError(absl::StrCat(
+            "postgres: connection lost after the write was sent, outcome "
+            "unknown (retry with the same token): ",
+            ConnectionError(c)));
+      }
+      continue;
+    }
+    ending = ReadWrite(c, p);
+  }
+  if (ending != Ending::kSynced) {
+    lease->Discard();
+    for (PendingWrite* p : batch) {
+      if (p->stale)
+        p->status = StaleTokenError(p->target->domain, p->target->token, 0);
+    }
+    return;
+  }
+  if (PQexitPipelineMode(c) != 1) {
+    // Every result was read, so this cannot happen; the outcomes are known,
+    // but do not reuse a connection in a state nobody expects.
+    lease->Discard();
+  }
+  if (PQtransactionStatus(c) != PQTRANS_IDLE) {
+    // A statement opened a transaction block (Validate refuses every
+    // spelling it knows), and the writes after it ran inside that block:
+    // closing the connection rolls the block back, but which writes had
+    // committed before it is not known here.
+    lease->Discard();
+    for (size_t i = 0; i < sent; ++i) {
+      batch[i]->results->Clear();
+      batch[i]->status = absl::InternalError(
+          "postgres: a statement left a transaction open (transaction "
+          "control is not allowed); connection dropped, outcome unknown");
+    }
+    return;
+  }
+  for (size_t i = 0; i < sent; ++i) {
+    if (batch[i]->stale) {
+      batch[i]->status = StaleError(c, *batch[i]->target);
+    }
+  }
+}
+
+bool PostgresAdapter::SendWrite(PGconn* c, const PendingWrite& w) {
+  const std::string domain(w.target->domain);
+  const std::string token = absl::StrCat(w.target->token);
   const char* fence_params[2] = {domain.c_str(), token.c_str()};
-  bool sent = PQsendQueryPrepared(c, kFenceStatement, 2, fence_params, nullptr,
-                                  nullptr, 0) == 1;
+  if (PQsendQueryPrepared(c, kFenceStatement, 2, fence_params, nullptr, nullptr,
+                          0) != 1) {
+    return false;
+  }
   std::vector<std::string> texts;
   std::vector<const char*> params;
-  for (int i = 0; sent && i < ops.size(); ++i) {
-    const v1::SqlStatement& stmt = ops[i].sql();
+  for (const v1::Operation& op : *w.ops) {
+    const v1::SqlStatement& stmt = op.sql();
     texts.clear();
     params.clear();
     texts.reserve(stmt.params_size());
@@ -346,34 +456,30 @@ absl::Status PostgresAdapter::ApplyOnce(const WriteTarget& target,
                            ? nullptr
                            : texts.back().c_str());
     }
-    sent = PQsendQueryParams(c, stmt.sql().c_str(), stmt.params_size(), nullptr,
-                             params.data(), nullptr, nullptr, 0) == 1;
+    if (PQsendQueryParams(c, stmt.sql().c_str(), stmt.params_size(), nullptr,
+                          params.data(), nullptr, nullptr, 0) != 1) {
+      return false;
+    }
   }
   FENCEGATE_SYNC_POINT("PostgresAdapter::Apply:BeforeCommit");
-  if (sent) sent = PQpipelineSync(c) == 1;
-  if (!sent) {
-    // The sync never reached the server whole, so nothing was committed.
-    lease->Discard();
-    *retryable = PQstatus(c) == CONNECTION_BAD;
-    return absl::UnavailableError(absl::StrCat(
-        "postgres: sending the write failed: ", ConnectionError(c)));
-  }
+  return PQpipelineSync(c) == 1;
+}
 
-  // Read one result per query. After the first error the server skips the
-  // rest (PIPELINE_ABORTED) and rolls the transaction back at the sync.
-  absl::Status error;
+PostgresAdapter::Ending PostgresAdapter::ReadWrite(PGconn* c, PendingWrite* w) {
+  // One result per query. After the first error the server skips the rest
+  // (PIPELINE_ABORTED) and rolls the transaction back at the sync.
+  const Operations& ops = *w->ops;
   bool failed = false;
-  bool stale = false;
-  bool lost = false;
-  const char* unexpected = nullptr;  // An unexpected result status.
   int64_t rows_left = options_.max_result_rows;
-  for (int q = 0; q <= ops.size() && !lost; ++q) {
+  for (int q = 0; q <= ops.size(); ++q) {
     PgResult r(PQgetResult(c));
     const ExecStatusType status =
         r == nullptr ? PGRES_FATAL_ERROR : PQresultStatus(r.get());
     if (status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK ||
         status == PGRES_EMPTY_QUERY) {
-      if (q > 0) AddResult(r.get(), &rows_left, results->Add()->mutable_sql());
+      if (q > 0) {
+        AddResult(r.get(), &rows_left, w->results->Add()->mutable_sql());
+      }
     } else if (status == PGRES_PIPELINE_ABORTED) {
       // Skipped after an earlier error.
     } else if (status == PGRES_FATAL_ERROR) {
@@ -382,75 +488,54 @@ absl::Status PostgresAdapter::ApplyOnce(const WriteTarget& target,
                               : PQresultErrorField(r.get(), PG_DIAG_SQLSTATE);
       if (state == nullptr || PQstatus(c) == CONNECTION_BAD ||
           CodeForSqlState(state) == absl::StatusCode::kUnavailable) {
-        lost = true;
-        if (state != nullptr && !failed) {
-          // The server ended the session with an error (e.g. 57P01 on
-          // shutdown) while it ran query q: it never reached the sync.
-          failed = true;
-          *retryable = true;
-          error = SqlErrorStatus(state, PQresultErrorMessage(r.get()), q - 1);
+        w->results->Clear();
+        if (failed) return Ending::kLost;  // Rolled back: w->status is set.
+        if (state == nullptr) {
+          w->status = absl::UnavailableError(absl::StrCat(
+              "postgres: connection lost after the write was sent, outcome "
+              "unknown (retry with the same token): ",
+              ConnectionError(c)));
+          return Ending::kLost;
         }
-        break;
+        // The server ended the session with an error (e.g. 57P01 on
+        // shutdown) while it ran query q: it never reached the sync.
+        w->status = SqlErrorStatus(state, PQresultErrorMessage(r.get()), q - 1);
+        w->retryable = true;
+        return Ending::kEndedBeforeSync;
       }
       if (!failed) {
         failed = true;
         if (q == 0 && std::string_view(state) == kStaleSqlState) {
-          stale = true;
+          w->stale = true;
         } else {
-          error = SqlErrorStatus(state, PQresultErrorMessage(r.get()), q - 1);
+          w->status =
+              SqlErrorStatus(state, PQresultErrorMessage(r.get()), q - 1);
         }
       }
     } else {
       // Nothing Validate lets through answers like this (COPY would); what
-      // the server does with the rest of the batch is unknown: drop the
-      // connection and report the outcome as unknown.
-      lost = true;
-      unexpected = PQresStatus(status);
-      break;
+      // the server does with the rest is unknown: report it so.
+      w->results->Clear();
+      w->status = absl::InternalError(
+          absl::StrCat("postgres: unexpected result ", PQresStatus(status),
+                       "; connection dropped, outcome unknown"));
+      return Ending::kLost;
     }
     if (r != nullptr) PgResult end(PQgetResult(c));  // Ends query q.
   }
-  if (!lost) {
-    PgResult sync(PQgetResult(c));
-    lost = sync == nullptr || PQresultStatus(sync.get()) != PGRES_PIPELINE_SYNC;
-  }
-  if (lost) {
-    lease->Discard();
-    results->Clear();
-    if (failed) return error;  // Rolled back: an error preceded the sync.
-    if (unexpected != nullptr) {
-      return absl::InternalError(
-          absl::StrCat("postgres: unexpected result ", unexpected,
-                       "; connection dropped, outcome unknown"));
+  PgResult sync(PQgetResult(c));
+  if (sync == nullptr || PQresultStatus(sync.get()) != PGRES_PIPELINE_SYNC) {
+    w->results->Clear();
+    if (!failed) {
+      w->status = absl::UnavailableError(absl::StrCat(
+          "postgres: connection lost after the write was sent, outcome "
+          "unknown (retry with the same token): ",
+          ConnectionError(c)));
     }
-    return absl::UnavailableError(absl::StrCat(
-        "postgres: connection lost after the write was sent, outcome unknown "
-        "(retry with the same token): ",
-        ConnectionError(c)));
+    return Ending::kLost;
   }
-  if (PQexitPipelineMode(c) != 1) {
-    // Every result was read, so this cannot happen; the outcome is known,
-    // but do not reuse a connection in a state nobody expects.
-    lease->Discard();
-  }
-  if (PQtransactionStatus(c) != PQTRANS_IDLE) {
-    // A statement opened a transaction block (Validate refuses the plain
-    // spellings); closing the connection rolls it back.
-    lease->Discard();
-    results->Clear();
-    return absl::InvalidArgumentError(
-        "ops: a statement left a transaction open; transaction control is "
-        "not allowed (each Write is one transaction); nothing was applied");
-  }
-  if (stale) {
-    results->Clear();
-    return StaleError(c, target);
-  }
-  if (failed) {
-    results->Clear();
-    return error;
-  }
-  return absl::OkStatus();
+  if (failed) w->results->Clear();
+  return Ending::kSynced;
 }
 
 absl::Status PostgresAdapter::StaleError(PGconn* c, const WriteTarget& target) {

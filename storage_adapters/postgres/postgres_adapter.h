@@ -17,6 +17,11 @@
 //   2. the statements run in order, each with its parameters;
 //   3. the sync commits. Any failure rolls back everything, the fence row
 //      included.
+// Concurrent Writes share round trips: at most pool_size batches are in
+// flight, one per connection, and a Write that arrives while they are
+// waits and goes out with the next batch (up to kMaxBatch Writes). Each
+// Write in a batch ends with its own sync, so it stays its own
+// transaction: its errors roll back only itself.
 // So the database is authoritative for its own data: gateways that do not
 // share a fence store still never apply a stale write.
 //
@@ -44,9 +49,13 @@
 
 #include <libpq-fe.h>
 
+#include <deque>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "storage_adapters/postgres/config.h"
 #include "storage_adapters/postgres/connection_pool.h"
 #include "storage_adapters/storage_adapter.h"
@@ -64,9 +73,38 @@ class PostgresAdapter final : public StorageAdapter {
                      OpResults* results) override;
 
  private:
-  // One attempt; sets *retryable when the connection broke before COMMIT.
+  // A Write waiting for, or travelling in, a batch. Owned by the thread
+  // whose Apply it is, which waits until `done`.
+  struct PendingWrite {
+    const WriteTarget* target = nullptr;
+    const Operations* ops = nullptr;
+    OpResults* results = nullptr;
+    absl::Status status;     // Set by the batch's sender.
+    bool retryable = false;  // Nothing was committed; safe to send again.
+    bool stale = false;      // The database holds a higher token.
+    bool done = false;       // Guarded by queue_mu_.
+  };
+  // How a write's results ended: at its sync, or with the connection.
+  enum class Ending {
+    kSynced,           // Its sync came back: the connection is usable.
+    kEndedBeforeSync,  // The server ended the session before the sync.
+    kLost,             // The connection broke; later writes: unknown.
+  };
+  // Writes sent in one round trip at most.
+  static constexpr size_t kMaxBatch = 16;
+
+  // One attempt; sets *retryable when nothing was committed and the
+  // connection broke. Queues the write; while fewer than pool_size batches
+  // are in flight, the first waiting thread sends the oldest writes as one
+  // batch on one connection, each write its own transaction.
   absl::Status ApplyOnce(const WriteTarget& target, const Operations& ops,
                          OpResults* results, bool* retryable);
+  // Sends `batch` in one pipeline and sets every write's outcome.
+  void RunBatch(const std::vector<PendingWrite*>& batch);
+  // Queues one write's queries and its sync; false if sending failed.
+  bool SendWrite(PGconn* c, const PendingWrite& w);
+  // Reads one write's results up to its sync.
+  Ending ReadWrite(PGconn* c, PendingWrite* w);
   // The stale-token error for `target`, with the database's highest token.
   absl::Status StaleError(PGconn* c, const WriteTarget& target);
 
@@ -74,6 +112,9 @@ class PostgresAdapter final : public StorageAdapter {
   const std::string fence_upsert_sql_;
   const std::string fence_select_sql_;
   PgConnectionPool pool_;
+  absl::Mutex queue_mu_;
+  std::deque<PendingWrite*> queue_ ABSL_GUARDED_BY(queue_mu_);
+  int senders_ ABSL_GUARDED_BY(queue_mu_) = 0;  // Batches in flight.
 };
 
 // The fence table's DDL for `table` (docs/postgres.md shows it).
