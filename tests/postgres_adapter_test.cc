@@ -408,6 +408,33 @@ TEST_F(PostgresAdapterTest, BatchInterruptedBySessionEndIsRetried) {
 }
 #endif  // FENCEGATE_SYNC_POINTS
 
+// With every connection busy longer than pool_wait_ms, a queued write gives
+// up with UNAVAILABLE and is never sent.
+TEST_F(PostgresAdapterTest, QueuedWriteGivesUpAfterPoolWait) {
+  auto one_connection = MakeAdapter("pool_size=1&pool_wait_ms=200");
+  absl::Status slow;
+  std::thread holder([&] {
+    slow = Apply(
+        one_connection.get(), "slow", 1,
+        {Sql("SELECT pg_sleep(3)"), Sql("INSERT INTO jobs (id) VALUES (1)")});
+  });
+  ASSERT_TRUE(testing::WaitFor([] {
+    return Exec(
+               "SELECT count(*) FROM pg_stat_activity WHERE query LIKE "
+               "'SELECT pg_sleep(3)%'")[0][0]
+               .as<int64_t>() == 1;
+  }));
+  absl::Status waited = Apply(one_connection.get(), "quick", 1,
+                              {Sql("INSERT INTO jobs (id) VALUES (2)")});
+  holder.join();
+  EXPECT_THAT(waited, StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(waited.message(), HasSubstr("busy"));
+  EXPECT_OK(slow);
+  EXPECT_EQ(Count("id = 2"), 0);
+  EXPECT_EQ(StoredFence("quick"), 0);
+  EXPECT_EQ(Count("id = 1"), 1);
+}
+
 TEST_F(PostgresAdapterTest, EveryStatementRollsBackWhenOneFails) {
   ASSERT_OK(Apply("d", 1, {Sql("INSERT INTO jobs (id) VALUES (1)")}));
   absl::Status failed =

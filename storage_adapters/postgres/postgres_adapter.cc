@@ -2,6 +2,7 @@
 
 #include "storage_adapters/postgres/postgres_adapter.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <exception>
@@ -323,11 +324,27 @@ absl::Status PostgresAdapter::ApplyOnce(const WriteTarget& target,
   queue_mu_.Lock();
   queue_.push_back(&w);
   FENCEGATE_SYNC_POINT("PostgresAdapter::ApplyOnce:Queued");
+  const absl::Time give_up =
+      absl::Now() + absl::Milliseconds(options_.pool_wait_ms);
   while (!w.done) {
     auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_) {
       return w.done || (senders_ < options_.pool_size && !queue_.empty());
     };
-    queue_mu_.Await(absl::Condition(&ready));
+    if (!queue_mu_.AwaitWithDeadline(absl::Condition(&ready), give_up)) {
+      auto it = std::find(queue_.begin(), queue_.end(), &w);
+      if (it != queue_.end()) {
+        // Still waiting, not sent: give up without touching the database.
+        queue_.erase(it);
+        queue_mu_.Unlock();
+        return absl::UnavailableError(absl::StrCat(
+            "postgres ", options_.redacted_uri, ": all ", options_.pool_size,
+            " connections busy for ",
+            absl::FormatDuration(absl::Milliseconds(options_.pool_wait_ms))));
+      }
+      // Already on its way in a batch: its outcome is coming.
+      queue_mu_.Await(absl::Condition(&w.done));
+      break;
+    }
     if (w.done) break;
     // Lead a batch of the oldest waiting writes, this one or not.
     std::vector<PendingWrite*> batch;
