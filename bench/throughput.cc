@@ -4,12 +4,14 @@
 
 #include <libpq-fe.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <functional>
 #include <memory>
 #include <thread>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -362,9 +364,10 @@ absl::StatusOr<std::vector<RunStats>> RunThroughput(
   if (absl::Status s = PrepareTable(env.pg_dsn(), max_clients); !s.ok()) {
     return s;
   }
-  std::vector<RunStats> runs;
+  using Make = std::function<std::unique_ptr<Client>(int)>;
+  std::vector<std::pair<std::string, Make>> makers;
   for (const std::string& target : options.targets) {
-    std::function<std::unique_ptr<Client>(int)> make;
+    Make make;
     if (target == "direct") {
       make = [&](int i) {
         return std::make_unique<DirectClient>(env.pg_dsn(), i);
@@ -398,15 +401,34 @@ absl::StatusOr<std::vector<RunStats>> RunThroughput(
       return absl::InvalidArgumentError(
           absl::StrCat("--targets: unknown target \"", target, "\""));
     }
-    for (const std::string& pattern : options.patterns) {
-      // A health check carries no token.
-      if (target == "grpc-floor" && pattern != "steady") continue;
-      for (int clients : options.clients) {
+    makers.emplace_back(target, std::move(make));
+  }
+  // Every target's run of one pattern and client count follows the
+  // others': the machine's speed drifts over minutes (other tenants, CPU
+  // credit), and ratios of runs seconds apart are the ones to trust.
+  std::vector<RunStats> runs;
+  for (const std::string& pattern : options.patterns) {
+    for (int clients : options.clients) {
+      for (const auto& [target, make] : makers) {
+        // A health check carries no token.
+        if (target == "grpc-floor" && pattern != "steady") continue;
         runs.push_back(
             RunOne(target, pattern, clients, options.duration, make));
       }
     }
   }
+  // Reported grouped by target, as listed.
+  auto rank = [&](const RunStats& r) {
+    auto index = [](const auto& list, const auto& value) {
+      return std::find(list.begin(), list.end(), value) - list.begin();
+    };
+    return std::make_tuple(index(options.targets, r.target),
+                           index(options.patterns, r.pattern),
+                           index(options.clients, r.clients));
+  };
+  std::stable_sort(
+      runs.begin(), runs.end(),
+      [&](const RunStats& a, const RunStats& b) { return rank(a) < rank(b); });
   return runs;
 }
 
