@@ -403,13 +403,15 @@ absl::StatusOr<std::vector<RunStats>> RunThroughput(
     }
     makers.emplace_back(target, std::move(make));
   }
-  // Every target's run of one pattern and client count follows the
-  // others': the machine's speed drifts over minutes (other tenants, CPU
-  // credit), and ratios of runs seconds apart are the ones to trust.
+  // All runs of one client count follow one another, target by target and
+  // pattern by pattern: the machine's speed drifts over minutes (other
+  // tenants, CPU credit), and ratios of runs made close together -- a
+  // target against direct, advancing against steady -- are the ones to
+  // trust.
   std::vector<RunStats> runs;
-  for (const std::string& pattern : options.patterns) {
-    for (int clients : options.clients) {
-      for (const auto& [target, make] : makers) {
+  for (int clients : options.clients) {
+    for (const auto& [target, make] : makers) {
+      for (const std::string& pattern : options.patterns) {
         // A health check carries no token.
         if (target == "grpc-floor" && pattern != "steady") continue;
         runs.push_back(

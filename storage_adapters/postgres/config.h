@@ -9,7 +9,7 @@
 // parameters, which the adapter takes for itself:
 //
 //   pool_size            connections kept open               Default: 8
-//   pool_wait_ms         wait for a free connection          Default: 10000
+//   pool_wait_ms         wait for a connection, then give up Default: 10000
 //   statement_timeout_ms per-statement timeout (SET)         Default: 30000
 //   fence_table          [schema.]table of the fences        Default:
 //   fencegate_fences max_result_rows      rows returned per Write, in total
