@@ -67,16 +67,15 @@ std::string FirstKeyword(absl::string_view sql, size_t* end = nullptr) {
 }
 
 // True for statements that begin, end or split a transaction: each Write is
-// one transaction, which they would break.
-bool IsTransactionControl(absl::string_view sql) {
-  size_t end = 0;
-  const std::string first = FirstKeyword(sql, &end);
+// one transaction, which they would break. `first` is the statement's first
+// keyword, `rest` what follows it.
+bool IsTransactionControl(const std::string& first, absl::string_view rest) {
   if (first == "BEGIN" || first == "START" || first == "COMMIT" ||
       first == "END" || first == "ROLLBACK" || first == "ABORT" ||
       first == "SAVEPOINT" || first == "RELEASE") {
     return true;
   }
-  return first == "PREPARE" && FirstKeyword(sql.substr(end)) == "TRANSACTION";
+  return first == "PREPARE" && FirstKeyword(rest) == "TRANSACTION";
 }
 
 // The connection's prepared fence upsert.
@@ -271,16 +270,19 @@ absl::Status PostgresAdapter::Validate(const WriteTarget& target,
       return absl::InvalidArgumentError(absl::StrCat(
           "ops[", i, "].sql: longer than ", kMaxSqlBytes, " bytes"));
     }
-    if (FirstKeyword(stmt.sql()) == "COPY") {
+    size_t end = 0;
+    const std::string first = FirstKeyword(stmt.sql(), &end);
+    if (first == "COPY") {
       return absl::InvalidArgumentError(
           absl::StrCat("ops[", i,
                        "].sql: COPY cannot run in a Write; use INSERT or "
                        "SELECT"));
     }
-    if (IsTransactionControl(stmt.sql())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "ops[", i, "].sql: transaction control (", FirstKeyword(stmt.sql()),
-          ") is not allowed: each Write is one transaction"));
+    if (IsTransactionControl(first,
+                             absl::string_view(stmt.sql()).substr(end))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ops[", i, "].sql: transaction control (", first,
+                       ") is not allowed: each Write is one transaction"));
     }
     if (stmt.params_size() > kMaxParams) {
       return absl::InvalidArgumentError(
