@@ -10,124 +10,24 @@
 
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "fencegate/v1/errors.pb.h"
 #include "fencegate/v1/gateway.grpc.pb.h"
 #include "fencing/stale_token.h"
-#include "fencing/sync_point.h"
 #include "google/rpc/status.pb.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "pqxx/pqxx"
-#include "storage_adapters/builtin.h"
-#include "storage_adapters/registry.h"
-#include "tests/postgres_server.h"
-#include "tests/test_util.h"
+#include "tests/postgres_adapter_fixture.h"
 
 namespace fencegate {
 namespace {
 
 using ::fencegate::testing::GatewayProcess;
-using ::fencegate::testing::PostgresServer;
 using ::fencegate::testing::StatusIs;
 using ::testing::HasSubstr;
-
-v1::SqlValue Text(const std::string& s) {
-  v1::SqlValue v;
-  v.set_text(s);
-  return v;
-}
-v1::SqlValue Int(int64_t i) {
-  v1::SqlValue v;
-  v.set_int64(i);
-  return v;
-}
-
-v1::Operation Sql(const std::string& sql,
-                  std::initializer_list<v1::SqlValue> params = {}) {
-  v1::Operation op;
-  op.mutable_sql()->set_sql(sql);
-  for (const v1::SqlValue& p : params) *op.mutable_sql()->add_params() = p;
-  return op;
-}
-
-class PostgresAdapterTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    auto server = PostgresServer::Start();
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = server->release();
-  }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
-
-  void SetUp() override {
-    ASSERT_NE(server_, nullptr);
-    if (!server_->Restart().ok()) {
-      // Already running: Restart() only starts a stopped server.
-    }
-    Exec("DROP TABLE IF EXISTS jobs, fencegate_fences, other_fences");
-    Exec(
-        "CREATE TABLE jobs (id bigint PRIMARY KEY, owner text, "
-        "amount double precision, done boolean, payload bytea)");
-    adapter_ = MakeAdapter("");
-  }
-
-  std::unique_ptr<StorageAdapter> MakeAdapter(const std::string& params) {
-    AdapterRegistry registry;
-    EXPECT_OK(RegisterBuiltinAdapters(&registry));
-    auto adapter = registry.Create(server_->Uri(params));
-    EXPECT_TRUE(adapter.ok()) << adapter.status();
-    return adapter.ok() ? *std::move(adapter) : nullptr;
-  }
-
-  static pqxx::result Exec(const std::string& sql) {
-    pqxx::connection c(server_->Conninfo());
-    pqxx::work tx(c);
-    pqxx::result r = tx.exec(sql);
-    tx.commit();
-    return r;
-  }
-  static int64_t Count(const std::string& where = "true") {
-    return Exec("SELECT count(*) FROM jobs WHERE " + where)[0][0].as<int64_t>();
-  }
-  static int64_t StoredFence(const std::string& domain) {
-    if (Exec("SELECT to_regclass('fencegate_fences') IS NULL")[0][0]
-            .as<bool>()) {
-      return 0;  // Not even created: nothing was fenced.
-    }
-    pqxx::result r = Exec(
-        "SELECT token FROM fencegate_fences WHERE domain = '" + domain + "'");
-    return r.empty() ? 0 : r[0][0].as<int64_t>();
-  }
-
-  absl::Status Apply(StorageAdapter* adapter, const std::string& domain,
-                     uint64_t token, std::vector<v1::Operation> ops,
-                     OpResults* results = nullptr) {
-    Operations list;
-    for (v1::Operation& op : ops) *list.Add() = std::move(op);
-    WriteTarget target{domain, token, "jobs", ""};
-    if (absl::Status s = adapter->Validate(target, list); !s.ok()) return s;
-    OpResults local;
-    return adapter->Apply(target, list, results ? results : &local);
-  }
-  absl::Status Apply(const std::string& domain, uint64_t token,
-                     std::vector<v1::Operation> ops,
-                     OpResults* results = nullptr) {
-    return Apply(adapter_.get(), domain, token, std::move(ops), results);
-  }
-
-  static PostgresServer* server_;
-  std::unique_ptr<StorageAdapter> adapter_;
-};
-
-PostgresServer* PostgresAdapterTest::server_ = nullptr;
 
 TEST_F(PostgresAdapterTest, AcceptedWriteLandsWithRowCountsAndReturning) {
   OpResults results;
@@ -250,189 +150,6 @@ TEST_F(PostgresAdapterTest, ConnectionClosedWhileIdleIsReplaced) {
       absl::Seconds(10)));
   ASSERT_OK(Apply("d", 1, {Sql("INSERT INTO jobs (id) VALUES (2)")}));
   EXPECT_EQ(Count(), 2);
-}
-
-// Many connections open at once against a database without the fence
-// table: each creates it IF NOT EXISTS, and the ones that lose the race
-// must not fail their write.
-TEST_F(PostgresAdapterTest, ConcurrentFirstConnectionsAllSucceed) {
-  auto wide = MakeAdapter("pool_size=16");
-  std::vector<std::thread> threads;
-  std::vector<absl::Status> results(16);
-  for (int i = 0; i < 16; ++i) {
-    threads.emplace_back([&, i] {
-      results[i] = Apply(wide.get(), absl::StrCat("d", i), 1,
-                         {Sql("INSERT INTO jobs (id) VALUES ($1)", {Int(i)})});
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  for (int i = 0; i < 16; ++i) {
-    EXPECT_TRUE(results[i].ok()) << i << ": " << results[i];
-  }
-  EXPECT_EQ(Count(), 16);
-}
-
-#ifdef FENCEGATE_SYNC_POINTS
-// Concurrent Writes share a round trip: with one connection, the first
-// batch is held until every write is queued, so the rest travel together.
-// Each stays its own transaction: a stale write and a failing write in the
-// batch roll back alone, and the others commit.
-TEST_F(PostgresAdapterTest, BatchedWritesKeepTheirOwnOutcomes) {
-  constexpr int kWrites = 9;
-  Exec(FenceTableDdl("fencegate_fences"));
-  for (int k = 0; k < kWrites; k += 3) {
-    Exec(
-        absl::StrCat("INSERT INTO fencegate_fences (domain, token) VALUES "
-                     "('b",
-                     k, "', 100)"));
-  }
-  for (int k = 1; k < kWrites; k += 3) {
-    Exec(absl::StrCat("INSERT INTO jobs (id) VALUES (", 1000 + k, ")"));
-  }
-  auto one_connection = MakeAdapter("pool_size=1");
-  absl::Mutex mu;
-  int queued = 0;
-  std::vector<size_t> batch_sizes;
-  SyncPoint::Get()->SetCallback("PostgresAdapter::ApplyOnce:Queued",
-                                [&](void*) {
-                                  absl::MutexLock lock(&mu);
-                                  ++queued;
-                                });
-  SyncPoint::Get()->SetCallback(
-      "PostgresAdapter::RunBatch:Start", [&](void* arg) {
-        absl::MutexLock lock(&mu);
-        batch_sizes.push_back(*static_cast<size_t*>(arg));
-        if (batch_sizes.size() == 1) {
-          mu.Await(absl::Condition(
-              +[](int* q) { return *q >= kWrites; }, &queued));
-        }
-      });
-  std::vector<absl::Status> outcomes(kWrites);
-  std::vector<std::thread> threads;
-  for (int k = 0; k < kWrites; ++k) {
-    threads.emplace_back([&, k] {
-      // Stale (token 50 under 100), a duplicate key, or a new row.
-      const int id = k % 3 == 1 ? 1000 + k : k;
-      outcomes[k] =
-          Apply(one_connection.get(), absl::StrCat("b", k), 50,
-                {Sql("INSERT INTO jobs (id) VALUES ($1)", {Int(id)})});
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  SyncPoint::Get()->ClearAll();
-
-  ASSERT_EQ(batch_sizes.size(), 2u);
-  EXPECT_EQ(batch_sizes[1], static_cast<size_t>(kWrites - 1));
-  for (int k = 0; k < kWrites; ++k) {
-    const std::string domain = absl::StrCat("b", k);
-    if (k % 3 == 0) {
-      std::optional<StaleTokenInfo> info = GetStaleToken(outcomes[k]);
-      ASSERT_TRUE(info.has_value()) << k << ": " << outcomes[k];
-      EXPECT_EQ(info->highest_token, 100u);
-      EXPECT_EQ(StoredFence(domain), 100);
-      EXPECT_EQ(Count(absl::StrCat("id = ", k)), 0);
-    } else if (k % 3 == 1) {
-      EXPECT_THAT(outcomes[k], StatusIs(absl::StatusCode::kFailedPrecondition));
-      EXPECT_THAT(outcomes[k].message(), HasSubstr("23505")) << k;
-      EXPECT_EQ(StoredFence(domain), 0);  // Rolled back with the insert.
-    } else {
-      EXPECT_TRUE(outcomes[k].ok()) << k << ": " << outcomes[k];
-      EXPECT_EQ(StoredFence(domain), 50);
-      EXPECT_EQ(Count(absl::StrCat("id = ", k)), 1);
-    }
-  }
-  EXPECT_EQ(Count(), 3 + 3);
-}
-
-// The server ends the session while a batch is on its way (here: an
-// administrator terminates the backend just before the first write's
-// sync). Nothing of the batch was committed, so every write is retried on
-// a new connection and lands exactly once.
-TEST_F(PostgresAdapterTest, BatchInterruptedBySessionEndIsRetried) {
-  constexpr int kWrites = 6;
-  auto one_connection = MakeAdapter("pool_size=1");
-  ASSERT_OK(Apply(one_connection.get(), "warm", 1,
-                  {Sql("INSERT INTO jobs (id) VALUES (100)")}));
-  absl::Mutex mu;
-  int queued = 0;
-  bool terminated = false;
-  SyncPoint::Get()->SetCallback("PostgresAdapter::ApplyOnce:Queued",
-                                [&](void*) {
-                                  absl::MutexLock lock(&mu);
-                                  ++queued;
-                                });
-  int batches = 0;
-  SyncPoint::Get()->SetCallback("PostgresAdapter::RunBatch:Start", [&](void*) {
-    absl::MutexLock lock(&mu);
-    if (++batches != 1) return;
-    mu.Await(absl::Condition(
-        +[](int* q) { return *q >= kWrites; }, &queued));
-  });
-  SyncPoint::Get()->SetCallback(
-      "PostgresAdapter::Apply:BeforeCommit", [&](void*) {
-        {
-          absl::MutexLock lock(&mu);
-          // The second batch carries the writes queued behind the first.
-          if (terminated || batches != 2) return;
-          terminated = true;
-        }
-        Exec(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE pid <> pg_backend_pid() AND backend_type = 'client "
-            "backend' AND datname = current_database()");
-        ASSERT_TRUE(testing::WaitFor(
-            [] {
-              return Exec(
-                         "SELECT count(*) FROM pg_stat_activity WHERE pid "
-                         "<> pg_backend_pid() AND backend_type = 'client "
-                         "backend'")[0][0]
-                         .as<int64_t>() == 0;
-            },
-            absl::Seconds(10)));
-      });
-  std::vector<absl::Status> outcomes(kWrites);
-  std::vector<std::thread> threads;
-  for (int k = 0; k < kWrites; ++k) {
-    threads.emplace_back([&, k] {
-      outcomes[k] = Apply(one_connection.get(), absl::StrCat("r", k), 1,
-                          {Sql("INSERT INTO jobs (id) VALUES ($1)", {Int(k)})});
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  SyncPoint::Get()->ClearAll();
-  EXPECT_TRUE(terminated);
-  for (int k = 0; k < kWrites; ++k) {
-    EXPECT_TRUE(outcomes[k].ok()) << k << ": " << outcomes[k];
-  }
-  EXPECT_EQ(Count(), kWrites + 1);
-}
-#endif  // FENCEGATE_SYNC_POINTS
-
-// With every connection busy longer than pool_wait_ms, a queued write gives
-// up with UNAVAILABLE and is never sent.
-TEST_F(PostgresAdapterTest, QueuedWriteGivesUpAfterPoolWait) {
-  auto one_connection = MakeAdapter("pool_size=1&pool_wait_ms=200");
-  absl::Status slow;
-  std::thread holder([&] {
-    slow = Apply(
-        one_connection.get(), "slow", 1,
-        {Sql("SELECT pg_sleep(3)"), Sql("INSERT INTO jobs (id) VALUES (1)")});
-  });
-  ASSERT_TRUE(testing::WaitFor([] {
-    return Exec(
-               "SELECT count(*) FROM pg_stat_activity WHERE query LIKE "
-               "'SELECT pg_sleep(3)%'")[0][0]
-               .as<int64_t>() == 1;
-  }));
-  absl::Status waited = Apply(one_connection.get(), "quick", 1,
-                              {Sql("INSERT INTO jobs (id) VALUES (2)")});
-  holder.join();
-  EXPECT_THAT(waited, StatusIs(absl::StatusCode::kUnavailable));
-  EXPECT_THAT(waited.message(), HasSubstr("busy"));
-  EXPECT_OK(slow);
-  EXPECT_EQ(Count("id = 2"), 0);
-  EXPECT_EQ(StoredFence("quick"), 0);
-  EXPECT_EQ(Count("id = 1"), 1);
 }
 
 TEST_F(PostgresAdapterTest, EveryStatementRollsBackWhenOneFails) {

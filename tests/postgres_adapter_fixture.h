@@ -1,0 +1,117 @@
+// Copyright fencegate authors.
+//
+// The fixture of the PostgreSQL adapter tests: one real PostgreSQL server per
+// test binary, started by the fixture, a fresh `jobs` table per test, and
+// helpers to build operations, apply them and read the database back.
+
+#ifndef TESTS_POSTGRES_ADAPTER_FIXTURE_H_
+#define TESTS_POSTGRES_ADAPTER_FIXTURE_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fencegate/v1/gateway.pb.h"
+#include "pqxx/pqxx"
+#include "storage_adapters/builtin.h"
+#include "storage_adapters/postgres/postgres_adapter.h"
+#include "storage_adapters/registry.h"
+#include "tests/postgres_server.h"
+#include "tests/test_util.h"
+
+namespace fencegate {
+
+inline v1::SqlValue Text(const std::string& s) {
+  v1::SqlValue v;
+  v.set_text(s);
+  return v;
+}
+inline v1::SqlValue Int(int64_t i) {
+  v1::SqlValue v;
+  v.set_int64(i);
+  return v;
+}
+
+inline v1::Operation Sql(const std::string& sql,
+                         std::initializer_list<v1::SqlValue> params = {}) {
+  v1::Operation op;
+  op.mutable_sql()->set_sql(sql);
+  for (const v1::SqlValue& p : params) *op.mutable_sql()->add_params() = p;
+  return op;
+}
+
+class PostgresAdapterTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto server = testing::PostgresServer::Start();
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = server->release();
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+
+  void SetUp() override {
+    ASSERT_NE(server_, nullptr);
+    if (!server_->Restart().ok()) {
+      // Already running: Restart() only starts a stopped server.
+    }
+    Exec("DROP TABLE IF EXISTS jobs, fencegate_fences, other_fences");
+    Exec(
+        "CREATE TABLE jobs (id bigint PRIMARY KEY, owner text, "
+        "amount double precision, done boolean, payload bytea)");
+    adapter_ = MakeAdapter("");
+  }
+
+  std::unique_ptr<StorageAdapter> MakeAdapter(const std::string& params) {
+    AdapterRegistry registry;
+    EXPECT_OK(RegisterBuiltinAdapters(&registry));
+    auto adapter = registry.Create(server_->Uri(params));
+    EXPECT_TRUE(adapter.ok()) << adapter.status();
+    return adapter.ok() ? *std::move(adapter) : nullptr;
+  }
+
+  static pqxx::result Exec(const std::string& sql) {
+    pqxx::connection c(server_->Conninfo());
+    pqxx::work tx(c);
+    pqxx::result r = tx.exec(sql);
+    tx.commit();
+    return r;
+  }
+  static int64_t Count(const std::string& where = "true") {
+    return Exec("SELECT count(*) FROM jobs WHERE " + where)[0][0].as<int64_t>();
+  }
+  static int64_t StoredFence(const std::string& domain) {
+    if (Exec("SELECT to_regclass('fencegate_fences') IS NULL")[0][0]
+            .as<bool>()) {
+      return 0;  // Not even created: nothing was fenced.
+    }
+    pqxx::result r = Exec(
+        "SELECT token FROM fencegate_fences WHERE domain = '" + domain + "'");
+    return r.empty() ? 0 : r[0][0].as<int64_t>();
+  }
+
+  absl::Status Apply(StorageAdapter* adapter, const std::string& domain,
+                     uint64_t token, std::vector<v1::Operation> ops,
+                     OpResults* results = nullptr) {
+    Operations list;
+    for (v1::Operation& op : ops) *list.Add() = std::move(op);
+    WriteTarget target{domain, token, "jobs", ""};
+    if (absl::Status s = adapter->Validate(target, list); !s.ok()) return s;
+    OpResults local;
+    return adapter->Apply(target, list, results ? results : &local);
+  }
+  absl::Status Apply(const std::string& domain, uint64_t token,
+                     std::vector<v1::Operation> ops,
+                     OpResults* results = nullptr) {
+    return Apply(adapter_.get(), domain, token, std::move(ops), results);
+  }
+
+  static inline testing::PostgresServer* server_ = nullptr;
+  std::unique_ptr<StorageAdapter> adapter_;
+};
+
+}  // namespace fencegate
+
+#endif  // TESTS_POSTGRES_ADAPTER_FIXTURE_H_

@@ -1,0 +1,210 @@
+// Copyright fencegate authors.
+//
+// The PostgreSQL adapter under concurrent Writes, against a real PostgreSQL
+// server: connections opened at once, Writes sharing a round trip in one
+// batch, a batch cut short by the server, and the wait for a connection.
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "fencing/stale_token.h"
+#include "fencing/sync_point.h"
+#include "tests/postgres_adapter_fixture.h"
+
+namespace fencegate {
+namespace {
+
+using ::fencegate::testing::StatusIs;
+using ::testing::HasSubstr;
+
+using PostgresBatchTest = PostgresAdapterTest;
+
+// Many connections open at once against a database without the fence
+// table: each creates it IF NOT EXISTS, and the ones that lose the race
+// must not fail their write.
+TEST_F(PostgresBatchTest, ConcurrentFirstConnectionsAllSucceed) {
+  auto wide = MakeAdapter("pool_size=16");
+  std::vector<std::thread> threads;
+  std::vector<absl::Status> results(16);
+  for (int i = 0; i < 16; ++i) {
+    threads.emplace_back([&, i] {
+      results[i] = Apply(wide.get(), absl::StrCat("d", i), 1,
+                         {Sql("INSERT INTO jobs (id) VALUES ($1)", {Int(i)})});
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int i = 0; i < 16; ++i) {
+    EXPECT_TRUE(results[i].ok()) << i << ": " << results[i];
+  }
+  EXPECT_EQ(Count(), 16);
+}
+
+#ifdef FENCEGATE_SYNC_POINTS
+// Concurrent Writes share a round trip: with one connection, the first
+// batch is held until every write is queued, so the rest travel together.
+// Each stays its own transaction: a stale write and a failing write in the
+// batch roll back alone, and the others commit.
+TEST_F(PostgresBatchTest, BatchedWritesKeepTheirOwnOutcomes) {
+  constexpr int kWrites = 9;
+  Exec(FenceTableDdl("fencegate_fences"));
+  for (int k = 0; k < kWrites; k += 3) {
+    Exec(
+        absl::StrCat("INSERT INTO fencegate_fences (domain, token) VALUES "
+                     "('b",
+                     k, "', 100)"));
+  }
+  for (int k = 1; k < kWrites; k += 3) {
+    Exec(absl::StrCat("INSERT INTO jobs (id) VALUES (", 1000 + k, ")"));
+  }
+  auto one_connection = MakeAdapter("pool_size=1");
+  absl::Mutex mu;
+  int queued = 0;
+  std::vector<size_t> batch_sizes;
+  SyncPoint::Get()->SetCallback("PostgresAdapter::ApplyOnce:Queued",
+                                [&](void*) {
+                                  absl::MutexLock lock(&mu);
+                                  ++queued;
+                                });
+  SyncPoint::Get()->SetCallback(
+      "PostgresAdapter::RunBatch:Start", [&](void* arg) {
+        absl::MutexLock lock(&mu);
+        batch_sizes.push_back(*static_cast<size_t*>(arg));
+        if (batch_sizes.size() == 1) {
+          mu.Await(absl::Condition(
+              +[](int* q) { return *q >= kWrites; }, &queued));
+        }
+      });
+  std::vector<absl::Status> outcomes(kWrites);
+  std::vector<std::thread> threads;
+  for (int k = 0; k < kWrites; ++k) {
+    threads.emplace_back([&, k] {
+      // Stale (token 50 under 100), a duplicate key, or a new row.
+      const int id = k % 3 == 1 ? 1000 + k : k;
+      outcomes[k] =
+          Apply(one_connection.get(), absl::StrCat("b", k), 50,
+                {Sql("INSERT INTO jobs (id) VALUES ($1)", {Int(id)})});
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  SyncPoint::Get()->ClearAll();
+
+  ASSERT_EQ(batch_sizes.size(), 2u);
+  EXPECT_EQ(batch_sizes[1], static_cast<size_t>(kWrites - 1));
+  for (int k = 0; k < kWrites; ++k) {
+    const std::string domain = absl::StrCat("b", k);
+    if (k % 3 == 0) {
+      std::optional<StaleTokenInfo> info = GetStaleToken(outcomes[k]);
+      ASSERT_TRUE(info.has_value()) << k << ": " << outcomes[k];
+      EXPECT_EQ(info->highest_token, 100u);
+      EXPECT_EQ(StoredFence(domain), 100);
+      EXPECT_EQ(Count(absl::StrCat("id = ", k)), 0);
+    } else if (k % 3 == 1) {
+      EXPECT_THAT(outcomes[k], StatusIs(absl::StatusCode::kFailedPrecondition));
+      EXPECT_THAT(outcomes[k].message(), HasSubstr("23505")) << k;
+      EXPECT_EQ(StoredFence(domain), 0);  // Rolled back with the insert.
+    } else {
+      EXPECT_TRUE(outcomes[k].ok()) << k << ": " << outcomes[k];
+      EXPECT_EQ(StoredFence(domain), 50);
+      EXPECT_EQ(Count(absl::StrCat("id = ", k)), 1);
+    }
+  }
+  EXPECT_EQ(Count(), 3 + 3);
+}
+
+// The server ends the session while a batch is on its way (here: an
+// administrator terminates the backend just before the first write's
+// sync). Nothing of the batch was committed, so every write is retried on
+// a new connection and lands exactly once.
+TEST_F(PostgresBatchTest, BatchInterruptedBySessionEndIsRetried) {
+  constexpr int kWrites = 6;
+  auto one_connection = MakeAdapter("pool_size=1");
+  ASSERT_OK(Apply(one_connection.get(), "warm", 1,
+                  {Sql("INSERT INTO jobs (id) VALUES (100)")}));
+  absl::Mutex mu;
+  int queued = 0;
+  bool terminated = false;
+  SyncPoint::Get()->SetCallback("PostgresAdapter::ApplyOnce:Queued",
+                                [&](void*) {
+                                  absl::MutexLock lock(&mu);
+                                  ++queued;
+                                });
+  int batches = 0;
+  SyncPoint::Get()->SetCallback("PostgresAdapter::RunBatch:Start", [&](void*) {
+    absl::MutexLock lock(&mu);
+    if (++batches != 1) return;
+    mu.Await(absl::Condition(
+        +[](int* q) { return *q >= kWrites; }, &queued));
+  });
+  SyncPoint::Get()->SetCallback(
+      "PostgresAdapter::Apply:BeforeCommit", [&](void*) {
+        {
+          absl::MutexLock lock(&mu);
+          // The second batch carries the writes queued behind the first.
+          if (terminated || batches != 2) return;
+          terminated = true;
+        }
+        Exec(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE pid <> pg_backend_pid() AND backend_type = 'client "
+            "backend' AND datname = current_database()");
+        ASSERT_TRUE(testing::WaitFor(
+            [] {
+              return Exec(
+                         "SELECT count(*) FROM pg_stat_activity WHERE pid "
+                         "<> pg_backend_pid() AND backend_type = 'client "
+                         "backend'")[0][0]
+                         .as<int64_t>() == 0;
+            },
+            absl::Seconds(10)));
+      });
+  std::vector<absl::Status> outcomes(kWrites);
+  std::vector<std::thread> threads;
+  for (int k = 0; k < kWrites; ++k) {
+    threads.emplace_back([&, k] {
+      outcomes[k] = Apply(one_connection.get(), absl::StrCat("r", k), 1,
+                          {Sql("INSERT INTO jobs (id) VALUES ($1)", {Int(k)})});
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  SyncPoint::Get()->ClearAll();
+  EXPECT_TRUE(terminated);
+  for (int k = 0; k < kWrites; ++k) {
+    EXPECT_TRUE(outcomes[k].ok()) << k << ": " << outcomes[k];
+  }
+  EXPECT_EQ(Count(), kWrites + 1);
+}
+#endif  // FENCEGATE_SYNC_POINTS
+
+// With every connection busy longer than pool_wait_ms, a queued write gives
+// up with UNAVAILABLE and is never sent.
+TEST_F(PostgresBatchTest, QueuedWriteGivesUpAfterPoolWait) {
+  auto one_connection = MakeAdapter("pool_size=1&pool_wait_ms=200");
+  absl::Status slow;
+  std::thread holder([&] {
+    slow = Apply(
+        one_connection.get(), "slow", 1,
+        {Sql("SELECT pg_sleep(3)"), Sql("INSERT INTO jobs (id) VALUES (1)")});
+  });
+  ASSERT_TRUE(testing::WaitFor([] {
+    return Exec(
+               "SELECT count(*) FROM pg_stat_activity WHERE query LIKE "
+               "'SELECT pg_sleep(3)%'")[0][0]
+               .as<int64_t>() == 1;
+  }));
+  absl::Status waited = Apply(one_connection.get(), "quick", 1,
+                              {Sql("INSERT INTO jobs (id) VALUES (2)")});
+  holder.join();
+  EXPECT_THAT(waited, StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(waited.message(), HasSubstr("busy"));
+  EXPECT_OK(slow);
+  EXPECT_EQ(Count("id = 2"), 0);
+  EXPECT_EQ(StoredFence("quick"), 0);
+  EXPECT_EQ(Count("id = 1"), 1);
+}
+
+}  // namespace
+}  // namespace fencegate
