@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "bench/cpu_meter.h"
 #include "tests/etcd_server.h"
 #include "tests/fixtures.h"
 #include "tests/postgres_server.h"
@@ -56,6 +57,9 @@ class Environment {
     return etcd_ != nullptr ? etcd_->endpoint() : "";
   }
   const std::string& data_dir() const { return data_dir_; }
+  // Meters the CPU of the processes the environment started (PostgreSQL
+  // only when it started it) and of the harness.
+  CpuMeter cpu_meter() const;
 
  private:
   Environment() = default;
@@ -78,10 +82,22 @@ struct RunStats {
   uint64_t ops = 0;
   uint64_t errors = 0;
   std::string first_error;
+  // CPU used during the timed part of the run.
+  CpuTimes cpu;
   std::vector<uint32_t> latencies_us;  // Sorted after Finish().
 
   void Finish();
   double ops_per_s() const { return seconds > 0 ? ops / seconds : 0; }
+  // CPU microseconds and context switches per successful write of a
+  // process (a CpuTimes field), or -1 if unknown or no write succeeded.
+  double CpuPerWriteUs(const ProcessUsage& usage) const;
+  double SwitchesPerWrite(const ProcessUsage& usage) const;
+  // CPU microseconds per write of whatever served it: the gateway,
+  // PostgreSQL and pgbouncer (the ones a write did not go through sit
+  // idle); -1 if none is known.
+  double ServerCpuPerWriteUs() const;
+  // The machine's cores that were busy, as a fraction of all of them.
+  double MachineBusy() const;
   double Percentile(double p) const;  // In microseconds.
 };
 

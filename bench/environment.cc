@@ -72,6 +72,11 @@ absl::StatusOr<std::unique_ptr<Environment>> Environment::Start(
   return env;
 }
 
+CpuMeter Environment::cpu_meter() const {
+  return CpuMeter(gateway_->pid(), pg_ != nullptr ? pg_->postmaster_pid() : 0,
+                  pgbouncer_pid_);
+}
+
 absl::Status Environment::StartPgbouncer(int pg_port) {
   char tmpl[] = "/tmp/fgbouncer-XXXXXX";
   if (::mkdtemp(tmpl) == nullptr) return absl::UnavailableError("mkdtemp");

@@ -35,10 +35,20 @@ constexpr char kUsage[] =
     "\n"
     "Flags:\n";
 
+// "-" for an unknown figure.
+std::string Cell(double v, const char* format = "%.0f") {
+  return v < 0 ? "-" : absl::StrFormat(format, v);
+}
+
 void PrintThroughput(const std::vector<RunStats>& runs) {
-  std::printf("\n%-13s %-9s %4s %10s %9s %9s %9s %7s %9s\n", "target",
-              "pattern", "N", "ops/s", "p50 us", "p99 us", "p99.9 us", "errors",
-              "vs direct");
+  std::printf("\n%-13s %-9s %4s %8s %7s %7s %8s %6s %6s | %-27s | %-11s %4s\n",
+              "", "", "", "", "", "", "", "", "", "CPU us per write",
+              "switches/w", "");
+  std::printf(
+      "%-13s %-9s %4s %8s %7s %7s %8s %6s %6s | %6s %6s %6s %6s | %5s %5s "
+      "%4s\n",
+      "target", "pattern", "N", "ops/s", "p50 us", "p99 us", "p99.9 us",
+      "errors", "vs dir", "server", "gw", "pg", "client", "gw", "pg", "busy");
   for (const RunStats& r : runs) {
     double direct = 0;
     for (const RunStats& d : runs) {
@@ -47,13 +57,21 @@ void PrintThroughput(const std::vector<RunStats>& runs) {
         direct = d.ops_per_s();
       }
     }
-    std::printf("%-13s %-9s %4d %10.0f %9.0f %9.0f %9.0f %7llu %9s\n",
-                r.target.c_str(), r.pattern.c_str(), r.clients, r.ops_per_s(),
-                r.Percentile(50), r.Percentile(99), r.Percentile(99.9),
-                static_cast<unsigned long long>(r.errors),
-                direct > 0
-                    ? absl::StrFormat("%.2fx", r.ops_per_s() / direct).c_str()
-                    : "-");
+    std::printf(
+        "%-13s %-9s %4d %8.0f %7.0f %7.0f %8.0f %6llu %6s | %6s %6s %6s %6s | "
+        "%5s %5s %3.0f%%\n",
+        r.target.c_str(), r.pattern.c_str(), r.clients, r.ops_per_s(),
+        r.Percentile(50), r.Percentile(99), r.Percentile(99.9),
+        static_cast<unsigned long long>(r.errors),
+        direct > 0 ? absl::StrFormat("%.2fx", r.ops_per_s() / direct).c_str()
+                   : "-",
+        Cell(r.ServerCpuPerWriteUs()).c_str(),
+        Cell(r.CpuPerWriteUs(r.cpu.gateway)).c_str(),
+        Cell(r.CpuPerWriteUs(r.cpu.postgres)).c_str(),
+        Cell(r.CpuPerWriteUs(r.cpu.harness)).c_str(),
+        Cell(r.SwitchesPerWrite(r.cpu.gateway), "%.1f").c_str(),
+        Cell(r.SwitchesPerWrite(r.cpu.postgres), "%.1f").c_str(),
+        100 * r.MachineBusy());
     if (!r.first_error.empty()) {
       std::printf("    first error: %s\n", r.first_error.c_str());
     }

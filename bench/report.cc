@@ -33,6 +33,29 @@ double RunStats::Percentile(double p) const {
   return latencies_us[std::min(latencies_us.size() - 1, i == 0 ? 0 : i - 1)];
 }
 
+double RunStats::CpuPerWriteUs(const ProcessUsage& usage) const {
+  if (usage.cpu_s < 0 || ops == 0) return -1;
+  return usage.cpu_s * 1e6 / ops;
+}
+
+double RunStats::SwitchesPerWrite(const ProcessUsage& usage) const {
+  if (usage.switches < 0 || ops == 0) return -1;
+  return usage.switches / ops;
+}
+
+double RunStats::ServerCpuPerWriteUs() const {
+  ProcessUsage server;
+  for (const ProcessUsage& part : {cpu.gateway, cpu.postgres, cpu.pgbouncer}) {
+    if (part.cpu_s >= 0)
+      server.cpu_s = std::max(server.cpu_s, 0.0) + part.cpu_s;
+  }
+  return CpuPerWriteUs(server);
+}
+
+double RunStats::MachineBusy() const {
+  return cpu.machine_total > 0 ? cpu.machine_busy / cpu.machine_total : 0;
+}
+
 std::string ToJson(const std::vector<RunStats>& runs,
                    const std::string& extra_json_fields) {
   std::string out = "{\n  \"runs\": [\n";
@@ -46,6 +69,18 @@ std::string ToJson(const std::vector<RunStats>& runs,
                         "\"p99_us\": %.0f, \"p999_us\": %.0f",
                         r.seconds, r.ops, r.errors, r.ops_per_s(),
                         r.Percentile(50), r.Percentile(99), r.Percentile(99.9)),
+        absl::StrFormat(
+            ", \"cpu_us_per_write\": {\"server\": %.1f, \"harness\": %.1f, "
+            "\"gateway\": %.1f, \"postgres\": %.1f, \"pgbouncer\": %.1f}, "
+            "\"switches_per_write\": {\"harness\": %.2f, \"gateway\": %.2f, "
+            "\"postgres\": %.2f, \"pgbouncer\": %.2f}, \"machine_busy\": "
+            "%.3f",
+            r.ServerCpuPerWriteUs(), r.CpuPerWriteUs(r.cpu.harness),
+            r.CpuPerWriteUs(r.cpu.gateway), r.CpuPerWriteUs(r.cpu.postgres),
+            r.CpuPerWriteUs(r.cpu.pgbouncer), r.SwitchesPerWrite(r.cpu.harness),
+            r.SwitchesPerWrite(r.cpu.gateway),
+            r.SwitchesPerWrite(r.cpu.postgres),
+            r.SwitchesPerWrite(r.cpu.pgbouncer), r.MachineBusy()),
         ", \"first_error\": ", JsonString(r.first_error), "}",
         i + 1 < runs.size() ? "," : "", "\n");
   }

@@ -246,7 +246,7 @@ absl::Status PrepareTable(const std::string& dsn, int rows) {
 }
 
 RunStats RunOne(const std::string& target, const std::string& pattern,
-                int clients, absl::Duration duration,
+                int clients, absl::Duration duration, const CpuMeter& meter,
                 const std::function<std::unique_ptr<Client>(int)>& make) {
   RunStats stats;
   stats.target = target;
@@ -302,6 +302,7 @@ RunStats RunOne(const std::string& target, const std::string& pattern,
       if (stats.first_error.empty()) stats.first_error = s.ToString();
     }
   }
+  const CpuTimes cpu_start = meter.Sample();
   const absl::Time start = absl::Now();
   for (int i = 0; i < clients; ++i) {
     if (conns[i]->async()) {
@@ -345,6 +346,7 @@ RunStats RunOne(const std::string& target, const std::string& pattern,
   }
   for (auto& t : threads) t.join();
   stats.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  stats.cpu = meter.Sample() - cpu_start;
   std::fprintf(stderr, "\n");
   stats.ops = ops.load();
   stats.errors = errors.load();
@@ -408,6 +410,7 @@ absl::StatusOr<std::vector<RunStats>> RunThroughput(
   // tenants, CPU credit), and ratios of runs made close together -- a
   // target against direct, advancing against steady -- are the ones to
   // trust.
+  const CpuMeter meter = env.cpu_meter();
   std::vector<RunStats> runs;
   for (int clients : options.clients) {
     for (const auto& [target, make] : makers) {
@@ -415,7 +418,7 @@ absl::StatusOr<std::vector<RunStats>> RunThroughput(
         // A health check carries no token.
         if (target == "grpc-floor" && pattern != "steady") continue;
         runs.push_back(
-            RunOne(target, pattern, clients, options.duration, make));
+            RunOne(target, pattern, clients, options.duration, meter, make));
       }
     }
   }

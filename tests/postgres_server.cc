@@ -11,6 +11,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "tests/fixtures.h"
@@ -120,6 +121,14 @@ std::string PostgresServer::Uri(const std::string& params) const {
 std::string PostgresServer::Conninfo() const {
   return absl::StrCat("host=127.0.0.1 port=", port_,
                       " user=postgres dbname=postgres");
+}
+
+pid_t PostgresServer::postmaster_pid() const {
+  // postmaster.pid's first line is the postmaster's pid.
+  std::ifstream in(absl::StrCat(dir_, "/data/postmaster.pid"));
+  pid_t pid = 0;
+  if (!running_ || !(in >> pid)) return 0;
+  return pid;
 }
 
 }  // namespace fencegate::testing

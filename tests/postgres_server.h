@@ -7,6 +7,8 @@
 #ifndef TESTS_POSTGRES_SERVER_H_
 #define TESTS_POSTGRES_SERVER_H_
 
+#include <sys/types.h>
+
 #include <memory>
 #include <string>
 
@@ -25,6 +27,8 @@ class PostgresServer {
   // The same, as a libpq keyword/value string for pqxx::connection.
   std::string Conninfo() const;
   int port() const { return port_; }
+  // The postmaster's pid (the parent of every backend); 0 if stopped.
+  pid_t postmaster_pid() const;
 
   // pg_ctl stop -m fast / pg_ctl start, on the same port and data.
   absl::Status Stop();
