@@ -15,12 +15,8 @@ Fencer::Fencer(FenceStore* store, Clock* clock)
 
 Fencer::~Fencer() = default;
 
-absl::StatusOr<FenceDecision> Fencer::Execute(
-    absl::string_view domain, uint64_t token,
-    absl::FunctionRef<absl::Status()> apply) {
-  KeyedMutex::Lock domain_lock(&domain_locks_, domain,
-                               "Fencer::Execute:BeforeDomainLock");
-
+absl::StatusOr<FenceDecision> Fencer::CheckAndRecord(absl::string_view domain,
+                                                     uint64_t token) {
   absl::StatusOr<FenceState> current = store_->Get(domain);
   if (!current.ok()) return current.status();
   if (token < current->highest_token) {
@@ -48,10 +44,46 @@ absl::StatusOr<FenceDecision> Fencer::Execute(
   } else {
     decision.fence = *std::move(current);
   }
+  return decision;
+}
+
+absl::StatusOr<FenceDecision> Fencer::Execute(
+    absl::string_view domain, uint64_t token,
+    absl::FunctionRef<absl::Status()> apply) {
+  KeyedMutex::Lock domain_lock(&domain_locks_, domain,
+                               "Fencer::Execute:BeforeDomainLock");
+  absl::StatusOr<FenceDecision> decision = CheckAndRecord(domain, token);
+  if (!decision.ok()) return decision;
   FENCEGATE_SYNC_POINT_ARG("Fencer::Execute:BeforeApply", &token);
   if (absl::Status s = apply(); !s.ok()) return s;
   FENCEGATE_SYNC_POINT_ARG("Fencer::Execute:AfterApply", &token);
   return decision;
+}
+
+void Fencer::ExecuteAsync(absl::string_view domain, uint64_t token,
+                          AsyncApply apply, DecisionCallback done) {
+  KeyedMutex::Lock domain_lock(&domain_locks_, domain,
+                               "Fencer::Execute:BeforeDomainLock");
+  absl::StatusOr<FenceDecision> decision = CheckAndRecord(domain, token);
+  if (!decision.ok()) {
+    domain_lock.Release();
+    std::move(done)(std::move(decision));
+    return;
+  }
+  FENCEGATE_SYNC_POINT_ARG("Fencer::Execute:BeforeApply", &token);
+  std::move(apply)([token, domain_lock = std::move(domain_lock),
+                    decision = *std::move(decision),
+                    done = std::move(done)](absl::Status s) mutable {
+    if (s.ok()) {
+      FENCEGATE_SYNC_POINT_ARG("Fencer::Execute:AfterApply", &token);
+    }
+    domain_lock.Release();
+    if (s.ok()) {
+      std::move(done)(std::move(decision));
+    } else {
+      std::move(done)(std::move(s));
+    }
+  });
 }
 
 absl::StatusOr<FenceDecision> Fencer::Fence(absl::string_view domain,

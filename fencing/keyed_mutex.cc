@@ -19,13 +19,25 @@ KeyedMutex::Lock::Lock(KeyedMutex* owner, absl::string_view key,
     ++entry_->users;
   }
   if (sync_point != nullptr) FENCEGATE_SYNC_POINT(sync_point);
-  entry_->mu.Lock();
+  absl::MutexLock lock(&owner_->mu_);
+  owner_->mu_.Await(absl::Condition(
+      +[](Entry* e) { return !e->held; }, entry_));
+  entry_->held = true;
 }
 
-KeyedMutex::Lock::~Lock() {
-  entry_->mu.Unlock();
+KeyedMutex::Lock::Lock(Lock&& other) noexcept
+    : owner_(other.owner_), key_(std::move(other.key_)), entry_(other.entry_) {
+  other.entry_ = nullptr;
+}
+
+KeyedMutex::Lock::~Lock() { Release(); }
+
+void KeyedMutex::Lock::Release() {
+  if (entry_ == nullptr) return;
   absl::MutexLock lock(&owner_->mu_);
+  entry_->held = false;
   if (--entry_->users == 0) owner_->entries_.erase(key_);
+  entry_ = nullptr;
 }
 
 }  // namespace fencegate

@@ -12,7 +12,31 @@ DomainExecutor::~DomainExecutor() {
   if (!joined_) Join();
 }
 
-void DomainExecutor::Post(const std::string& domain, Work work) {
+DomainExecutor::Lane::Lane(DomainExecutor* executor, std::string domain)
+    : executor_(executor), domain_(std::move(domain)) {}
+
+DomainExecutor::Lane::Lane(Lane&& other) noexcept
+    : executor_(other.executor_), domain_(std::move(other.domain_)) {
+  other.executor_ = nullptr;
+}
+
+DomainExecutor::Lane::~Lane() { Release(); }
+
+void DomainExecutor::Lane::Release() {
+  if (executor_ == nullptr) return;
+  DomainExecutor* executor = executor_;
+  executor_ = nullptr;
+  executor->Next(domain_);
+}
+
+void DomainExecutor::Post(const std::string& domain,
+                          absl::AnyInvocable<void() &&> work) {
+  // The Lane is released when the work returns.
+  PostHeld(domain,
+           [work = std::move(work)](Lane) mutable { std::move(work)(); });
+}
+
+void DomainExecutor::PostHeld(const std::string& domain, Work work) {
   {
     absl::MutexLock lock(&mu_);
     auto [it, inserted] = lanes_.try_emplace(domain);
@@ -31,7 +55,10 @@ void DomainExecutor::Post(const std::string& domain, Work work) {
 }
 
 void DomainExecutor::RunLane(const std::string& domain, Work work) {
-  std::move(work)();
+  std::move(work)(Lane(this, domain));
+}
+
+void DomainExecutor::Next(const std::string& domain) {
   Work next;
   {
     absl::MutexLock lock(&mu_);
@@ -48,7 +75,7 @@ void DomainExecutor::RunLane(const std::string& domain, Work work) {
   });
 }
 
-void DomainExecutor::PostAny(Work work) {
+void DomainExecutor::PostAny(absl::AnyInvocable<void() &&> work) {
   boost::asio::post(pool_,
                     [work = std::move(work)]() mutable { std::move(work)(); });
 }

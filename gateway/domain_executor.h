@@ -6,7 +6,9 @@
 // thread; after each item a busy domain goes to the back of the pool's queue,
 // so it never starves the others. (A lane exists only while its domain has
 // work: an idle domain costs nothing, and the first write of an idle domain
-// goes straight to the pool.)
+// goes straight to the pool.) Work that finishes later, on another thread
+// (a write whose storage completes it), keeps its domain busy until it
+// releases the Lane it was given.
 
 #ifndef GATEWAY_DOMAIN_EXECUTOR_H_
 #define GATEWAY_DOMAIN_EXECUTOR_H_
@@ -34,8 +36,29 @@ class DomainExecutor {
   // Joins if Join() was not called.
   ~DomainExecutor();
 
+  // A domain's turn to run: the domain's next work starts only after
+  // Release(), which any thread may call once; destroying an unreleased
+  // Lane releases it. Move-only.
+  class Lane {
+   public:
+    Lane(Lane&& other) noexcept;
+    Lane& operator=(Lane&&) = delete;
+    ~Lane();
+    void Release();
+
+   private:
+    friend class DomainExecutor;
+    Lane(DomainExecutor* executor, std::string domain);
+    DomainExecutor* executor_;
+    std::string domain_;
+  };
+
   // Runs `work` on the pool after all work posted earlier for `domain`.
   void Post(const std::string& domain, absl::AnyInvocable<void() &&> work);
+
+  // Like Post(), but the domain stays busy until `work` releases its Lane.
+  void PostHeld(const std::string& domain,
+                absl::AnyInvocable<void(Lane) &&> work);
 
   // Runs `work` on the pool, unordered.
   void PostAny(absl::AnyInvocable<void() &&> work);
@@ -44,10 +67,12 @@ class DomainExecutor {
   void Join();
 
  private:
-  using Work = absl::AnyInvocable<void() &&>;
-  // Runs `work` of `domain`, then hands the domain's next item to the pool,
-  // or retires the domain's lane if it has none.
+  using Work = absl::AnyInvocable<void(Lane) &&>;
+  // Runs `work` of `domain` with the domain's Lane.
   void RunLane(const std::string& domain, Work work);
+  // Hands the domain's next item to the pool, or retires the domain's lane
+  // if it has none.
+  void Next(const std::string& domain);
 
   boost::asio::thread_pool pool_;
   absl::Mutex mu_;

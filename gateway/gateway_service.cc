@@ -2,6 +2,8 @@
 
 #include "gateway/gateway_service.h"
 
+#include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/strings/escaping.h"
@@ -69,6 +71,15 @@ void LogOutcome(absl::string_view tag, absl::string_view domain, uint64_t token,
   }
 }
 
+// A Write from its domain's turn to its reply.
+struct PendingWrite {
+  std::string domain;
+  WriteTarget target;  // Views `domain` and the request.
+  StorageAdapter* adapter = nullptr;
+  // Released after the reply: the domain's next write waits until then.
+  std::optional<DomainExecutor::Lane> lane;
+};
+
 }  // namespace
 
 GatewayService::GatewayService(Fencer* fencer, const Router* router,
@@ -116,8 +127,9 @@ grpc::ServerUnaryReactor* GatewayService::Write(
   }
 
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  executor_->Post(domain, [this, context, reactor, request, response, domain,
-                           resolved = *resolved]() {
+  executor_->PostHeld(domain, [this, context, reactor, request, response,
+                               domain, resolved = *resolved](
+                                  DomainExecutor::Lane lane) mutable {
     if (context->IsCancelled()) {
       // The client gave up (deadline, cancel, shutdown) while the write
       // waited for its domain: do not apply what nobody will hear about.
@@ -125,21 +137,33 @@ grpc::ServerUnaryReactor* GatewayService::Write(
                                    "cancelled before it was applied"));
       return;
     }
-    // `domain` is captured by value: the target must view this copy.
-    WriteTarget target{domain, request->token(), resolved.path,
-                       request->request_id()};
-    absl::StatusOr<FenceDecision> decision =
-        fencer_->Execute(domain, request->token(), [&] {
-          return resolved.adapter->Apply(target, request->ops(),
-                                         response->mutable_results());
+    // The write's state lives until its outcome is reported, which may be
+    // on another thread (the adapter's): the target views `domain` here.
+    auto write = std::make_unique<PendingWrite>();
+    write->domain = std::move(domain);
+    write->target = WriteTarget{write->domain, request->token(), resolved.path,
+                                request->request_id()};
+    write->adapter = resolved.adapter;
+    write->lane.emplace(std::move(lane));
+    PendingWrite* w = write.get();
+    fencer_->ExecuteAsync(
+        w->domain, request->token(),
+        [w, request, response](Fencer::Applied applied) {
+          w->adapter->ApplyAsync(w->target, request->ops(),
+                                 response->mutable_results(),
+                                 std::move(applied));
+        },
+        [this, reactor, request, response, write = std::move(write)](
+            absl::StatusOr<FenceDecision> decision) mutable {
+          LogOutcome(RequestTag("Write", request->request_id()), write->domain,
+                     request->token(), decision, options_.log_writes);
+          if (decision.ok()) {
+            ToProto(decision->fence, response->mutable_fence());
+            response->set_fence_advanced(decision->advanced);
+          }
+          reactor->Finish(ToGrpcStatus(decision.status()));
+          write->lane->Release();
         });
-    LogOutcome(RequestTag("Write", request->request_id()), domain,
-               request->token(), decision, options_.log_writes);
-    if (decision.ok()) {
-      ToProto(decision->fence, response->mutable_fence());
-      response->set_fence_advanced(decision->advanced);
-    }
-    reactor->Finish(ToGrpcStatus(decision.status()));
   });
   return reactor;
 }

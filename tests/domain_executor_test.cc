@@ -6,10 +6,12 @@
 #include "gateway/domain_executor.h"
 
 #include <atomic>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
@@ -65,6 +67,38 @@ TEST(DomainExecutorTest, BusyDomainDoesNotStarveOthers) {
   executor.Join();
   EXPECT_TRUE(ran) << "after " << busy_items.load() << " items of the busy "
                    << "domain, the other domain's item had not run";
+}
+
+// A domain whose work holds its Lane stays busy after the work returns,
+// until the Lane is released from another thread. With one pool thread,
+// which runs items in the order they reach it: once `other` has run, the
+// holder has returned; a next item of "d" released by that return would
+// have reached the pool before `another`, posted after that, and so would
+// have run by the time `another` has.
+TEST(DomainExecutorTest, HeldLaneKeepsTheDomainBusyUntilReleased) {
+  DomainExecutor executor(1);
+  absl::Mutex mu;
+  std::optional<DomainExecutor::Lane> held;
+  absl::Notification holder_returned, other_ran, another_ran, next_ran;
+  executor.PostHeld("d", [&](DomainExecutor::Lane lane) {
+    absl::MutexLock lock(&mu);
+    held.emplace(std::move(lane));
+    holder_returned.Notify();
+  });
+  executor.Post("d", [&] { next_ran.Notify(); });
+  holder_returned.WaitForNotification();
+  executor.Post("other", [&] { other_ran.Notify(); });
+  other_ran.WaitForNotification();
+  executor.Post("another", [&] { another_ran.Notify(); });
+  another_ran.WaitForNotification();
+  EXPECT_FALSE(next_ran.HasBeenNotified());
+  std::thread releaser([&] {
+    absl::MutexLock lock(&mu);
+    held->Release();
+  });
+  releaser.join();
+  next_ran.WaitForNotification();
+  executor.Join();
 }
 
 }  // namespace

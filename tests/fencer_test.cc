@@ -5,6 +5,7 @@
 
 #include "fencing/fencer.h"
 
+#include <atomic>
 #include <cstdint>
 #include <limits>
 #include <memory>
@@ -218,6 +219,114 @@ TEST_F(FencerTest, FailedApplyKeepsAdvanceAndAllowsRetry) {
               StatusIs(absl::StatusCode::kFailedPrecondition));
   ASSERT_OK(Write("jobs", 9).status());
   EXPECT_THAT(Applied(), ElementsAre(1, 9));
+}
+
+// ExecuteAsync, rule 1: a stale token is refused before apply is called,
+// on the calling thread.
+TEST_F(FencerTest, AsyncStaleTokenIsRejectedWithoutApply) {
+  ASSERT_OK(Write("jobs", 5).status());
+  bool applied = false;
+  absl::StatusOr<FenceDecision> outcome;
+  fencer_->ExecuteAsync(
+      "jobs", 4, [&](Fencer::Applied) { applied = true; },
+      [&](absl::StatusOr<FenceDecision> d) { outcome = std::move(d); });
+  EXPECT_FALSE(applied);
+  EXPECT_THAT(outcome, StatusIs(absl::StatusCode::kFailedPrecondition));
+  ASSERT_TRUE(GetStaleToken(outcome.status()).has_value());
+  EXPECT_EQ(GetStaleToken(outcome.status())->highest_token, 5u);
+}
+
+// ExecuteAsync, rule 3: the advance is synced and recorded before apply
+// starts.
+TEST_F(FencerTest, AsyncAdvanceIsSyncedBeforeApply) {
+  ASSERT_OK(fencer_->Fence("jobs", 3).status());
+  const int syncs_before = fs_->wal_syncs.load();
+  bool durable_at_apply = false;
+  uint64_t recorded_at_apply = 0;
+  absl::StatusOr<FenceDecision> outcome;
+  fencer_->ExecuteAsync(
+      "jobs", 4,
+      [&](Fencer::Applied applied) {
+        durable_at_apply = fs_->wal_syncs.load() > syncs_before;
+        recorded_at_apply = store_->Get("jobs")->highest_token;
+        std::move(applied)(absl::OkStatus());
+      },
+      [&](absl::StatusOr<FenceDecision> d) { outcome = std::move(d); });
+  EXPECT_TRUE(durable_at_apply);
+  EXPECT_EQ(recorded_at_apply, 4u);
+  ASSERT_OK(outcome.status());
+  EXPECT_TRUE(outcome->advanced);
+  EXPECT_EQ(outcome->fence.highest_token, 4u);
+}
+
+// ExecuteAsync, rule 4 across threads: the domain stays locked from the
+// check until the apply calls back, from whichever thread it does. A write
+// with a higher token waits; without the held lock it would apply while
+// the first write's storage is still working, and see called_back false.
+TEST_F(FencerTest, AsyncApplyHoldsTheDomainUntilItCallsBack) {
+  Fencer::Applied pending;
+  std::atomic<bool> called_back{false};
+  absl::Notification done;
+  std::thread::id done_thread;
+  fencer_->ExecuteAsync(
+      "jobs", 1,
+      [&](Fencer::Applied applied) {
+        absl::MutexLock lock(&mu_);
+        applied_.push_back(1);
+        pending = std::move(applied);  // The storage is still working.
+      },
+      [&](absl::StatusOr<FenceDecision> d) {
+        EXPECT_OK(d.status());
+        done_thread = std::this_thread::get_id();
+        done.Notify();
+      });
+  absl::Notification newer_applied;
+  bool newer_saw_callback = false;
+  std::thread newer([&] {
+    EXPECT_OK(fencer_
+                  ->Execute("jobs", 2,
+                            [&] {
+                              newer_saw_callback = called_back.load();
+                              absl::MutexLock lock(&mu_);
+                              applied_.push_back(2);
+                              newer_applied.Notify();
+                              return absl::OkStatus();
+                            })
+                  .status());
+  });
+  // Give a (broken) fencer that released the lock early every chance to
+  // apply token 2 now. A correct one cannot, so this wait always runs out.
+  EXPECT_FALSE(
+      newer_applied.WaitForNotificationWithTimeout(absl::Milliseconds(300)));
+  std::thread::id storage_thread;
+  std::thread storage([&] {
+    storage_thread = std::this_thread::get_id();
+    called_back = true;
+    std::move(pending)(absl::OkStatus());
+  });
+  storage.join();
+  newer.join();
+  ASSERT_TRUE(done.HasBeenNotified());
+  EXPECT_EQ(done_thread, storage_thread);
+  EXPECT_TRUE(newer_saw_callback);
+  EXPECT_THAT(Applied(), ElementsAre(1, 2));
+}
+
+// ExecuteAsync, rule 5: an apply that calls back with an error reports it;
+// the advance stays.
+TEST_F(FencerTest, AsyncFailedApplyKeepsAdvance) {
+  ASSERT_OK(Write("jobs", 1).status());
+  absl::StatusOr<FenceDecision> outcome;
+  fencer_->ExecuteAsync(
+      "jobs", 9,
+      [](Fencer::Applied applied) {
+        std::move(applied)(absl::UnavailableError("storage down"));
+      },
+      [&](absl::StatusOr<FenceDecision> d) { outcome = std::move(d); });
+  EXPECT_THAT(outcome, StatusIs(absl::StatusCode::kUnavailable));
+  ASSERT_OK_AND_ASSIGN(state, fencer_->Get("jobs"));
+  EXPECT_EQ(state.highest_token, 9u);
+  ASSERT_OK(Write("jobs", 9).status());  // The lock was released.
 }
 
 // Rule 6 (within a process lifetime of the store): reopening reads the

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "fencing/stale_token.h"
 #include "fencing/sync_point.h"
 #include "tests/postgres_adapter_fixture.h"
@@ -64,7 +65,7 @@ TEST_F(PostgresBatchTest, BatchedWritesKeepTheirOwnOutcomes) {
   absl::Mutex mu;
   int queued = 0;
   std::vector<size_t> batch_sizes;
-  SyncPoint::Get()->SetCallback("PostgresAdapter::ApplyOnce:Queued",
+  SyncPoint::Get()->SetCallback("PostgresAdapter::ApplyAsync:Queued",
                                 [&](void*) {
                                   absl::MutexLock lock(&mu);
                                   ++queued;
@@ -127,7 +128,7 @@ TEST_F(PostgresBatchTest, BatchInterruptedBySessionEndIsRetried) {
   absl::Mutex mu;
   int queued = 0;
   bool terminated = false;
-  SyncPoint::Get()->SetCallback("PostgresAdapter::ApplyOnce:Queued",
+  SyncPoint::Get()->SetCallback("PostgresAdapter::ApplyAsync:Queued",
                                 [&](void*) {
                                   absl::MutexLock lock(&mu);
                                   ++queued;
@@ -176,6 +177,54 @@ TEST_F(PostgresBatchTest, BatchInterruptedBySessionEndIsRetried) {
     EXPECT_TRUE(outcomes[k].ok()) << k << ": " << outcomes[k];
   }
   EXPECT_EQ(Count(), kWrites + 1);
+}
+// ApplyAsync holds no thread while its write waits for a connection: it
+// returns at once, and the thread sending the batch in flight reports the
+// outcome after sending the waiting write in its next batch.
+TEST_F(PostgresBatchTest, QueuedWriteHoldsNoThreadAndCompletesOnTheSender) {
+  auto one_connection = MakeAdapter("pool_size=1");
+  ASSERT_OK(Apply(one_connection.get(), "warm", 1,
+                  {Sql("INSERT INTO jobs (id) VALUES (100)")}));
+  absl::Notification first_sending, queued_returned;
+  SyncPoint::Get()->SetCallback("PostgresAdapter::RunBatch:Start", [&](void*) {
+    if (first_sending.HasBeenNotified()) return;
+    first_sending.Notify();
+    queued_returned.WaitForNotification();
+  });
+  std::thread::id sender_thread;
+  absl::Status first;
+  std::thread sender([&] {
+    sender_thread = std::this_thread::get_id();
+    first = Apply(one_connection.get(), "first", 1,
+                  {Sql("INSERT INTO jobs (id) VALUES (1)")});
+  });
+  first_sending.WaitForNotification();
+
+  Operations ops;
+  *ops.Add() = Sql("INSERT INTO jobs (id) VALUES (2)");
+  WriteTarget target{"queued", 1, "jobs", ""};
+  OpResults results;
+  absl::Notification queued_done;
+  absl::Status queued;
+  std::thread::id queued_done_thread;
+  one_connection->ApplyAsync(target, ops, &results, [&](absl::Status s) {
+    queued = std::move(s);
+    queued_done_thread = std::this_thread::get_id();
+    queued_done.Notify();
+  });
+  // Returned while the only connection is still held by the first batch.
+  EXPECT_FALSE(queued_done.HasBeenNotified());
+  queued_returned.Notify();
+  queued_done.WaitForNotification();
+  sender.join();
+  SyncPoint::Get()->ClearAll();
+  EXPECT_OK(first);
+  EXPECT_OK(queued);
+  EXPECT_EQ(queued_done_thread, sender_thread);
+  ASSERT_EQ(results.size(), 1);
+  EXPECT_EQ(results[0].sql().rows_affected(), 1u);
+  EXPECT_EQ(Count("id = 2"), 1);
+  EXPECT_EQ(StoredFence("queued"), 1);
 }
 #endif  // FENCEGATE_SYNC_POINTS
 

@@ -16,6 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/notification.h"
 #include "fencegate/v1/errors.pb.h"
 #include "fencing/stale_token.h"
 #include "fencing/sync_point.h"
@@ -239,9 +240,16 @@ PostgresAdapter::PostgresAdapter(PostgresAdapterOptions options)
                 throw pqxx::sql_error(absl::StrCat(
                     "preparing the fence upsert: ", ConnectionError(c.raw())));
               }
-            }) {}
+            }),
+      expirer_([this] { ExpireQueued(); }) {}
 
-PostgresAdapter::~PostgresAdapter() = default;
+PostgresAdapter::~PostgresAdapter() {
+  {
+    absl::MutexLock lock(&queue_mu_);
+    stopping_ = true;
+  }
+  expirer_.join();
+}
 
 absl::Status PostgresAdapter::Validate(const WriteTarget& target,
                                        const Operations& ops) const {
@@ -307,63 +315,109 @@ absl::Status PostgresAdapter::Validate(const WriteTarget& target,
 
 absl::Status PostgresAdapter::Apply(const WriteTarget& target,
                                     const Operations& ops, OpResults* results) {
-  bool retryable = false;
-  absl::Status s = ApplyOnce(target, ops, results, &retryable);
-  if (s.ok() || !retryable) return s;
-  // The connection broke before COMMIT, so nothing was applied: try once
-  // more on a fresh connection (PostgreSQL may have restarted).
-  results->Clear();
-  return ApplyOnce(target, ops, results, &retryable);
+  absl::Notification applied;
+  absl::Status status;
+  ApplyAsync(target, ops, results, [&](absl::Status s) {
+    status = std::move(s);
+    applied.Notify();
+  });
+  applied.WaitForNotification();
+  return status;
 }
 
-absl::Status PostgresAdapter::ApplyOnce(const WriteTarget& target,
-                                        const Operations& ops,
-                                        OpResults* results, bool* retryable) {
-  PendingWrite w;
-  w.target = &target;
-  w.ops = &ops;
-  w.results = results;
+void PostgresAdapter::ApplyAsync(const WriteTarget& target,
+                                 const Operations& ops, OpResults* results,
+                                 ApplyCallback done) {
+  auto w = std::make_unique<PendingWrite>();
+  w->target = &target;
+  w->ops = &ops;
+  w->results = results;
+  w->done = std::move(done);
+  w->queued_at = absl::Now();
   queue_mu_.Lock();
-  queue_.push_back(&w);
-  FENCEGATE_SYNC_POINT("PostgresAdapter::ApplyOnce:Queued");
-  const absl::Time give_up =
-      absl::Now() + absl::Milliseconds(options_.pool_wait_ms);
-  while (!w.done) {
-    auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_) {
-      return w.done || (senders_ < options_.pool_size && !queue_.empty());
-    };
-    if (!queue_mu_.AwaitWithDeadline(absl::Condition(&ready), give_up)) {
-      auto it = std::find(queue_.begin(), queue_.end(), &w);
-      if (it != queue_.end()) {
-        // Still waiting, not sent: give up without touching the database.
-        queue_.erase(it);
-        queue_mu_.Unlock();
-        return absl::UnavailableError(absl::StrCat(
-            "postgres ", options_.redacted_uri, ": all ", options_.pool_size,
-            " connections busy for ",
-            absl::FormatDuration(absl::Milliseconds(options_.pool_wait_ms))));
-      }
-      // Already on its way in a batch: its outcome is coming.
-      queue_mu_.Await(absl::Condition(&w.done));
-      break;
-    }
-    if (w.done) break;
-    // Lead a batch of the oldest waiting writes, this one or not.
-    std::vector<PendingWrite*> batch;
-    while (!queue_.empty() && batch.size() < kMaxBatch) {
-      batch.push_back(queue_.front());
-      queue_.pop_front();
-    }
-    ++senders_;
+  queue_.push_back(std::move(w));
+  FENCEGATE_SYNC_POINT("PostgresAdapter::ApplyAsync:Queued");
+  if (senders_ >= options_.pool_size) {
+    // Every connection carries a batch; their senders will take this one.
     queue_mu_.Unlock();
-    RunBatch(batch);
+    return;
+  }
+  ++senders_;
+  Send();
+}
+
+void PostgresAdapter::Send() {
+  while (!queue_.empty()) {
+    std::vector<std::unique_ptr<PendingWrite>> batch;
+    std::vector<PendingWrite*> sending;
+    while (!queue_.empty() && batch.size() < kMaxBatch) {
+      batch.push_back(std::move(queue_.front()));
+      queue_.pop_front();
+      ++batch.back()->attempts;
+      sending.push_back(batch.back().get());
+    }
+    queue_mu_.Unlock();
+    RunBatch(sending);
+    std::vector<std::unique_ptr<PendingWrite>> retries;
+    for (std::unique_ptr<PendingWrite>& w : batch) {
+      if (!w->status.ok() && w->retryable && w->attempts < 2) {
+        // The connection broke before anything was committed: once more,
+        // on a fresh connection (PostgreSQL may have restarted).
+        w->results->Clear();
+        w->status = absl::OkStatus();
+        w->retryable = false;
+        w->stale = false;
+        retries.push_back(std::move(w));
+        continue;
+      }
+      std::move(w->done)(std::move(w->status));
+    }
     queue_mu_.Lock();
-    --senders_;
-    for (PendingWrite* p : batch) p->done = true;  // Owners may now return.
+    for (auto it = retries.rbegin(); it != retries.rend(); ++it) {
+      (*it)->queued_at = absl::Now();
+      queue_.push_front(std::move(*it));
+    }
+  }
+  --senders_;
+  queue_mu_.Unlock();
+}
+
+void PostgresAdapter::ExpireQueued() {
+  const absl::Duration wait = absl::Milliseconds(options_.pool_wait_ms);
+  const absl::Duration tick =
+      std::clamp(wait / 10, absl::Milliseconds(1), absl::Milliseconds(100));
+  auto stopping_or_waiting = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_) {
+    return stopping_ || !queue_.empty();
+  };
+  queue_mu_.Lock();
+  while (!stopping_) {
+    if (queue_.empty()) {
+      // Nothing waits: sleep until something does.
+      queue_mu_.Await(absl::Condition(&stopping_or_waiting));
+      continue;
+    }
+    queue_mu_.AwaitWithTimeout(absl::Condition(&stopping_), tick);
+    const absl::Time now = absl::Now();
+    std::vector<std::unique_ptr<PendingWrite>> expired;
+    for (auto it = queue_.begin(); it != queue_.end();) {
+      if (now - (*it)->queued_at >= wait) {
+        expired.push_back(std::move(*it));
+        it = queue_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (expired.empty()) continue;
+    queue_mu_.Unlock();
+    for (std::unique_ptr<PendingWrite>& w : expired) {
+      // Never sent: nothing of it reached the database.
+      std::move(w->done)(absl::UnavailableError(absl::StrCat(
+          "postgres ", options_.redacted_uri, ": all ", options_.pool_size,
+          " connections busy for ", absl::FormatDuration(wait))));
+    }
+    queue_mu_.Lock();
   }
   queue_mu_.Unlock();
-  *retryable = w.retryable;
-  return w.status;
 }
 
 void PostgresAdapter::RunBatch(const std::vector<PendingWrite*>& batch) {

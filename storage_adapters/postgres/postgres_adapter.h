@@ -19,9 +19,14 @@
 //      included.
 // Concurrent Writes share round trips: at most pool_size batches are in
 // flight, one per connection, and a Write that arrives while they are
-// waits and goes out with the next batch (up to kMaxBatch Writes). Each
-// Write in a batch ends with its own sync, so it stays its own
-// transaction: its errors roll back only itself.
+// waits in a queue and goes out with the next batch (up to kMaxBatch
+// Writes). Each Write in a batch ends with its own sync, so it stays its
+// own transaction: its errors roll back only itself. ApplyAsync holds no
+// thread while its write waits: the thread that sends a batch reports
+// each write's outcome and then sends the next batch, until the queue is
+// empty. A write that waited pool_wait_ms for a connection gives up with
+// UNAVAILABLE without being sent (within a tenth of pool_wait_ms more, at
+// most 100 ms).
 // So the database is authoritative for its own data: gateways that do not
 // share a fence store still never apply a stale write.
 //
@@ -52,6 +57,7 @@
 #include <deque>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -69,20 +75,25 @@ class PostgresAdapter final : public StorageAdapter {
 
   absl::Status Validate(const WriteTarget& target,
                         const Operations& ops) const override;
+  // Blocks until the write's outcome is known.
   absl::Status Apply(const WriteTarget& target, const Operations& ops,
                      OpResults* results) override;
+  void ApplyAsync(const WriteTarget& target, const Operations& ops,
+                  OpResults* results, ApplyCallback done) override;
 
  private:
-  // A Write waiting for, or travelling in, a batch. Owned by the thread
-  // whose Apply it is, which waits until `done`.
+  // A Write waiting for, or travelling in, a batch; owned by the queue,
+  // then by its batch's sender, until its callback has run.
   struct PendingWrite {
     const WriteTarget* target = nullptr;
     const Operations* ops = nullptr;
     OpResults* results = nullptr;
+    ApplyCallback done;
+    absl::Time queued_at;    // When it last entered the queue.
+    int attempts = 0;        // Batches it was sent in.
     absl::Status status;     // Set by the batch's sender.
     bool retryable = false;  // Nothing was committed; safe to send again.
     bool stale = false;      // The database holds a higher token.
-    bool done = false;       // Guarded by queue_mu_.
   };
   // How a write's results ended: at its sync, or with the connection.
   enum class Ending {
@@ -93,14 +104,15 @@ class PostgresAdapter final : public StorageAdapter {
   // Writes sent in one round trip at most.
   static constexpr size_t kMaxBatch = 16;
 
-  // One attempt; sets *retryable when nothing was committed and the
-  // connection broke. Queues the write; while fewer than pool_size batches
-  // are in flight, the first waiting thread sends the oldest writes as one
-  // batch on one connection, each write its own transaction.
-  absl::Status ApplyOnce(const WriteTarget& target, const Operations& ops,
-                         OpResults* results, bool* retryable);
+  // A sender's loop: sends the oldest queued writes as one batch on one
+  // connection, each write its own transaction, reports their outcomes
+  // (queueing again, once, a write that nothing committed when the
+  // connection broke), and goes on until the queue is empty.
+  void Send() ABSL_UNLOCK_FUNCTION(queue_mu_);
   // Sends `batch` in one pipeline and sets every write's outcome.
   void RunBatch(const std::vector<PendingWrite*>& batch);
+  // Fails writes that waited pool_wait_ms, until the adapter is destroyed.
+  void ExpireQueued();
   // Queues one write's queries and its sync; false if sending failed.
   bool SendWrite(PGconn* c, const PendingWrite& w);
   // Reads one write's results up to its sync.
@@ -113,8 +125,11 @@ class PostgresAdapter final : public StorageAdapter {
   const std::string fence_select_sql_;
   PgConnectionPool pool_;
   absl::Mutex queue_mu_;
-  std::deque<PendingWrite*> queue_ ABSL_GUARDED_BY(queue_mu_);
+  std::deque<std::unique_ptr<PendingWrite>> queue_ ABSL_GUARDED_BY(queue_mu_);
   int senders_ ABSL_GUARDED_BY(queue_mu_) = 0;  // Batches in flight.
+  bool stopping_ ABSL_GUARDED_BY(queue_mu_) = false;
+  // Runs ExpireQueued(); last, so it starts after everything it uses.
+  std::thread expirer_;
 };
 
 // The fence table's DDL for `table` (docs/postgres.md shows it).

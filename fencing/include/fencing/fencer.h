@@ -20,6 +20,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/functional/any_invocable.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -57,6 +58,20 @@ class Fencer {
       absl::string_view domain, uint64_t token,
       absl::FunctionRef<absl::Status()> apply);
 
+  // Execute() for an apply that completes later, on any thread. `apply` is
+  // called (or not, as in Execute) with a callback that it, or whatever it
+  // started, must call exactly once with the apply's outcome; the domain's
+  // lock is held until then, so rule 4 holds across threads. `done` runs
+  // once with what Execute() would have returned, after the lock is
+  // released: on this thread if apply did not run, otherwise on the thread
+  // that called back.
+  using Applied = absl::AnyInvocable<void(absl::Status) &&>;
+  using AsyncApply = absl::AnyInvocable<void(Applied) &&>;
+  using DecisionCallback =
+      absl::AnyInvocable<void(absl::StatusOr<FenceDecision>) &&>;
+  void ExecuteAsync(absl::string_view domain, uint64_t token, AsyncApply apply,
+                    DecisionCallback done);
+
   // Execute() with nothing to apply: raises the fence to `token` (or accepts
   // it if equal), or fails with the stale-token error.
   absl::StatusOr<FenceDecision> Fence(absl::string_view domain, uint64_t token);
@@ -71,6 +86,11 @@ class Fencer {
                               absl::FunctionRef<absl::Status()> fn);
 
  private:
+  // Rules 1-3 under the caller's domain lock: the stale-token error, or the
+  // decision with any advance already durable.
+  absl::StatusOr<FenceDecision> CheckAndRecord(absl::string_view domain,
+                                               uint64_t token);
+
   FenceStore* const store_;
   Clock* const clock_;
   KeyedMutex domain_locks_;

@@ -2,7 +2,9 @@
 //
 // KeyedMutex: one mutex per key (a fencing domain), created on first use and
 // dropped when its last holder or waiter leaves, so memory follows the keys
-// in use, not every key ever seen.
+// in use, not every key ever seen. A held lock may be moved to another
+// thread and released there (a write that completes asynchronously holds
+// its domain until its completion runs).
 
 #ifndef FENCING_KEYED_MUTEX_H_
 #define FENCING_KEYED_MUTEX_H_
@@ -20,9 +22,10 @@ namespace fencegate {
 // Thread safety: safe for concurrent use.
 class KeyedMutex {
  private:
+  // Both fields are guarded by KeyedMutex::mu_.
   struct Entry {
-    absl::Mutex mu;
-    int users = 0;  // Guarded by KeyedMutex::mu_.
+    bool held = false;
+    int users = 0;  // The holder and the waiters.
   };
 
  public:
@@ -30,19 +33,25 @@ class KeyedMutex {
   KeyedMutex(const KeyedMutex&) = delete;
   KeyedMutex& operator=(const KeyedMutex&) = delete;
 
-  // Holds the key's mutex for its lifetime. `sync_point`, if not null, is
+  // Holds the key's mutex until Release() or destruction, whichever comes
+  // first; a moved-from Lock holds nothing. `sync_point`, if not null, is
   // processed after registering as a user and before blocking on the lock.
   class Lock {
    public:
     Lock(KeyedMutex* owner, absl::string_view key,
          const char* sync_point = nullptr);
     ~Lock();
+    Lock(Lock&& other) noexcept;
+    Lock& operator=(Lock&&) = delete;
     Lock(const Lock&) = delete;
     Lock& operator=(const Lock&) = delete;
 
+    // Releases the key now, on any thread.
+    void Release();
+
    private:
-    KeyedMutex* const owner_;
-    const std::string key_;
+    KeyedMutex* owner_;
+    std::string key_;
     Entry* entry_ = nullptr;
   };
 

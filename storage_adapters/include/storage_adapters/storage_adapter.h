@@ -9,7 +9,9 @@
 #define STORAGE_ADAPTERS_STORAGE_ADAPTER_H_
 
 #include <cstdint>
+#include <utility>
 
+#include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "fencegate/v1/gateway.pb.h"
@@ -57,6 +59,22 @@ class StorageAdapter {
   // unreachable, others as documented by each adapter. No exception escapes.
   virtual absl::Status Apply(const WriteTarget& target, const Operations& ops,
                              OpResults* results) = 0;
+
+  // Receives what Apply() would have returned.
+  using ApplyCallback = absl::AnyInvocable<void(absl::Status) &&>;
+
+  // Apply() without holding the calling thread while the storage works:
+  // starts the write and may return before it is applied; `done` runs
+  // exactly once with the outcome, on this thread or on one of the
+  // adapter's. `target` (and the strings it views), `ops` and `results`
+  // must stay valid until `done` runs. Adapters that wait for storage
+  // without a thread of their own (the PostgreSQL adapter sends queued
+  // writes from the thread already talking to the database) override it;
+  // the default runs Apply() on this thread.
+  virtual void ApplyAsync(const WriteTarget& target, const Operations& ops,
+                          OpResults* results, ApplyCallback done) {
+    std::move(done)(Apply(target, ops, results));
+  }
 };
 
 }  // namespace fencegate
