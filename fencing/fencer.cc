@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 
 #include "fencing/stale_token.h"
 #include "fencing/sync_point.h"
@@ -70,9 +71,36 @@ void Fencer::ExecuteAsync(absl::string_view domain, uint64_t token,
     std::move(done)(std::move(decision));
     return;
   }
+  ApplyHolding(std::move(domain_lock), token, *std::move(decision),
+               std::move(apply), std::move(done));
+}
+
+bool Fencer::TryExecuteAsync(absl::string_view domain, uint64_t token,
+                             AsyncApply& apply, DecisionCallback& done) {
+  std::optional<KeyedMutex::Lock> domain_lock =
+      KeyedMutex::Lock::TryLock(&domain_locks_, domain);
+  if (!domain_lock.has_value()) return false;
+  std::optional<FenceState> current = store_->GetCached(domain);
+  if (!current.has_value() || token > current->highest_token) return false;
+  if (token < current->highest_token) {
+    domain_lock->Release();
+    std::move(done)(StaleTokenError(domain, token, current->highest_token));
+    return true;
+  }
+  FENCEGATE_SYNC_POINT_ARG("Fencer::Execute:AfterCheck", &token);
+  FenceDecision decision;
+  decision.fence = *std::move(current);
+  ApplyHolding(*std::move(domain_lock), token, std::move(decision),
+               std::move(apply), std::move(done));
+  return true;
+}
+
+void Fencer::ApplyHolding(KeyedMutex::Lock domain_lock, uint64_t token,
+                          FenceDecision decision, AsyncApply apply,
+                          DecisionCallback done) {
   FENCEGATE_SYNC_POINT_ARG("Fencer::Execute:BeforeApply", &token);
   std::move(apply)([token, domain_lock = std::move(domain_lock),
-                    decision = *std::move(decision),
+                    decision = std::move(decision),
                     done = std::move(done)](absl::Status s) mutable {
     if (s.ok()) {
       FENCEGATE_SYNC_POINT_ARG("Fencer::Execute:AfterApply", &token);

@@ -25,6 +25,21 @@ KeyedMutex::Lock::Lock(KeyedMutex* owner, absl::string_view key,
   entry_->held = true;
 }
 
+KeyedMutex::Lock::Lock(KeyedMutex* owner, std::string key, Entry* entry)
+    : owner_(owner), key_(std::move(key)), entry_(entry) {}
+
+std::optional<KeyedMutex::Lock> KeyedMutex::Lock::TryLock(
+    KeyedMutex* owner, absl::string_view key) {
+  absl::MutexLock lock(&owner->mu_);
+  auto [it, inserted] = owner->entries_.try_emplace(key);
+  if (inserted) it->second = std::make_unique<Entry>();
+  Entry* entry = it->second.get();
+  if (entry->held) return std::nullopt;  // Its users keep the entry.
+  entry->held = true;
+  ++entry->users;
+  return Lock(owner, std::string(key), entry);
+}
+
 KeyedMutex::Lock::Lock(Lock&& other) noexcept
     : owner_(other.owner_), key_(std::move(other.key_)), entry_(other.entry_) {
   other.entry_ = nullptr;

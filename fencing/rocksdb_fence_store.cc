@@ -85,6 +85,13 @@ class RocksDbFenceStore final : public RocksDbStore {
     return it->second;
   }
 
+  std::optional<FenceState> GetCached(absl::string_view domain) override {
+    absl::ReaderMutexLock lock(&cache_mu_);
+    auto it = cache_.find(domain);
+    if (it == cache_.end()) return std::nullopt;
+    return it->second;
+  }
+
   absl::StatusOr<FenceState> Raise(absl::string_view domain, uint64_t token,
                                    absl::Time at) override {
     KeyedMutex::Lock domain_lock(&domain_locks_, domain);

@@ -54,6 +54,20 @@ void DomainExecutor::PostHeld(const std::string& domain, Work work) {
   });
 }
 
+std::optional<DomainExecutor::Lane> DomainExecutor::TryAcquire(
+    const std::string& domain) {
+  absl::MutexLock lock(&mu_);
+  if (!lanes_.try_emplace(domain).second) return std::nullopt;
+  return Lane(this, domain);
+}
+
+void DomainExecutor::PostWithLane(Lane lane, Work work) {
+  boost::asio::post(pool_,
+                    [lane = std::move(lane), work = std::move(work)]() mutable {
+                      std::move(work)(std::move(lane));
+                    });
+}
+
 void DomainExecutor::RunLane(const std::string& domain, Work work) {
   std::move(work)(Lane(this, domain));
 }

@@ -15,6 +15,7 @@
 
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -59,6 +60,15 @@ class DomainExecutor {
   // Like Post(), but the domain stays busy until `work` releases its Lane.
   void PostHeld(const std::string& domain,
                 absl::AnyInvocable<void(Lane) &&> work);
+
+  // The domain's Lane, if the domain has no work running or waiting, for
+  // work the caller runs itself (on any thread); std::nullopt otherwise.
+  // Work posted for the domain meanwhile waits for the Lane's release.
+  std::optional<Lane> TryAcquire(const std::string& domain);
+
+  // Runs `work` on the pool with `lane`, which the caller acquired: the
+  // domain's turn goes on.
+  void PostWithLane(Lane lane, absl::AnyInvocable<void(Lane) &&> work);
 
   // Runs `work` on the pool, unordered.
   void PostAny(absl::AnyInvocable<void() &&> work);

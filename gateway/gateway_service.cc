@@ -71,16 +71,21 @@ void LogOutcome(absl::string_view tag, absl::string_view domain, uint64_t token,
   }
 }
 
-// A Write from its domain's turn to its reply.
-struct PendingWrite {
+}  // namespace
+
+// A Write from validation to its reply.
+struct GatewayService::PendingWrite {
+  grpc::CallbackServerContext* context = nullptr;
+  grpc::ServerUnaryReactor* reactor = nullptr;
+  const v1::WriteRequest* request = nullptr;
+  v1::WriteResponse* response = nullptr;
   std::string domain;
   WriteTarget target;  // Views `domain` and the request.
   StorageAdapter* adapter = nullptr;
-  // Released after the reply: the domain's next write waits until then.
+  // The domain's turn, held until the reply: the domain's next write
+  // starts after it (released on destruction).
   std::optional<DomainExecutor::Lane> lane;
 };
-
-}  // namespace
 
 GatewayService::GatewayService(Fencer* fencer, const Router* router,
                                DomainExecutor* executor,
@@ -127,45 +132,93 @@ grpc::ServerUnaryReactor* GatewayService::Write(
   }
 
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  executor_->PostHeld(domain, [this, context, reactor, request, response,
-                               domain, resolved = *resolved](
-                                  DomainExecutor::Lane lane) mutable {
-    if (context->IsCancelled()) {
-      // The client gave up (deadline, cancel, shutdown) while the write
-      // waited for its domain: do not apply what nobody will hear about.
-      reactor->Finish(grpc::Status(grpc::StatusCode::CANCELLED,
-                                   "cancelled before it was applied"));
-      return;
+  auto write = std::make_unique<PendingWrite>();
+  write->context = context;
+  write->reactor = reactor;
+  write->request = request;
+  write->response = response;
+  write->domain = std::move(domain);
+  write->target = WriteTarget{write->domain, request->token(), resolved->path,
+                              request->request_id()};
+  write->adapter = resolved->adapter;
+  if (write->adapter->ApplyAsyncNeverBlocks()) {
+    // A write to an adapter that only queues or computes, whose domain is
+    // idle and whose token is already the fence, needs nothing that can
+    // block: run it here, without a hand-off to the I/O pool.
+    if (std::optional<DomainExecutor::Lane> lane =
+            executor_->TryAcquire(write->domain)) {
+      write->lane.emplace(std::move(*lane));
+      if (TryWriteHere(write)) return reactor;
+      DomainExecutor::Lane held = std::move(*write->lane);
+      write->lane.reset();
+      executor_->PostWithLane(
+          std::move(held),
+          [this, write = std::move(write)](DomainExecutor::Lane lane) mutable {
+            write->lane.emplace(std::move(lane));
+            RunWrite(std::move(write));
+          });
+      return reactor;
     }
-    // The write's state lives until its outcome is reported, which may be
-    // on another thread (the adapter's): the target views `domain` here.
-    auto write = std::make_unique<PendingWrite>();
-    write->domain = std::move(domain);
-    write->target = WriteTarget{write->domain, request->token(), resolved.path,
-                                request->request_id()};
-    write->adapter = resolved.adapter;
+  }
+  const std::string& lane_domain = write->domain;
+  executor_->PostHeld(lane_domain, [this, write = std::move(write)](
+                                       DomainExecutor::Lane lane) mutable {
     write->lane.emplace(std::move(lane));
-    PendingWrite* w = write.get();
-    fencer_->ExecuteAsync(
-        w->domain, request->token(),
-        [w, request, response](Fencer::Applied applied) {
-          w->adapter->ApplyAsync(w->target, request->ops(),
-                                 response->mutable_results(),
-                                 std::move(applied));
-        },
-        [this, reactor, request, response, write = std::move(write)](
-            absl::StatusOr<FenceDecision> decision) mutable {
-          LogOutcome(RequestTag("Write", request->request_id()), write->domain,
-                     request->token(), decision, options_.log_writes);
-          if (decision.ok()) {
-            ToProto(decision->fence, response->mutable_fence());
-            response->set_fence_advanced(decision->advanced);
-          }
-          reactor->Finish(ToGrpcStatus(decision.status()));
-          write->lane->Release();
-        });
+    RunWrite(std::move(write));
   });
   return reactor;
+}
+
+bool GatewayService::TryWriteHere(std::unique_ptr<PendingWrite>& write) {
+  PendingWrite* w = write.get();
+  Fencer::AsyncApply apply = [w](Fencer::Applied applied) {
+    w->adapter->ApplyAsync(w->target, w->request->ops(),
+                           w->response->mutable_results(), std::move(applied));
+  };
+  // Owns the write if the fencer takes it; it stays `write`'s if not.
+  Fencer::DecisionCallback done = [this,
+                                   w](absl::StatusOr<FenceDecision> decision) {
+    Reply(std::unique_ptr<PendingWrite>(w), std::move(decision));
+  };
+  if (!fencer_->TryExecuteAsync(w->domain, w->request->token(), apply, done)) {
+    return false;
+  }
+  write.release();  // Now `done`'s.
+  return true;
+}
+
+void GatewayService::RunWrite(std::unique_ptr<PendingWrite> write) {
+  if (write->context->IsCancelled()) {
+    // The client gave up (deadline, cancel, shutdown) while the write
+    // waited for its domain: do not apply what nobody will hear about.
+    write->reactor->Finish(grpc::Status(grpc::StatusCode::CANCELLED,
+                                        "cancelled before it was applied"));
+    return;
+  }
+  PendingWrite* w = write.get();
+  fencer_->ExecuteAsync(
+      w->domain, w->request->token(),
+      [w](Fencer::Applied applied) {
+        w->adapter->ApplyAsync(w->target, w->request->ops(),
+                               w->response->mutable_results(),
+                               std::move(applied));
+      },
+      [this, write = std::move(write)](
+          absl::StatusOr<FenceDecision> decision) mutable {
+        Reply(std::move(write), std::move(decision));
+      });
+}
+
+void GatewayService::Reply(std::unique_ptr<PendingWrite> write,
+                           absl::StatusOr<FenceDecision> decision) {
+  LogOutcome(RequestTag("Write", write->request->request_id()), write->domain,
+             write->request->token(), decision, options_.log_writes);
+  if (decision.ok()) {
+    ToProto(decision->fence, write->response->mutable_fence());
+    write->response->set_fence_advanced(decision->advanced);
+  }
+  write->reactor->Finish(ToGrpcStatus(decision.status()));
+  // The domain's next write may start (the Lane is released with `write`).
 }
 
 grpc::ServerUnaryReactor* GatewayService::Fence(

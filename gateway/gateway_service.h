@@ -9,6 +9,7 @@
 #define GATEWAY_GATEWAY_SERVICE_H_
 
 #include <cstdint>
+#include <memory>
 
 #include "fencegate/v1/gateway.grpc.pb.h"
 #include "fencing/fencer.h"
@@ -42,6 +43,17 @@ class GatewayService final : public v1::Gateway::CallbackService {
                                      v1::FenceState* response) override;
 
  private:
+  struct PendingWrite;
+  // Runs the write on this (gRPC's) thread if the Fencer can decide it
+  // without blocking (Fencer::TryExecuteAsync); the write's adapter must
+  // never block in ApplyAsync. Takes `write` if so; false leaves it.
+  bool TryWriteHere(std::unique_ptr<PendingWrite>& write);
+  // Checks, records and applies the write, then replies; on the I/O pool.
+  void RunWrite(std::unique_ptr<PendingWrite> write);
+  // Finishes the RPC, then releases the write's domain.
+  void Reply(std::unique_ptr<PendingWrite> write,
+             absl::StatusOr<FenceDecision> decision);
+
   Fencer* const fencer_;
   const Router* const router_;
   DomainExecutor* const executor_;

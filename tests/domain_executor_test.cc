@@ -101,5 +101,41 @@ TEST(DomainExecutorTest, HeldLaneKeepsTheDomainBusyUntilReleased) {
   executor.Join();
 }
 
+// TryAcquire takes an idle domain's turn for the caller; work posted for
+// the domain meanwhile waits for its release, and a busy domain cannot be
+// acquired. PostWithLane hands the turn to the pool without letting go.
+TEST(DomainExecutorTest, TryAcquireTakesOnlyAnIdleDomain) {
+  DomainExecutor executor(1);
+  std::optional<DomainExecutor::Lane> lane = executor.TryAcquire("d");
+  ASSERT_TRUE(lane.has_value());
+  EXPECT_FALSE(executor.TryAcquire("d").has_value());
+  EXPECT_TRUE(executor.TryAcquire("other").has_value());  // Released at once.
+  absl::Notification posted_ran, barrier_ran, handed_ran, after_ran;
+  executor.Post("d", [&] { posted_ran.Notify(); });
+  // One pool thread runs items in the order they reach it: had the posted
+  // item been let through, it would run before `barrier`.
+  executor.Post("barrier", [&] { barrier_ran.Notify(); });
+  barrier_ran.WaitForNotification();
+  EXPECT_FALSE(posted_ran.HasBeenNotified());
+  absl::Mutex mu;
+  std::optional<DomainExecutor::Lane> handed;
+  executor.PostWithLane(*std::move(lane), [&](DomainExecutor::Lane l) {
+    absl::MutexLock lock(&mu);
+    handed.emplace(std::move(l));
+    handed_ran.Notify();
+  });
+  handed_ran.WaitForNotification();
+  executor.Post("after", [&] { after_ran.Notify(); });
+  after_ran.WaitForNotification();
+  EXPECT_FALSE(posted_ran.HasBeenNotified());  // Still "d"'s turn.
+  {
+    absl::MutexLock lock(&mu);
+    handed->Release();
+  }
+  posted_ran.WaitForNotification();
+  EXPECT_TRUE(executor.TryAcquire("d").has_value());
+  executor.Join();
+}
+
 }  // namespace
 }  // namespace fencegate

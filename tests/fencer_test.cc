@@ -329,6 +329,98 @@ TEST_F(FencerTest, AsyncFailedApplyKeepsAdvance) {
   ASSERT_OK(Write("jobs", 9).status());  // The lock was released.
 }
 
+// TryExecuteAsync decides only what needs no waiting: an equal token read
+// from memory is applied, a stale one refused; an advance, an unread
+// domain or a held domain is left to ExecuteAsync, with nothing called.
+TEST_F(FencerTest, TryExecuteAsyncDecidesOnlyWithoutBlocking) {
+  int applies = 0;
+  std::vector<absl::StatusOr<FenceDecision>> outcomes;
+  Fencer::AsyncApply apply;
+  Fencer::DecisionCallback done;
+  auto arm = [&] {
+    apply = [&](Fencer::Applied applied) {
+      ++applies;
+      std::move(applied)(absl::OkStatus());
+    };
+    done = [&](absl::StatusOr<FenceDecision> d) {
+      outcomes.push_back(std::move(d));
+    };
+  };
+  arm();
+  // Never fenced: not in memory, and token 1 would advance it.
+  EXPECT_FALSE(fencer_->TryExecuteAsync("jobs", 1, apply, done));
+  ASSERT_OK(Write("jobs", 5).status());
+  EXPECT_FALSE(fencer_->TryExecuteAsync("jobs", 6, apply, done));  // Advance.
+  EXPECT_EQ(applies, 0);
+  EXPECT_TRUE(outcomes.empty());
+  ASSERT_OK_AND_ASSIGN(state, fencer_->Get("jobs"));
+  EXPECT_EQ(state.highest_token, 5u);
+
+  EXPECT_TRUE(fencer_->TryExecuteAsync("jobs", 5, apply, done));  // Equal.
+  arm();
+  EXPECT_TRUE(fencer_->TryExecuteAsync("jobs", 4, apply, done));  // Stale.
+  EXPECT_EQ(applies, 1);
+  ASSERT_EQ(outcomes.size(), 2u);
+  ASSERT_OK(outcomes[0].status());
+  EXPECT_FALSE(outcomes[0]->advanced);
+  EXPECT_EQ(outcomes[0]->fence.highest_token, 5u);
+  EXPECT_THAT(outcomes[1], StatusIs(absl::StatusCode::kFailedPrecondition));
+  ASSERT_TRUE(GetStaleToken(outcomes[1].status()).has_value());
+  EXPECT_EQ(GetStaleToken(outcomes[1].status())->highest_token, 5u);
+
+  // While an apply of the domain is in flight, the domain is not free.
+  Fencer::Applied pending;
+  fencer_->ExecuteAsync(
+      "jobs", 5, [&](Fencer::Applied applied) { pending = std::move(applied); },
+      [&](absl::StatusOr<FenceDecision> d) { outcomes.push_back(d); });
+  arm();
+  EXPECT_FALSE(fencer_->TryExecuteAsync("jobs", 5, apply, done));
+  EXPECT_FALSE(fencer_->TryExecuteAsync("jobs", 4, apply, done));
+  EXPECT_EQ(outcomes.size(), 2u);
+  std::move(pending)(absl::OkStatus());
+  ASSERT_EQ(outcomes.size(), 3u);
+  EXPECT_TRUE(fencer_->TryExecuteAsync("jobs", 5, apply, done));
+  EXPECT_EQ(applies, 2);
+  EXPECT_EQ(outcomes.size(), 4u);
+}
+
+// TryExecuteAsync holds the domain, like ExecuteAsync, until its apply
+// calls back: a higher token's write waits for it.
+TEST_F(FencerTest, TryExecuteAsyncHoldsTheDomainUntilItCallsBack) {
+  ASSERT_OK(Write("jobs", 1).status());
+  Fencer::Applied pending;
+  Fencer::AsyncApply apply = [&](Fencer::Applied applied) {
+    pending = std::move(applied);
+  };
+  absl::Notification done_called;
+  Fencer::DecisionCallback done = [&](absl::StatusOr<FenceDecision> d) {
+    EXPECT_OK(d.status());
+    done_called.Notify();
+  };
+  ASSERT_TRUE(fencer_->TryExecuteAsync("jobs", 1, apply, done));
+  std::atomic<bool> called_back{false};
+  bool newer_saw_callback = false;
+  absl::Notification newer_applied;
+  std::thread newer([&] {
+    EXPECT_OK(fencer_
+                  ->Execute("jobs", 2,
+                            [&] {
+                              newer_saw_callback = called_back.load();
+                              newer_applied.Notify();
+                              return absl::OkStatus();
+                            })
+                  .status());
+  });
+  // A correct fencer cannot apply token 2 now: this wait always runs out.
+  EXPECT_FALSE(
+      newer_applied.WaitForNotificationWithTimeout(absl::Milliseconds(300)));
+  called_back = true;
+  std::move(pending)(absl::OkStatus());
+  newer.join();
+  EXPECT_TRUE(done_called.HasBeenNotified());
+  EXPECT_TRUE(newer_saw_callback);
+}
+
 // Rule 6 (within a process lifetime of the store): reopening reads the
 // same fences back.
 TEST_F(FencerTest, FencesSurviveReopen) {

@@ -332,6 +332,59 @@ TEST_F(PostgresAdapterTest, GatewayRecoversAfterServerRestart) {
   EXPECT_EQ(Count(), 2);
 }
 
+// Through a gateway, on both of its paths: advances go through the I/O pool
+// (a synced fence write), while equal and stale tokens of a fence held in
+// memory are decided on gRPC's thread and queued to the adapter there.
+// Every fencing rule holds on each.
+TEST_F(PostgresAdapterTest, GatewayKeepsTheRulesOnEveryPath) {
+  testing::TempDir dir;
+  auto gateway = GatewayProcess::Start(dir.path() + "/g",
+                                       {"--route=db=" + server_->Uri()});
+  ASSERT_TRUE(gateway.ok()) << gateway.status();
+  auto stub = v1::Gateway::NewStub(grpc::CreateChannel(
+      (*gateway)->address(), grpc::InsecureChannelCredentials()));
+  auto write = [&](uint64_t token, int64_t id, v1::WriteResponse* response) {
+    v1::WriteRequest request;
+    request.set_domain("d");
+    request.set_token(token);
+    request.set_resource("db/jobs");
+    *request.add_ops() = Sql("INSERT INTO jobs (id) VALUES ($1)", {Int(id)});
+    grpc::ClientContext context;
+    return stub->Write(&context, request, response);
+  };
+  auto highest_in_detail = [](const grpc::Status& s) -> int64_t {
+    google::rpc::Status rich;
+    v1::StaleToken detail;
+    if (!rich.ParseFromString(s.error_details()) || rich.details_size() != 1 ||
+        !rich.details(0).UnpackTo(&detail)) {
+      return -1;
+    }
+    return static_cast<int64_t>(detail.highest_token());
+  };
+  v1::WriteResponse r;
+  ASSERT_TRUE(write(5, 1, &r).ok());  // Advance.
+  EXPECT_TRUE(r.fence_advanced());
+  for (int64_t id = 2; id <= 4; ++id) {  // Equal.
+    v1::WriteResponse equal;
+    grpc::Status s = write(5, id, &equal);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_FALSE(equal.fence_advanced());
+    EXPECT_EQ(equal.fence().highest_token(), 5u);
+    ASSERT_EQ(equal.results_size(), 1);
+    EXPECT_EQ(equal.results(0).sql().rows_affected(), 1u);
+  }
+  grpc::Status stale = write(4, 10, &r);
+  EXPECT_EQ(stale.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(highest_in_detail(stale), 5);
+  ASSERT_TRUE(write(6, 5, &r).ok());  // Advance again.
+  stale = write(5, 11, &r);
+  EXPECT_EQ(stale.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(highest_in_detail(stale), 6);
+  EXPECT_EQ(Count(), 5);
+  EXPECT_EQ(Count("id >= 10"), 0);
+  EXPECT_EQ(StoredFence("d"), 6);
+}
+
 // Two gateways, each with its own fence store, in front of one database:
 // the database's fence table refuses the stale write that the second
 // gateway's own store would have let through.

@@ -70,11 +70,13 @@ TEST_F(PostgresBatchTest, BatchedWritesKeepTheirOwnOutcomes) {
                                   absl::MutexLock lock(&mu);
                                   ++queued;
                                 });
+  absl::Notification first_batch;
   SyncPoint::Get()->SetCallback(
       "PostgresAdapter::RunBatch:Start", [&](void* arg) {
         absl::MutexLock lock(&mu);
         batch_sizes.push_back(*static_cast<size_t*>(arg));
         if (batch_sizes.size() == 1) {
+          first_batch.Notify();
           mu.Await(absl::Condition(
               +[](int* q) { return *q >= kWrites; }, &queued));
         }
@@ -89,6 +91,8 @@ TEST_F(PostgresBatchTest, BatchedWritesKeepTheirOwnOutcomes) {
           Apply(one_connection.get(), absl::StrCat("b", k), 50,
                 {Sql("INSERT INTO jobs (id) VALUES ($1)", {Int(id)})});
     });
+    // The first write travels alone; the rest queue behind it.
+    if (k == 0) first_batch.WaitForNotification();
   }
   for (std::thread& t : threads) t.join();
   SyncPoint::Get()->ClearAll();
@@ -134,9 +138,11 @@ TEST_F(PostgresBatchTest, BatchInterruptedBySessionEndIsRetried) {
                                   ++queued;
                                 });
   int batches = 0;
+  absl::Notification first_batch;
   SyncPoint::Get()->SetCallback("PostgresAdapter::RunBatch:Start", [&](void*) {
     absl::MutexLock lock(&mu);
     if (++batches != 1) return;
+    first_batch.Notify();
     mu.Await(absl::Condition(
         +[](int* q) { return *q >= kWrites; }, &queued));
   });
@@ -169,6 +175,8 @@ TEST_F(PostgresBatchTest, BatchInterruptedBySessionEndIsRetried) {
       outcomes[k] = Apply(one_connection.get(), absl::StrCat("r", k), 1,
                           {Sql("INSERT INTO jobs (id) VALUES ($1)", {Int(k)})});
     });
+    // The first write travels alone; the rest queue behind it.
+    if (k == 0) first_batch.WaitForNotification();
   }
   for (std::thread& t : threads) t.join();
   SyncPoint::Get()->ClearAll();
@@ -178,52 +186,56 @@ TEST_F(PostgresBatchTest, BatchInterruptedBySessionEndIsRetried) {
   }
   EXPECT_EQ(Count(), kWrites + 1);
 }
-// ApplyAsync holds no thread while its write waits for a connection: it
-// returns at once, and the thread sending the batch in flight reports the
-// outcome after sending the waiting write in its next batch.
-TEST_F(PostgresBatchTest, QueuedWriteHoldsNoThreadAndCompletesOnTheSender) {
+
+// ApplyAsync never blocks its caller: it returns while the write is still
+// being sent (the sender is held at the batch's start), and while a second
+// write waits for the only connection. The sender thread reports both.
+TEST_F(PostgresBatchTest, ApplyAsyncReturnsAtOnceAndTheSenderReports) {
   auto one_connection = MakeAdapter("pool_size=1");
+  ASSERT_TRUE(one_connection->ApplyAsyncNeverBlocks());
   ASSERT_OK(Apply(one_connection.get(), "warm", 1,
                   {Sql("INSERT INTO jobs (id) VALUES (100)")}));
-  absl::Notification first_sending, queued_returned;
+  absl::Notification first_sending, both_returned;
   SyncPoint::Get()->SetCallback("PostgresAdapter::RunBatch:Start", [&](void*) {
     if (first_sending.HasBeenNotified()) return;
     first_sending.Notify();
-    queued_returned.WaitForNotification();
+    both_returned.WaitForNotification();
   });
-  std::thread::id sender_thread;
-  absl::Status first;
-  std::thread sender([&] {
-    sender_thread = std::this_thread::get_id();
-    first = Apply(one_connection.get(), "first", 1,
-                  {Sql("INSERT INTO jobs (id) VALUES (1)")});
-  });
-  first_sending.WaitForNotification();
-
-  Operations ops;
-  *ops.Add() = Sql("INSERT INTO jobs (id) VALUES (2)");
-  WriteTarget target{"queued", 1, "jobs", ""};
-  OpResults results;
-  absl::Notification queued_done;
-  absl::Status queued;
-  std::thread::id queued_done_thread;
-  one_connection->ApplyAsync(target, ops, &results, [&](absl::Status s) {
-    queued = std::move(s);
-    queued_done_thread = std::this_thread::get_id();
-    queued_done.Notify();
-  });
-  // Returned while the only connection is still held by the first batch.
-  EXPECT_FALSE(queued_done.HasBeenNotified());
-  queued_returned.Notify();
-  queued_done.WaitForNotification();
-  sender.join();
+  struct Write {
+    Operations ops;
+    WriteTarget target;
+    OpResults results;
+    absl::Notification done;
+    absl::Status status;
+    std::thread::id done_thread;
+  };
+  Write writes[2];
+  for (int k = 0; k < 2; ++k) {
+    Write& w = writes[k];
+    *w.ops.Add() = Sql("INSERT INTO jobs (id) VALUES ($1)", {Int(k + 1)});
+    w.target = WriteTarget{k == 0 ? "first" : "queued", 1, "jobs", ""};
+    one_connection->ApplyAsync(w.target, w.ops, &w.results,
+                               [&w](absl::Status s) {
+                                 w.status = std::move(s);
+                                 w.done_thread = std::this_thread::get_id();
+                                 w.done.Notify();
+                               });
+    // Returned: the first while it is being sent, the second while it
+    // waits for the connection the first holds.
+    if (k == 0) first_sending.WaitForNotification();
+    EXPECT_FALSE(w.done.HasBeenNotified()) << k;
+  }
+  both_returned.Notify();
+  for (Write& w : writes) w.done.WaitForNotification();
   SyncPoint::Get()->ClearAll();
-  EXPECT_OK(first);
-  EXPECT_OK(queued);
-  EXPECT_EQ(queued_done_thread, sender_thread);
-  ASSERT_EQ(results.size(), 1);
-  EXPECT_EQ(results[0].sql().rows_affected(), 1u);
-  EXPECT_EQ(Count("id = 2"), 1);
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_TRUE(writes[k].status.ok()) << k << ": " << writes[k].status;
+    ASSERT_EQ(writes[k].results.size(), 1) << k;
+    EXPECT_EQ(writes[k].results[0].sql().rows_affected(), 1u) << k;
+    EXPECT_EQ(Count(absl::StrCat("id = ", k + 1)), 1) << k;
+  }
+  EXPECT_NE(writes[0].done_thread, std::this_thread::get_id());
+  EXPECT_EQ(writes[1].done_thread, writes[0].done_thread);
   EXPECT_EQ(StoredFence("queued"), 1);
 }
 #endif  // FENCEGATE_SYNC_POINTS

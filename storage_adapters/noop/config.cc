@@ -25,6 +25,8 @@ class NoopAdapter final : public StorageAdapter {
     for (int i = 0; i < ops.size(); ++i) results->Add();
     return absl::OkStatus();
   }
+  // The default ApplyAsync runs Apply, which only fills results.
+  bool ApplyAsyncNeverBlocks() const override { return true; }
 };
 
 }  // namespace

@@ -244,10 +244,14 @@ PostgresAdapter::PostgresAdapter(PostgresAdapterOptions options)
       expirer_([this] { ExpireQueued(); }) {}
 
 PostgresAdapter::~PostgresAdapter() {
+  std::vector<std::thread> senders;
   {
     absl::MutexLock lock(&queue_mu_);
     stopping_ = true;
+    queue_cv_.SignalAll();
+    senders.swap(senders_);
   }
+  for (std::thread& t : senders) t.join();
   expirer_.join();
 }
 
@@ -334,20 +338,27 @@ void PostgresAdapter::ApplyAsync(const WriteTarget& target,
   w->results = results;
   w->done = std::move(done);
   w->queued_at = absl::Now();
-  queue_mu_.Lock();
+  absl::MutexLock lock(&queue_mu_);
   queue_.push_back(std::move(w));
   FENCEGATE_SYNC_POINT("PostgresAdapter::ApplyAsync:Queued");
-  if (senders_ >= options_.pool_size) {
-    // Every connection carries a batch; their senders will take this one.
-    queue_mu_.Unlock();
-    return;
+  if (idle_senders_ > 0) {
+    queue_cv_.Signal();
+  } else if (senders_.size() < static_cast<size_t>(options_.pool_size)) {
+    // Once per connection in the adapter's life.
+    senders_.emplace_back([this] { Send(); });
   }
-  ++senders_;
-  Send();
+  // Otherwise every sender carries a batch and takes this write next.
 }
 
 void PostgresAdapter::Send() {
-  while (!queue_.empty()) {
+  absl::MutexLock lock(&queue_mu_);
+  while (true) {
+    while (queue_.empty() && !stopping_) {
+      ++idle_senders_;
+      queue_cv_.Wait(&queue_mu_);
+      --idle_senders_;
+    }
+    if (queue_.empty()) return;  // Stopping, with nothing left to send.
     std::vector<std::unique_ptr<PendingWrite>> batch;
     std::vector<PendingWrite*> sending;
     while (!queue_.empty() && batch.size() < kMaxBatch) {
@@ -356,30 +367,30 @@ void PostgresAdapter::Send() {
       ++batch.back()->attempts;
       sending.push_back(batch.back().get());
     }
-    queue_mu_.Unlock();
-    RunBatch(sending);
     std::vector<std::unique_ptr<PendingWrite>> retries;
-    for (std::unique_ptr<PendingWrite>& w : batch) {
-      if (!w->status.ok() && w->retryable && w->attempts < 2) {
-        // The connection broke before anything was committed: once more,
-        // on a fresh connection (PostgreSQL may have restarted).
-        w->results->Clear();
-        w->status = absl::OkStatus();
-        w->retryable = false;
-        w->stale = false;
-        retries.push_back(std::move(w));
-        continue;
+    {
+      queue_mu_.Unlock();
+      RunBatch(sending);
+      for (std::unique_ptr<PendingWrite>& w : batch) {
+        if (!w->status.ok() && w->retryable && w->attempts < 2) {
+          // The connection broke before anything was committed: once more,
+          // on a fresh connection (PostgreSQL may have restarted).
+          w->results->Clear();
+          w->status = absl::OkStatus();
+          w->retryable = false;
+          w->stale = false;
+          retries.push_back(std::move(w));
+          continue;
+        }
+        std::move(w->done)(std::move(w->status));
       }
-      std::move(w->done)(std::move(w->status));
+      queue_mu_.Lock();
     }
-    queue_mu_.Lock();
     for (auto it = retries.rbegin(); it != retries.rend(); ++it) {
       (*it)->queued_at = absl::Now();
       queue_.push_front(std::move(*it));
     }
   }
-  --senders_;
-  queue_mu_.Unlock();
 }
 
 void PostgresAdapter::ExpireQueued() {

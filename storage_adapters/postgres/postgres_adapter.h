@@ -21,14 +21,14 @@
 // flight, one per connection, and a Write that arrives while they are
 // waits in a queue and goes out with the next batch (up to kMaxBatch
 // Writes). Each Write in a batch ends with its own sync, so it stays its
-// own transaction: its errors roll back only itself. ApplyAsync holds no
-// thread while its write waits: the thread that sends a batch reports
-// each write's outcome and then sends the next batch, until the queue is
-// empty. A write that waited pool_wait_ms for a connection gives up with
-// UNAVAILABLE without being sent (within a tenth of pool_wait_ms more, at
-// most 100 ms).
-// So the database is authoritative for its own data: gateways that do not
-// share a fence store still never apply a stale write.
+// own transaction: its errors roll back only itself. ApplyAsync never
+// blocks: it queues the write for the adapter's sender threads, one per
+// connection, each of which sends a batch, reports each write's outcome
+// and then sends the next batch. A write that waited pool_wait_ms for a
+// connection gives up with UNAVAILABLE without being sent (within a tenth of
+// pool_wait_ms more, at most 100 ms). So the database is authoritative for its
+// own data: gateways that do not share a fence store still never apply a stale
+// write.
 //
 // Statements must not control the transaction: BEGIN, COMMIT, ROLLBACK,
 // SAVEPOINT and the like are refused by Validate (INVALID_ARGUMENT), and a
@@ -78,8 +78,10 @@ class PostgresAdapter final : public StorageAdapter {
   // Blocks until the write's outcome is known.
   absl::Status Apply(const WriteTarget& target, const Operations& ops,
                      OpResults* results) override;
+  // Queues the write for a sender thread and returns.
   void ApplyAsync(const WriteTarget& target, const Operations& ops,
                   OpResults* results, ApplyCallback done) override;
+  bool ApplyAsyncNeverBlocks() const override { return true; }
 
  private:
   // A Write waiting for, or travelling in, a batch; owned by the queue,
@@ -104,11 +106,12 @@ class PostgresAdapter final : public StorageAdapter {
   // Writes sent in one round trip at most.
   static constexpr size_t kMaxBatch = 16;
 
-  // A sender's loop: sends the oldest queued writes as one batch on one
-  // connection, each write its own transaction, reports their outcomes
-  // (queueing again, once, a write that nothing committed when the
-  // connection broke), and goes on until the queue is empty.
-  void Send() ABSL_UNLOCK_FUNCTION(queue_mu_);
+  // A sender thread (one per connection, started when first needed):
+  // sends the oldest queued writes as one batch on one connection, each
+  // write its own transaction, reports their outcomes (queueing again,
+  // once, a write that nothing committed when the connection broke), and
+  // waits for more, until the adapter is destroyed.
+  void Send();
   // Sends `batch` in one pipeline and sets every write's outcome.
   void RunBatch(const std::vector<PendingWrite*>& batch);
   // Fails writes that waited pool_wait_ms, until the adapter is destroyed.
@@ -126,7 +129,9 @@ class PostgresAdapter final : public StorageAdapter {
   PgConnectionPool pool_;
   absl::Mutex queue_mu_;
   std::deque<std::unique_ptr<PendingWrite>> queue_ ABSL_GUARDED_BY(queue_mu_);
-  int senders_ ABSL_GUARDED_BY(queue_mu_) = 0;  // Batches in flight.
+  absl::CondVar queue_cv_;  // Signalled when a write waits for a sender.
+  std::vector<std::thread> senders_ ABSL_GUARDED_BY(queue_mu_);
+  int idle_senders_ ABSL_GUARDED_BY(queue_mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(queue_mu_) = false;
   // Runs ExpireQueued(); last, so it starts after everything it uses.
   std::thread expirer_;

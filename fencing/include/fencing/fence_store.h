@@ -10,6 +10,7 @@
 #define FENCING_FENCE_STORE_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -38,6 +39,14 @@ class FenceStore {
   // Returns the domain's fence; a never-fenced domain yields token 0.
   // Errors: UNAVAILABLE / INTERNAL if the store cannot be read.
   virtual absl::StatusOr<FenceState> Get(absl::string_view domain) = 0;
+
+  // The domain's fence if the store can answer from memory, without I/O or
+  // waiting; std::nullopt otherwise (Get() then answers, from a thread that
+  // may block). Never-fenced domains may read as std::nullopt. The default
+  // answers nothing from memory.
+  virtual std::optional<FenceState> GetCached(absl::string_view domain) {
+    return std::nullopt;
+  }
 
   // Raises the domain's highest token to `token` if it is higher than the
   // stored one, recording `at` as the time of the advance, and returns the

@@ -72,6 +72,17 @@ class Fencer {
   void ExecuteAsync(absl::string_view domain, uint64_t token, AsyncApply apply,
                     DecisionCallback done);
 
+  // ExecuteAsync() if it can be decided without blocking: the domain's
+  // lock is free, the store answers from memory (FenceStore::GetCached),
+  // and the token does not advance the fence (an advance needs a synced
+  // write). Then returns true, having refused a stale token or started
+  // `apply` exactly as ExecuteAsync() would, and `done` follows. Otherwise
+  // returns false having called neither: use ExecuteAsync() from an I/O
+  // thread. Never blocks itself; `apply` must not block either for the
+  // caller's thread to stay unblocked.
+  bool TryExecuteAsync(absl::string_view domain, uint64_t token,
+                       AsyncApply& apply, DecisionCallback& done);
+
   // Execute() with nothing to apply: raises the fence to `token` (or accepts
   // it if equal), or fails with the stale-token error.
   absl::StatusOr<FenceDecision> Fence(absl::string_view domain, uint64_t token);
@@ -90,6 +101,11 @@ class Fencer {
   // decision with any advance already durable.
   absl::StatusOr<FenceDecision> CheckAndRecord(absl::string_view domain,
                                                uint64_t token);
+  // Runs `apply` holding `domain_lock` until it calls back, then releases
+  // the lock and reports `decision` (or apply's error) to `done`.
+  static void ApplyHolding(KeyedMutex::Lock domain_lock, uint64_t token,
+                           FenceDecision decision, AsyncApply apply,
+                           DecisionCallback done);
 
   FenceStore* const store_;
   Clock* const clock_;

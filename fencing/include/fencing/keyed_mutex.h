@@ -10,6 +10,7 @@
 #define FENCING_KEYED_MUTEX_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -46,10 +47,18 @@ class KeyedMutex {
     Lock(const Lock&) = delete;
     Lock& operator=(const Lock&) = delete;
 
+    // The key's lock if no one holds it, without waiting; std::nullopt if
+    // someone does.
+    static std::optional<Lock> TryLock(KeyedMutex* owner,
+                                       absl::string_view key);
+
     // Releases the key now, on any thread.
     void Release();
 
    private:
+    // Adopts `entry`, already held and counted as a user.
+    Lock(KeyedMutex* owner, std::string key, Entry* entry);
+
     KeyedMutex* owner_;
     std::string key_;
     Entry* entry_ = nullptr;

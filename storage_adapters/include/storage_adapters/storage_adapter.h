@@ -75,6 +75,11 @@ class StorageAdapter {
                           OpResults* results, ApplyCallback done) {
     std::move(done)(Apply(target, ops, results));
   }
+
+  // True if ApplyAsync() never blocks the calling thread (it queues the
+  // write, or does only in-memory work), so that the gateway may call it
+  // from gRPC's threads. The default ApplyAsync() runs Apply(), so false.
+  virtual bool ApplyAsyncNeverBlocks() const { return false; }
 };
 
 }  // namespace fencegate
