@@ -151,30 +151,34 @@ grpc::ServerUnaryReactor* GatewayService::Write(
       if (TryWriteHere(write)) return reactor;
       DomainExecutor::Lane held = std::move(*write->lane);
       write->lane.reset();
-      executor_->PostWithLane(
-          std::move(held),
-          [this, write = std::move(write)](DomainExecutor::Lane lane) mutable {
-            write->lane.emplace(std::move(lane));
-            RunWrite(std::move(write));
-          });
+      executor_->PostWithLane(std::move(held), OnPool(std::move(write)));
       return reactor;
     }
   }
-  const std::string& lane_domain = write->domain;
-  executor_->PostHeld(lane_domain, [this, write = std::move(write)](
-                                       DomainExecutor::Lane lane) mutable {
+  const std::string& domain_of_write = write->domain;  // Moves with it.
+  auto work = OnPool(std::move(write));
+  executor_->PostHeld(domain_of_write, std::move(work));
+  return reactor;
+}
+
+Fencer::AsyncApply GatewayService::ApplyOf(PendingWrite* w) {
+  return [w](Fencer::Applied applied) {
+    w->adapter->ApplyAsync(w->target, w->request->ops(),
+                           w->response->mutable_results(), std::move(applied));
+  };
+}
+
+absl::AnyInvocable<void(DomainExecutor::Lane) &&> GatewayService::OnPool(
+    std::unique_ptr<PendingWrite> write) {
+  return [this, write = std::move(write)](DomainExecutor::Lane lane) mutable {
     write->lane.emplace(std::move(lane));
     RunWrite(std::move(write));
-  });
-  return reactor;
+  };
 }
 
 bool GatewayService::TryWriteHere(std::unique_ptr<PendingWrite>& write) {
   PendingWrite* w = write.get();
-  Fencer::AsyncApply apply = [w](Fencer::Applied applied) {
-    w->adapter->ApplyAsync(w->target, w->request->ops(),
-                           w->response->mutable_results(), std::move(applied));
-  };
+  Fencer::AsyncApply apply = ApplyOf(w);
   // Owns the write if the fencer takes it; it stays `write`'s if not.
   Fencer::DecisionCallback done = [this,
                                    w](absl::StatusOr<FenceDecision> decision) {
@@ -196,17 +200,11 @@ void GatewayService::RunWrite(std::unique_ptr<PendingWrite> write) {
     return;
   }
   PendingWrite* w = write.get();
-  fencer_->ExecuteAsync(
-      w->domain, w->request->token(),
-      [w](Fencer::Applied applied) {
-        w->adapter->ApplyAsync(w->target, w->request->ops(),
-                               w->response->mutable_results(),
-                               std::move(applied));
-      },
-      [this, write = std::move(write)](
-          absl::StatusOr<FenceDecision> decision) mutable {
-        Reply(std::move(write), std::move(decision));
-      });
+  fencer_->ExecuteAsync(w->domain, w->request->token(), ApplyOf(w),
+                        [this, write = std::move(write)](
+                            absl::StatusOr<FenceDecision> decision) mutable {
+                          Reply(std::move(write), std::move(decision));
+                        });
 }
 
 void GatewayService::Reply(std::unique_ptr<PendingWrite> write,

@@ -50,6 +50,11 @@ class GatewayService final : public v1::Gateway::CallbackService {
   bool TryWriteHere(std::unique_ptr<PendingWrite>& write);
   // Checks, records and applies the write, then replies; on the I/O pool.
   void RunWrite(std::unique_ptr<PendingWrite> write);
+  // Pool work that runs RunWrite(write) with the domain's Lane.
+  absl::AnyInvocable<void(DomainExecutor::Lane) &&> OnPool(
+      std::unique_ptr<PendingWrite> write);
+  // The write's apply for the Fencer: its adapter's ApplyAsync.
+  static Fencer::AsyncApply ApplyOf(PendingWrite* w);
   // Finishes the RPC, then releases the write's domain.
   void Reply(std::unique_ptr<PendingWrite> write,
              absl::StatusOr<FenceDecision> decision);
