@@ -302,15 +302,25 @@ TEST_F(PostgresAdapterTest, RecoversAfterServerRestart) {
   EXPECT_EQ(Count(), 2);
 }
 
+// Starts a gateway process whose route "db" is `uri`, and a stub for it.
+void StartGateway(const std::string& data_dir, const std::string& uri,
+                  std::unique_ptr<GatewayProcess>* process,
+                  std::unique_ptr<v1::Gateway::Stub>* stub) {
+  auto started = GatewayProcess::Start(data_dir, {"--route=db=" + uri});
+  ASSERT_TRUE(started.ok()) << started.status();
+  *process = *std::move(started);
+  *stub = v1::Gateway::NewStub(grpc::CreateChannel(
+      (*process)->address(), grpc::InsecureChannelCredentials()));
+}
+
 // The same through a gateway process: UNAVAILABLE while PostgreSQL is
 // down, and the gateway recovers on its own once it is back.
 TEST_F(PostgresAdapterTest, GatewayRecoversAfterServerRestart) {
   testing::TempDir dir;
-  auto gateway = GatewayProcess::Start(dir.path() + "/g",
-                                       {"--route=db=" + server_->Uri()});
-  ASSERT_TRUE(gateway.ok()) << gateway.status();
-  auto stub = v1::Gateway::NewStub(grpc::CreateChannel(
-      (*gateway)->address(), grpc::InsecureChannelCredentials()));
+  std::unique_ptr<GatewayProcess> gateway;
+  std::unique_ptr<v1::Gateway::Stub> stub;
+  ASSERT_NO_FATAL_FAILURE(
+      StartGateway(dir.path() + "/g", server_->Uri(), &gateway, &stub));
   auto write = [&](int64_t id) {
     v1::WriteRequest request;
     request.set_domain("d");
@@ -338,11 +348,10 @@ TEST_F(PostgresAdapterTest, GatewayRecoversAfterServerRestart) {
 // Every fencing rule holds on each.
 TEST_F(PostgresAdapterTest, GatewayKeepsTheRulesOnEveryPath) {
   testing::TempDir dir;
-  auto gateway = GatewayProcess::Start(dir.path() + "/g",
-                                       {"--route=db=" + server_->Uri()});
-  ASSERT_TRUE(gateway.ok()) << gateway.status();
-  auto stub = v1::Gateway::NewStub(grpc::CreateChannel(
-      (*gateway)->address(), grpc::InsecureChannelCredentials()));
+  std::unique_ptr<GatewayProcess> gateway;
+  std::unique_ptr<v1::Gateway::Stub> stub;
+  ASSERT_NO_FATAL_FAILURE(
+      StartGateway(dir.path() + "/g", server_->Uri(), &gateway, &stub));
   auto write = [&](uint64_t token, int64_t id, v1::WriteResponse* response) {
     v1::WriteRequest request;
     request.set_domain("d");
