@@ -5,10 +5,11 @@
 // one at a time in posting order, so a busy domain occupies at most one pool
 // thread; after each item a busy domain goes to the back of the pool's queue,
 // so it never starves the others. (A lane exists only while its domain has
-// work: an idle domain costs nothing, and the first write of an idle domain
-// goes straight to the pool.) Work that finishes later, on another thread
-// (a write whose storage completes it), keeps its domain busy until it
-// releases the Lane it was given.
+// work: an idle domain costs nothing, and the first work of an idle domain
+// goes straight to the pool, or runs on the caller's thread if the caller
+// takes the domain's Lane with TryAcquire.) Work that finishes later, on
+// another thread (a write whose storage completes it), keeps its domain
+// busy until it releases the Lane it was given.
 
 #ifndef GATEWAY_DOMAIN_EXECUTOR_H_
 #define GATEWAY_DOMAIN_EXECUTOR_H_
@@ -26,9 +27,11 @@
 
 namespace fencegate {
 
-// Thread safety: Post() and PostAny() are safe from any thread, including
-// from work running on the pool. Join() must be called once, after the last
-// Post().
+// Thread safety: Post(), PostHeld(), TryAcquire(), PostWithLane(), PostAny()
+// and Lane::Release() are safe from any thread, including from work
+// running on the pool. Every Lane must be released before Join() (the
+// pool does not wait for Lanes held elsewhere). Join() must be called once,
+// after the last Post().
 class DomainExecutor {
  public:
   explicit DomainExecutor(size_t threads);

@@ -195,8 +195,10 @@ void GatewayService::RunWrite(std::unique_ptr<PendingWrite> write) {
   if (write->context->IsCancelled()) {
     // The client gave up (deadline, cancel, shutdown) while the write
     // waited for its domain: do not apply what nobody will hear about.
-    write->reactor->Finish(grpc::Status(grpc::StatusCode::CANCELLED,
-                                        "cancelled before it was applied"));
+    grpc::ServerUnaryReactor* reactor = write->reactor;
+    write.reset();  // Releases the domain first, as in Reply.
+    reactor->Finish(grpc::Status(grpc::StatusCode::CANCELLED,
+                                 "cancelled before it was applied"));
     return;
   }
   PendingWrite* w = write.get();
@@ -215,8 +217,12 @@ void GatewayService::Reply(std::unique_ptr<PendingWrite> write,
     ToProto(decision->fence, write->response->mutable_fence());
     write->response->set_fence_advanced(decision->advanced);
   }
-  write->reactor->Finish(ToGrpcStatus(decision.status()));
-  // The domain's next write may start (the Lane is released with `write`).
+  grpc::ServerUnaryReactor* reactor = write->reactor;
+  // Release the domain before finishing: once the RPC is finished the
+  // server may shut down and destroy the executor, while this may run on
+  // an adapter's thread that the executor does not wait for.
+  write.reset();
+  reactor->Finish(ToGrpcStatus(decision.status()));
 }
 
 grpc::ServerUnaryReactor* GatewayService::Fence(

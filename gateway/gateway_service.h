@@ -55,7 +55,8 @@ class GatewayService final : public v1::Gateway::CallbackService {
       std::unique_ptr<PendingWrite> write);
   // The write's apply for the Fencer: its adapter's ApplyAsync.
   static Fencer::AsyncApply ApplyOf(PendingWrite* w);
-  // Finishes the RPC, then releases the write's domain.
+  // Releases the write's domain, then finishes the RPC (after which the
+  // server may be destroyed).
   void Reply(std::unique_ptr<PendingWrite> write,
              absl::StatusOr<FenceDecision> decision);
 

@@ -187,6 +187,67 @@ TEST_F(PostgresBatchTest, BatchInterruptedBySessionEndIsRetried) {
   EXPECT_EQ(Count(), kWrites + 1);
 }
 
+// An ERROR whose SQLSTATE speaks of connections (08006 here, as dblink
+// raises when its remote is down) ends only its own write: the server ran
+// and committed the writes after it in the batch, so they must not be sent
+// again (each would then be applied twice; here the second insert of a key
+// would fail).
+TEST_F(PostgresBatchTest, ConnectionErrorCodeOfOneWriteIsNotASessionEnd) {
+  constexpr int kWrites = 3;
+  auto one_connection = MakeAdapter("pool_size=1");
+  ASSERT_OK(Apply(one_connection.get(), "warm", 1,
+                  {Sql("INSERT INTO jobs (id) VALUES (100)")}));
+  absl::Mutex mu;
+  int queued = 0;
+  absl::Notification first_batch;
+  std::vector<size_t> batch_sizes;
+  SyncPoint::Get()->SetCallback("PostgresAdapter::ApplyAsync:Queued",
+                                [&](void*) {
+                                  absl::MutexLock lock(&mu);
+                                  ++queued;
+                                });
+  SyncPoint::Get()->SetCallback(
+      "PostgresAdapter::RunBatch:Start", [&](void* arg) {
+        absl::MutexLock lock(&mu);
+        batch_sizes.push_back(*static_cast<size_t*>(arg));
+        if (batch_sizes.size() != 1) return;
+        first_batch.Notify();
+        mu.Await(absl::Condition(
+            +[](int* q) { return *q >= kWrites + 1; }, &queued));
+      });
+  std::vector<absl::Status> outcomes(kWrites + 1);
+  std::vector<std::thread> threads;
+  // Write 0 holds the connection; 1 fails with 08006; 2 and 3 follow it in
+  // the same batch.
+  for (int k = 0; k <= kWrites; ++k) {
+    threads.emplace_back([&, k] {
+      std::vector<v1::Operation> ops;
+      if (k == 1) {
+        ops.push_back(
+            Sql("DO $$ BEGIN RAISE EXCEPTION 'remote down' USING ERRCODE = "
+                "'08006'; END $$"));
+      } else {
+        ops.push_back(Sql("INSERT INTO jobs (id) VALUES ($1)", {Int(k)}));
+      }
+      outcomes[k] =
+          Apply(one_connection.get(), absl::StrCat("c", k), 1, std::move(ops));
+    });
+    if (k == 0) first_batch.WaitForNotification();
+  }
+  for (std::thread& t : threads) t.join();
+  SyncPoint::Get()->ClearAll();
+  ASSERT_EQ(batch_sizes.size(), 2u);
+  EXPECT_EQ(batch_sizes[1], static_cast<size_t>(kWrites));
+  EXPECT_OK(outcomes[0]);
+  EXPECT_THAT(outcomes[1], StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(outcomes[1].message(), HasSubstr("08006"));
+  for (int k = 2; k <= kWrites; ++k) {
+    EXPECT_TRUE(outcomes[k].ok()) << k << ": " << outcomes[k];
+    EXPECT_EQ(Count(absl::StrCat("id = ", k)), 1) << k;
+  }
+  EXPECT_EQ(StoredFence("c1"), 0);  // Rolled back with its statement.
+}
+
 // ApplyAsync never blocks its caller: it returns while the write is still
 // being sent (the sender is held at the batch's start), and while a second
 // write waits for the only connection. The sender thread reports both.
@@ -260,7 +321,7 @@ TEST_F(PostgresBatchTest, QueuedWriteGivesUpAfterPoolWait) {
                               {Sql("INSERT INTO jobs (id) VALUES (2)")});
   holder.join();
   EXPECT_THAT(waited, StatusIs(absl::StatusCode::kUnavailable));
-  EXPECT_THAT(waited.message(), HasSubstr("busy"));
+  EXPECT_THAT(waited.message(), HasSubstr("nothing was sent"));
   EXPECT_OK(slow);
   EXPECT_EQ(Count("id = 2"), 0);
   EXPECT_EQ(StoredFence("quick"), 0);

@@ -8,6 +8,7 @@
 #include <exception>
 #include <limits>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -253,6 +254,17 @@ PostgresAdapter::~PostgresAdapter() {
   }
   for (std::thread& t : senders) t.join();
   expirer_.join();
+  // Senders send everything queued before they stop; with none started,
+  // what is queued was never sent.
+  std::deque<std::unique_ptr<PendingWrite>> unsent;
+  {
+    absl::MutexLock lock(&queue_mu_);
+    unsent.swap(queue_);
+  }
+  for (std::unique_ptr<PendingWrite>& w : unsent) {
+    std::move(w->done)(absl::UnavailableError(
+        "postgres: the adapter was shut down before the write was sent"));
+  }
 }
 
 absl::Status PostgresAdapter::Validate(const WriteTarget& target,
@@ -338,27 +350,47 @@ void PostgresAdapter::ApplyAsync(const WriteTarget& target,
   w->results = results;
   w->done = std::move(done);
   w->queued_at = absl::Now();
-  absl::MutexLock lock(&queue_mu_);
-  queue_.push_back(std::move(w));
-  FENCEGATE_SYNC_POINT("PostgresAdapter::ApplyAsync:Queued");
-  if (idle_senders_ > 0) {
-    queue_cv_.Signal();
-  } else if (senders_.size() < static_cast<size_t>(options_.pool_size)) {
-    // Once per connection in the adapter's life.
-    senders_.emplace_back([this] { Send(); });
+  PendingWrite* queued = w.get();
+  {
+    absl::MutexLock lock(&queue_mu_);
+    queue_.push_back(std::move(w));
+    FENCEGATE_SYNC_POINT("PostgresAdapter::ApplyAsync:Queued");
+    if (idle_senders_ > wakeups_) {
+      ++wakeups_;
+      queue_cv_.Signal();
+      return;
+    }
+    if (stopping_ ||
+        senders_.size() >= static_cast<size_t>(options_.pool_size)) {
+      return;  // Every sender carries a batch and takes this write next.
+    }
+    try {
+      // Once per connection in the adapter's life.
+      senders_.emplace_back([this] { Send(); });
+      return;
+    } catch (const std::system_error&) {
+      if (!senders_.empty()) return;  // The others will take it.
+      auto it = std::find_if(queue_.begin(), queue_.end(),
+                             [&](const auto& p) { return p.get() == queued; });
+      w = std::move(*it);
+      queue_.erase(it);
+    }
   }
-  // Otherwise every sender carries a batch and takes this write next.
+  std::move(w->done)(absl::ResourceExhaustedError(
+      "postgres: cannot start a thread to send the write; nothing was sent"));
 }
 
 void PostgresAdapter::Send() {
-  absl::MutexLock lock(&queue_mu_);
+  // Nothing here throws but std::bad_alloc, which ends the process.
+  queue_mu_.Lock();
   while (true) {
     while (queue_.empty() && !stopping_) {
       ++idle_senders_;
       queue_cv_.Wait(&queue_mu_);
       --idle_senders_;
+      if (wakeups_ > 0) --wakeups_;
     }
-    if (queue_.empty()) return;  // Stopping, with nothing left to send.
+    if (queue_.empty()) break;  // Stopping, with nothing left to send.
     std::vector<std::unique_ptr<PendingWrite>> batch;
     std::vector<PendingWrite*> sending;
     while (!queue_.empty() && batch.size() < kMaxBatch) {
@@ -367,30 +399,30 @@ void PostgresAdapter::Send() {
       ++batch.back()->attempts;
       sending.push_back(batch.back().get());
     }
+    queue_mu_.Unlock();
+    RunBatch(sending);
     std::vector<std::unique_ptr<PendingWrite>> retries;
-    {
-      queue_mu_.Unlock();
-      RunBatch(sending);
-      for (std::unique_ptr<PendingWrite>& w : batch) {
-        if (!w->status.ok() && w->retryable && w->attempts < 2) {
-          // The connection broke before anything was committed: once more,
-          // on a fresh connection (PostgreSQL may have restarted).
-          w->results->Clear();
-          w->status = absl::OkStatus();
-          w->retryable = false;
-          w->stale = false;
-          retries.push_back(std::move(w));
-          continue;
-        }
-        std::move(w->done)(std::move(w->status));
+    for (std::unique_ptr<PendingWrite>& w : batch) {
+      if (!w->status.ok() && w->retryable && w->attempts < 2) {
+        // The server ended the session before anything of it was
+        // committed: once more, on a fresh connection (PostgreSQL may have
+        // restarted).
+        w->results->Clear();
+        w->status = absl::OkStatus();
+        w->retryable = false;
+        w->stale = false;
+        retries.push_back(std::move(w));
+        continue;
       }
-      queue_mu_.Lock();
+      std::move(w->done)(std::move(w->status));
     }
+    queue_mu_.Lock();
     for (auto it = retries.rbegin(); it != retries.rend(); ++it) {
       (*it)->queued_at = absl::Now();
       queue_.push_front(std::move(*it));
     }
   }
+  queue_mu_.Unlock();
 }
 
 void PostgresAdapter::ExpireQueued() {
@@ -423,8 +455,9 @@ void PostgresAdapter::ExpireQueued() {
     for (std::unique_ptr<PendingWrite>& w : expired) {
       // Never sent: nothing of it reached the database.
       std::move(w->done)(absl::UnavailableError(absl::StrCat(
-          "postgres ", options_.redacted_uri, ": all ", options_.pool_size,
-          " connections busy for ", absl::FormatDuration(wait))));
+          "postgres ", options_.redacted_uri, ": waited ",
+          absl::FormatDuration(wait), " for one of ", options_.pool_size,
+          " connections (all busy or connecting); nothing was sent")));
     }
     queue_mu_.Lock();
   }
@@ -570,8 +603,18 @@ PostgresAdapter::Ending PostgresAdapter::ReadWrite(PGconn* c, PendingWrite* w) {
       const char* state = r == nullptr
                               ? nullptr
                               : PQresultErrorField(r.get(), PG_DIAG_SQLSTATE);
-      if (state == nullptr || PQstatus(c) == CONNECTION_BAD ||
-          CodeForSqlState(state) == absl::StatusCode::kUnavailable) {
+      // FATAL or PANIC: the server ended the session while it ran query q
+      // (e.g. 57P01 on shutdown or pg_terminate_backend), so it ran nothing
+      // after it. An ERROR, whatever its SQLSTATE (an 08xxx from dblink,
+      // say), ends only its own write, and the server goes on to the next.
+      const char* severity =
+          r == nullptr
+              ? nullptr
+              : PQresultErrorField(r.get(), PG_DIAG_SEVERITY_NONLOCALIZED);
+      const bool session_ended =
+          severity != nullptr && (std::string_view(severity) == "FATAL" ||
+                                  std::string_view(severity) == "PANIC");
+      if (state == nullptr || session_ended) {
         w->results->Clear();
         if (failed) return Ending::kLost;  // Rolled back: w->status is set.
         if (state == nullptr) {
@@ -581,8 +624,6 @@ PostgresAdapter::Ending PostgresAdapter::ReadWrite(PGconn* c, PendingWrite* w) {
               ConnectionError(c)));
           return Ending::kLost;
         }
-        // The server ended the session with an error (e.g. 57P01 on
-        // shutdown) while it ran query q: it never reached the sync.
         w->status = SqlErrorStatus(state, PQresultErrorMessage(r.get()), q - 1);
         w->retryable = true;
         return Ending::kEndedBeforeSync;

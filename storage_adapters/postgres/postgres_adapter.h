@@ -22,13 +22,14 @@
 // waits in a queue and goes out with the next batch (up to kMaxBatch
 // Writes). Each Write in a batch ends with its own sync, so it stays its
 // own transaction: its errors roll back only itself. ApplyAsync never
-// blocks: it queues the write for the adapter's sender threads, one per
-// connection, each of which sends a batch, reports each write's outcome
-// and then sends the next batch. A write that waited pool_wait_ms for a
-// connection gives up with UNAVAILABLE without being sent (within a tenth of
-// pool_wait_ms more, at most 100 ms). So the database is authoritative for its
-// own data: gateways that do not share a fence store still never apply a stale
-// write.
+// waits for the database: it queues the write (taking the queue's mutex
+// for a moment, and starting a sender thread the first pool_size times)
+// for the adapter's sender threads, one per connection, each of which
+// sends a batch, reports each write's outcome and then sends the next. A write
+// that waited pool_wait_ms for a connection gives up with UNAVAILABLE without
+// being sent (within a tenth of pool_wait_ms more, at most 100 ms). So the
+// database is authoritative for its own data: gateways that do not share a
+// fence store still never apply a stale write.
 //
 // Statements must not control the transaction: BEGIN, COMMIT, ROLLBACK,
 // SAVEPOINT and the like are refused by Validate (INVALID_ARGUMENT), and a
@@ -132,6 +133,9 @@ class PostgresAdapter final : public StorageAdapter {
   absl::CondVar queue_cv_;  // Signalled when a write waits for a sender.
   std::vector<std::thread> senders_ ABSL_GUARDED_BY(queue_mu_);
   int idle_senders_ ABSL_GUARDED_BY(queue_mu_) = 0;
+  // Idle senders signalled that have not woken yet: a write that finds
+  // every idle sender already signalled starts another one instead.
+  int wakeups_ ABSL_GUARDED_BY(queue_mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(queue_mu_) = false;
   // Runs ExpireQueued(); last, so it starts after everything it uses.
   std::thread expirer_;

@@ -1,8 +1,9 @@
 // Copyright fencegate authors.
 //
-// KeyedMutex: one mutex per key (a fencing domain), created on first use and
+// KeyedMutex: a lock per key (a fencing domain), created on first use and
 // dropped when its last holder or waiter leaves, so memory follows the keys
-// in use, not every key ever seen. A held lock may be moved to another
+// in use, not every key ever seen. Each key's lock is a flag guarded by
+// one mutex, so it is not tied to a thread. A held lock may be moved to another
 // thread and released there (a write that completes asynchronously holds
 // its domain until its completion runs).
 
@@ -34,7 +35,7 @@ class KeyedMutex {
   KeyedMutex(const KeyedMutex&) = delete;
   KeyedMutex& operator=(const KeyedMutex&) = delete;
 
-  // Holds the key's mutex until Release() or destruction, whichever comes
+  // Holds the key's lock until Release() or destruction, whichever comes
   // first; a moved-from Lock holds nothing. `sync_point`, if not null, is
   // processed after registering as a user and before blocking on the lock.
   class Lock {
