@@ -2,6 +2,9 @@
 
 #include "gateway/domain_executor.h"
 
+#include <cstdio>
+#include <cstdlib>
+
 #include "boost/asio/post.hpp"
 
 namespace fencegate {
@@ -97,6 +100,14 @@ void DomainExecutor::PostAny(absl::AnyInvocable<void() &&> work) {
 void DomainExecutor::Join() {
   joined_ = true;
   pool_.join();
+  absl::MutexLock lock(&mu_);
+  if (!lanes_.empty()) {
+    // A Lane outlives the executor: its release would touch freed memory.
+    std::fprintf(stderr,
+                 "FATAL domain executor: %zu domain(s) still held at Join\n",
+                 lanes_.size());
+    std::abort();
+  }
 }
 
 }  // namespace fencegate
