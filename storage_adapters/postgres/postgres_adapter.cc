@@ -242,7 +242,11 @@ PostgresAdapter::PostgresAdapter(PostgresAdapterOptions options)
                     "preparing the fence upsert: ", ConnectionError(c.raw())));
               }
             }),
-      expirer_([this] { ExpireQueued(); }) {}
+      expirer_([this] { ExpireQueued(); }) {
+  absl::MutexLock lock(&queue_mu_);
+  // Starting a sender then allocates nothing but the thread.
+  senders_.reserve(static_cast<size_t>(options_.pool_size));
+}
 
 PostgresAdapter::~PostgresAdapter() {
   std::vector<std::thread> senders;

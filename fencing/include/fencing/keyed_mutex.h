@@ -49,7 +49,8 @@ class KeyedMutex {
     Lock& operator=(const Lock&) = delete;
 
     // The key's lock if no one holds it, without waiting; std::nullopt if
-    // someone does.
+    // someone does. It may be taken ahead of a thread already waiting in
+    // the constructor (which waits for the lock to be free, not in turn).
     static std::optional<Lock> TryLock(KeyedMutex* owner,
                                        absl::string_view key);
 
