@@ -45,6 +45,46 @@ TEST_F(PostgresBatchTest, ConcurrentFirstConnectionsAllSucceed) {
 }
 
 #ifdef FENCEGATE_SYNC_POINTS
+// Holds the first batch a sender starts until `writes` writes have been
+// queued in all, so that the writes queued behind it travel together in
+// the next batch; records every batch's size. Start the first write, call
+// WaitForFirstBatch(), then start the rest.
+class FirstBatchHold {
+ public:
+  explicit FirstBatchHold(int writes) : writes_(writes) {
+    SyncPoint::Get()->SetCallback("PostgresAdapter::ApplyAsync:Queued",
+                                  [this](void*) {
+                                    absl::MutexLock lock(&mu_);
+                                    ++queued_;
+                                  });
+    SyncPoint::Get()->SetCallback(
+        "PostgresAdapter::RunBatch:Start", [this](void* arg) {
+          absl::MutexLock lock(&mu_);
+          sizes_.push_back(*static_cast<size_t*>(arg));
+          if (sizes_.size() != 1) return;
+          first_.Notify();
+          auto all_queued = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+            return queued_ >= writes_;
+          };
+          mu_.Await(absl::Condition(&all_queued));
+        });
+  }
+  ~FirstBatchHold() { SyncPoint::Get()->ClearAll(); }
+
+  void WaitForFirstBatch() { first_.WaitForNotification(); }
+  std::vector<size_t> sizes() {
+    absl::MutexLock lock(&mu_);
+    return sizes_;
+  }
+
+ private:
+  const int writes_;
+  absl::Mutex mu_;
+  int queued_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<size_t> sizes_ ABSL_GUARDED_BY(mu_);
+  absl::Notification first_;
+};
+
 // Concurrent Writes share a round trip: with one connection, the first
 // batch is held until every write is queued, so the rest travel together.
 // Each stays its own transaction: a stale write and a failing write in the
@@ -62,25 +102,7 @@ TEST_F(PostgresBatchTest, BatchedWritesKeepTheirOwnOutcomes) {
     Exec(absl::StrCat("INSERT INTO jobs (id) VALUES (", 1000 + k, ")"));
   }
   auto one_connection = MakeAdapter("pool_size=1");
-  absl::Mutex mu;
-  int queued = 0;
-  std::vector<size_t> batch_sizes;
-  SyncPoint::Get()->SetCallback("PostgresAdapter::ApplyAsync:Queued",
-                                [&](void*) {
-                                  absl::MutexLock lock(&mu);
-                                  ++queued;
-                                });
-  absl::Notification first_batch;
-  SyncPoint::Get()->SetCallback(
-      "PostgresAdapter::RunBatch:Start", [&](void* arg) {
-        absl::MutexLock lock(&mu);
-        batch_sizes.push_back(*static_cast<size_t*>(arg));
-        if (batch_sizes.size() == 1) {
-          first_batch.Notify();
-          mu.Await(absl::Condition(
-              +[](int* q) { return *q >= kWrites; }, &queued));
-        }
-      });
+  FirstBatchHold hold(kWrites);
   std::vector<absl::Status> outcomes(kWrites);
   std::vector<std::thread> threads;
   for (int k = 0; k < kWrites; ++k) {
@@ -92,13 +114,12 @@ TEST_F(PostgresBatchTest, BatchedWritesKeepTheirOwnOutcomes) {
                 {Sql("INSERT INTO jobs (id) VALUES ($1)", {Int(id)})});
     });
     // The first write travels alone; the rest queue behind it.
-    if (k == 0) first_batch.WaitForNotification();
+    if (k == 0) hold.WaitForFirstBatch();
   }
   for (std::thread& t : threads) t.join();
-  SyncPoint::Get()->ClearAll();
 
-  ASSERT_EQ(batch_sizes.size(), 2u);
-  EXPECT_EQ(batch_sizes[1], static_cast<size_t>(kWrites - 1));
+  ASSERT_EQ(hold.sizes().size(), 2u);
+  EXPECT_EQ(hold.sizes()[1], static_cast<size_t>(kWrites - 1));
   for (int k = 0; k < kWrites; ++k) {
     const std::string domain = absl::StrCat("b", k);
     if (k % 3 == 0) {
@@ -129,29 +150,15 @@ TEST_F(PostgresBatchTest, BatchInterruptedBySessionEndIsRetried) {
   auto one_connection = MakeAdapter("pool_size=1");
   ASSERT_OK(Apply(one_connection.get(), "warm", 1,
                   {Sql("INSERT INTO jobs (id) VALUES (100)")}));
+  FirstBatchHold hold(kWrites);
   absl::Mutex mu;
-  int queued = 0;
   bool terminated = false;
-  SyncPoint::Get()->SetCallback("PostgresAdapter::ApplyAsync:Queued",
-                                [&](void*) {
-                                  absl::MutexLock lock(&mu);
-                                  ++queued;
-                                });
-  int batches = 0;
-  absl::Notification first_batch;
-  SyncPoint::Get()->SetCallback("PostgresAdapter::RunBatch:Start", [&](void*) {
-    absl::MutexLock lock(&mu);
-    if (++batches != 1) return;
-    first_batch.Notify();
-    mu.Await(absl::Condition(
-        +[](int* q) { return *q >= kWrites; }, &queued));
-  });
   SyncPoint::Get()->SetCallback(
       "PostgresAdapter::Apply:BeforeCommit", [&](void*) {
         {
           absl::MutexLock lock(&mu);
           // The second batch carries the writes queued behind the first.
-          if (terminated || batches != 2) return;
+          if (terminated || hold.sizes().size() != 2) return;
           terminated = true;
         }
         Exec(
@@ -176,7 +183,7 @@ TEST_F(PostgresBatchTest, BatchInterruptedBySessionEndIsRetried) {
                           {Sql("INSERT INTO jobs (id) VALUES ($1)", {Int(k)})});
     });
     // The first write travels alone; the rest queue behind it.
-    if (k == 0) first_batch.WaitForNotification();
+    if (k == 0) hold.WaitForFirstBatch();
   }
   for (std::thread& t : threads) t.join();
   SyncPoint::Get()->ClearAll();
@@ -197,24 +204,7 @@ TEST_F(PostgresBatchTest, ConnectionErrorCodeOfOneWriteIsNotASessionEnd) {
   auto one_connection = MakeAdapter("pool_size=1");
   ASSERT_OK(Apply(one_connection.get(), "warm", 1,
                   {Sql("INSERT INTO jobs (id) VALUES (100)")}));
-  absl::Mutex mu;
-  int queued = 0;
-  absl::Notification first_batch;
-  std::vector<size_t> batch_sizes;
-  SyncPoint::Get()->SetCallback("PostgresAdapter::ApplyAsync:Queued",
-                                [&](void*) {
-                                  absl::MutexLock lock(&mu);
-                                  ++queued;
-                                });
-  SyncPoint::Get()->SetCallback(
-      "PostgresAdapter::RunBatch:Start", [&](void* arg) {
-        absl::MutexLock lock(&mu);
-        batch_sizes.push_back(*static_cast<size_t*>(arg));
-        if (batch_sizes.size() != 1) return;
-        first_batch.Notify();
-        mu.Await(absl::Condition(
-            +[](int* q) { return *q >= kWrites + 1; }, &queued));
-      });
+  FirstBatchHold hold(kWrites + 1);
   std::vector<absl::Status> outcomes(kWrites + 1);
   std::vector<std::thread> threads;
   // Write 0 holds the connection; 1 fails with 08006; 2 and 3 follow it in
@@ -232,12 +222,11 @@ TEST_F(PostgresBatchTest, ConnectionErrorCodeOfOneWriteIsNotASessionEnd) {
       outcomes[k] =
           Apply(one_connection.get(), absl::StrCat("c", k), 1, std::move(ops));
     });
-    if (k == 0) first_batch.WaitForNotification();
+    if (k == 0) hold.WaitForFirstBatch();
   }
   for (std::thread& t : threads) t.join();
-  SyncPoint::Get()->ClearAll();
-  ASSERT_EQ(batch_sizes.size(), 2u);
-  EXPECT_EQ(batch_sizes[1], static_cast<size_t>(kWrites));
+  ASSERT_EQ(hold.sizes().size(), 2u);
+  EXPECT_EQ(hold.sizes()[1], static_cast<size_t>(kWrites));
   EXPECT_OK(outcomes[0]);
   EXPECT_THAT(outcomes[1], StatusIs(absl::StatusCode::kUnavailable));
   EXPECT_THAT(outcomes[1].message(), HasSubstr("08006"));
