@@ -133,8 +133,8 @@ TEST(DomainExecutorTest, TryAcquireTakesOnlyAnIdleDomain) {
     handed->Release();
   }
   posted_ran.WaitForNotification();
+  executor.Join();  // The posted item has returned: "d" is idle again.
   EXPECT_TRUE(executor.TryAcquire("d").has_value());
-  executor.Join();
 }
 
 }  // namespace
