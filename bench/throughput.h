@@ -14,7 +14,8 @@
 namespace fencegate::bench {
 
 struct ThroughputOptions {
-  // direct, pgbouncer, gateway-pg, gateway-file, gateway-noop.
+  // direct, direct-fenced, pgbouncer, gateway-pg, gateway-file, gateway-noop,
+  // grpc-floor.
   std::vector<std::string> targets;
   std::vector<int> clients = {1, 16, 64};
   // steady (a holder keeps its token) and/or advancing (each write raises).
