@@ -1,0 +1,58 @@
+// Copyright fencegate authors.
+//
+// SQL text and libpq results, for the PostgreSQL adapter: reading a
+// statement's first keyword, turning request values into libpq's text
+// parameters and results into response messages, and SQL errors into
+// absl::Status with a SqlError detail. Pure functions, safe from any
+// thread.
+
+#ifndef STORAGE_ADAPTERS_POSTGRES_SQL_TEXT_H_
+#define STORAGE_ADAPTERS_POSTGRES_SQL_TEXT_H_
+
+#include <libpq-fe.h>
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "fencegate/v1/gateway.pb.h"
+
+namespace fencegate::postgres {
+
+// The first keyword of `sql`, upper-cased, after whitespace and comments
+// (PostgreSQL's block comments nest); where it ends in *end if not null.
+std::string FirstKeyword(absl::string_view sql, size_t* end = nullptr);
+
+// True for statements that begin, end or split a transaction. `first` is
+// the statement's first keyword, `rest` what follows it.
+bool IsTransactionControl(const std::string& first, absl::string_view rest);
+
+// `v` in PostgreSQL's text input format ("" for NULL, which the caller
+// sends as a null pointer).
+std::string ParamText(const v1::SqlValue& v);
+
+// `what` without trailing newlines and spaces.
+std::string Trimmed(const char* what);
+
+// The status code for a SQLSTATE (docs/postgres.md lists them).
+absl::StatusCode CodeForSqlState(const std::string& state);
+
+// The status for a SQL error of operation `op_index` (-1: the fence
+// table), with a fencegate.v1.SqlError detail.
+absl::Status SqlErrorStatus(const std::string& state, const char* message,
+                            int op_index);
+
+// libpq's last error on `c`, or "connection closed".
+std::string ConnectionError(PGconn* c);
+
+// Appends `r` to `out`: row count, columns and at most *rows_left rows
+// (then truncated), counting *rows_left down.
+void AddResult(const PGresult* r, int64_t* rows_left, v1::SqlResult* out);
+
+// `table` or `schema.table`, double-quoted.
+std::string QuoteTable(const std::string& table);
+
+}  // namespace fencegate::postgres
+
+#endif  // STORAGE_ADAPTERS_POSTGRES_SQL_TEXT_H_
