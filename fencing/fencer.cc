@@ -16,6 +16,24 @@ Fencer::Fencer(FenceStore* store, Clock* clock)
 
 Fencer::~Fencer() = default;
 
+namespace {
+
+// Only the domain's lock raises the domain in this process; a fence other
+// than `token` after a raise means the store's state moved under us: a
+// broken invariant.
+void CheckRaised(absl::string_view domain, uint64_t token,
+                 const FenceState& raised) {
+  if (raised.highest_token == token) return;
+  std::fprintf(stderr,
+               "FATAL fencer: raising domain \"%.*s\" to %llu left %llu\n",
+               static_cast<int>(domain.size()), domain.data(),
+               static_cast<unsigned long long>(token),
+               static_cast<unsigned long long>(raised.highest_token));
+  std::abort();
+}
+
+}  // namespace
+
 absl::StatusOr<FenceDecision> Fencer::CheckAndRecord(absl::string_view domain,
                                                      uint64_t token) {
   absl::StatusOr<FenceState> current = store_->Get(domain);
@@ -30,16 +48,7 @@ absl::StatusOr<FenceDecision> Fencer::CheckAndRecord(absl::string_view domain,
     absl::StatusOr<FenceState> raised =
         store_->Raise(domain, token, clock_->Now());
     if (!raised.ok()) return raised.status();
-    if (raised->highest_token != token) {
-      // Only this lock raises the domain in this process; a different value
-      // means the store's state moved under us: a broken invariant.
-      std::fprintf(stderr,
-                   "FATAL fencer: raising domain \"%.*s\" to %llu left %llu\n",
-                   static_cast<int>(domain.size()), domain.data(),
-                   static_cast<unsigned long long>(token),
-                   static_cast<unsigned long long>(raised->highest_token));
-      std::abort();
-    }
+    CheckRaised(domain, token, *raised);
     decision.fence = *std::move(raised);
     decision.advanced = true;
   } else {
@@ -81,7 +90,14 @@ bool Fencer::TryExecuteAsync(absl::string_view domain, uint64_t token,
       KeyedMutex::Lock::TryLock(&domain_locks_, domain);
   if (!domain_lock.has_value()) return false;
   std::optional<FenceState> current = store_->GetCached(domain);
-  if (!current.has_value() || token > current->highest_token) return false;
+  if (!current.has_value()) return false;
+  if (token > current->highest_token) {
+    if (!store_->RaiseAsyncNeverBlocks()) return false;
+    FENCEGATE_SYNC_POINT_ARG("Fencer::Execute:AfterCheck", &token);
+    RaiseThenApply(*std::move(domain_lock), domain, token, std::move(apply),
+                   std::move(done));
+    return true;
+  }
   if (token < current->highest_token) {
     domain_lock->Release();
     std::move(done)(StaleTokenError(domain, token, current->highest_token));
@@ -93,6 +109,27 @@ bool Fencer::TryExecuteAsync(absl::string_view domain, uint64_t token,
   ApplyHolding(*std::move(domain_lock), token, std::move(decision),
                std::move(apply), std::move(done));
   return true;
+}
+
+void Fencer::RaiseThenApply(KeyedMutex::Lock domain_lock,
+                            absl::string_view domain, uint64_t token,
+                            AsyncApply apply, DecisionCallback done) {
+  store_->RaiseAsync(
+      domain, token, clock_->Now(),
+      [token, domain_lock = std::move(domain_lock), apply = std::move(apply),
+       done = std::move(done)](absl::StatusOr<FenceState> raised) mutable {
+        if (!raised.ok()) {
+          domain_lock.Release();
+          std::move(done)(raised.status());
+          return;
+        }
+        CheckRaised(raised->domain, token, *raised);
+        FenceDecision decision;
+        decision.fence = *std::move(raised);
+        decision.advanced = true;
+        ApplyHolding(std::move(domain_lock), token, std::move(decision),
+                     std::move(apply), std::move(done));
+      });
 }
 
 void Fencer::ApplyHolding(KeyedMutex::Lock domain_lock, uint64_t token,

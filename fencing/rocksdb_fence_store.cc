@@ -5,14 +5,18 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
+#include <system_error>
+#include <thread>
 #include <vector>
 
 #include "absl/base/internal/endian.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "fencegate/v1/lease.pb.h"
-#include "fencing/keyed_mutex.h"
 #include "fencing/sync_point.h"
 #include "rocksdb/db.h"
 #include "rocksdb/options.h"
@@ -59,10 +63,37 @@ absl::Status FromRocks(const rocksdb::Status& s, absl::string_view what) {
   return absl::UnavailableError(msg);
 }
 
+// Every write of a fence key goes through one commit thread: Raise(),
+// RaiseAsync() and GrantLease() queue a rise, and the thread takes all the
+// rises queued while it was busy, decides each against the fence before it
+// (the group's own earlier rises included), writes the group as one batch
+// with one synced WAL write, updates the cache, and then reports to each
+// caller in queue order. One fsync thus serves every rise that arrived
+// during the previous one, however many threads or none are waiting, and
+// the single writer makes each read-compare-write atomic.
 class RocksDbFenceStore final : public RocksDbStore {
  public:
   explicit RocksDbFenceStore(std::unique_ptr<rocksdb::DB> db)
       : db_(std::move(db)) {}
+
+  // Reports every queued rise (made durable) before returning.
+  ~RocksDbFenceStore() override {
+    {
+      absl::MutexLock lock(&queue_mu_);
+      stopping_ = true;
+    }
+    if (committer_.joinable()) committer_.join();
+  }
+
+  absl::Status Start() {
+    try {
+      committer_ = std::thread([this] { CommitLoop(); });
+    } catch (const std::system_error& e) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "fence store: cannot start its commit thread: ", e.what()));
+    }
+    return absl::OkStatus();
+  }
 
   absl::StatusOr<FenceState> Get(absl::string_view domain) override {
     {
@@ -80,7 +111,7 @@ class RocksDbFenceStore final : public RocksDbStore {
       return st;
     }
     absl::MutexLock lock(&cache_mu_);
-    // A concurrent Raise may have cached a newer value; keep the higher one.
+    // A concurrent commit may have cached a newer value; keep the higher one.
     auto [it, inserted] = cache_.try_emplace(state.domain, state);
     return it->second;
   }
@@ -94,22 +125,28 @@ class RocksDbFenceStore final : public RocksDbStore {
 
   absl::StatusOr<FenceState> Raise(absl::string_view domain, uint64_t token,
                                    absl::Time at) override {
-    KeyedMutex::Lock domain_lock(&domain_locks_, domain);
-    absl::StatusOr<FenceState> current = Get(domain);
-    if (!current.ok()) return current.status();
-    if (token <= current->highest_token) return current;
-
-    rocksdb::WriteOptions write_options;
-    write_options.sync = true;  // The WAL is fsynced before Put returns.
-    rocksdb::Status s =
-        db_->Put(write_options, Key(domain), EncodeValue(token, at));
-    FENCEGATE_SYNC_POINT("RocksDbFenceStore::Raise:AfterSync");
-    if (!s.ok()) DieOnFailedSync(domain, s);
-    FenceState state{std::string(domain), token, at};
-    absl::MutexLock lock(&cache_mu_);
-    cache_.insert_or_assign(state.domain, state);
-    return state;
+    if (std::optional<FenceState> cached = GetCached(domain);
+        cached.has_value() && token <= cached->highest_token) {
+      return *std::move(cached);  // The cache only rises: nothing to write.
+    }
+    absl::StatusOr<FenceState> out;
+    Wait([&](absl::Notification* n) {
+      Enqueue(PendingRaise{std::string(domain), token, at, std::nullopt,
+                           [&out, n](absl::StatusOr<FenceState> r) {
+                             out = std::move(r);
+                             n->Notify();
+                           }});
+    });
+    return out;
   }
+
+  void RaiseAsync(absl::string_view domain, uint64_t token, absl::Time at,
+                  RaiseCallback done) override {
+    Enqueue(PendingRaise{std::string(domain), token, at, std::nullopt,
+                         std::move(done)});
+  }
+
+  bool RaiseAsyncNeverBlocks() const override { return true; }
 
   absl::StatusOr<std::vector<LeaseRecord>> LoadLeases() override {
     std::vector<LeaseRecord> leases;
@@ -136,25 +173,15 @@ class RocksDbFenceStore final : public RocksDbStore {
   }
 
   absl::Status GrantLease(const LeaseRecord& lease, absl::Time at) override {
-    KeyedMutex::Lock domain_lock(&domain_locks_, lease.name);
-    absl::StatusOr<FenceState> current = Get(lease.name);
-    if (!current.ok()) return current.status();
-    if (lease.token <= current->highest_token) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "lease store: token ", lease.token, " for \"", lease.name,
-          "\" is not above the fence ", current->highest_token));
-    }
-    rocksdb::WriteBatch batch;
-    batch.Put(Key(lease.name), EncodeValue(lease.token, at));
-    batch.Put(LeaseKey(lease.name), EncodeLease(lease));
-    rocksdb::WriteOptions write_options;
-    write_options.sync = true;
-    rocksdb::Status s = db_->Write(write_options, &batch);
-    if (!s.ok()) DieOnFailedSync(lease.name, s);
-    FenceState state{lease.name, lease.token, at};
-    absl::MutexLock lock(&cache_mu_);
-    cache_.insert_or_assign(state.domain, state);
-    return absl::OkStatus();
+    absl::Status out;
+    Wait([&](absl::Notification* n) {
+      Enqueue(PendingRaise{lease.name, lease.token, at, EncodeLease(lease),
+                           [&out, n](absl::StatusOr<FenceState> r) {
+                             out = r.status();
+                             n->Notify();
+                           }});
+    });
+    return out;
   }
 
   absl::Status RenewLease(const LeaseRecord& lease) override {
@@ -169,6 +196,17 @@ class RocksDbFenceStore final : public RocksDbStore {
   }
 
  private:
+  // A queued rise. With `lease`, a grant: the token must rise above the
+  // fence (FAILED_PRECONDITION otherwise), and the lease record is written
+  // in the same batch.
+  struct PendingRaise {
+    std::string domain;
+    uint64_t token = 0;
+    absl::Time at;
+    std::optional<std::string> lease;
+    RaiseCallback done;
+  };
+
   static std::string Key(absl::string_view domain) {
     return absl::StrCat(kKeyPrefix, domain);
   }
@@ -186,26 +224,116 @@ class RocksDbFenceStore final : public RocksDbStore {
     return stored.SerializeAsString();
   }
 
+  // Runs `enqueue` with a notification and waits for it. Called from the
+  // commit thread (a callback that raises), it would wait forever: abort.
+  void Wait(absl::FunctionRef<void(absl::Notification*)> enqueue) {
+    if (std::this_thread::get_id() == committer_.get_id()) {
+      std::fprintf(stderr,
+                   "FATAL fence store: a rise's callback waited for another "
+                   "rise on the commit thread\n");
+      std::abort();
+    }
+    absl::Notification n;
+    enqueue(&n);
+    n.WaitForNotification();
+  }
+
+  void Enqueue(PendingRaise raise) {
+    absl::MutexLock lock(&queue_mu_);
+    queue_.push_back(std::move(raise));
+  }
+
+  void CommitLoop() {
+    std::vector<PendingRaise> group;
+    for (;;) {
+      {
+        absl::MutexLock lock(&queue_mu_);
+        queue_mu_.Await(absl::Condition(
+            +[](RocksDbFenceStore* self)
+                 ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->queue_mu_) {
+                   return !self->queue_.empty() || self->stopping_;
+                 },
+            this));
+        if (queue_.empty()) return;  // Stopping, with nothing left.
+        group.swap(queue_);
+      }
+      CommitGroup(group);
+      group.clear();
+    }
+  }
+
+  // Decides, writes, syncs and reports one group, in queue order.
+  void CommitGroup(std::vector<PendingRaise>& group) {
+    std::vector<absl::StatusOr<FenceState>> results;
+    results.reserve(group.size());
+    // The group's own rises so far: a later rise of a domain is decided
+    // against them, not against the older cache.
+    absl::flat_hash_map<absl::string_view, FenceState> raised;
+    rocksdb::WriteBatch batch;
+    for (PendingRaise& r : group) {
+      absl::StatusOr<FenceState> current;
+      if (auto it = raised.find(r.domain); it != raised.end()) {
+        current = it->second;
+      } else {
+        current = Get(r.domain);
+      }
+      if (!current.ok() || r.token <= current->highest_token) {
+        if (current.ok() && r.lease.has_value()) {
+          current = absl::FailedPreconditionError(absl::StrCat(
+              "lease store: token ", r.token, " for \"", r.domain,
+              "\" is not above the fence ", current->highest_token));
+        }
+        results.push_back(std::move(current));
+        continue;
+      }
+      batch.Put(Key(r.domain), EncodeValue(r.token, r.at));
+      if (r.lease.has_value()) batch.Put(LeaseKey(r.domain), *r.lease);
+      FenceState state{r.domain, r.token, r.at};
+      raised.insert_or_assign(r.domain, state);
+      results.push_back(std::move(state));
+    }
+    if (!raised.empty()) {
+      FENCEGATE_SYNC_POINT("RocksDbFenceStore::Commit:BeforeWrite");
+      rocksdb::WriteOptions write_options;
+      write_options.sync = true;  // The WAL is fsynced before Write returns.
+      rocksdb::Status s = db_->Write(write_options, &batch);
+      FENCEGATE_SYNC_POINT("RocksDbFenceStore::Raise:AfterSync");
+      if (!s.ok()) DieOnFailedSync(raised.begin()->first, raised.size(), s);
+      absl::MutexLock lock(&cache_mu_);
+      for (const auto& [domain, state] : raised) {
+        cache_.insert_or_assign(state.domain, state);
+      }
+    }
+    for (size_t i = 0; i < group.size(); ++i) {
+      std::move(group[i].done)(std::move(results[i]));
+    }
+  }
+
   // After a failed sync the state on disk is unknown; continuing could serve
   // a fence that a restart rolls back. Crash, as PostgreSQL does on a failed
   // fsync, and let recovery read what is really durable.
   [[noreturn]] static void DieOnFailedSync(absl::string_view domain,
+                                           size_t domains,
                                            const rocksdb::Status& s) {
     std::fprintf(stderr,
-                 "FATAL fence store: cannot make fence of domain \"%.*s\" "
+                 "FATAL fence store: cannot make fence of domain \"%.*s\"%s "
                  "durable: %s\n",
                  static_cast<int>(domain.size()), domain.data(),
+                 domains > 1
+                     ? absl::StrCat(" (and ", domains - 1, " more)").c_str()
+                     : "",
                  s.ToString().c_str());
     std::abort();
   }
 
   const std::unique_ptr<rocksdb::DB> db_;
-  // Serializes Raise per domain, so that read-compare-write is atomic while
-  // different domains still share RocksDB's group commit.
-  KeyedMutex domain_locks_;
   absl::Mutex cache_mu_;
   absl::flat_hash_map<std::string, FenceState> cache_
       ABSL_GUARDED_BY(cache_mu_);
+  absl::Mutex queue_mu_;
+  std::vector<PendingRaise> queue_ ABSL_GUARDED_BY(queue_mu_);
+  bool stopping_ ABSL_GUARDED_BY(queue_mu_) = false;
+  std::thread committer_;
 };
 
 }  // namespace
@@ -220,11 +348,11 @@ absl::StatusOr<std::unique_ptr<RocksDbStore>> OpenRocksDbStore(
   db_options.paranoid_checks = true;
   // Recover every synced write; stop at the first torn record.
   db_options.wal_recovery_mode = rocksdb::WALRecoveryMode::kPointInTimeRecovery;
-  // Many I/O threads raise fences at once, each waiting for one fsync that
-  // RocksDB's write group shares. Waiting writers block instead of spinning
-  // (spinning took CPU from the group's leader on small machines), and the
-  // leader inserts the group's tiny records into the memtable itself
-  // instead of waking every writer to insert its own.
+  // Fence rises come from one commit thread, in batches; lease renewals
+  // and removals from other threads. Writers waiting for another's write
+  // block instead of spinning (spinning took CPU from the writing thread on
+  // small machines), and the leader of a write group inserts the group's
+  // records into the memtable itself.
   db_options.enable_write_thread_adaptive_yield = false;
   db_options.allow_concurrent_memtable_write = false;
   if (options.env != nullptr) db_options.env = options.env;
@@ -233,8 +361,10 @@ absl::StatusOr<std::unique_ptr<RocksDbStore>> OpenRocksDbStore(
   if (!s.ok()) {
     return FromRocks(s, absl::StrCat("open ", options.path));
   }
-  return std::unique_ptr<RocksDbStore>(
-      new RocksDbFenceStore(std::unique_ptr<rocksdb::DB>(raw)));
+  auto store =
+      std::make_unique<RocksDbFenceStore>(std::unique_ptr<rocksdb::DB>(raw));
+  if (absl::Status started = store->Start(); !started.ok()) return started;
+  return std::unique_ptr<RocksDbStore>(std::move(store));
 }
 
 absl::StatusOr<std::unique_ptr<FenceStore>> OpenRocksDbFenceStore(

@@ -143,8 +143,10 @@ grpc::ServerUnaryReactor* GatewayService::Write(
   write->adapter = resolved->adapter;
   if (write->adapter->ApplyAsyncNeverBlocks()) {
     // A write to an adapter that only queues or computes, whose domain is
-    // idle and whose token is already the fence, needs nothing that can
-    // block: run it here, without a hand-off to the I/O pool.
+    // idle and whose fence is in memory, needs nothing that can block: an
+    // equal or stale token is decided here, an advance is queued to the
+    // fence store's commit thread, which applies the write once the advance
+    // is durable. No hand-off to the I/O pool.
     if (std::optional<DomainExecutor::Lane> lane =
             executor_->TryAcquire(write->domain)) {
       write->lane.emplace(std::move(*lane));

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "fencing/clock.h"
@@ -20,6 +21,7 @@
 #include "fencing/stale_token.h"
 #include "fencing/sync_point.h"
 #include "tests/counting_fs.h"
+#include "tests/fixtures.h"
 #include "tests/test_util.h"
 
 namespace fencegate {
@@ -329,9 +331,30 @@ TEST_F(FencerTest, AsyncFailedApplyKeepsAdvance) {
   ASSERT_OK(Write("jobs", 9).status());  // The lock was released.
 }
 
+// A FenceStore over another that raises only synchronously: RaiseAsync
+// is the default, which waits for the sync on the caller's thread.
+class SyncRaiseStore : public FenceStore {
+ public:
+  explicit SyncRaiseStore(FenceStore* base) : base_(base) {}
+  absl::StatusOr<FenceState> Get(absl::string_view domain) override {
+    return base_->Get(domain);
+  }
+  std::optional<FenceState> GetCached(absl::string_view domain) override {
+    return base_->GetCached(domain);
+  }
+  absl::StatusOr<FenceState> Raise(absl::string_view domain, uint64_t token,
+                                   absl::Time at) override {
+    return base_->Raise(domain, token, at);
+  }
+
+ private:
+  FenceStore* const base_;
+};
+
 // TryExecuteAsync decides only what needs no waiting: an equal token read
-// from memory is applied, a stale one refused; an advance, an unread
-// domain or a held domain is left to ExecuteAsync, with nothing called.
+// from memory is applied, a stale one refused; an unread domain or a held
+// domain is left to ExecuteAsync, with nothing called, and so is an
+// advance when the store cannot queue it.
 TEST_F(FencerTest, TryExecuteAsyncDecidesOnlyWithoutBlocking) {
   int applies = 0;
   std::vector<absl::StatusOr<FenceDecision>> outcomes;
@@ -350,7 +373,11 @@ TEST_F(FencerTest, TryExecuteAsyncDecidesOnlyWithoutBlocking) {
   // Never fenced: not in memory, and token 1 would advance it.
   EXPECT_FALSE(fencer_->TryExecuteAsync("jobs", 1, apply, done));
   ASSERT_OK(Write("jobs", 5).status());
-  EXPECT_FALSE(fencer_->TryExecuteAsync("jobs", 6, apply, done));  // Advance.
+  SyncRaiseStore sync_store(store_.get());
+  Fencer sync_fencer(&sync_store, Clock::Real());
+  EXPECT_FALSE(sync_store.RaiseAsyncNeverBlocks());
+  EXPECT_FALSE(
+      sync_fencer.TryExecuteAsync("jobs", 6, apply, done));  // Advance.
   EXPECT_EQ(applies, 0);
   EXPECT_TRUE(outcomes.empty());
   ASSERT_OK_AND_ASSIGN(state, fencer_->Get("jobs"));
@@ -421,6 +448,85 @@ TEST_F(FencerTest, TryExecuteAsyncHoldsTheDomainUntilItCallsBack) {
   EXPECT_TRUE(newer_saw_callback);
 }
 
+// TryExecuteAsync, rule 3: an advance is queued to the store, and apply
+// runs on the store's thread once the advance is synced and recorded.
+TEST_F(FencerTest, TryExecuteAsyncAdvanceIsSyncedBeforeApply) {
+  ASSERT_OK(fencer_->Fence("jobs", 3).status());
+  ASSERT_TRUE(store_->RaiseAsyncNeverBlocks());
+  const int syncs_before = fs_->wal_syncs.load();
+  bool durable_at_apply = false;
+  uint64_t recorded_at_apply = 0;
+  std::thread::id apply_thread;
+  Fencer::AsyncApply apply = [&](Fencer::Applied applied) {
+    durable_at_apply = fs_->wal_syncs.load() > syncs_before;
+    recorded_at_apply = store_->Get("jobs")->highest_token;
+    apply_thread = std::this_thread::get_id();
+    std::move(applied)(absl::OkStatus());
+  };
+  absl::StatusOr<FenceDecision> outcome;
+  absl::Notification done_called;
+  Fencer::DecisionCallback done = [&](absl::StatusOr<FenceDecision> d) {
+    outcome = std::move(d);
+    done_called.Notify();
+  };
+  ASSERT_TRUE(fencer_->TryExecuteAsync("jobs", 4, apply, done));
+  done_called.WaitForNotification();
+  EXPECT_TRUE(durable_at_apply);
+  EXPECT_EQ(recorded_at_apply, 4u);
+  EXPECT_NE(apply_thread, std::this_thread::get_id());
+  ASSERT_OK(outcome.status());
+  EXPECT_TRUE(outcome->advanced);
+  EXPECT_EQ(outcome->fence.highest_token, 4u);
+}
+
+// TryExecuteAsync, rule 4: a queued advance holds the domain until it is
+// durable and applied. The store's commit is held before its write; a
+// token-1 write that arrives meanwhile waits, then is refused as stale.
+// Had the domain been free while the advance was pending, token 1 would
+// have been accepted against the old fence and applied first.
+TEST_F(FencerTest, TryExecuteAsyncAdvanceHoldsTheDomainUntilDurable) {
+  ASSERT_OK(Write("jobs", 1).status());
+  absl::Notification committing, release_commit;
+  std::atomic<bool> held_once{false};
+  SyncPoint::Get()->SetCallback("RocksDbFenceStore::Commit:BeforeWrite",
+                                [&](void*) {
+                                  if (held_once.exchange(true)) return;
+                                  committing.Notify();
+                                  release_commit.WaitForNotification();
+                                });
+  Fencer::AsyncApply apply = [&](Fencer::Applied applied) {
+    {
+      absl::MutexLock lock(&mu_);
+      applied_.push_back(2);
+    }
+    std::move(applied)(absl::OkStatus());
+  };
+  absl::Notification done_called;
+  Fencer::DecisionCallback done = [&](absl::StatusOr<FenceDecision> d) {
+    EXPECT_OK(d.status());
+    done_called.Notify();
+  };
+  ASSERT_TRUE(fencer_->TryExecuteAsync("jobs", 2, apply, done));
+  committing.WaitForNotification();
+  Fencer::AsyncApply other_apply = [](Fencer::Applied) {};
+  Fencer::DecisionCallback other_done = [](absl::StatusOr<FenceDecision>) {};
+  EXPECT_FALSE(fencer_->TryExecuteAsync("jobs", 1, other_apply, other_done));
+  absl::Notification late_decided;
+  absl::Status late_status;
+  std::thread late([&] {
+    late_status = Write("jobs", 1).status();
+    late_decided.Notify();
+  });
+  // A correct fencer cannot decide token 1 now: this wait always runs out.
+  EXPECT_FALSE(
+      late_decided.WaitForNotificationWithTimeout(absl::Milliseconds(300)));
+  release_commit.Notify();
+  late.join();
+  done_called.WaitForNotification();
+  EXPECT_THAT(late_status, StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(Applied(), ElementsAre(1, 2));
+}
+
 // Rule 6 (within a process lifetime of the store): reopening reads the
 // same fences back.
 TEST_F(FencerTest, FencesSurviveReopen) {
@@ -488,6 +594,110 @@ TEST_F(FencerTest, FailedWalSyncIsFatal) {
         (void)fencer_->Fence("jobs", 1);
       },
       "cannot make fence of domain \"jobs\" durable");
+}
+
+// The store's commit thread: rises queued while it is busy share one
+// synced write. The thread is held in its first commit while 20 more
+// domains queue; all 20 then go out in one sync (one per rise without
+// grouping).
+TEST_F(FencerTest, StoreRisesQueuedDuringACommitShareOneSync) {
+  absl::Notification committing, release_commit;
+  std::atomic<bool> held_once{false};
+  SyncPoint::Get()->SetCallback("RocksDbFenceStore::Commit:BeforeWrite",
+                                [&](void*) {
+                                  if (held_once.exchange(true)) return;
+                                  committing.Notify();
+                                  release_commit.WaitForNotification();
+                                });
+  const int syncs_before = fs_->wal_syncs.load();
+  std::atomic<int> reported{0};
+  auto count = [&](absl::StatusOr<FenceState> raised) {
+    EXPECT_OK(raised.status());
+    reported.fetch_add(1);
+  };
+  store_->RaiseAsync("first", 1, absl::Now(), count);
+  committing.WaitForNotification();
+  for (int i = 0; i < 20; ++i) {
+    store_->RaiseAsync(absl::StrCat("d", i), 10 + i, absl::Now(), count);
+  }
+  EXPECT_EQ(reported.load(), 0);  // Nothing is reported before its sync.
+  release_commit.Notify();
+  ASSERT_TRUE(testing::WaitFor([&] { return reported.load() == 21; }));
+  EXPECT_EQ(fs_->wal_syncs.load() - syncs_before, 2);
+  Open();
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_OK_AND_ASSIGN(state, store_->Get(absl::StrCat("d", i)));
+    EXPECT_EQ(state.highest_token, 10u + i);
+  }
+}
+
+// Rises of one domain in one group are decided in queue order, each
+// against the ones before it: a lower one changes nothing.
+TEST_F(FencerTest, StoreRisesOfOneDomainInOneGroupKeepTheHighest) {
+  absl::Notification committing, release_commit;
+  std::atomic<bool> held_once{false};
+  SyncPoint::Get()->SetCallback("RocksDbFenceStore::Commit:BeforeWrite",
+                                [&](void*) {
+                                  if (held_once.exchange(true)) return;
+                                  committing.Notify();
+                                  release_commit.WaitForNotification();
+                                });
+  absl::Mutex mu;
+  std::vector<uint64_t> results;
+  auto record = [&](absl::StatusOr<FenceState> raised) {
+    ASSERT_OK(raised.status());
+    absl::MutexLock lock(&mu);
+    results.push_back(raised->highest_token);
+  };
+  store_->RaiseAsync("other", 1, absl::Now(), record);
+  committing.WaitForNotification();
+  for (uint64_t token : {7, 5, 9, 9, 8}) {
+    store_->RaiseAsync("jobs", token, absl::Now(), record);
+  }
+  release_commit.Notify();
+  ASSERT_TRUE(testing::WaitFor([&] {
+    absl::MutexLock lock(&mu);
+    return results.size() == 6;
+  }));
+  EXPECT_THAT(results, ElementsAre(1, 7, 7, 9, 9, 9));
+  Open();
+  ASSERT_OK_AND_ASSIGN(state, store_->Get("jobs"));
+  EXPECT_EQ(state.highest_token, 9u);
+}
+
+// Closing the store reports every queued rise, made durable first.
+TEST_F(FencerTest, StoreClosingReportsQueuedRises) {
+  fencer_.reset();
+  std::atomic<int> reported{0};
+  for (int i = 0; i < 50; ++i) {
+    store_->RaiseAsync(absl::StrCat("d", i), 1 + i, absl::Now(),
+                       [&](absl::StatusOr<FenceState> raised) {
+                         EXPECT_OK(raised.status());
+                         reported.fetch_add(1);
+                       });
+  }
+  store_.reset();
+  EXPECT_EQ(reported.load(), 50);
+  Open();
+  for (int i = 0; i < 50; ++i) {
+    ASSERT_OK_AND_ASSIGN(state, store_->Get(absl::StrCat("d", i)));
+    EXPECT_EQ(state.highest_token, 1u + i);
+  }
+}
+
+// A rise's callback runs on the commit thread; waiting there for another
+// rise could never end, so it aborts with a message instead.
+TEST_F(FencerTest, StoreCallbackThatWaitsForARiseIsFatal) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        store_->RaiseAsync("jobs", 1, absl::Now(),
+                           [&](absl::StatusOr<FenceState>) {
+                             (void)store_->Raise("jobs", 2, absl::Now());
+                           });
+        absl::SleepFor(absl::Seconds(10));
+      },
+      "waited for another rise on the commit thread");
 }
 
 // A store that cannot be read refuses the write instead of applying it.

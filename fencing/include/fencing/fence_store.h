@@ -12,7 +12,9 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 
+#include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
@@ -60,6 +62,21 @@ class FenceStore {
   // reading).
   virtual absl::StatusOr<FenceState> Raise(absl::string_view domain,
                                            uint64_t token, absl::Time at) = 0;
+
+  // Raise() that completes later: `done` runs exactly once with what Raise()
+  // would have returned, after the rise is durable. The default runs Raise()
+  // and then `done` on the calling thread.
+  using RaiseCallback = absl::AnyInvocable<void(absl::StatusOr<FenceState>) &&>;
+  virtual void RaiseAsync(absl::string_view domain, uint64_t token,
+                          absl::Time at, RaiseCallback done) {
+    std::move(done)(Raise(domain, token, at));
+  }
+
+  // True if RaiseAsync() never waits for I/O: it only queues the rise, and
+  // `done` runs later on a thread of the store's. That thread then makes
+  // every queued rise durable, so `done` must not block or call Raise():
+  // it would hold up (or deadlock) every rise queued after it.
+  virtual bool RaiseAsyncNeverBlocks() const { return false; }
 };
 
 }  // namespace fencegate

@@ -74,12 +74,15 @@ class Fencer {
 
   // ExecuteAsync() if it can be decided without blocking: the domain's
   // lock is free, the store answers from memory (FenceStore::GetCached),
-  // and the token does not advance the fence (an advance needs a synced
-  // write). Then returns true, having refused a stale token or started
-  // `apply` exactly as ExecuteAsync() would, and `done` follows. Otherwise
-  // returns false having called neither: use ExecuteAsync() from an I/O
-  // thread. Never blocks itself; `apply` must not block either for the
-  // caller's thread to stay unblocked.
+  // and either the token does not advance the fence or the store queues
+  // advances (FenceStore::RaiseAsyncNeverBlocks). Then returns true, having
+  // refused a stale token, started `apply`, or queued the advance, and
+  // `done` follows; an advance keeps the domain's lock while its synced
+  // write is pending, and `apply` then runs on the store's thread once the
+  // advance is durable. Otherwise returns false having called neither: use
+  // ExecuteAsync() from an I/O thread. Never blocks itself; `apply` must
+  // not block either, for the caller's thread and the store's to stay
+  // unblocked.
   bool TryExecuteAsync(absl::string_view domain, uint64_t token,
                        AsyncApply& apply, DecisionCallback& done);
 
@@ -101,6 +104,10 @@ class Fencer {
   // decision with any advance already durable.
   absl::StatusOr<FenceDecision> CheckAndRecord(absl::string_view domain,
                                                uint64_t token);
+  // Queues the advance of `domain` to `token` to the store, holding
+  // `domain_lock`; once it is durable, ApplyHolding on the store's thread.
+  void RaiseThenApply(KeyedMutex::Lock domain_lock, absl::string_view domain,
+                      uint64_t token, AsyncApply apply, DecisionCallback done);
   // Runs `apply` holding `domain_lock` until it calls back, then releases
   // the lock and reports `decision` (or apply's error) to `done`.
   static void ApplyHolding(KeyedMutex::Lock domain_lock, uint64_t token,
