@@ -665,6 +665,22 @@ TEST_F(FencerTest, StoreRisesOfOneDomainInOneGroupKeepTheHighest) {
   EXPECT_EQ(state.highest_token, 9u);
 }
 
+// A domain's rises overwrite its memtable entry in place; what a reopened
+// store reads back (the WAL replayed into a new memtable) is the last one.
+TEST_F(FencerTest, StoreManyRisesOfOneDomainReadBackAfterReopen) {
+  for (uint64_t round = 1; round <= 2; ++round) {
+    for (uint64_t token = 1; token <= 100; ++token) {
+      ASSERT_OK(fencer_->Fence("jobs", (round - 1) * 100 + token).status());
+      ASSERT_OK(fencer_->Fence(absl::StrCat("d", token), round).status());
+    }
+    Open();
+    ASSERT_OK_AND_ASSIGN(jobs, store_->Get("jobs"));
+    EXPECT_EQ(jobs.highest_token, round * 100);
+    ASSERT_OK_AND_ASSIGN(d7, store_->Get("d7"));
+    EXPECT_EQ(d7.highest_token, round);
+  }
+}
+
 // Closing the store reports every queued rise, made durable first.
 TEST_F(FencerTest, StoreClosingReportsQueuedRises) {
   fencer_.reset();
