@@ -1,9 +1,10 @@
 // Copyright fencegate authors.
 //
 // The RocksDB-backed FenceStore and LeaseStore: one key per domain ("d/")
-// and per granted lease ("l/"), each fence rise written with a synced WAL.
-// Concurrent rises of different domains share fsyncs through RocksDB's
-// group commit.
+// and per granted lease ("l/"). One commit thread writes every fence rise:
+// the rises queued while its previous write synced go out as one batch
+// with one synced WAL write, and are reported (RaiseAsync's callbacks run
+// on that thread) only after it. RaiseAsyncNeverBlocks() is true.
 
 #ifndef FENCING_ROCKSDB_FENCE_STORE_H_
 #define FENCING_ROCKSDB_FENCE_STORE_H_
