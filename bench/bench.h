@@ -1,7 +1,7 @@
 // Copyright fencegate authors.
 //
 // fencegate-bench: shared pieces of the harness — the environment it starts
-// (PostgreSQL, pgbouncer, gateway), latency statistics, and reports.
+// (PostgreSQL, pgbouncer, gateway); runs and reports are in run_stats.h.
 
 #ifndef BENCH_BENCH_H_
 #define BENCH_BENCH_H_
@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "bench/cpu_meter.h"
+#include "bench/run_stats.h"
 #include "tests/etcd_server.h"
 #include "tests/fixtures.h"
 #include "tests/postgres_server.h"
@@ -72,41 +73,6 @@ class Environment {
   std::string pgbouncer_dir_;
   int pgbouncer_pid_ = 0;
 };
-
-// Latencies of one run, in microseconds.
-struct RunStats {
-  std::string target;
-  std::string pattern;
-  int clients = 0;
-  double seconds = 0;
-  uint64_t ops = 0;
-  uint64_t errors = 0;
-  std::string first_error;
-  // CPU used during the timed part of the run.
-  CpuTimes cpu;
-  std::vector<uint32_t> latencies_us;  // Sorted after Finish().
-
-  void Finish();
-  double ops_per_s() const { return seconds > 0 ? ops / seconds : 0; }
-  // CPU microseconds and context switches per successful write of a
-  // process (a CpuTimes field), or -1 if unknown or no write succeeded.
-  double CpuPerWriteUs(const ProcessUsage& usage) const;
-  double SwitchesPerWrite(const ProcessUsage& usage) const;
-  // CPU microseconds per write of whatever served it: the gateway,
-  // PostgreSQL and pgbouncer (the ones a write did not go through sit
-  // idle); -1 if none is known.
-  double ServerCpuPerWriteUs() const;
-  // The machine's cores that were busy, as a fraction of all of them.
-  double MachineBusy() const;
-  double Percentile(double p) const;  // In microseconds.
-};
-
-// Writes `runs` as a JSON document; `extra` is spliced in as more fields.
-std::string ToJson(const std::vector<RunStats>& runs,
-                   const std::string& extra_json_fields);
-// SVG latency histograms: a panel per target and pattern, an outline per
-// client count, log-spaced bins (10 us to 10 s).
-std::string ToSvg(const std::vector<RunStats>& runs, const std::string& title);
 
 }  // namespace fencegate::bench
 

@@ -41,32 +41,30 @@ std::string Cell(double v, const char* format = "%.0f") {
   return v < 0 ? "-" : absl::StrFormat(format, v);
 }
 
-void PrintThroughput(const std::vector<RunStats>& runs) {
-  std::printf("\n%-13s %-9s %4s %8s %7s %7s %8s %6s %6s | %-27s | %-11s %4s\n",
-              "", "", "", "", "", "", "", "", "", "CPU us per write",
-              "switches/w", "");
+void PrintThroughput(const std::vector<RunStats>& runs, int rounds) {
+  // With rounds, a column says which round a run belongs to.
+  const std::string round_head = rounds > 1 ? "  r" : "";
   std::printf(
-      "%-13s %-9s %4s %8s %7s %7s %8s %6s %6s | %6s %6s %6s %6s | %5s %5s "
+      "\n%-13s %-9s %4s%s %8s %7s %7s %8s %6s %6s | %-27s | %-11s %4s\n", "",
+      "", "", std::string(round_head.size(), ' ').c_str(), "", "", "", "", "",
+      "", "CPU us per write", "switches/w", "");
+  std::printf(
+      "%-13s %-9s %4s%s %8s %7s %7s %8s %6s %6s | %6s %6s %6s %6s | %5s %5s "
       "%4s\n",
-      "target", "pattern", "N", "ops/s", "p50 us", "p99 us", "p99.9 us",
-      "errors", "vs dir", "server", "gw", "pg", "client", "gw", "pg", "busy");
+      "target", "pattern", "N", round_head.c_str(), "ops/s", "p50 us", "p99 us",
+      "p99.9 us", "errors", "vs dir", "server", "gw", "pg", "client", "gw",
+      "pg", "busy");
   for (const RunStats& r : runs) {
-    double direct = 0;
-    for (const RunStats& d : runs) {
-      if (d.target == "direct" && d.pattern == r.pattern &&
-          d.clients == r.clients) {
-        direct = d.ops_per_s();
-      }
-    }
+    const double vs_direct = VsDirect(runs, r);
     std::printf(
-        "%-13s %-9s %4d %8.0f %7.0f %7.0f %8.0f %6llu %6s | %6s %6s %6s %6s | "
+        "%-13s %-9s %4d%s %8.0f %7.0f %7.0f %8.0f %6llu %6s | %6s %6s %6s %6s "
+        "| "
         "%5s %5s %3.0f%%\n",
-        r.target.c_str(), r.pattern.c_str(), r.clients, r.ops_per_s(),
-        r.Percentile(50), r.Percentile(99), r.Percentile(99.9),
+        r.target.c_str(), r.pattern.c_str(), r.clients,
+        rounds > 1 ? absl::StrFormat(" %2d", r.round + 1).c_str() : "",
+        r.ops_per_s(), r.Percentile(50), r.Percentile(99), r.Percentile(99.9),
         static_cast<unsigned long long>(r.errors),
-        direct > 0 ? absl::StrFormat("%.2fx", r.ops_per_s() / direct).c_str()
-                   : "-",
-        Cell(r.ServerCpuPerWriteUs()).c_str(),
+        Cell(vs_direct, "%.2fx").c_str(), Cell(r.ServerCpuPerWriteUs()).c_str(),
         Cell(r.CpuPerWriteUs(r.cpu.gateway)).c_str(),
         Cell(r.CpuPerWriteUs(r.cpu.postgres)).c_str(),
         Cell(r.CpuPerWriteUs(r.cpu.harness)).c_str(),
@@ -76,6 +74,23 @@ void PrintThroughput(const std::vector<RunStats>& runs) {
     if (!r.first_error.empty()) {
       std::printf("    first error: %s\n", r.first_error.c_str());
     }
+  }
+  if (rounds <= 1) return;
+  std::printf(
+      "\nMedians over %d rounds (vs dir: each round against its own "
+      "direct run; lowest and highest alongside)\n",
+      rounds);
+  std::printf("%-13s %-9s %4s %8s %7s %7s %6s %13s\n", "target", "pattern", "N",
+              "ops/s", "p50 us", "gw us/w", "vs dir", "vs dir range");
+  for (const RoundsSummary& m : SummarizeRounds(runs)) {
+    std::printf(
+        "%-13s %-9s %4d %8.0f %7.0f %7s %6s %13s\n", m.target.c_str(),
+        m.pattern.c_str(), m.clients, m.ops_per_s, m.p50_us,
+        Cell(m.gateway_cpu_us).c_str(), Cell(m.vs_direct, "%.2fx").c_str(),
+        m.vs_direct < 0
+            ? "-"
+            : absl::StrFormat("%.2f-%.2fx", m.vs_direct_min, m.vs_direct_max)
+                  .c_str());
   }
 }
 
@@ -106,7 +121,7 @@ int Run(int argc, char** argv) {
       "grpc-floor";
   std::string clients = "1,16,64";
   std::string patterns = "steady,advancing";
-  uint64_t duration_s = 5, safety_s = 8, workers = 4, ttl_ms = 300;
+  uint64_t duration_s = 5, safety_s = 8, workers = 4, ttl_ms = 300, rounds = 1;
   std::string pg_dsn, pgbouncer_dsn, json = "bench-results.json",
                                      svg = "bench-latency.svg";
   std::string work_dir = "/tmp";
@@ -121,6 +136,9 @@ int Run(int argc, char** argv) {
              "comma list of client counts (default 1,16,64)");
   set.String("patterns", &patterns, "steady,advancing (default both)");
   set.Uint("duration_s", &duration_s, "seconds per throughput run (default 5)");
+  set.Uint("rounds", &rounds,
+           "repeat the throughput runs of each client count this many "
+           "times, and add medians (default 1)");
   set.Uint("safety_s", &safety_s, "seconds per safety run (default 8)");
   set.Uint("workers", &workers, "safety: contending workers (default 4)");
   set.Uint("ttl_ms", &ttl_ms,
@@ -161,7 +179,16 @@ int Run(int argc, char** argv) {
     }
     topts.clients.push_back(n);
   }
+  if (duration_s == 0 || duration_s > 3600) {
+    std::cerr << "fencegate-bench: --duration_s: 1 to 3600\n";
+    return 2;
+  }
   topts.duration = absl::Seconds(duration_s);
+  if (rounds == 0 || rounds > 100) {
+    std::cerr << "fencegate-bench: --rounds: 1 to 100\n";
+    return 2;
+  }
+  topts.rounds = static_cast<int>(rounds);
   if (pg_pool_size == 0 || pg_pool_size > 1000) {
     std::cerr << "fencegate-bench: --pg_pool_size: 1 to 1000\n";
     return 2;
@@ -191,7 +218,7 @@ int Run(int argc, char** argv) {
       return 1;
     }
     runs = *std::move(t);
-    PrintThroughput(runs);
+    PrintThroughput(runs, topts.rounds);
   }
   std::vector<SafetyResult> safety;
   int rc = 0;

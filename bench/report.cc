@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "bench/bench.h"
+#include "bench/run_stats.h"
 
 namespace fencegate::bench {
 namespace {
@@ -21,6 +21,15 @@ std::string JsonString(const std::string& s) {
     out += c;
   }
   return out + "\"";
+}
+
+// The median of `v` (the mean of the middle two for an even count); -1 for
+// none.
+double Median(std::vector<double> v) {
+  if (v.empty()) return -1;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 }  // namespace
@@ -56,6 +65,50 @@ double RunStats::MachineBusy() const {
   return cpu.machine_total > 0 ? cpu.machine_busy / cpu.machine_total : 0;
 }
 
+double VsDirect(const std::vector<RunStats>& runs, const RunStats& r) {
+  for (const RunStats& d : runs) {
+    if (d.target == "direct" && d.pattern == r.pattern &&
+        d.clients == r.clients && d.round == r.round) {
+      return d.ops_per_s() > 0 ? r.ops_per_s() / d.ops_per_s() : -1;
+    }
+  }
+  return -1;
+}
+
+std::vector<RoundsSummary> SummarizeRounds(const std::vector<RunStats>& runs) {
+  std::vector<RoundsSummary> out;
+  for (const RunStats& first : runs) {
+    auto same = [&](const auto& x) {
+      return x.target == first.target && x.pattern == first.pattern &&
+             x.clients == first.clients;
+    };
+    if (std::any_of(out.begin(), out.end(), same)) continue;
+    std::vector<double> ops, p50, cpu, ratios;
+    for (const RunStats& r : runs) {
+      if (!same(r)) continue;
+      ops.push_back(r.ops_per_s());
+      p50.push_back(r.Percentile(50));
+      if (double c = r.CpuPerWriteUs(r.cpu.gateway); c >= 0) cpu.push_back(c);
+      if (double v = VsDirect(runs, r); v >= 0) ratios.push_back(v);
+    }
+    RoundsSummary s;
+    s.target = first.target;
+    s.pattern = first.pattern;
+    s.clients = first.clients;
+    s.rounds = static_cast<int>(ops.size());
+    s.ops_per_s = Median(ops);
+    s.p50_us = Median(p50);
+    s.gateway_cpu_us = Median(cpu);
+    s.vs_direct = Median(ratios);
+    if (!ratios.empty()) {
+      s.vs_direct_min = *std::min_element(ratios.begin(), ratios.end());
+      s.vs_direct_max = *std::max_element(ratios.begin(), ratios.end());
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
 std::string ToJson(const std::vector<RunStats>& runs,
                    const std::string& extra_json_fields) {
   std::string out = "{\n  \"runs\": [\n";
@@ -64,6 +117,8 @@ std::string ToJson(const std::vector<RunStats>& runs,
     absl::StrAppend(
         &out, "    {\"target\": ", JsonString(r.target),
         ", \"pattern\": ", JsonString(r.pattern), ", \"clients\": ", r.clients,
+        ", \"round\": ", r.round,
+        absl::StrFormat(", \"vs_direct\": %.3f", VsDirect(runs, r)),
         absl::StrFormat(", \"seconds\": %.3f, \"ops\": %d, \"errors\": %d, "
                         "\"ops_per_s\": %.1f, \"p50_us\": %.0f, "
                         "\"p99_us\": %.0f, \"p999_us\": %.0f",
@@ -84,7 +139,29 @@ std::string ToJson(const std::vector<RunStats>& runs,
         ", \"first_error\": ", JsonString(r.first_error), "}",
         i + 1 < runs.size() ? "," : "", "\n");
   }
-  absl::StrAppend(&out, "  ]", extra_json_fields.empty() ? "" : ",\n",
+  absl::StrAppend(&out, "  ]");
+  bool rounds = std::any_of(runs.begin(), runs.end(),
+                            [](const RunStats& r) { return r.round > 0; });
+  if (rounds) {
+    const std::vector<RoundsSummary> summaries = SummarizeRounds(runs);
+    absl::StrAppend(&out, ",\n  \"medians\": [\n");
+    for (size_t i = 0; i < summaries.size(); ++i) {
+      const RoundsSummary& m = summaries[i];
+      absl::StrAppend(
+          &out, "    {\"target\": ", JsonString(m.target),
+          ", \"pattern\": ", JsonString(m.pattern),
+          absl::StrFormat(
+              ", \"clients\": %d, \"rounds\": %d, \"ops_per_s\": %.1f, "
+              "\"p50_us\": %.0f, \"gateway_cpu_us_per_write\": %.1f, "
+              "\"vs_direct\": %.3f, \"vs_direct_min\": %.3f, "
+              "\"vs_direct_max\": %.3f}%s\n",
+              m.clients, m.rounds, m.ops_per_s, m.p50_us, m.gateway_cpu_us,
+              m.vs_direct, m.vs_direct_min, m.vs_direct_max,
+              i + 1 < summaries.size() ? "," : ""));
+    }
+    absl::StrAppend(&out, "  ]");
+  }
+  absl::StrAppend(&out, extra_json_fields.empty() ? "" : ",\n",
                   extra_json_fields, "\n}\n");
   return out;
 }
@@ -147,21 +224,35 @@ std::string ToSvg(const std::vector<RunStats>& runs, const std::string& title) {
     const double x0 = 20 + (p % kColumns) * cw + 45;
     const double y0 = 70 + (p / kColumns) * ch + 20;
     // The histograms first, to scale the panel's y axis to its highest bin.
+    // Rounds of one client count are averaged into one outline.
     std::vector<std::pair<int, std::vector<double>>> hists;
-    double peak = 0;
+    std::vector<int> rounds_of;
     for (const RunStats& r : runs) {
       if (r.target != panels[p].first || r.pattern != panels[p].second ||
           r.latencies_us.empty()) {
         continue;
       }
-      std::vector<double> bins(kBins, 0);
+      auto it = std::find_if(hists.begin(), hists.end(), [&](const auto& h) {
+        return h.first == r.clients;
+      });
+      if (it == hists.end()) {
+        hists.emplace_back(r.clients, std::vector<double>(kBins, 0));
+        rounds_of.push_back(0);
+        it = hists.end() - 1;
+      }
+      ++rounds_of[it - hists.begin()];
       for (uint32_t us : r.latencies_us) {
         double v = std::log10(std::max(10.0, static_cast<double>(us))) - 1.0;
         int b = std::min(kBins - 1, static_cast<int>(v * kBinsPerDecade));
-        bins[b] += 1.0 / r.latencies_us.size();
+        it->second[b] += 1.0 / r.latencies_us.size();
       }
-      for (double b : bins) peak = std::max(peak, b);
-      hists.emplace_back(r.clients, std::move(bins));
+    }
+    double peak = 0;
+    for (size_t i = 0; i < hists.size(); ++i) {
+      for (double& b : hists[i].second) {
+        b /= rounds_of[i];
+        peak = std::max(peak, b);
+      }
     }
     if (peak <= 0) peak = 1;
     absl::StrAppend(

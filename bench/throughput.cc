@@ -246,12 +246,14 @@ absl::Status PrepareTable(const std::string& dsn, int rows) {
 }
 
 RunStats RunOne(const std::string& target, const std::string& pattern,
-                int clients, absl::Duration duration, const CpuMeter& meter,
+                int clients, int round, absl::Duration duration,
+                const CpuMeter& meter,
                 const std::function<std::unique_ptr<Client>(int)>& make) {
   RunStats stats;
   stats.target = target;
   stats.pattern = pattern;
   stats.clients = clients;
+  stats.round = round;
   // Tokens start from the clock so that every run starts above the last.
   const uint64_t base = static_cast<uint64_t>(absl::ToUnixMicros(absl::Now()));
   std::atomic<uint64_t> ops{0}, errors{0};
@@ -330,8 +332,9 @@ RunStats RunOne(const std::string& target, const std::string& pattern,
     const absl::Time now = absl::Now();
     const uint64_t o = ops.load();
     std::fprintf(
-        stderr, "\r  %-13s %-9s N=%-3d %9.0f ops/s  errors=%-6llu %4.1f/%.0fs ",
-        target.c_str(), pattern.c_str(), clients,
+        stderr,
+        "\r  %-13s %-9s N=%-3d r%-2d %9.0f ops/s  errors=%-6llu %4.1f/%.0fs ",
+        target.c_str(), pattern.c_str(), clients, round + 1,
         (o - last_ops) / absl::ToDoubleSeconds(now - last),
         static_cast<unsigned long long>(errors.load()),
         absl::ToDoubleSeconds(now - start), absl::ToDoubleSeconds(duration));
@@ -406,19 +409,21 @@ absl::StatusOr<std::vector<RunStats>> RunThroughput(
     makers.emplace_back(target, std::move(make));
   }
   // All runs of one client count follow one another, target by target and
-  // pattern by pattern: the machine's speed drifts over minutes (other
-  // tenants, CPU credit), and ratios of runs made close together -- a
-  // target against direct, advancing against steady -- are the ones to
-  // trust.
+  // pattern by pattern, round after round: the machine's speed drifts over
+  // minutes (other tenants, CPU credit), and ratios of runs made close
+  // together -- a target against direct, advancing against steady, in the
+  // same round -- are the ones to trust.
   const CpuMeter meter = env.cpu_meter();
   std::vector<RunStats> runs;
   for (int clients : options.clients) {
-    for (const auto& [target, make] : makers) {
-      for (const std::string& pattern : options.patterns) {
-        // A health check carries no token.
-        if (target == "grpc-floor" && pattern != "steady") continue;
-        runs.push_back(
-            RunOne(target, pattern, clients, options.duration, meter, make));
+    for (int round = 0; round < options.rounds; ++round) {
+      for (const auto& [target, make] : makers) {
+        for (const std::string& pattern : options.patterns) {
+          // A health check carries no token.
+          if (target == "grpc-floor" && pattern != "steady") continue;
+          runs.push_back(RunOne(target, pattern, clients, round,
+                                options.duration, meter, make));
+        }
       }
     }
   }
@@ -429,7 +434,7 @@ absl::StatusOr<std::vector<RunStats>> RunThroughput(
     };
     return std::make_tuple(index(options.targets, r.target),
                            index(options.patterns, r.pattern),
-                           index(options.clients, r.clients));
+                           index(options.clients, r.clients), r.round);
   };
   std::stable_sort(
       runs.begin(), runs.end(),

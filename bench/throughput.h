@@ -21,6 +21,9 @@ struct ThroughputOptions {
   // steady (a holder keeps its token) and/or advancing (each write raises).
   std::vector<std::string> patterns = {"steady", "advancing"};
   absl::Duration duration = absl::Seconds(5);
+  // How many times the whole sequence of runs of a client count is
+  // repeated; the report adds medians over the rounds.
+  int rounds = 1;
 };
 
 absl::StatusOr<std::vector<RunStats>> RunThroughput(

@@ -1,0 +1,95 @@
+// Copyright fencegate authors.
+//
+// The figures the harness reports from its runs: each ratio to direct
+// taken within one round, medians over rounds, and the JSON.
+
+#include <string>
+#include <vector>
+
+#include "bench/run_stats.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace fencegate::bench {
+namespace {
+
+using ::testing::DoubleEq;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+RunStats MakeRun(const std::string& target, int round, uint64_t ops,
+                 uint32_t latency_us = 100) {
+  RunStats r;
+  r.target = target;
+  r.pattern = "steady";
+  r.clients = 16;
+  r.round = round;
+  r.seconds = 1;
+  r.ops = ops;
+  r.latencies_us = {latency_us};
+  return r;
+}
+
+TEST(ReportTest, VsDirectComparesWithTheSameRound) {
+  const std::vector<RunStats> runs = {
+      MakeRun("direct", 0, 1000), MakeRun("gateway-pg", 0, 500),
+      MakeRun("direct", 1, 2000), MakeRun("gateway-pg", 1, 1500)};
+  EXPECT_THAT(VsDirect(runs, runs[1]), DoubleEq(0.5));
+  EXPECT_THAT(VsDirect(runs, runs[3]), DoubleEq(0.75));
+  EXPECT_THAT(VsDirect(runs, runs[0]), DoubleEq(1.0));
+  RunStats other = MakeRun("gateway-pg", 0, 500);
+  other.clients = 64;  // No direct run at 64 clients.
+  EXPECT_EQ(VsDirect(runs, other), -1);
+}
+
+TEST(ReportTest, SummarizeRoundsTakesMediansAndTheRatiosSpread) {
+  const std::vector<RunStats> runs = {
+      MakeRun("gateway-pg", 0, 100, 30), MakeRun("direct", 0, 200),
+      MakeRun("gateway-pg", 1, 300, 10), MakeRun("direct", 1, 200),
+      MakeRun("gateway-pg", 2, 200, 20), MakeRun("direct", 2, 400)};
+  const std::vector<RoundsSummary> summaries = SummarizeRounds(runs);
+  ASSERT_EQ(summaries.size(), 2u);
+  const RoundsSummary& gw = summaries[0];  // In order of first appearance.
+  EXPECT_EQ(gw.target, "gateway-pg");
+  EXPECT_EQ(gw.rounds, 3);
+  EXPECT_THAT(gw.ops_per_s, DoubleEq(200));
+  EXPECT_THAT(gw.p50_us, DoubleEq(20));
+  // Per round 0.5, 1.5, 0.5: not the ratio of the medians (200 / 200).
+  EXPECT_THAT(gw.vs_direct, DoubleEq(0.5));
+  EXPECT_THAT(gw.vs_direct_min, DoubleEq(0.5));
+  EXPECT_THAT(gw.vs_direct_max, DoubleEq(1.5));
+  EXPECT_EQ(gw.gateway_cpu_us, -1);  // No CPU was metered.
+  EXPECT_EQ(summaries[1].target, "direct");
+  EXPECT_THAT(summaries[1].ops_per_s, DoubleEq(200));
+}
+
+TEST(ReportTest, SummarizeRoundsOfAnEvenCountAveragesTheMiddleTwo) {
+  const std::vector<RunStats> runs = {
+      MakeRun("gateway-noop", 0, 100), MakeRun("gateway-noop", 1, 400),
+      MakeRun("gateway-noop", 2, 200), MakeRun("gateway-noop", 3, 1000)};
+  const std::vector<RoundsSummary> summaries = SummarizeRounds(runs);
+  ASSERT_EQ(summaries.size(), 1u);
+  EXPECT_THAT(summaries[0].ops_per_s, DoubleEq(300));
+  EXPECT_EQ(summaries[0].vs_direct, -1);  // No direct run.
+}
+
+TEST(ReportTest, JsonHasRoundsAndMediansOnlyWithRounds) {
+  const std::vector<RunStats> one = {MakeRun("direct", 0, 1000),
+                                     MakeRun("gateway-pg", 0, 500)};
+  const std::string single = ToJson(one, "");
+  EXPECT_THAT(single, HasSubstr("\"round\": 0"));
+  EXPECT_THAT(single, HasSubstr("\"vs_direct\": 0.500"));
+  EXPECT_THAT(single, Not(HasSubstr("\"medians\"")));
+
+  std::vector<RunStats> two = one;
+  two.push_back(MakeRun("direct", 1, 1000));
+  two.push_back(MakeRun("gateway-pg", 1, 700));
+  const std::string repeated = ToJson(two, "\"extra\": 1");
+  EXPECT_THAT(repeated, HasSubstr("\"medians\""));
+  EXPECT_THAT(repeated, HasSubstr("\"vs_direct\": 0.600, \"vs_direct_min\": "
+                                  "0.500, \"vs_direct_max\": 0.700"));
+  EXPECT_THAT(repeated, HasSubstr("\"extra\": 1\n}"));
+}
+
+}  // namespace
+}  // namespace fencegate::bench

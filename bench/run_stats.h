@@ -1,0 +1,83 @@
+// Copyright fencegate authors.
+//
+// The figures of throughput runs, and the reports made from them: ratios
+// to `direct`, medians over repeated rounds, JSON and SVG.
+
+#ifndef BENCH_RUN_STATS_H_
+#define BENCH_RUN_STATS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "bench/cpu_meter.h"
+
+namespace fencegate::bench {
+
+// One run: a target, a token pattern and a client count, for a set time.
+struct RunStats {
+  std::string target;
+  std::string pattern;
+  int clients = 0;
+  // Which repetition of the whole sequence of runs this is, from 0
+  // (--rounds).
+  int round = 0;
+  double seconds = 0;
+  uint64_t ops = 0;
+  uint64_t errors = 0;
+  std::string first_error;
+  // CPU used during the timed part of the run.
+  CpuTimes cpu;
+  std::vector<uint32_t> latencies_us;  // Sorted after Finish().
+
+  void Finish();
+  double ops_per_s() const { return seconds > 0 ? ops / seconds : 0; }
+  // CPU microseconds and context switches per successful write of a
+  // process (a CpuTimes field), or -1 if unknown or no write succeeded.
+  double CpuPerWriteUs(const ProcessUsage& usage) const;
+  double SwitchesPerWrite(const ProcessUsage& usage) const;
+  // CPU microseconds per write of whatever served it: the gateway,
+  // PostgreSQL and pgbouncer (the ones a write did not go through sit
+  // idle); -1 if none is known.
+  double ServerCpuPerWriteUs() const;
+  // The machine's cores that were busy, as a fraction of all of them.
+  double MachineBusy() const;
+  double Percentile(double p) const;  // In microseconds.
+};
+
+// `r`'s throughput over that of the `direct` run of the same pattern,
+// client count and round in `runs`; -1 if there is none (or it wrote
+// nothing).
+double VsDirect(const std::vector<RunStats>& runs, const RunStats& r);
+
+// The runs of one target, pattern and client count over every round:
+// medians, and the spread of the ratio to direct.
+struct RoundsSummary {
+  std::string target;
+  std::string pattern;
+  int clients = 0;
+  int rounds = 0;
+  double ops_per_s = 0;        // Median.
+  double p50_us = 0;           // Median of the rounds' medians.
+  double gateway_cpu_us = -1;  // Median CPU per write of the gateway.
+  // Median, lowest and highest ratio to direct of the same round; -1 if
+  // there is no direct run.
+  double vs_direct = -1, vs_direct_min = -1, vs_direct_max = -1;
+};
+
+// One summary per target, pattern and client count, in the order of their
+// first run in `runs`.
+std::vector<RoundsSummary> SummarizeRounds(const std::vector<RunStats>& runs);
+
+// Writes `runs` (and, with more than one round, their summaries) as a JSON
+// document; `extra` is spliced in as more fields.
+std::string ToJson(const std::vector<RunStats>& runs,
+                   const std::string& extra_json_fields);
+// SVG latency histograms: a panel per target and pattern, an outline per
+// client count (the rounds' histograms averaged), log-spaced bins (10 us
+// to 10 s).
+std::string ToSvg(const std::vector<RunStats>& runs, const std::string& title);
+
+}  // namespace fencegate::bench
+
+#endif  // BENCH_RUN_STATS_H_
