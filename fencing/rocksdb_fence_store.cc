@@ -7,8 +7,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <optional>
-#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -78,7 +78,9 @@ class RocksDbFenceStore final : public RocksDbStore {
   explicit RocksDbFenceStore(std::unique_ptr<rocksdb::DB> db)
       : db_(std::move(db)) {}
 
-  // Reports every queued rise (made durable) before returning.
+  // Commits and reports every queued rise before returning. Users must be
+  // done with the store: a rise queued once the commit thread has exited
+  // aborts the process (nothing could ever report it).
   ~RocksDbFenceStore() override {
     {
       absl::MutexLock lock(&queue_mu_);
@@ -90,7 +92,7 @@ class RocksDbFenceStore final : public RocksDbStore {
   absl::Status Start() {
     try {
       committer_ = std::thread([this] { CommitLoop(); });
-    } catch (const std::system_error& e) {
+    } catch (const std::exception& e) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "fence store: cannot start its commit thread: ", e.what()));
     }
@@ -241,8 +243,20 @@ class RocksDbFenceStore final : public RocksDbStore {
   }
 
   void Enqueue(PendingRaise raise) {
-    absl::MutexLock lock(&queue_mu_);
-    queue_.push_back(std::move(raise));
+    {
+      absl::MutexLock lock(&queue_mu_);
+      if (committer_exited_) {
+        // The store is being destroyed while still in use: nothing would
+        // ever report this rise, and its caller would wait forever.
+        std::fprintf(stderr,
+                     "FATAL fence store: a rise of domain \"%s\" was queued "
+                     "after the store closed\n",
+                     raise.domain.c_str());
+        std::abort();
+      }
+      queue_.push_back(std::move(raise));
+    }
+    FENCEGATE_SYNC_POINT("RocksDbFenceStore::Enqueue:Queued");
   }
 
   void CommitLoop() {
@@ -257,7 +271,10 @@ class RocksDbFenceStore final : public RocksDbStore {
                    return !self->queue_.empty() || self->stopping_;
                  },
             this));
-        if (queue_.empty()) return;  // Stopping, with nothing left.
+        if (queue_.empty()) {  // Stopping, with nothing left.
+          committer_exited_ = true;
+          return;
+        }
         group.swap(queue_);
       }
       CommitGroup(group);
@@ -336,6 +353,7 @@ class RocksDbFenceStore final : public RocksDbStore {
   absl::Mutex queue_mu_;
   std::vector<PendingRaise> queue_ ABSL_GUARDED_BY(queue_mu_);
   bool stopping_ ABSL_GUARDED_BY(queue_mu_) = false;
+  bool committer_exited_ ABSL_GUARDED_BY(queue_mu_) = false;
   std::thread committer_;
 };
 
@@ -355,15 +373,11 @@ absl::StatusOr<std::unique_ptr<RocksDbStore>> OpenRocksDbStore(
   // and removals from other threads. Writers waiting for another's write
   // block instead of spinning (spinning took CPU from the writing thread on
   // small machines), and the leader of a write group inserts the group's
-  // records into the memtable itself.
+  // records into the memtable itself. (inplace_update_support would keep
+  // one memtable entry per domain, but then the memtable would never fill,
+  // never flush, and the WAL would grow without end.)
   db_options.enable_write_thread_adaptive_yield = false;
   db_options.allow_concurrent_memtable_write = false;
-  // A fence's value has a fixed size: a rise of a domain already in the
-  // memtable overwrites its entry in place instead of adding a version, so
-  // the memtable holds one entry per domain, not one per rise. (This gives
-  // up consistent iterators under concurrent writes; the store only
-  // iterates when loading leases at start.)
-  db_options.inplace_update_support = true;
   if (options.env != nullptr) db_options.env = options.env;
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(db_options, options.path, &raw);

@@ -665,8 +665,8 @@ TEST_F(FencerTest, StoreRisesOfOneDomainInOneGroupKeepTheHighest) {
   EXPECT_EQ(state.highest_token, 9u);
 }
 
-// A domain's rises overwrite its memtable entry in place; what a reopened
-// store reads back (the WAL replayed into a new memtable) is the last one.
+// Rises of one domain over many groups: a reopened store (the WAL
+// replayed into a new memtable) reads back the last one.
 TEST_F(FencerTest, StoreManyRisesOfOneDomainReadBackAfterReopen) {
   for (uint64_t round = 1; round <= 2; ++round) {
     for (uint64_t token = 1; token <= 100; ++token) {
@@ -679,6 +679,63 @@ TEST_F(FencerTest, StoreManyRisesOfOneDomainReadBackAfterReopen) {
     ASSERT_OK_AND_ASSIGN(d7, store_->Get("d7"));
     EXPECT_EQ(d7.highest_token, round);
   }
+}
+
+// A lease grant is decided in queue order with the rises of its group: one
+// whose token is not above a rise queued before it is refused, one above
+// it is granted, with the fence and the lease in the same synced batch.
+TEST_F(FencerTest, StoreLeaseGrantsAreDecidedInQueueOrderWithRises) {
+  RocksDbFenceStoreOptions options;
+  options.path = dir_.path() + "/leases";
+  options.env = env_.get();
+  ASSERT_OK_AND_ASSIGN(store, OpenRocksDbStore(options));
+  absl::Notification committing, release_commit;
+  std::atomic<bool> held_once{false};
+  std::atomic<int> queued{0};
+  SyncPoint::Get()->SetCallback("RocksDbFenceStore::Commit:BeforeWrite",
+                                [&](void*) {
+                                  if (held_once.exchange(true)) return;
+                                  committing.Notify();
+                                  release_commit.WaitForNotification();
+                                });
+  SyncPoint::Get()->SetCallback("RocksDbFenceStore::Enqueue:Queued",
+                                [&](void*) { queued.fetch_add(1); });
+  absl::Notification first_done;
+  store->RaiseAsync("other", 1, absl::Now(),
+                    [&](absl::StatusOr<FenceState>) { first_done.Notify(); });
+  committing.WaitForNotification();
+  absl::Notification raised;
+  store->RaiseAsync("jobs", 7, absl::Now(), [&](absl::StatusOr<FenceState> r) {
+    EXPECT_OK(r.status());
+    raised.Notify();
+  });
+  auto lease = [](uint64_t token) {
+    return LeaseRecord{"jobs",           absl::StrCat("lease-", token),
+                       "worker",         token,
+                       absl::Seconds(5), absl::Now() + absl::Seconds(5)};
+  };
+  absl::Status low, high;
+  std::thread low_grant(
+      [&] { low = store->GrantLease(lease(6), absl::Now()); });
+  EXPECT_TRUE(testing::WaitFor([&] { return queued.load() == 3; }));
+  std::thread high_grant(
+      [&] { high = store->GrantLease(lease(8), absl::Now()); });
+  EXPECT_TRUE(testing::WaitFor([&] { return queued.load() == 4; }));
+  release_commit.Notify();
+  low_grant.join();
+  high_grant.join();
+  first_done.WaitForNotification();
+  raised.WaitForNotification();
+  EXPECT_THAT(low, StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_OK(high);
+  store.reset();
+  ASSERT_OK_AND_ASSIGN(reopened, OpenRocksDbStore(options));
+  ASSERT_OK_AND_ASSIGN(fence, reopened->Get("jobs"));
+  EXPECT_EQ(fence.highest_token, 8u);
+  ASSERT_OK_AND_ASSIGN(leases, reopened->LoadLeases());
+  ASSERT_EQ(leases.size(), 1u);
+  EXPECT_EQ(leases[0].token, 8u);
+  EXPECT_EQ(leases[0].lease_id, "lease-8");
 }
 
 // Closing the store reports every queued rise, made durable first.
