@@ -2,30 +2,142 @@
 
 #include "gateway/log.h"
 
+#include <pthread.h>
 #include <unistd.h>
 
+#include <cstdint>
+#include <exception>
 #include <string>
+#include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 
 namespace fencegate {
+namespace {
 
-void Log(LogSeverity severity, absl::string_view message) {
+constexpr size_t kMaxQueuedBytes = 4 << 20;
+
+// Writes all of `data` to stderr; false if stderr fails.
+bool WriteAll(absl::string_view data) {
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = ::write(STDERR_FILENO, data.data() + done, data.size() - done);
+    if (n <= 0) return false;  // Nowhere to report a failing stderr.
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+std::string Line(LogSeverity severity, absl::string_view message) {
   const char* level = severity == LogSeverity::kInfo      ? "I"
                       : severity == LogSeverity::kWarning ? "W"
                                                           : "E";
-  std::string line =
-      absl::StrCat(absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(),
-                                    absl::UTCTimeZone()),
-                   " ", level, " ", message, "\n");
-  size_t done = 0;
-  while (done < line.size()) {
-    ssize_t n = ::write(STDERR_FILENO, line.data() + done, line.size() - done);
-    if (n <= 0) return;  // Nowhere to report a failing stderr.
-    done += static_cast<size_t>(n);
-  }
+  return absl::StrCat(absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(),
+                                       absl::UTCTimeZone()),
+                      " ", level, " ", message, "\n");
 }
+
+// The queue and its writer thread; never destroyed, so that threads still
+// logging while the process exits find it alive.
+class Logger {
+ public:
+  static Logger* Get() {
+    static Logger* const logger = new Logger;
+    return logger;
+  }
+
+  void Append(std::string line) {
+    absl::MutexLock lock(&mu_);
+    if (!StartedLocked()) {
+      // No writer thread: write here, as a last resort.
+      WriteAll(line);
+      return;
+    }
+    if (queued_.size() + line.size() > kMaxQueuedBytes) {
+      ++dropped_;
+      return;
+    }
+    queued_ += line;
+    appended_ += line.size();
+  }
+
+  void Flush() {
+    absl::MutexLock lock(&mu_);
+    if (!started_) return;
+    const uint64_t target = appended_;
+    auto done = [this, target]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return written_ >= target || failed_;
+    };
+    mu_.Await(absl::Condition(&done));
+  }
+
+ private:
+  Logger() = default;
+
+  // Starts the writer on first use; false if it cannot be started.
+  bool StartedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (started_ || start_failed_) return started_;
+    try {
+      std::thread([this] { Run(); }).detach();
+      started_ = true;
+    } catch (const std::exception&) {
+      start_failed_ = true;
+    }
+    return started_;
+  }
+
+  void Run() {
+    pthread_setname_np(pthread_self(), "log-writer");
+    std::string batch;
+    for (;;) {
+      uint64_t dropped = 0;
+      size_t lines_bytes = 0;
+      {
+        absl::MutexLock lock(&mu_);
+        auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return !queued_.empty() || dropped_ > 0;
+        };
+        mu_.Await(absl::Condition(&ready));
+        batch.swap(queued_);
+        lines_bytes = batch.size();
+        dropped = dropped_;
+        dropped_ = 0;
+      }
+      if (dropped > 0) {
+        batch += Line(LogSeverity::kWarning,
+                      absl::StrCat("log: ", dropped,
+                                   " lines dropped: stderr fell more than ",
+                                   kMaxQueuedBytes >> 20, " MiB behind"));
+      }
+      const bool ok = WriteAll(batch);
+      batch.clear();
+      absl::MutexLock lock(&mu_);
+      written_ += lines_bytes;
+      if (!ok) failed_ = true;
+    }
+  }
+
+  absl::Mutex mu_;
+  std::string queued_ ABSL_GUARDED_BY(mu_);
+  uint64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
+  // Bytes of lines queued, and of those written, since the start.
+  uint64_t appended_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t written_ ABSL_GUARDED_BY(mu_) = 0;
+  bool failed_ ABSL_GUARDED_BY(mu_) = false;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  bool start_failed_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace
+
+void Log(LogSeverity severity, absl::string_view message) {
+  Logger::Get()->Append(Line(severity, message));
+}
+
+void FlushLog() { Logger::Get()->Flush(); }
 
 }  // namespace fencegate

@@ -1,8 +1,17 @@
 // Copyright fencegate authors.
 //
-// Minimal line logger: one line per event on stderr, with a UTC time stamp
-// and a severity letter. Lines are written with a single write(2), so lines
-// from different threads do not interleave.
+// Line logger: one line per event on stderr, with a UTC time stamp and a
+// severity letter. The caller formats its line and queues it; one writer
+// thread writes whatever is queued with as few write(2) calls as it can, so
+// no request thread (gRPC's, the I/O pool's, the fence store's commit
+// thread) ever waits for stderr, and a burst of lines costs one system call.
+// Lines from different threads never interleave within a line.
+//
+// If stderr falls more than 4 MiB behind (a stuck pipe, a full disk), new
+// lines are dropped and counted instead of stalling the requests that log
+// them; once the writer catches up it logs how many were dropped. Lines
+// still queued when the process aborts are lost; FlushLog() before a normal
+// exit writes them.
 
 #ifndef GATEWAY_LOG_H_
 #define GATEWAY_LOG_H_
@@ -13,8 +22,12 @@ namespace fencegate {
 
 enum class LogSeverity { kInfo, kWarning, kError };
 
-// Thread safe.
+// Thread safe; never waits for stderr.
 void Log(LogSeverity severity, absl::string_view message);
+
+// Returns once every line logged before the call has been written (or
+// stderr has failed). Thread safe.
+void FlushLog();
 
 }  // namespace fencegate
 

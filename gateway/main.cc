@@ -228,4 +228,8 @@ int Run(int argc, char** argv) {
 }  // namespace
 }  // namespace fencegate
 
-int main(int argc, char** argv) { return fencegate::Run(argc, argv); }
+int main(int argc, char** argv) {
+  const int rc = fencegate::Run(argc, argv);
+  fencegate::FlushLog();  // Lines still queued for stderr.
+  return rc;
+}
