@@ -20,6 +20,10 @@ namespace fencegate {
 namespace {
 
 constexpr size_t kMaxQueuedBytes = 4 << 20;
+// The writer waits this long after a first line, or until this much is
+// queued, before writing.
+constexpr absl::Duration kGatherTime = absl::Milliseconds(2);
+constexpr size_t kGatherBytes = 64 << 10;
 
 // Writes all of `data` to stderr; false if stderr fails.
 bool WriteAll(absl::string_view data) {
@@ -69,10 +73,12 @@ class Logger {
     absl::MutexLock lock(&mu_);
     if (!started_) return;
     const uint64_t target = appended_;
+    ++flushes_waiting_;
     auto done = [this, target]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return written_ >= target || failed_;
     };
     mu_.Await(absl::Condition(&done));
+    --flushes_waiting_;
   }
 
  private:
@@ -102,6 +108,13 @@ class Logger {
           return !queued_.empty() || dropped_ > 0;
         };
         mu_.Await(absl::Condition(&ready));
+        // Gather lines for a moment, unless there are many or someone
+        // waits for them: the writer then wakes once per burst, not once
+        // per line.
+        auto full = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return queued_.size() >= kGatherBytes || flushes_waiting_ > 0;
+        };
+        mu_.AwaitWithTimeout(absl::Condition(&full), kGatherTime);
         batch.swap(queued_);
         lines_bytes = batch.size();
         dropped = dropped_;
@@ -128,6 +141,7 @@ class Logger {
   uint64_t appended_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t written_ ABSL_GUARDED_BY(mu_) = 0;
   bool failed_ ABSL_GUARDED_BY(mu_) = false;
+  int flushes_waiting_ ABSL_GUARDED_BY(mu_) = 0;
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool start_failed_ ABSL_GUARDED_BY(mu_) = false;
 };

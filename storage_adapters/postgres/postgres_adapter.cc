@@ -2,6 +2,8 @@
 
 #include "storage_adapters/postgres/postgres_adapter.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <exception>
@@ -241,6 +243,8 @@ void PostgresAdapter::ApplyAsync(const WriteTarget& target,
 }
 
 void PostgresAdapter::Send() {
+  // It would inherit the name of the thread that started it (gRPC's).
+  pthread_setname_np(pthread_self(), "pg-sender");
   // Nothing here throws but std::bad_alloc, which ends the process.
   queue_mu_.Lock();
   while (true) {
@@ -286,6 +290,7 @@ void PostgresAdapter::Send() {
 }
 
 void PostgresAdapter::ExpireQueued() {
+  pthread_setname_np(pthread_self(), "pg-expiry");
   const absl::Duration wait = absl::Milliseconds(options_.pool_wait_ms);
   const absl::Duration tick =
       std::clamp(wait / 10, absl::Milliseconds(1), absl::Milliseconds(100));
