@@ -80,17 +80,26 @@ void PrintThroughput(const std::vector<RunStats>& runs, int rounds) {
       "\nMedians over %d rounds (vs dir: each round against its own "
       "direct run; lowest and highest alongside)\n",
       rounds);
-  std::printf("%-13s %-9s %4s %8s %7s %7s %6s %13s\n", "target", "pattern", "N",
-              "ops/s", "p50 us", "gw us/w", "vs dir", "vs dir range");
+  std::printf("%-13s %-9s %4s %8s %7s %7s %6s %11s | %-27s | %5s %4s\n", "", "",
+              "", "", "", "", "", "", "CPU us per write", "sw/w", "");
+  std::printf(
+      "%-13s %-9s %4s %8s %7s %7s %6s %11s | %6s %6s %6s %6s | %5s %4s\n",
+      "target", "pattern", "N", "ops/s", "p50 us", "p99 us", "vs dir", "range",
+      "server", "gw", "pg", "client", "gw", "busy");
   for (const RoundsSummary& m : SummarizeRounds(runs)) {
     std::printf(
-        "%-13s %-9s %4d %8.0f %7.0f %7s %6s %13s\n", m.target.c_str(),
-        m.pattern.c_str(), m.clients, m.ops_per_s, m.p50_us,
-        Cell(m.gateway_cpu_us).c_str(), Cell(m.vs_direct, "%.2fx").c_str(),
+        "%-13s %-9s %4d %8.0f %7.0f %7.0f %6s %11s | %6s %6s %6s %6s | %5s "
+        "%4s\n",
+        m.target.c_str(), m.pattern.c_str(), m.clients, m.ops_per_s, m.p50_us,
+        m.p99_us, Cell(m.vs_direct, "%.2fx").c_str(),
         m.vs_direct < 0
             ? "-"
-            : absl::StrFormat("%.2f-%.2fx", m.vs_direct_min, m.vs_direct_max)
-                  .c_str());
+            : absl::StrFormat("%.2f-%.2f", m.vs_direct_min, m.vs_direct_max)
+                  .c_str(),
+        Cell(m.server_cpu_us).c_str(), Cell(m.gateway_cpu_us).c_str(),
+        Cell(m.postgres_cpu_us).c_str(), Cell(m.client_cpu_us).c_str(),
+        Cell(m.gateway_switches, "%.1f").c_str(),
+        m.busy < 0 ? "-" : absl::StrFormat("%.0f%%", 100 * m.busy).c_str());
   }
 }
 

@@ -83,13 +83,24 @@ std::vector<RoundsSummary> SummarizeRounds(const std::vector<RunStats>& runs) {
              x.clients == first.clients;
     };
     if (std::any_of(out.begin(), out.end(), same)) continue;
-    std::vector<double> ops, p50, cpu, ratios;
+    std::vector<double> ops, p50, p99, server, gateway, postgres, client,
+        switches, busy, ratios;
+    // Only the known figures (>= 0) count.
+    auto add = [](std::vector<double>& to, double v) {
+      if (v >= 0) to.push_back(v);
+    };
     for (const RunStats& r : runs) {
       if (!same(r)) continue;
       ops.push_back(r.ops_per_s());
       p50.push_back(r.Percentile(50));
-      if (double c = r.CpuPerWriteUs(r.cpu.gateway); c >= 0) cpu.push_back(c);
-      if (double v = VsDirect(runs, r); v >= 0) ratios.push_back(v);
+      p99.push_back(r.Percentile(99));
+      add(server, r.ServerCpuPerWriteUs());
+      add(gateway, r.CpuPerWriteUs(r.cpu.gateway));
+      add(postgres, r.CpuPerWriteUs(r.cpu.postgres));
+      add(client, r.CpuPerWriteUs(r.cpu.harness));
+      add(switches, r.SwitchesPerWrite(r.cpu.gateway));
+      if (r.cpu.machine_total > 0) busy.push_back(r.MachineBusy());
+      add(ratios, VsDirect(runs, r));
     }
     RoundsSummary s;
     s.target = first.target;
@@ -98,7 +109,13 @@ std::vector<RoundsSummary> SummarizeRounds(const std::vector<RunStats>& runs) {
     s.rounds = static_cast<int>(ops.size());
     s.ops_per_s = Median(ops);
     s.p50_us = Median(p50);
-    s.gateway_cpu_us = Median(cpu);
+    s.p99_us = Median(p99);
+    s.server_cpu_us = Median(server);
+    s.gateway_cpu_us = Median(gateway);
+    s.postgres_cpu_us = Median(postgres);
+    s.client_cpu_us = Median(client);
+    s.gateway_switches = Median(switches);
+    s.busy = Median(busy);
     s.vs_direct = Median(ratios);
     if (!ratios.empty()) {
       s.vs_direct_min = *std::min_element(ratios.begin(), ratios.end());
@@ -152,12 +169,18 @@ std::string ToJson(const std::vector<RunStats>& runs,
           ", \"pattern\": ", JsonString(m.pattern),
           absl::StrFormat(
               ", \"clients\": %d, \"rounds\": %d, \"ops_per_s\": %.1f, "
-              "\"p50_us\": %.0f, \"gateway_cpu_us_per_write\": %.1f, "
-              "\"vs_direct\": %.3f, \"vs_direct_min\": %.3f, "
-              "\"vs_direct_max\": %.3f}%s\n",
-              m.clients, m.rounds, m.ops_per_s, m.p50_us, m.gateway_cpu_us,
-              m.vs_direct, m.vs_direct_min, m.vs_direct_max,
-              i + 1 < summaries.size() ? "," : ""));
+              "\"p50_us\": %.0f, \"p99_us\": %.0f, ",
+              m.clients, m.rounds, m.ops_per_s, m.p50_us, m.p99_us),
+          absl::StrFormat(
+              "\"cpu_us_per_write\": {\"server\": %.1f, \"gateway\": %.1f, "
+              "\"postgres\": %.1f, \"harness\": %.1f}, "
+              "\"gateway_switches_per_write\": %.2f, \"machine_busy\": %.3f, ",
+              m.server_cpu_us, m.gateway_cpu_us, m.postgres_cpu_us,
+              m.client_cpu_us, m.gateway_switches, m.busy),
+          absl::StrFormat("\"vs_direct\": %.3f, \"vs_direct_min\": %.3f, "
+                          "\"vs_direct_max\": %.3f}%s\n",
+                          m.vs_direct, m.vs_direct_min, m.vs_direct_max,
+                          i + 1 < summaries.size() ? "," : ""));
     }
     absl::StrAppend(&out, "  ]");
   }

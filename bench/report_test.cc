@@ -59,6 +59,7 @@ TEST(ReportTest, SummarizeRoundsTakesMediansAndTheRatiosSpread) {
   EXPECT_THAT(gw.vs_direct_min, DoubleEq(0.5));
   EXPECT_THAT(gw.vs_direct_max, DoubleEq(1.5));
   EXPECT_EQ(gw.gateway_cpu_us, -1);  // No CPU was metered.
+  EXPECT_EQ(gw.busy, -1);
   EXPECT_EQ(summaries[1].target, "direct");
   EXPECT_THAT(summaries[1].ops_per_s, DoubleEq(200));
 }
@@ -71,6 +72,29 @@ TEST(ReportTest, SummarizeRoundsOfAnEvenCountAveragesTheMiddleTwo) {
   ASSERT_EQ(summaries.size(), 1u);
   EXPECT_THAT(summaries[0].ops_per_s, DoubleEq(300));
   EXPECT_EQ(summaries[0].vs_direct, -1);  // No direct run.
+}
+
+TEST(ReportTest, SummarizeRoundsTakesMediansOfTheCpuFigures) {
+  std::vector<RunStats> runs;
+  for (int round = 0; round < 3; ++round) {
+    RunStats r = MakeRun("gateway-pg", round, 1000);  // 1 s: per write = /1000.
+    r.cpu.gateway = {0.010 * (round + 1), 1000.0 * (round + 1)};
+    r.cpu.postgres = {0.050, -1};
+    r.cpu.harness = {0.020 + 0.001 * round, 0};
+    r.cpu.machine_busy = 1.0 + round;
+    r.cpu.machine_total = 2.0;
+    runs.push_back(r);
+  }
+  runs[1].cpu.postgres.cpu_s = -1;  // Unknown in one round: left out.
+  const std::vector<RoundsSummary> summaries = SummarizeRounds(runs);
+  ASSERT_EQ(summaries.size(), 1u);
+  const RoundsSummary& m = summaries[0];
+  EXPECT_THAT(m.gateway_cpu_us, DoubleEq(20));   // 10, 20, 30 us.
+  EXPECT_THAT(m.postgres_cpu_us, DoubleEq(50));  // 50, 50 us.
+  EXPECT_THAT(m.server_cpu_us, DoubleEq(60));    // 60, 20, 80 us.
+  EXPECT_THAT(m.client_cpu_us, DoubleEq(21));    // 20, 21, 22 us.
+  EXPECT_THAT(m.gateway_switches, DoubleEq(2));  // 1, 2, 3.
+  EXPECT_THAT(m.busy, DoubleEq(1.0));            // 0.5, 1.0, 1.5.
 }
 
 TEST(ReportTest, JsonHasRoundsAndMediansOnlyWithRounds) {

@@ -57,9 +57,17 @@ struct RoundsSummary {
   std::string pattern;
   int clients = 0;
   int rounds = 0;
-  double ops_per_s = 0;        // Median.
-  double p50_us = 0;           // Median of the rounds' medians.
-  double gateway_cpu_us = -1;  // Median CPU per write of the gateway.
+  // Medians over the rounds; -1 where no round has the figure.
+  double ops_per_s = 0;
+  double p50_us = 0;
+  double p99_us = 0;
+  // CPU microseconds per write (RunStats::ServerCpuPerWriteUs and
+  // CpuPerWriteUs of each process), the gateway's context switches per
+  // write, and the share of the machine's cores busy.
+  double server_cpu_us = -1, gateway_cpu_us = -1, postgres_cpu_us = -1,
+         client_cpu_us = -1;
+  double gateway_switches = -1;
+  double busy = -1;
   // Median, lowest and highest ratio to direct of the same round; -1 if
   // there is no direct run.
   double vs_direct = -1, vs_direct_min = -1, vs_direct_max = -1;

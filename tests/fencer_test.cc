@@ -65,6 +65,24 @@ class FencerTest : public ::testing::Test {
     return applied_;
   }
 
+  // The fence store's commit thread, held before the write of its next
+  // group until `release`; `committing` says it is held. Later groups pass.
+  struct CommitHold {
+    ~CommitHold() {
+      SyncPoint::Get()->ClearCallback("RocksDbFenceStore::Commit:BeforeWrite");
+    }
+    absl::Notification committing, release;
+    std::atomic<bool> held_once{false};
+  };
+  static void HoldFirstCommit(CommitHold* hold) {
+    SyncPoint::Get()->SetCallback("RocksDbFenceStore::Commit:BeforeWrite",
+                                  [hold](void*) {
+                                    if (hold->held_once.exchange(true)) return;
+                                    hold->committing.Notify();
+                                    hold->release.WaitForNotification();
+                                  });
+  }
+
   testing::TempDir dir_;
   std::shared_ptr<testing::WalSyncCountingFs> fs_ =
       std::make_shared<testing::WalSyncCountingFs>();
@@ -486,14 +504,8 @@ TEST_F(FencerTest, TryExecuteAsyncAdvanceIsSyncedBeforeApply) {
 // have been accepted against the old fence and applied first.
 TEST_F(FencerTest, TryExecuteAsyncAdvanceHoldsTheDomainUntilDurable) {
   ASSERT_OK(Write("jobs", 1).status());
-  absl::Notification committing, release_commit;
-  std::atomic<bool> held_once{false};
-  SyncPoint::Get()->SetCallback("RocksDbFenceStore::Commit:BeforeWrite",
-                                [&](void*) {
-                                  if (held_once.exchange(true)) return;
-                                  committing.Notify();
-                                  release_commit.WaitForNotification();
-                                });
+  CommitHold hold;
+  HoldFirstCommit(&hold);
   Fencer::AsyncApply apply = [&](Fencer::Applied applied) {
     {
       absl::MutexLock lock(&mu_);
@@ -507,7 +519,7 @@ TEST_F(FencerTest, TryExecuteAsyncAdvanceHoldsTheDomainUntilDurable) {
     done_called.Notify();
   };
   ASSERT_TRUE(fencer_->TryExecuteAsync("jobs", 2, apply, done));
-  committing.WaitForNotification();
+  hold.committing.WaitForNotification();
   Fencer::AsyncApply other_apply = [](Fencer::Applied) {};
   Fencer::DecisionCallback other_done = [](absl::StatusOr<FenceDecision>) {};
   EXPECT_FALSE(fencer_->TryExecuteAsync("jobs", 1, other_apply, other_done));
@@ -520,7 +532,7 @@ TEST_F(FencerTest, TryExecuteAsyncAdvanceHoldsTheDomainUntilDurable) {
   // A correct fencer cannot decide token 1 now: this wait always runs out.
   EXPECT_FALSE(
       late_decided.WaitForNotificationWithTimeout(absl::Milliseconds(300)));
-  release_commit.Notify();
+  hold.release.Notify();
   late.join();
   done_called.WaitForNotification();
   EXPECT_THAT(late_status, StatusIs(absl::StatusCode::kFailedPrecondition));
@@ -601,14 +613,8 @@ TEST_F(FencerTest, FailedWalSyncIsFatal) {
 // domains queue; all 20 then go out in one sync (one per rise without
 // grouping).
 TEST_F(FencerTest, StoreRisesQueuedDuringACommitShareOneSync) {
-  absl::Notification committing, release_commit;
-  std::atomic<bool> held_once{false};
-  SyncPoint::Get()->SetCallback("RocksDbFenceStore::Commit:BeforeWrite",
-                                [&](void*) {
-                                  if (held_once.exchange(true)) return;
-                                  committing.Notify();
-                                  release_commit.WaitForNotification();
-                                });
+  CommitHold hold;
+  HoldFirstCommit(&hold);
   const int syncs_before = fs_->wal_syncs.load();
   std::atomic<int> reported{0};
   auto count = [&](absl::StatusOr<FenceState> raised) {
@@ -616,12 +622,12 @@ TEST_F(FencerTest, StoreRisesQueuedDuringACommitShareOneSync) {
     reported.fetch_add(1);
   };
   store_->RaiseAsync("first", 1, absl::Now(), count);
-  committing.WaitForNotification();
+  hold.committing.WaitForNotification();
   for (int i = 0; i < 20; ++i) {
     store_->RaiseAsync(absl::StrCat("d", i), 10 + i, absl::Now(), count);
   }
   EXPECT_EQ(reported.load(), 0);  // Nothing is reported before its sync.
-  release_commit.Notify();
+  hold.release.Notify();
   ASSERT_TRUE(testing::WaitFor([&] { return reported.load() == 21; }));
   EXPECT_EQ(fs_->wal_syncs.load() - syncs_before, 2);
   Open();
@@ -634,14 +640,8 @@ TEST_F(FencerTest, StoreRisesQueuedDuringACommitShareOneSync) {
 // Rises of one domain in one group are decided in queue order, each
 // against the ones before it: a lower one changes nothing.
 TEST_F(FencerTest, StoreRisesOfOneDomainInOneGroupKeepTheHighest) {
-  absl::Notification committing, release_commit;
-  std::atomic<bool> held_once{false};
-  SyncPoint::Get()->SetCallback("RocksDbFenceStore::Commit:BeforeWrite",
-                                [&](void*) {
-                                  if (held_once.exchange(true)) return;
-                                  committing.Notify();
-                                  release_commit.WaitForNotification();
-                                });
+  CommitHold hold;
+  HoldFirstCommit(&hold);
   absl::Mutex mu;
   std::vector<uint64_t> results;
   auto record = [&](absl::StatusOr<FenceState> raised) {
@@ -650,11 +650,11 @@ TEST_F(FencerTest, StoreRisesOfOneDomainInOneGroupKeepTheHighest) {
     results.push_back(raised->highest_token);
   };
   store_->RaiseAsync("other", 1, absl::Now(), record);
-  committing.WaitForNotification();
+  hold.committing.WaitForNotification();
   for (uint64_t token : {7, 5, 9, 9, 8}) {
     store_->RaiseAsync("jobs", token, absl::Now(), record);
   }
-  release_commit.Notify();
+  hold.release.Notify();
   ASSERT_TRUE(testing::WaitFor([&] {
     absl::MutexLock lock(&mu);
     return results.size() == 6;
@@ -689,21 +689,15 @@ TEST_F(FencerTest, StoreLeaseGrantsAreDecidedInQueueOrderWithRises) {
   options.path = dir_.path() + "/leases";
   options.env = env_.get();
   ASSERT_OK_AND_ASSIGN(store, OpenRocksDbStore(options));
-  absl::Notification committing, release_commit;
-  std::atomic<bool> held_once{false};
+  CommitHold hold;
   std::atomic<int> queued{0};
-  SyncPoint::Get()->SetCallback("RocksDbFenceStore::Commit:BeforeWrite",
-                                [&](void*) {
-                                  if (held_once.exchange(true)) return;
-                                  committing.Notify();
-                                  release_commit.WaitForNotification();
-                                });
+  HoldFirstCommit(&hold);
   SyncPoint::Get()->SetCallback("RocksDbFenceStore::Enqueue:Queued",
                                 [&](void*) { queued.fetch_add(1); });
   absl::Notification first_done;
   store->RaiseAsync("other", 1, absl::Now(),
                     [&](absl::StatusOr<FenceState>) { first_done.Notify(); });
-  committing.WaitForNotification();
+  hold.committing.WaitForNotification();
   absl::Notification raised;
   store->RaiseAsync("jobs", 7, absl::Now(), [&](absl::StatusOr<FenceState> r) {
     EXPECT_OK(r.status());
@@ -721,7 +715,7 @@ TEST_F(FencerTest, StoreLeaseGrantsAreDecidedInQueueOrderWithRises) {
   std::thread high_grant(
       [&] { high = store->GrantLease(lease(8), absl::Now()); });
   EXPECT_TRUE(testing::WaitFor([&] { return queued.load() == 4; }));
-  release_commit.Notify();
+  hold.release.Notify();
   low_grant.join();
   high_grant.join();
   first_done.WaitForNotification();
