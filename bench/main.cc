@@ -4,6 +4,7 @@
 // pgbouncer (throughput), and shows that no stale write lands (safety).
 // See docs/benchmarks.md.
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -187,6 +188,24 @@ int Run(int argc, char** argv) {
       return 2;
     }
     topts.clients.push_back(n);
+  }
+  for (const std::string& p : topts.patterns) {
+    if (p != "steady" && p != "advancing") {
+      std::cerr << "fencegate-bench: --patterns: \"" << p
+                << "\" is neither steady nor advancing\n";
+      return 2;
+    }
+  }
+  // A repeated entry would run twice and be taken for a round.
+  auto repeated = [](auto list) {
+    std::sort(list.begin(), list.end());
+    return std::adjacent_find(list.begin(), list.end()) != list.end();
+  };
+  if (repeated(topts.targets) || repeated(topts.patterns) ||
+      repeated(topts.clients)) {
+    std::cerr << "fencegate-bench: --targets, --patterns and --clients take "
+                 "each entry once (use --rounds to repeat runs)\n";
+    return 2;
   }
   if (duration_s == 0 || duration_s > 3600) {
     std::cerr << "fencegate-bench: --duration_s: 1 to 3600\n";

@@ -3,8 +3,11 @@
 #include "gateway/log.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <exception>
 #include <string>
@@ -24,16 +27,20 @@ constexpr size_t kMaxQueuedBytes = 4 << 20;
 // queued, before writing.
 constexpr absl::Duration kGatherTime = absl::Milliseconds(2);
 constexpr size_t kGatherBytes = 64 << 10;
+// How long FlushLog() waits for stderr.
+constexpr absl::Duration kFlushWait = absl::Seconds(2);
 
-// Writes all of `data` to stderr; false if stderr fails.
-bool WriteAll(absl::string_view data) {
+// Writes all of `data` to stderr; returns how many bytes it wrote (fewer
+// if stderr fails).
+size_t WriteAll(absl::string_view data) {
   size_t done = 0;
   while (done < data.size()) {
     ssize_t n = ::write(STDERR_FILENO, data.data() + done, data.size() - done);
-    if (n <= 0) return false;  // Nowhere to report a failing stderr.
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // Nowhere to report a failing stderr.
     done += static_cast<size_t>(n);
   }
-  return true;
+  return done;
 }
 
 std::string Line(LogSeverity severity, absl::string_view message) {
@@ -75,9 +82,10 @@ class Logger {
     const uint64_t target = appended_;
     ++flushes_waiting_;
     auto done = [this, target]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return written_ >= target || failed_;
+      return written_ >= target;
     };
-    mu_.Await(absl::Condition(&done));
+    // A stderr that accepts nothing must not hold up the process's exit.
+    mu_.AwaitWithTimeout(absl::Condition(&done), kFlushWait);
     --flushes_waiting_;
   }
 
@@ -98,6 +106,11 @@ class Logger {
 
   void Run() {
     pthread_setname_np(pthread_self(), "log-writer");
+    // Signals are for the threads that handle them (the gateway's main
+    // thread waits for SIGTERM), whatever thread happened to log first.
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, nullptr);
     std::string batch;
     for (;;) {
       uint64_t dropped = 0;
@@ -126,11 +139,17 @@ class Logger {
                                    " lines dropped: stderr fell more than ",
                                    kMaxQueuedBytes >> 20, " MiB behind"));
       }
-      const bool ok = WriteAll(batch);
+      const size_t done = WriteAll(batch);
+      // Lines stderr refused are lost: count them with the dropped ones,
+      // for the next report.
+      const uint64_t lost = done >= lines_bytes
+                                ? 0
+                                : std::count(batch.begin() + done,
+                                             batch.begin() + lines_bytes, '\n');
       batch.clear();
       absl::MutexLock lock(&mu_);
-      written_ += lines_bytes;
-      if (!ok) failed_ = true;
+      written_ += lines_bytes;  // Written, or given up on.
+      dropped_ += lost;
     }
   }
 
@@ -140,7 +159,6 @@ class Logger {
   // Bytes of lines queued, and of those written, since the start.
   uint64_t appended_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t written_ ABSL_GUARDED_BY(mu_) = 0;
-  bool failed_ ABSL_GUARDED_BY(mu_) = false;
   int flushes_waiting_ ABSL_GUARDED_BY(mu_) = 0;
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool start_failed_ ABSL_GUARDED_BY(mu_) = false;

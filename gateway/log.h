@@ -11,9 +11,12 @@
 //
 // If stderr falls more than 4 MiB behind (a stuck pipe, a full disk), new
 // lines are dropped and counted instead of stalling the requests that log
-// them; once the writer catches up it logs how many were dropped. Lines
-// still queued when the process aborts are lost; FlushLog() before a normal
-// exit writes them.
+// them, as are lines stderr refuses; once the writer catches up it logs how
+// many were dropped. Lines still queued when the process aborts are lost;
+// FlushLog() before a normal exit writes them, waiting at most 2 s. Should
+// the writer thread fail to start, each caller writes its own line (and
+// then does wait for stderr). Not for use after fork() or in a signal
+// handler.
 
 #ifndef GATEWAY_LOG_H_
 #define GATEWAY_LOG_H_
@@ -28,7 +31,7 @@ enum class LogSeverity { kInfo, kWarning, kError };
 void Log(LogSeverity severity, absl::string_view message);
 
 // Returns once every line logged before the call has been written (or
-// stderr has failed). Thread safe.
+// refused by stderr), or after 2 s. Thread safe.
 void FlushLog();
 
 }  // namespace fencegate
