@@ -1,7 +1,8 @@
 // Copyright fencegate authors.
 //
 // Every rule of the fencing contract (docs/fencing.md), against the real
-// RocksDB fence store. Interleavings are forced with sync points.
+// RocksDB fence store. Interleavings are forced with sync points. The
+// store's own commit thread is tested in rocksdb_fence_store_test.cc.
 
 #include "fencing/fencer.h"
 
@@ -12,7 +13,6 @@
 #include <thread>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "fencing/clock.h"
@@ -20,7 +20,7 @@
 #include "fencing/rocksdb_fence_store.h"
 #include "fencing/stale_token.h"
 #include "fencing/sync_point.h"
-#include "tests/counting_fs.h"
+#include "tests/fence_store_fixture.h"
 #include "tests/fixtures.h"
 #include "tests/test_util.h"
 
@@ -33,20 +33,14 @@ using ::testing::ElementsAre;
 constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
 constexpr uint64_t kMaxSigned = std::numeric_limits<int64_t>::max();
 
-class FencerTest : public ::testing::Test {
+class FencerTest : public testing::FenceStoreFixture {
  protected:
   void SetUp() override { Open(); }
-  void TearDown() override { SyncPoint::Get()->ClearAll(); }
 
+  // (Re)opens the store and a Fencer over it.
   void Open() {
     fencer_.reset();
-    store_.reset();
-    RocksDbFenceStoreOptions options;
-    options.path = dir_.path() + "/fence";
-    options.env = env_.get();
-    auto store = OpenRocksDbFenceStore(options);
-    ASSERT_TRUE(store.ok()) << store.status();
-    store_ = *std::move(store);
+    OpenStore();
     fencer_ = std::make_unique<Fencer>(store_.get(), Clock::Real());
   }
 
@@ -65,29 +59,6 @@ class FencerTest : public ::testing::Test {
     return applied_;
   }
 
-  // The fence store's commit thread, held before the write of its next
-  // group until `release`; `committing` says it is held. Later groups pass.
-  struct CommitHold {
-    ~CommitHold() {
-      SyncPoint::Get()->ClearCallback("RocksDbFenceStore::Commit:BeforeWrite");
-    }
-    absl::Notification committing, release;
-    std::atomic<bool> held_once{false};
-  };
-  static void HoldFirstCommit(CommitHold* hold) {
-    SyncPoint::Get()->SetCallback("RocksDbFenceStore::Commit:BeforeWrite",
-                                  [hold](void*) {
-                                    if (hold->held_once.exchange(true)) return;
-                                    hold->committing.Notify();
-                                    hold->release.WaitForNotification();
-                                  });
-  }
-
-  testing::TempDir dir_;
-  std::shared_ptr<testing::WalSyncCountingFs> fs_ =
-      std::make_shared<testing::WalSyncCountingFs>();
-  std::unique_ptr<rocksdb::Env> env_ = testing::NewEnvOver(fs_);
-  std::unique_ptr<FenceStore> store_;
   std::unique_ptr<Fencer> fencer_;
   absl::Mutex mu_;
   std::vector<uint64_t> applied_ ABSL_GUARDED_BY(mu_);
@@ -606,165 +577,6 @@ TEST_F(FencerTest, FailedWalSyncIsFatal) {
         (void)fencer_->Fence("jobs", 1);
       },
       "cannot make fence of domain \"jobs\" durable");
-}
-
-// The store's commit thread: rises queued while it is busy share one
-// synced write. The thread is held in its first commit while 20 more
-// domains queue; all 20 then go out in one sync (one per rise without
-// grouping).
-TEST_F(FencerTest, StoreRisesQueuedDuringACommitShareOneSync) {
-  CommitHold hold;
-  HoldFirstCommit(&hold);
-  const int syncs_before = fs_->wal_syncs.load();
-  std::atomic<int> reported{0};
-  auto count = [&](absl::StatusOr<FenceState> raised) {
-    EXPECT_OK(raised.status());
-    reported.fetch_add(1);
-  };
-  store_->RaiseAsync("first", 1, absl::Now(), count);
-  hold.committing.WaitForNotification();
-  for (int i = 0; i < 20; ++i) {
-    store_->RaiseAsync(absl::StrCat("d", i), 10 + i, absl::Now(), count);
-  }
-  EXPECT_EQ(reported.load(), 0);  // Nothing is reported before its sync.
-  hold.release.Notify();
-  ASSERT_TRUE(testing::WaitFor([&] { return reported.load() == 21; }));
-  EXPECT_EQ(fs_->wal_syncs.load() - syncs_before, 2);
-  Open();
-  for (int i = 0; i < 20; ++i) {
-    ASSERT_OK_AND_ASSIGN(state, store_->Get(absl::StrCat("d", i)));
-    EXPECT_EQ(state.highest_token, 10u + i);
-  }
-}
-
-// Rises of one domain in one group are decided in queue order, each
-// against the ones before it: a lower one changes nothing.
-TEST_F(FencerTest, StoreRisesOfOneDomainInOneGroupKeepTheHighest) {
-  CommitHold hold;
-  HoldFirstCommit(&hold);
-  absl::Mutex mu;
-  std::vector<uint64_t> results;
-  auto record = [&](absl::StatusOr<FenceState> raised) {
-    ASSERT_OK(raised.status());
-    absl::MutexLock lock(&mu);
-    results.push_back(raised->highest_token);
-  };
-  store_->RaiseAsync("other", 1, absl::Now(), record);
-  hold.committing.WaitForNotification();
-  for (uint64_t token : {7, 5, 9, 9, 8}) {
-    store_->RaiseAsync("jobs", token, absl::Now(), record);
-  }
-  hold.release.Notify();
-  ASSERT_TRUE(testing::WaitFor([&] {
-    absl::MutexLock lock(&mu);
-    return results.size() == 6;
-  }));
-  EXPECT_THAT(results, ElementsAre(1, 7, 7, 9, 9, 9));
-  Open();
-  ASSERT_OK_AND_ASSIGN(state, store_->Get("jobs"));
-  EXPECT_EQ(state.highest_token, 9u);
-}
-
-// Rises of one domain over many groups: a reopened store (the WAL
-// replayed into a new memtable) reads back the last one.
-TEST_F(FencerTest, StoreManyRisesOfOneDomainReadBackAfterReopen) {
-  for (uint64_t round = 1; round <= 2; ++round) {
-    for (uint64_t token = 1; token <= 100; ++token) {
-      ASSERT_OK(fencer_->Fence("jobs", (round - 1) * 100 + token).status());
-      ASSERT_OK(fencer_->Fence(absl::StrCat("d", token), round).status());
-    }
-    Open();
-    ASSERT_OK_AND_ASSIGN(jobs, store_->Get("jobs"));
-    EXPECT_EQ(jobs.highest_token, round * 100);
-    ASSERT_OK_AND_ASSIGN(d7, store_->Get("d7"));
-    EXPECT_EQ(d7.highest_token, round);
-  }
-}
-
-// A lease grant is decided in queue order with the rises of its group: one
-// whose token is not above a rise queued before it is refused, one above
-// it is granted, with the fence and the lease in the same synced batch.
-TEST_F(FencerTest, StoreLeaseGrantsAreDecidedInQueueOrderWithRises) {
-  RocksDbFenceStoreOptions options;
-  options.path = dir_.path() + "/leases";
-  options.env = env_.get();
-  ASSERT_OK_AND_ASSIGN(store, OpenRocksDbStore(options));
-  CommitHold hold;
-  std::atomic<int> queued{0};
-  HoldFirstCommit(&hold);
-  SyncPoint::Get()->SetCallback("RocksDbFenceStore::Enqueue:Queued",
-                                [&](void*) { queued.fetch_add(1); });
-  absl::Notification first_done;
-  store->RaiseAsync("other", 1, absl::Now(),
-                    [&](absl::StatusOr<FenceState>) { first_done.Notify(); });
-  hold.committing.WaitForNotification();
-  absl::Notification raised;
-  store->RaiseAsync("jobs", 7, absl::Now(), [&](absl::StatusOr<FenceState> r) {
-    EXPECT_OK(r.status());
-    raised.Notify();
-  });
-  auto lease = [](uint64_t token) {
-    return LeaseRecord{"jobs",           absl::StrCat("lease-", token),
-                       "worker",         token,
-                       absl::Seconds(5), absl::Now() + absl::Seconds(5)};
-  };
-  absl::Status low, high;
-  std::thread low_grant(
-      [&] { low = store->GrantLease(lease(6), absl::Now()); });
-  EXPECT_TRUE(testing::WaitFor([&] { return queued.load() == 3; }));
-  std::thread high_grant(
-      [&] { high = store->GrantLease(lease(8), absl::Now()); });
-  EXPECT_TRUE(testing::WaitFor([&] { return queued.load() == 4; }));
-  hold.release.Notify();
-  low_grant.join();
-  high_grant.join();
-  first_done.WaitForNotification();
-  raised.WaitForNotification();
-  EXPECT_THAT(low, StatusIs(absl::StatusCode::kFailedPrecondition));
-  EXPECT_OK(high);
-  store.reset();
-  ASSERT_OK_AND_ASSIGN(reopened, OpenRocksDbStore(options));
-  ASSERT_OK_AND_ASSIGN(fence, reopened->Get("jobs"));
-  EXPECT_EQ(fence.highest_token, 8u);
-  ASSERT_OK_AND_ASSIGN(leases, reopened->LoadLeases());
-  ASSERT_EQ(leases.size(), 1u);
-  EXPECT_EQ(leases[0].token, 8u);
-  EXPECT_EQ(leases[0].lease_id, "lease-8");
-}
-
-// Closing the store reports every queued rise, made durable first.
-TEST_F(FencerTest, StoreClosingReportsQueuedRises) {
-  fencer_.reset();
-  std::atomic<int> reported{0};
-  for (int i = 0; i < 50; ++i) {
-    store_->RaiseAsync(absl::StrCat("d", i), 1 + i, absl::Now(),
-                       [&](absl::StatusOr<FenceState> raised) {
-                         EXPECT_OK(raised.status());
-                         reported.fetch_add(1);
-                       });
-  }
-  store_.reset();
-  EXPECT_EQ(reported.load(), 50);
-  Open();
-  for (int i = 0; i < 50; ++i) {
-    ASSERT_OK_AND_ASSIGN(state, store_->Get(absl::StrCat("d", i)));
-    EXPECT_EQ(state.highest_token, 1u + i);
-  }
-}
-
-// A rise's callback runs on the commit thread; waiting there for another
-// rise could never end, so it aborts with a message instead.
-TEST_F(FencerTest, StoreCallbackThatWaitsForARiseIsFatal) {
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
-  EXPECT_DEATH(
-      {
-        store_->RaiseAsync("jobs", 1, absl::Now(),
-                           [&](absl::StatusOr<FenceState>) {
-                             (void)store_->Raise("jobs", 2, absl::Now());
-                           });
-        absl::SleepFor(absl::Seconds(10));
-      },
-      "waited for another rise on the commit thread");
 }
 
 // A store that cannot be read refuses the write instead of applying it.

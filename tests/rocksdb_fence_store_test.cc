@@ -1,0 +1,191 @@
+// Copyright fencegate authors.
+//
+// The RocksDB fence store's commit thread: rises queued while it syncs
+// share one synced batch, are decided in queue order (lease grants too),
+// are reported only once durable, and are all reported when the store
+// closes. Commits are held with a sync point to make groups.
+
+#include "fencing/rocksdb_fence_store.h"
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "fencing/sync_point.h"
+#include "tests/fence_store_fixture.h"
+#include "tests/fixtures.h"
+#include "tests/test_util.h"
+
+namespace fencegate {
+namespace {
+
+using ::fencegate::testing::StatusIs;
+using ::testing::ElementsAre;
+
+class RocksDbFenceStoreTest : public testing::FenceStoreFixture {};
+
+// The store's commit thread: rises queued while it is busy share one
+// synced write. The thread is held in its first commit while 20 more
+// domains queue; all 20 then go out in one sync (one per rise without
+// grouping).
+TEST_F(RocksDbFenceStoreTest, RisesQueuedDuringACommitShareOneSync) {
+  CommitHold hold;
+  HoldFirstCommit(&hold);
+  const int syncs_before = fs_->wal_syncs.load();
+  std::atomic<int> reported{0};
+  auto count = [&](absl::StatusOr<FenceState> raised) {
+    EXPECT_OK(raised.status());
+    reported.fetch_add(1);
+  };
+  store_->RaiseAsync("first", 1, absl::Now(), count);
+  hold.committing.WaitForNotification();
+  for (int i = 0; i < 20; ++i) {
+    store_->RaiseAsync(absl::StrCat("d", i), 10 + i, absl::Now(), count);
+  }
+  EXPECT_EQ(reported.load(), 0);  // Nothing is reported before its sync.
+  hold.release.Notify();
+  ASSERT_TRUE(testing::WaitFor([&] { return reported.load() == 21; }));
+  EXPECT_EQ(fs_->wal_syncs.load() - syncs_before, 2);
+  OpenStore();
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_OK_AND_ASSIGN(state, store_->Get(absl::StrCat("d", i)));
+    EXPECT_EQ(state.highest_token, 10u + i);
+  }
+}
+
+// Rises of one domain in one group are decided in queue order, each
+// against the ones before it: a lower one changes nothing.
+TEST_F(RocksDbFenceStoreTest, RisesOfOneDomainInOneGroupKeepTheHighest) {
+  CommitHold hold;
+  HoldFirstCommit(&hold);
+  absl::Mutex mu;
+  std::vector<uint64_t> results;
+  auto record = [&](absl::StatusOr<FenceState> raised) {
+    ASSERT_OK(raised.status());
+    absl::MutexLock lock(&mu);
+    results.push_back(raised->highest_token);
+  };
+  store_->RaiseAsync("other", 1, absl::Now(), record);
+  hold.committing.WaitForNotification();
+  for (uint64_t token : {7, 5, 9, 9, 8}) {
+    store_->RaiseAsync("jobs", token, absl::Now(), record);
+  }
+  hold.release.Notify();
+  ASSERT_TRUE(testing::WaitFor([&] {
+    absl::MutexLock lock(&mu);
+    return results.size() == 6;
+  }));
+  EXPECT_THAT(results, ElementsAre(1, 7, 7, 9, 9, 9));
+  OpenStore();
+  ASSERT_OK_AND_ASSIGN(state, store_->Get("jobs"));
+  EXPECT_EQ(state.highest_token, 9u);
+}
+
+// Rises of one domain over many groups: a reopened store (the WAL
+// replayed into a new memtable) reads back the last one.
+TEST_F(RocksDbFenceStoreTest, ManyRisesOfOneDomainReadBackAfterReopen) {
+  for (uint64_t round = 1; round <= 2; ++round) {
+    for (uint64_t token = 1; token <= 100; ++token) {
+      ASSERT_OK(store_->Raise("jobs", (round - 1) * 100 + token, absl::Now())
+                    .status());
+      ASSERT_OK(
+          store_->Raise(absl::StrCat("d", token), round, absl::Now()).status());
+    }
+    OpenStore();
+    ASSERT_OK_AND_ASSIGN(jobs, store_->Get("jobs"));
+    EXPECT_EQ(jobs.highest_token, round * 100);
+    ASSERT_OK_AND_ASSIGN(d7, store_->Get("d7"));
+    EXPECT_EQ(d7.highest_token, round);
+  }
+}
+
+// A lease grant is decided in queue order with the rises of its group: one
+// whose token is not above a rise queued before it is refused, one above
+// it is granted, with the fence and the lease in the same synced batch.
+TEST_F(RocksDbFenceStoreTest, LeaseGrantsAreDecidedInQueueOrderWithRises) {
+  const RocksDbFenceStoreOptions options = StoreOptions("leases");
+  ASSERT_OK_AND_ASSIGN(store, OpenRocksDbStore(options));
+  CommitHold hold;
+  std::atomic<int> queued{0};
+  HoldFirstCommit(&hold);
+  SyncPoint::Get()->SetCallback("RocksDbFenceStore::Enqueue:Queued",
+                                [&](void*) { queued.fetch_add(1); });
+  absl::Notification first_done;
+  store->RaiseAsync("other", 1, absl::Now(),
+                    [&](absl::StatusOr<FenceState>) { first_done.Notify(); });
+  hold.committing.WaitForNotification();
+  absl::Notification raised;
+  store->RaiseAsync("jobs", 7, absl::Now(), [&](absl::StatusOr<FenceState> r) {
+    EXPECT_OK(r.status());
+    raised.Notify();
+  });
+  auto lease = [](uint64_t token) {
+    return LeaseRecord{"jobs",           absl::StrCat("lease-", token),
+                       "worker",         token,
+                       absl::Seconds(5), absl::Now() + absl::Seconds(5)};
+  };
+  absl::Status low, high;
+  std::thread low_grant(
+      [&] { low = store->GrantLease(lease(6), absl::Now()); });
+  EXPECT_TRUE(testing::WaitFor([&] { return queued.load() == 3; }));
+  std::thread high_grant(
+      [&] { high = store->GrantLease(lease(8), absl::Now()); });
+  EXPECT_TRUE(testing::WaitFor([&] { return queued.load() == 4; }));
+  hold.release.Notify();
+  low_grant.join();
+  high_grant.join();
+  first_done.WaitForNotification();
+  raised.WaitForNotification();
+  EXPECT_THAT(low, StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_OK(high);
+  store.reset();
+  ASSERT_OK_AND_ASSIGN(reopened, OpenRocksDbStore(options));
+  ASSERT_OK_AND_ASSIGN(fence, reopened->Get("jobs"));
+  EXPECT_EQ(fence.highest_token, 8u);
+  ASSERT_OK_AND_ASSIGN(leases, reopened->LoadLeases());
+  ASSERT_EQ(leases.size(), 1u);
+  EXPECT_EQ(leases[0].token, 8u);
+  EXPECT_EQ(leases[0].lease_id, "lease-8");
+}
+
+// Closing the store reports every queued rise, made durable first.
+TEST_F(RocksDbFenceStoreTest, ClosingReportsQueuedRises) {
+  std::atomic<int> reported{0};
+  for (int i = 0; i < 50; ++i) {
+    store_->RaiseAsync(absl::StrCat("d", i), 1 + i, absl::Now(),
+                       [&](absl::StatusOr<FenceState> raised) {
+                         EXPECT_OK(raised.status());
+                         reported.fetch_add(1);
+                       });
+  }
+  store_.reset();
+  EXPECT_EQ(reported.load(), 50);
+  OpenStore();
+  for (int i = 0; i < 50; ++i) {
+    ASSERT_OK_AND_ASSIGN(state, store_->Get(absl::StrCat("d", i)));
+    EXPECT_EQ(state.highest_token, 1u + i);
+  }
+}
+
+// A rise's callback runs on the commit thread; waiting there for another
+// rise could never end, so it aborts with a message instead.
+TEST_F(RocksDbFenceStoreTest, CallbackThatWaitsForARiseIsFatal) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        store_->RaiseAsync("jobs", 1, absl::Now(),
+                           [&](absl::StatusOr<FenceState>) {
+                             (void)store_->Raise("jobs", 2, absl::Now());
+                           });
+        absl::SleepFor(absl::Seconds(10));
+      },
+      "waited for another rise on the commit thread");
+}
+
+}  // namespace
+}  // namespace fencegate
