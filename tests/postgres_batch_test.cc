@@ -24,27 +24,64 @@ using ::testing::HasSubstr;
 
 using PostgresBatchTest = PostgresAdapterTest;
 
+#ifdef FENCEGATE_SYNC_POINTS
 // Many connections open at once against a database without the fence
 // table: each creates it IF NOT EXISTS, and the ones that lose the race
-// must not fail their write.
+// must not fail their write. Writes are started one at a time, each sender
+// is held at the start of its batch (before it connects) until all have
+// started, and then they all connect at once.
 TEST_F(PostgresBatchTest, ConcurrentFirstConnectionsAllSucceed) {
-  auto wide = MakeAdapter("pool_size=16");
-  std::vector<std::thread> threads;
-  std::vector<absl::Status> results(16);
-  for (int i = 0; i < 16; ++i) {
-    threads.emplace_back([&, i] {
-      results[i] = Apply(wide.get(), absl::StrCat("d", i), 1,
-                         {Sql("INSERT INTO jobs (id) VALUES ($1)", {Int(i)})});
-    });
+  constexpr int kConnections = 8;
+  auto wide = MakeAdapter(absl::StrCat("pool_size=", kConnections));
+  absl::Mutex mu;
+  int started = 0;
+  SyncPoint::Get()->SetCallback("PostgresAdapter::RunBatch:Start", [&](void*) {
+    absl::MutexLock lock(&mu);
+    ++started;
+    auto all_started = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+      return started >= kConnections;
+    };
+    mu.Await(absl::Condition(&all_started));
+  });
+  struct Write {
+    Operations ops;
+    WriteTarget target;
+    OpResults results;
+    absl::Notification done;
+    absl::Status status;
+  };
+  std::vector<std::unique_ptr<Write>> writes;
+  for (int i = 0; i < kConnections; ++i) {
+    auto w = std::make_unique<Write>();
+    *w->ops.Add() = Sql("INSERT INTO jobs (id) VALUES ($1)", {Int(i)});
+    w->target = WriteTarget{absl::StrCat("d", i), 1, "jobs", ""};
+    Write* raw = w.get();
+    writes.push_back(std::move(w));
+    wide->ApplyAsync(raw->target, raw->ops, &raw->results,
+                     [raw](absl::Status s) {
+                       raw->status = std::move(s);
+                       raw->done.Notify();
+                     });
+    // Every earlier sender is held, so this write needs a sender of its
+    // own: wait until it has one.
+    absl::MutexLock lock(&mu);
+    auto its_batch_started = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+      return started > i;
+    };
+    mu.Await(absl::Condition(&its_batch_started));
   }
-  for (std::thread& t : threads) t.join();
-  for (int i = 0; i < 16; ++i) {
-    EXPECT_TRUE(results[i].ok()) << i << ": " << results[i];
+  for (auto& w : writes) w->done.WaitForNotification();
+  SyncPoint::Get()->ClearAll();
+  {
+    absl::MutexLock lock(&mu);
+    EXPECT_EQ(started, kConnections);  // One batch, and one sender, each.
   }
-  EXPECT_EQ(Count(), 16);
+  for (int i = 0; i < kConnections; ++i) {
+    EXPECT_TRUE(writes[i]->status.ok()) << i << ": " << writes[i]->status;
+  }
+  EXPECT_EQ(Count(), kConnections);
 }
 
-#ifdef FENCEGATE_SYNC_POINTS
 // Holds the first batch a sender starts until `writes` writes have been
 // queued in all, so that the writes queued behind it travel together in
 // the next batch; records every batch's size. Start the first write, call

@@ -217,6 +217,11 @@ void PostgresAdapter::ApplyAsync(const WriteTarget& target,
     absl::MutexLock lock(&queue_mu_);
     queue_.push_back(std::move(w));
     FENCEGATE_SYNC_POINT("PostgresAdapter::ApplyAsync:Queued");
+    // Each sender on its way takes up to kMaxBatch queued writes when it
+    // gets the lock: wake or start another only for writes beyond those.
+    // (Waking one per write woke senders that found the queue already
+    // taken, each wake-up a context switch.)
+    if (queue_.size() <= static_cast<size_t>(wakeups_) * kMaxBatch) return;
     if (idle_senders_ > wakeups_) {
       ++wakeups_;
       queue_cv_.Signal();
@@ -229,6 +234,7 @@ void PostgresAdapter::ApplyAsync(const WriteTarget& target,
     try {
       // Once per connection in the adapter's life.
       senders_.emplace_back([this] { Send(); });
+      ++wakeups_;  // Until the new sender first takes the lock.
       return;
     } catch (const std::system_error&) {
       if (!senders_.empty()) return;  // The others will take it.
@@ -247,6 +253,7 @@ void PostgresAdapter::Send() {
   pthread_setname_np(pthread_self(), "pg-sender");
   // Nothing here throws but std::bad_alloc, which ends the process.
   queue_mu_.Lock();
+  if (wakeups_ > 0) --wakeups_;  // Counted as on its way when started.
   while (true) {
     while (queue_.empty() && !stopping_) {
       ++idle_senders_;
