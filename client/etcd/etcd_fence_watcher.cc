@@ -13,9 +13,11 @@
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "client/etcd/etcd_connection.h"
 #include "etcdserverpb/rpc.grpc.pb.h"
 #include "fencing/limits.h"
+#include "grpcpp/support/client_callback.h"
 
 namespace fencegate::client {
 namespace {
@@ -26,6 +28,90 @@ using etcd_internal::PrefixEnd;
 constexpr absl::Duration kFirstBackoff = absl::Milliseconds(100);
 // Keys per Range page while reading the prefix.
 constexpr int64_t kPageSize = 1000;
+
+// The watcher's calls use gRPC's callback API, and its thread waits for them
+// on absl primitives. A thread blocked in a synchronous gRPC call takes part
+// in polling gRPC's sockets -- the gateway's own included -- and ends up
+// reading the gateway's requests and handing each one to gRPC's callback
+// threads: while a synchronous watch was open, every RPC the gateway served
+// cost it about twice the CPU (docs/benchmarks.md).
+
+// A unary Range; waits for its outcome.
+grpc::Status RangeAndWait(etcdserverpb::KV::Stub& kv,
+                          grpc::ClientContext* context,
+                          const etcdserverpb::RangeRequest& request,
+                          etcdserverpb::RangeResponse* response) {
+  absl::Notification done;
+  grpc::Status status;
+  kv.async()->Range(context, &request, response, [&](grpc::Status s) {
+    status = std::move(s);
+    done.Notify();
+  });
+  done.WaitForNotification();
+  return status;
+}
+
+// One Watch stream: sends `request`, then hands each response to Read().
+// One read is outstanding from the start until the stream ends, so that
+// cancelling the context always ends the call.
+class WatchStream final
+    : public grpc::ClientBidiReactor<etcdserverpb::WatchRequest,
+                                     etcdserverpb::WatchResponse> {
+ public:
+  WatchStream(etcdserverpb::Watch::Stub& stub, grpc::ClientContext* context,
+              etcdserverpb::WatchRequest request)
+      : request_(std::move(request)) {
+    stub.async()->Watch(context, this);
+    StartWrite(&request_);
+    StartRead(&incoming_);
+    StartCall();
+  }
+
+  // Waits for the next response. False once the stream has ended; then
+  // Finish() says why.
+  bool Read(etcdserverpb::WatchResponse* response) {
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(&read_done_));
+      read_done_ = false;
+      if (!read_ok_) return false;
+      response->Swap(&incoming_);
+      incoming_.Clear();
+    }
+    // Not under mu_: gRPC may run OnReadDone on this thread, inside.
+    StartRead(&incoming_);
+    return true;
+  }
+
+  // Waits until the call is over (after Read() returned false, or after
+  // the context was cancelled) and returns its status. The stream may be
+  // destroyed once this returns.
+  grpc::Status Finish() {
+    done_.WaitForNotification();
+    return status_;
+  }
+
+  void OnReadDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    read_ok_ = ok;
+    read_done_ = true;
+  }
+  // A failed write ends the call, and the outstanding read with it.
+  void OnWriteDone(bool /*ok*/) override {}
+  void OnDone(const grpc::Status& status) override {
+    status_ = status;
+    done_.Notify();  // Last: the stream may be destroyed from here on.
+  }
+
+ private:
+  const etcdserverpb::WatchRequest request_;
+  absl::Mutex mu_;
+  etcdserverpb::WatchResponse incoming_;  // Written by gRPC while reading.
+  bool read_done_ ABSL_GUARDED_BY(mu_) = false;
+  bool read_ok_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status status_;
+  absl::Notification done_;
+};
 
 }  // namespace
 
@@ -203,7 +289,7 @@ absl::Status EtcdFenceWatcher::Impl::Sync() {
     absl::Status status = Cancellable(
         absl::Now() + options_.rpc_timeout, "Range",
         [&](grpc::ClientContext* context) {
-          return connection_->kv().Range(context, request, &response);
+          return RangeAndWait(connection_->kv(), context, request, &response);
         });
     if (!status.ok()) return status;
     if (revision == 0) revision = response.header().revision();
@@ -228,51 +314,49 @@ absl::Status EtcdFenceWatcher::Impl::Watch(bool* resync, bool* progressed) {
   absl::Status ended;
   absl::Status status = Cancellable(
       absl::InfiniteFuture(), "Watch", [&](grpc::ClientContext* context) {
-        auto stream = connection_->watch().Watch(context);
         etcdserverpb::WatchRequest request;
         etcdserverpb::WatchCreateRequest* create =
             request.mutable_create_request();
         create->set_key(dir_);
         create->set_range_end(PrefixEnd(dir_));
         create->set_start_revision(revision_ + 1);
+        WatchStream stream(connection_->watch(), context, std::move(request));
         etcdserverpb::WatchResponse response;
-        if (stream->Write(request)) {
-          while (stream->Read(&response)) {
-            if (response.compact_revision() > 0) {
-              *resync = true;
-              ended = absl::OutOfRangeError(absl::StrCat(
-                  "etcd compacted the history of ", dir_, " up to revision ",
-                  response.compact_revision(), "; reading it again"));
-              break;
-            }
-            if (response.canceled()) {
-              ended = absl::AbortedError(
-                  absl::StrCat("etcd cancelled the watch of ", dir_, ": ",
-                               response.cancel_reason()));
-              break;
-            }
-            *progressed = true;
-            absl::flat_hash_set<std::string> changed;
-            std::string name;
-            for (const mvccpb::Event& event : response.events()) {
-              const mvccpb::KeyValue& kv = event.kv();
-              revision_ = std::max(revision_, kv.mod_revision());
-              if (!NameOf(kv.key(), &name)) continue;
-              changed.insert(name);
-              if (event.type() == mvccpb::Event::DELETE) {
-                auto it = names_.find(name);
-                if (it == names_.end()) continue;
-                it->second.erase(kv.key());
-                if (it->second.empty()) names_.erase(it);
-              } else {
-                names_[name][kv.key()] = kv.create_revision();
-              }
-            }
-            Report(changed);
+        while (stream.Read(&response)) {
+          if (response.compact_revision() > 0) {
+            *resync = true;
+            ended = absl::OutOfRangeError(absl::StrCat(
+                "etcd compacted the history of ", dir_, " up to revision ",
+                response.compact_revision(), "; reading it again"));
+            break;
           }
+          if (response.canceled()) {
+            ended = absl::AbortedError(
+                absl::StrCat("etcd cancelled the watch of ", dir_, ": ",
+                             response.cancel_reason()));
+            break;
+          }
+          *progressed = true;
+          absl::flat_hash_set<std::string> changed;
+          std::string name;
+          for (const mvccpb::Event& event : response.events()) {
+            const mvccpb::KeyValue& kv = event.kv();
+            revision_ = std::max(revision_, kv.mod_revision());
+            if (!NameOf(kv.key(), &name)) continue;
+            changed.insert(name);
+            if (event.type() == mvccpb::Event::DELETE) {
+              auto it = names_.find(name);
+              if (it == names_.end()) continue;
+              it->second.erase(kv.key());
+              if (it->second.empty()) names_.erase(it);
+            } else {
+              names_[name][kv.key()] = kv.create_revision();
+            }
+          }
+          Report(changed);
         }
         context->TryCancel();
-        return stream->Finish();
+        return stream.Finish();
       });
   if (!ended.ok()) return ended;
   if (!status.ok()) return status;
