@@ -32,6 +32,7 @@ using PostgresBatchTest = PostgresAdapterTest;
 // started, and then they all connect at once.
 TEST_F(PostgresBatchTest, ConcurrentFirstConnectionsAllSucceed) {
   constexpr int kConnections = 8;
+  constexpr absl::Duration kPatience = absl::Seconds(20);
   auto wide = MakeAdapter(absl::StrCat("pool_size=", kConnections));
   absl::Mutex mu;
   int started = 0;
@@ -41,9 +42,11 @@ TEST_F(PostgresBatchTest, ConcurrentFirstConnectionsAllSucceed) {
     auto all_started = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
       return started >= kConnections;
     };
-    mu.Await(absl::Condition(&all_started));
+    // Bounded, so that a failure shows as a failed expectation below.
+    mu.AwaitWithTimeout(absl::Condition(&all_started), kPatience);
   });
   struct Write {
+    std::string domain;  // WriteTarget only points at it.
     Operations ops;
     WriteTarget target;
     OpResults results;
@@ -53,8 +56,9 @@ TEST_F(PostgresBatchTest, ConcurrentFirstConnectionsAllSucceed) {
   std::vector<std::unique_ptr<Write>> writes;
   for (int i = 0; i < kConnections; ++i) {
     auto w = std::make_unique<Write>();
+    w->domain = absl::StrCat("d", i);
     *w->ops.Add() = Sql("INSERT INTO jobs (id) VALUES ($1)", {Int(i)});
-    w->target = WriteTarget{absl::StrCat("d", i), 1, "jobs", ""};
+    w->target = WriteTarget{w->domain, 1, "jobs", ""};
     Write* raw = w.get();
     writes.push_back(std::move(w));
     wide->ApplyAsync(raw->target, raw->ops, &raw->results,
@@ -68,7 +72,10 @@ TEST_F(PostgresBatchTest, ConcurrentFirstConnectionsAllSucceed) {
     auto its_batch_started = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
       return started > i;
     };
-    mu.Await(absl::Condition(&its_batch_started));
+    if (!mu.AwaitWithTimeout(absl::Condition(&its_batch_started), kPatience)) {
+      ADD_FAILURE() << "write " << i << " got no sender of its own";
+      break;
+    }
   }
   for (auto& w : writes) w->done.WaitForNotification();
   SyncPoint::Get()->ClearAll();
@@ -76,7 +83,7 @@ TEST_F(PostgresBatchTest, ConcurrentFirstConnectionsAllSucceed) {
     absl::MutexLock lock(&mu);
     EXPECT_EQ(started, kConnections);  // One batch, and one sender, each.
   }
-  for (int i = 0; i < kConnections; ++i) {
+  for (size_t i = 0; i < writes.size(); ++i) {
     EXPECT_TRUE(writes[i]->status.ok()) << i << ": " << writes[i]->status;
   }
   EXPECT_EQ(Count(), kConnections);

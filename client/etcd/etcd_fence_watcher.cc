@@ -62,6 +62,10 @@ class WatchStream final
               etcdserverpb::WatchRequest request)
       : request_(std::move(request)) {
     stub.async()->Watch(context, this);
+    // Reads are started from the watcher's thread, outside the reactions:
+    // the hold keeps the call alive between a read's end and the next
+    // StartRead, until Read() or Finish() says no more reads will come.
+    AddHold();
     StartWrite(&request_);
     StartRead(&incoming_);
     StartCall();
@@ -70,16 +74,22 @@ class WatchStream final
   // Waits for the next response. False once the stream has ended; then
   // Finish() says why.
   bool Read(etcdserverpb::WatchResponse* response) {
+    bool ok;
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(&read_done_));
       read_done_ = false;
-      if (!read_ok_) return false;
-      response->Swap(&incoming_);
-      incoming_.Clear();
+      ok = read_ok_;
+      if (ok) {
+        response->Swap(&incoming_);
+        incoming_.Clear();
+      }
     }
-    // Not under mu_: gRPC may run OnReadDone on this thread, inside.
-    StartRead(&incoming_);
+    if (!ok) {
+      ReleaseHold();
+      return false;
+    }
+    StartRead(&incoming_);  // Not under mu_, which OnReadDone takes.
     return true;
   }
 
@@ -87,6 +97,7 @@ class WatchStream final
   // the context was cancelled) and returns its status. The stream may be
   // destroyed once this returns.
   grpc::Status Finish() {
+    ReleaseHold();
     done_.WaitForNotification();
     return status_;
   }
@@ -104,11 +115,19 @@ class WatchStream final
   }
 
  private:
+  // Once no more reads will be started; the call can then end.
+  void ReleaseHold() {
+    if (hold_released_) return;
+    hold_released_ = true;
+    RemoveHold();
+  }
+
   const etcdserverpb::WatchRequest request_;
   absl::Mutex mu_;
   etcdserverpb::WatchResponse incoming_;  // Written by gRPC while reading.
   bool read_done_ ABSL_GUARDED_BY(mu_) = false;
   bool read_ok_ ABSL_GUARDED_BY(mu_) = false;
+  bool hold_released_ = false;  // Used by the watcher's thread only.
   grpc::Status status_;
   absl::Notification done_;
 };

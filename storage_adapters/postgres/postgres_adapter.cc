@@ -218,13 +218,18 @@ void PostgresAdapter::ApplyAsync(const WriteTarget& target,
     queue_.push_back(std::move(w));
     FENCEGATE_SYNC_POINT("PostgresAdapter::ApplyAsync:Queued");
     // Each sender on its way takes up to kMaxBatch queued writes when it
-    // gets the lock: wake or start another only for writes beyond those.
-    // (Waking one per write woke senders that found the queue already
-    // taken, each wake-up a context switch.)
-    if (queue_.size() <= static_cast<size_t>(wakeups_) * kMaxBatch) return;
-    if (idle_senders_ > wakeups_) {
-      ++wakeups_;
+    // gets the lock: wake another only for writes beyond those. (Waking one
+    // per write woke senders that found the queue already taken, each
+    // wake-up a context switch.) An idle sender is preferred to a starting
+    // one, which may still have to connect.
+    if (queue_.size() <= static_cast<size_t>(signalled_) * kMaxBatch) return;
+    if (idle_senders_ > signalled_) {
+      ++signalled_;
       queue_cv_.Signal();
+      return;
+    }
+    if (queue_.size() <=
+        static_cast<size_t>(signalled_ + starting_) * kMaxBatch) {
       return;
     }
     if (stopping_ ||
@@ -234,7 +239,7 @@ void PostgresAdapter::ApplyAsync(const WriteTarget& target,
     try {
       // Once per connection in the adapter's life.
       senders_.emplace_back([this] { Send(); });
-      ++wakeups_;  // Until the new sender first takes the lock.
+      ++starting_;  // Until the new sender first takes the lock.
       return;
     } catch (const std::system_error&) {
       if (!senders_.empty()) return;  // The others will take it.
@@ -253,13 +258,13 @@ void PostgresAdapter::Send() {
   pthread_setname_np(pthread_self(), "pg-sender");
   // Nothing here throws but std::bad_alloc, which ends the process.
   queue_mu_.Lock();
-  if (wakeups_ > 0) --wakeups_;  // Counted as on its way when started.
+  --starting_;
   while (true) {
     while (queue_.empty() && !stopping_) {
       ++idle_senders_;
       queue_cv_.Wait(&queue_mu_);
       --idle_senders_;
-      if (wakeups_ > 0) --wakeups_;
+      if (signalled_ > 0) --signalled_;
     }
     if (queue_.empty()) break;  // Stopping, with nothing left to send.
     std::vector<std::unique_ptr<PendingWrite>> batch;

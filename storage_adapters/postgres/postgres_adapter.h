@@ -133,11 +133,12 @@ class PostgresAdapter final : public StorageAdapter {
   absl::CondVar queue_cv_;  // Signalled when a write waits for a sender.
   std::vector<std::thread> senders_ ABSL_GUARDED_BY(queue_mu_);
   int idle_senders_ ABSL_GUARDED_BY(queue_mu_) = 0;
-  // Senders signalled or started that have not yet taken the lock: each
-  // will take up to kMaxBatch queued writes, so a write they will take
-  // wakes no other sender. A write beyond them wakes an idle sender, or
-  // starts one while there are fewer than pool_size.
-  int wakeups_ ABSL_GUARDED_BY(queue_mu_) = 0;
+  // Idle senders signalled, and senders started, that have not yet taken
+  // the lock. Each will take up to kMaxBatch queued writes, so a write they
+  // will take wakes no other sender; a write beyond them wakes an idle
+  // sender, or starts one while there are fewer than pool_size.
+  int signalled_ ABSL_GUARDED_BY(queue_mu_) = 0;
+  int starting_ ABSL_GUARDED_BY(queue_mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(queue_mu_) = false;
   // Runs ExpireQueued(); last, so it starts after everything it uses.
   std::thread expirer_;
