@@ -15,4 +15,4 @@ target_link_libraries(fencegate_etcd_test_util
 fencegate_test(etcd_token_source_test fencegate_etcd fencegate_etcd_test_util
                absl::synchronization)
 fencegate_test(etcd_fence_watcher_test fencegate_etcd fencegate_etcd_test_util
-               absl::synchronization)
+               fencegate_fencing absl::synchronization)

@@ -15,8 +15,10 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "client/etcd/etcd_token_source.h"
+#include "fencing/sync_point.h"
 #include "tests/etcd_server.h"
 #include "tests/test_util.h"
 
@@ -27,6 +29,7 @@ using ::fencegate::testing::EtcdServer;
 using ::fencegate::testing::StatusIs;
 using ::fencegate::testing::WaitFor;
 using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 
 // What the watcher reported, in order (the gateway would Fence() these).
 class Recorder {
@@ -243,6 +246,50 @@ TEST_F(EtcdFenceWatcherTest, StopEndsTheWatcherForGood) {
   EXPECT_THAT(watcher->Start(),
               StatusIs(absl::StatusCode::kFailedPrecondition));
 }
+
+#ifdef FENCEGATE_SYNC_POINTS
+// A watch from a revision etcd has compacted away is refused; the watcher
+// then reads the whole prefix again and reports the owner it missed. The
+// watcher is held just before it opens its first watch, while a lock is
+// taken and the history compacted past it.
+TEST_F(EtcdFenceWatcherTest, ReadsThePrefixAgainAfterItsHistoryWasCompacted) {
+  absl::Notification at_watch, go;
+  std::atomic<int> watches{0};
+  SyncPoint::Get()->SetCallback("EtcdFenceWatcher::Watch:Start", [&](void*) {
+    if (watches.fetch_add(1) != 0) return;
+    at_watch.Notify();
+    go.WaitForNotification();
+  });
+  absl::Mutex mu;
+  std::vector<absl::Status> errors;
+  EtcdFenceWatcherOptions options;
+  options.endpoint = etcd_->endpoint();
+  options.on_error = [&](const absl::Status& s) {
+    absl::MutexLock lock(&mu);
+    errors.push_back(s);
+  };
+  EtcdFenceWatcher watcher(options, recorder_.Callback());
+  ASSERT_OK(watcher.Start());
+  ASSERT_TRUE(at_watch.WaitForNotificationWithTimeout(absl::Seconds(30)));
+
+  absl::StatusOr<std::unique_ptr<HeldLock>> lock =
+      source_->Acquire("jobs", Options(absl::ZeroDuration()), nullptr);
+  absl::StatusOr<int64_t> last = etcd_->Put("unrelated", "x");
+  absl::Status compacted = last.ok() ? etcd_->Compact(*last) : last.status();
+  go.Notify();  // Before any assertion: the watcher's thread must go on.
+  ASSERT_OK(lock.status());
+  ASSERT_OK(compacted);
+
+  EXPECT_TRUE(WaitFor([&] { return recorder_.Has("jobs", (*lock)->token()); }));
+  EXPECT_GE(watches.load(), 2);  // The refused watch, then a new one.
+  watcher.Stop();
+  SyncPoint::Get()->ClearAll();
+  absl::MutexLock l(&mu);
+  ASSERT_FALSE(errors.empty());
+  EXPECT_THAT(errors[0], StatusIs(absl::StatusCode::kOutOfRange));
+  EXPECT_THAT(std::string(errors[0].message()), HasSubstr("compacted"));
+}
+#endif  // FENCEGATE_SYNC_POINTS
 
 TEST_F(EtcdFenceWatcherTest, InvalidOptionsAreRejected) {
   EtcdFenceWatcherOptions no_prefix;

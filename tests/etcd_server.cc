@@ -215,6 +215,16 @@ absl::Status EtcdServer::Delete(const std::string& key) {
                   "DeleteRange");
 }
 
+absl::Status EtcdServer::Compact(int64_t revision) {
+  grpc::ClientContext context;
+  SetDeadline(&context, absl::Seconds(10));
+  etcdserverpb::CompactionRequest request;
+  request.set_revision(revision);
+  request.set_physical(true);
+  etcdserverpb::CompactionResponse response;
+  return ToStatus(kv_->Compact(&context, request, &response), "Compact");
+}
+
 absl::Status EtcdServer::RevokeLease(int64_t lease_id) {
   grpc::ClientContext context;
   SetDeadline(&context, absl::Seconds(10));

@@ -48,6 +48,9 @@ class EtcdServer {
   // Put without a lease; returns the revision of the put.
   absl::StatusOr<int64_t> Put(const std::string& key, const std::string& value);
   absl::Status Delete(const std::string& key);
+  // Compacts the history up to `revision`: a watch from an earlier revision
+  // is then refused with the compaction's revision.
+  absl::Status Compact(int64_t revision);
   absl::Status RevokeLease(int64_t lease_id);
 
  private:

@@ -17,6 +17,7 @@
 #include "client/etcd/etcd_connection.h"
 #include "etcdserverpb/rpc.grpc.pb.h"
 #include "fencing/limits.h"
+#include "fencing/sync_point.h"
 #include "grpcpp/support/client_callback.h"
 
 namespace fencegate::client {
@@ -339,6 +340,7 @@ absl::Status EtcdFenceWatcher::Impl::Watch(bool* resync, bool* progressed) {
         create->set_key(dir_);
         create->set_range_end(PrefixEnd(dir_));
         create->set_start_revision(revision_ + 1);
+        FENCEGATE_SYNC_POINT("EtcdFenceWatcher::Watch:Start");
         WatchStream stream(connection_->watch(), context, std::move(request));
         etcdserverpb::WatchResponse response;
         while (stream.Read(&response)) {
