@@ -279,7 +279,8 @@ TEST_F(PostgresAdapterTest, CustomFenceTableAndBadUris) {
   ASSERT_OK(RegisterBuiltinAdapters(&registry));
   for (const char* bad : {"postgres:///db", "postgres://u@h/db?pool_size=0",
                           "postgres://u@h/db?fence_table=Robert');--",
-                          "postgres://u@h/db?statement_timeout_ms=abc"}) {
+                          "postgres://u@h/db?statement_timeout_ms=abc",
+                          "postgres://u@h/db?spread_after_ms=-1"}) {
     EXPECT_THAT(registry.Create(bad),
                 StatusIs(absl::StatusCode::kInvalidArgument))
         << bad;

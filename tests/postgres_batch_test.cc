@@ -29,11 +29,13 @@ using PostgresBatchTest = PostgresAdapterTest;
 // table: each creates it IF NOT EXISTS, and the ones that lose the race
 // must not fail their write. Writes are started one at a time, each sender
 // is held at the start of its batch (before it connects) until all have
-// started, and then they all connect at once.
+// started, and then they all connect at once. (spread_after_ms=0: each
+// write goes to a sender of its own at once.)
 TEST_F(PostgresBatchTest, ConcurrentFirstConnectionsAllSucceed) {
   constexpr int kConnections = 8;
   constexpr absl::Duration kPatience = absl::Seconds(20);
-  auto wide = MakeAdapter(absl::StrCat("pool_size=", kConnections));
+  auto wide = MakeAdapter(
+      absl::StrCat("pool_size=", kConnections, "&spread_after_ms=0"));
   absl::Mutex mu;
   int started = 0;
   SyncPoint::Get()->SetCallback("PostgresAdapter::RunBatch:Start", [&](void*) {
@@ -183,6 +185,68 @@ TEST_F(PostgresBatchTest, BatchedWritesKeepTheirOwnOutcomes) {
     }
   }
   EXPECT_EQ(Count(), 3 + 3);
+}
+
+// Writes queued while a connection carries a batch wait for its next
+// batch, although idle connections could be opened: they travel together,
+// on one connection, in one round trip.
+TEST_F(PostgresBatchTest, QueuedWritesWaitForTheBusyConnection) {
+  constexpr int kWrites = 6;
+  auto four =
+      MakeAdapter("pool_size=4&pool_wait_ms=600000&spread_after_ms=300000");
+  FirstBatchHold hold(kWrites);
+  std::vector<absl::Status> outcomes(kWrites);
+  std::vector<std::thread> threads;
+  for (int k = 0; k < kWrites; ++k) {
+    threads.emplace_back([&, k] {
+      outcomes[k] = Apply(four.get(), absl::StrCat("w", k), 1,
+                          {Sql("INSERT INTO jobs (id) VALUES ($1)", {Int(k)})});
+    });
+    if (k == 0) hold.WaitForFirstBatch();
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_THAT(hold.sizes(),
+              ::testing::ElementsAre(1u, static_cast<size_t>(kWrites - 1)));
+  for (int k = 0; k < kWrites; ++k) {
+    EXPECT_TRUE(outcomes[k].ok()) << k << ": " << outcomes[k];
+  }
+  EXPECT_EQ(Count(), kWrites);
+  EXPECT_EQ(Exec("SELECT count(*) FROM pg_stat_activity WHERE pid <> "
+                 "pg_backend_pid() AND backend_type = 'client backend' AND "
+                 "datname = current_database()")[0][0]
+                .as<int64_t>(),
+            1);  // One connection opened.
+}
+
+// A batch that takes long (here: held before it is sent) does not hold up
+// the writes queued behind it for more than spread_after_ms: an idle
+// connection takes them.
+TEST_F(PostgresBatchTest, WritesBehindASlowBatchSpreadToAnotherConnection) {
+  auto two = MakeAdapter("pool_size=2&spread_after_ms=20");
+  absl::Notification first_sending, release;
+  bool released = false;  // Rather than given up on after 20 s.
+  SyncPoint::Get()->SetCallback("PostgresAdapter::RunBatch:Start", [&](void*) {
+    if (first_sending.HasBeenNotified()) return;
+    first_sending.Notify();
+    // Bounded, so that a failure shows as a failed expectation below.
+    released = release.WaitForNotificationWithTimeout(absl::Seconds(20));
+  });
+  absl::Status slow;
+  std::thread holder([&] {
+    slow =
+        Apply(two.get(), "slow", 1, {Sql("INSERT INTO jobs (id) VALUES (1)")});
+  });
+  first_sending.WaitForNotification();
+  absl::Status behind =
+      Apply(two.get(), "behind", 1, {Sql("INSERT INTO jobs (id) VALUES (2)")});
+  release.Notify();
+  holder.join();
+  SyncPoint::Get()->ClearAll();
+  EXPECT_TRUE(released);  // `behind` completed while the first was held.
+  EXPECT_OK(behind);
+  EXPECT_OK(slow);
+  EXPECT_EQ(Count("id = 2"), 1);
+  EXPECT_EQ(Count("id = 1"), 1);
 }
 
 // The server ends the session while a batch is on its way (here: an

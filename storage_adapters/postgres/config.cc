@@ -60,6 +60,9 @@ absl::StatusOr<PostgresAdapterOptions> ParsePostgresUri(const Uri& uri) {
       } else if (kv.first == "pool_wait_ms") {
         s = ParseInt(uri, kv.first, kv.second, 1, 3600000, &n);
         options.pool_wait_ms = n;
+      } else if (kv.first == "spread_after_ms") {
+        s = ParseInt(uri, kv.first, kv.second, 0, 3600000, &n);
+        options.spread_after_ms = n;
       } else if (kv.first == "statement_timeout_ms") {
         s = ParseInt(uri, kv.first, kv.second, 0, 86400000, &n);
         options.statement_timeout_ms = n;

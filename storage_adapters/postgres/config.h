@@ -10,6 +10,8 @@
 //
 //   pool_size            connections kept open               Default: 8
 //   pool_wait_ms         wait for a connection, then give up Default: 10000
+//   spread_after_ms      wait for a busy connection before an idle one
+//                        takes queued writes (0: at once)     Default: 5
 //   statement_timeout_ms per-statement timeout (SET)         Default: 30000
 //   fence_table          [schema.]table of the fences        Default:
 //   fencegate_fences max_result_rows      rows returned per Write, in total
@@ -40,6 +42,11 @@ struct PostgresAdapterOptions {
   int pool_size = 8;
   // Default: 10 s.
   int64_t pool_wait_ms = 10000;
+  // How long queued writes wait for a busy connection's next batch before
+  // an idle (or new) connection takes them; 0 takes them at once. Fewer
+  // connections in use carry bigger batches. At most half of pool_wait_ms
+  // takes effect. Default: 5 ms.
+  int64_t spread_after_ms = 5;
   // Default: 30 s. 0 disables the timeout.
   int64_t statement_timeout_ms = 30000;
   // Validated identifier, optionally schema-qualified. Default:

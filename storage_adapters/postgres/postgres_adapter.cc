@@ -70,6 +70,8 @@ std::string FenceUpsertSql(const std::string& table) {
 PostgresAdapter::PostgresAdapter(PostgresAdapterOptions options)
     : options_(std::move(options)),
       fence_upsert_sql_(FenceUpsertSql(options_.fence_table)),
+      spread_after_(std::min(absl::Milliseconds(options_.spread_after_ms),
+                             absl::Milliseconds(options_.pool_wait_ms) / 2)),
       fence_select_sql_(absl::StrCat("SELECT token FROM ",
                                      QuoteTable(options_.fence_table),
                                      " WHERE domain = $1")),
@@ -221,15 +223,21 @@ void PostgresAdapter::ApplyAsync(const WriteTarget& target,
     // gets the lock: wake another only for writes beyond those. (Waking one
     // per write woke senders that found the queue already taken, each
     // wake-up a context switch.) An idle sender is preferred to a starting
-    // one, which may still have to connect.
-    if (queue_.size() <= static_cast<size_t>(signalled_) * kMaxBatch) return;
+    // one, which may still have to connect. With spread_after_, a sender
+    // carrying a batch is on its way too: it takes the next batch when its
+    // round trip ends, so fewer connections carry bigger batches, and the
+    // timer thread calls another sender for writes that wait too long.
+    const size_t carrying =
+        spread_after_ > absl::ZeroDuration()
+            ? senders_.size() - static_cast<size_t>(idle_senders_ + starting_)
+            : 0;
+    if (queue_.size() <= (signalled_ + carrying) * kMaxBatch) return;
     if (idle_senders_ > signalled_) {
       ++signalled_;
       queue_cv_.Signal();
       return;
     }
-    if (queue_.size() <=
-        static_cast<size_t>(signalled_ + starting_) * kMaxBatch) {
+    if (queue_.size() <= (signalled_ + starting_ + carrying) * kMaxBatch) {
       return;
     }
     if (stopping_ ||
@@ -301,6 +309,40 @@ void PostgresAdapter::Send() {
   queue_mu_.Unlock();
 }
 
+bool PostgresAdapter::CanCallSenderLocked() const {
+  return signalled_ + starting_ == 0 &&
+         (idle_senders_ > 0 ||
+          (!stopping_ &&
+           senders_.size() < static_cast<size_t>(options_.pool_size)));
+}
+
+absl::Time PostgresAdapter::OldestQueuedLocked() const {
+  absl::Time oldest = absl::InfiniteFuture();
+  for (const std::unique_ptr<PendingWrite>& w : queue_) {
+    oldest = std::min(oldest, w->queued_at);
+  }
+  return oldest;
+}
+
+void PostgresAdapter::SpreadLocked(absl::Time now) {
+  if (spread_after_ == absl::ZeroDuration() || queue_.empty() ||
+      !CanCallSenderLocked() || now - OldestQueuedLocked() < spread_after_) {
+    return;
+  }
+  FENCEGATE_SYNC_POINT("PostgresAdapter::Spread");
+  if (idle_senders_ > 0) {
+    ++signalled_;
+    queue_cv_.Signal();
+    return;
+  }
+  try {
+    senders_.emplace_back([this] { Send(); });
+    ++starting_;
+  } catch (const std::system_error&) {
+    // The senders carrying batches take the writes when they come back.
+  }
+}
+
 void PostgresAdapter::ExpireQueued() {
   pthread_setname_np(pthread_self(), "pg-expiry");
   const absl::Duration wait = absl::Milliseconds(options_.pool_wait_ms);
@@ -316,8 +358,16 @@ void PostgresAdapter::ExpireQueued() {
       queue_mu_.Await(absl::Condition(&stopping_or_waiting));
       continue;
     }
-    queue_mu_.AwaitWithTimeout(absl::Condition(&stopping_), tick);
+    absl::Time next = absl::Now() + tick;
+    if (spread_after_ > absl::ZeroDuration() && CanCallSenderLocked()) {
+      // Wake when the oldest write has waited spread_after_ (at least 1 ms
+      // from now, should calling a sender have failed).
+      next = std::min(next, std::max(OldestQueuedLocked() + spread_after_,
+                                     absl::Now() + absl::Milliseconds(1)));
+    }
+    queue_mu_.AwaitWithDeadline(absl::Condition(&stopping_), next);
     const absl::Time now = absl::Now();
+    SpreadLocked(now);
     std::vector<std::unique_ptr<PendingWrite>> expired;
     for (auto it = queue_.begin(); it != queue_.end();) {
       if (now - (*it)->queued_at >= wait) {
