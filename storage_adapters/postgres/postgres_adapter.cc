@@ -70,8 +70,9 @@ std::string FenceUpsertSql(const std::string& table) {
 PostgresAdapter::PostgresAdapter(PostgresAdapterOptions options)
     : options_(std::move(options)),
       fence_upsert_sql_(FenceUpsertSql(options_.fence_table)),
-      spread_after_(std::min(absl::Milliseconds(options_.spread_after_ms),
-                             absl::Milliseconds(options_.pool_wait_ms) / 2)),
+      spread_after_(std::clamp(absl::Milliseconds(options_.spread_after_ms),
+                               absl::ZeroDuration(),
+                               absl::Milliseconds(options_.pool_wait_ms) / 2)),
       fence_select_sql_(absl::StrCat("SELECT token FROM ",
                                      QuoteTable(options_.fence_table),
                                      " WHERE domain = $1")),
@@ -228,7 +229,7 @@ void PostgresAdapter::ApplyAsync(const WriteTarget& target,
     // round trip ends, so fewer connections carry bigger batches, and the
     // timer thread calls another sender for writes that wait too long.
     const size_t carrying =
-        spread_after_ > absl::ZeroDuration()
+        spread_after_ > absl::ZeroDuration() && !stopping_
             ? senders_.size() - static_cast<size_t>(idle_senders_ + starting_)
             : 0;
     if (queue_.size() <= (signalled_ + carrying) * kMaxBatch) return;
@@ -359,13 +360,21 @@ void PostgresAdapter::ExpireQueued() {
       continue;
     }
     absl::Time next = absl::Now() + tick;
-    if (spread_after_ > absl::ZeroDuration() && CanCallSenderLocked()) {
+    const bool spreading = spread_after_ > absl::ZeroDuration();
+    const bool could_call = spreading && CanCallSenderLocked();
+    if (could_call) {
       // Wake when the oldest write has waited spread_after_ (at least 1 ms
       // from now, should calling a sender have failed).
       next = std::min(next, std::max(OldestQueuedLocked() + spread_after_,
                                      absl::Now() + absl::Milliseconds(1)));
     }
-    queue_mu_.AwaitWithDeadline(absl::Condition(&stopping_), next);
+    // Also wake as soon as a sender can be called (the one on its way has
+    // taken the lock), to aim at the oldest write's spread_after_ again.
+    auto stopping_or_callable = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_) {
+      return stopping_ || (spreading && !could_call && !queue_.empty() &&
+                           CanCallSenderLocked());
+    };
+    queue_mu_.AwaitWithDeadline(absl::Condition(&stopping_or_callable), next);
     const absl::Time now = absl::Now();
     SpreadLocked(now);
     std::vector<std::unique_ptr<PendingWrite>> expired;
