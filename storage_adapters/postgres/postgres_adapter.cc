@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <exception>
 #include <limits>
+#include <optional>
 #include <string_view>
 #include <system_error>
 #include <vector>
@@ -265,10 +266,28 @@ void PostgresAdapter::ApplyAsync(const WriteTarget& target,
 void PostgresAdapter::Send() {
   // It would inherit the name of the thread that started it (gRPC's).
   pthread_setname_np(pthread_self(), "pg-sender");
+  // The sender's connection while it has writes to send; given back to the
+  // pool whenever it has none, so that the pool checks it before its next
+  // use.
+  std::optional<PgConnectionPool::Lease> lease;
+  // A batch whose results are read, to be reported.
+  std::vector<std::unique_ptr<PendingWrite>> read;
   // Nothing here throws but std::bad_alloc, which ends the process.
   queue_mu_.Lock();
   --starting_;
   while (true) {
+    if (queue_.empty() && (!read.empty() || lease.has_value())) {
+      // Nothing to send meanwhile: report the batch read, give the
+      // connection back, and look again.
+      queue_mu_.Unlock();
+      std::vector<std::unique_ptr<PendingWrite>> retries =
+          ReportBatch(std::move(read));
+      read.clear();
+      lease.reset();
+      queue_mu_.Lock();
+      RequeueLocked(std::move(retries));
+      continue;
+    }
     while (queue_.empty() && !stopping_) {
       ++idle_senders_;
       queue_cv_.Wait(&queue_mu_);
@@ -285,29 +304,45 @@ void PostgresAdapter::Send() {
       sending.push_back(batch.back().get());
     }
     queue_mu_.Unlock();
-    RunBatch(sending);
-    std::vector<std::unique_ptr<PendingWrite>> retries;
-    for (std::unique_ptr<PendingWrite>& w : batch) {
-      if (!w->status.ok() && w->retryable && w->attempts < 2) {
-        // The server ended the session before anything of it was
-        // committed: once more, on a fresh connection (PostgreSQL may have
-        // restarted).
-        w->results->Clear();
-        w->status = absl::OkStatus();
-        w->retryable = false;
-        w->stale = false;
-        retries.push_back(std::move(w));
-        continue;
-      }
-      std::move(w->done)(std::move(w->status));
-    }
+    // The next batch goes out first, and the one read before it is
+    // reported while the server runs it: the server does not wait for the
+    // replies.
+    const size_t sent = SendBatch(&lease, sending);
+    std::vector<std::unique_ptr<PendingWrite>> retries =
+        ReportBatch(std::move(read));
+    if (lease.has_value()) ReadBatch(&lease, sending, sent);
+    read = std::move(batch);
     queue_mu_.Lock();
-    for (auto it = retries.rbegin(); it != retries.rend(); ++it) {
-      (*it)->queued_at = absl::Now();
-      queue_.push_front(std::move(*it));
-    }
+    RequeueLocked(std::move(retries));
   }
   queue_mu_.Unlock();
+}
+
+std::vector<std::unique_ptr<PostgresAdapter::PendingWrite>>
+PostgresAdapter::ReportBatch(std::vector<std::unique_ptr<PendingWrite>> batch) {
+  std::vector<std::unique_ptr<PendingWrite>> retries;
+  for (std::unique_ptr<PendingWrite>& w : batch) {
+    if (!w->status.ok() && w->retryable && w->attempts < 2) {
+      // The server ended the session before anything of it was committed:
+      // once more, on a fresh connection (PostgreSQL may have restarted).
+      w->results->Clear();
+      w->status = absl::OkStatus();
+      w->retryable = false;
+      w->stale = false;
+      retries.push_back(std::move(w));
+      continue;
+    }
+    std::move(w->done)(std::move(w->status));
+  }
+  return retries;
+}
+
+void PostgresAdapter::RequeueLocked(
+    std::vector<std::unique_ptr<PendingWrite>> retries) {
+  for (auto it = retries.rbegin(); it != retries.rend(); ++it) {
+    (*it)->queued_at = absl::Now();
+    queue_.push_front(std::move(*it));
+  }
 }
 
 bool PostgresAdapter::CanCallSenderLocked() const {
@@ -400,22 +435,27 @@ void PostgresAdapter::ExpireQueued() {
   queue_mu_.Unlock();
 }
 
-void PostgresAdapter::RunBatch(const std::vector<PendingWrite*>& batch) {
+size_t PostgresAdapter::SendBatch(std::optional<PgConnectionPool::Lease>* lease,
+                                  const std::vector<PendingWrite*>& batch) {
   size_t batch_size = batch.size();
   FENCEGATE_SYNC_POINT_ARG("PostgresAdapter::RunBatch:Start", &batch_size);
-  absl::StatusOr<PgConnectionPool::Lease> lease = pool_.Acquire();
-  if (!lease.ok()) {
-    for (PendingWrite* p : batch) p->status = lease.status();
-    return;
+  if (!lease->has_value()) {
+    absl::StatusOr<PgConnectionPool::Lease> acquired = pool_.Acquire();
+    if (!acquired.ok()) {
+      for (PendingWrite* p : batch) p->status = acquired.status();
+      return 0;
+    }
+    lease->emplace(*std::move(acquired));
   }
-  PGconn* c = lease->conn().raw();
+  PGconn* c = (*lease)->conn().raw();
   if (PQenterPipelineMode(c) != 1) {
-    lease->Discard();
+    (*lease)->Discard();
     for (PendingWrite* p : batch) {
       p->status = absl::InternalError(absl::StrCat(
           "postgres: cannot enter pipeline mode: ", ConnectionError(c)));
     }
-    return;
+    lease->reset();
+    return 0;
   }
 
   // Send every write: its fence upsert, its statements, and a sync that
@@ -430,7 +470,14 @@ void PostgresAdapter::RunBatch(const std::vector<PendingWrite*>& batch) {
     batch[i]->retryable = PQstatus(c) == CONNECTION_BAD;
     batch[i]->results->Clear();
   }
+  return sent;
+}
 
+void PostgresAdapter::ReadBatch(std::optional<PgConnectionPool::Lease>* lease,
+                                const std::vector<PendingWrite*>& batch,
+                                size_t sent) {
+  PgConnectionPool::Lease& l = **lease;
+  PGconn* c = l.conn().raw();
   // Results come back in order, each write's ending with its sync.
   Ending ending = Ending::kSynced;
   for (size_t i = 0; i < sent; ++i) {
@@ -455,24 +502,27 @@ void PostgresAdapter::RunBatch(const std::vector<PendingWrite*>& batch) {
     ending = ReadWrite(c, p);
   }
   if (ending != Ending::kSynced) {
-    lease->Discard();
+    l.Discard();
+    lease->reset();
     for (PendingWrite* p : batch) {
       if (p->stale)
         p->status = StaleTokenError(p->target->domain, p->target->token, 0);
     }
     return;
   }
+  bool usable = true;
   if (PQexitPipelineMode(c) != 1) {
     // Every result was read, so this cannot happen; the outcomes are known,
     // but do not reuse a connection in a state nobody expects.
-    lease->Discard();
+    usable = false;
   }
   if (PQtransactionStatus(c) != PQTRANS_IDLE) {
     // A statement opened a transaction block (Validate refuses every
     // spelling it knows), and the writes after it ran inside that block:
     // closing the connection rolls the block back, but which writes had
     // committed before it is not known here.
-    lease->Discard();
+    l.Discard();
+    lease->reset();
     for (size_t i = 0; i < sent; ++i) {
       batch[i]->results->Clear();
       batch[i]->status = absl::InternalError(
@@ -485,6 +535,10 @@ void PostgresAdapter::RunBatch(const std::vector<PendingWrite*>& batch) {
     if (batch[i]->stale) {
       batch[i]->status = StaleError(c, *batch[i]->target);
     }
+  }
+  if (!usable) {
+    l.Discard();
+    lease->reset();
   }
 }
 

@@ -61,6 +61,7 @@
 
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -113,12 +114,28 @@ class PostgresAdapter final : public StorageAdapter {
 
   // A sender thread (one per connection, started when first needed):
   // sends the oldest queued writes as one batch on one connection, each
-  // write its own transaction, reports their outcomes (queueing again,
-  // once, a write that nothing committed when the connection broke), and
-  // waits for more, until the adapter is destroyed.
+  // write its own transaction, reads their outcomes, and reports them
+  // while the server runs the next batch (queueing again, once, a write
+  // that nothing committed when the connection broke); waits for more,
+  // until the adapter is destroyed.
   void Send();
-  // Sends `batch` in one pipeline and sets every write's outcome.
-  void RunBatch(const std::vector<PendingWrite*>& batch);
+  // Sends `batch` in one pipeline on `*lease` (acquired if empty); returns
+  // how many writes were sent. Writes not sent have their outcome set; if
+  // none could be sent for want of a connection, `*lease` is left empty.
+  size_t SendBatch(std::optional<PgConnectionPool::Lease>* lease,
+                   const std::vector<PendingWrite*>& batch);
+  // Reads the results of the `sent` first writes of `batch` and sets every
+  // write's outcome; empties `*lease`, closing the connection, if it
+  // cannot be used again.
+  void ReadBatch(std::optional<PgConnectionPool::Lease>* lease,
+                 const std::vector<PendingWrite*>& batch, size_t sent);
+  // Reports each write's outcome, except a failure that nothing committed,
+  // on its first attempt: those are returned, reset, to be sent again.
+  std::vector<std::unique_ptr<PendingWrite>> ReportBatch(
+      std::vector<std::unique_ptr<PendingWrite>> batch);
+  // Puts `retries` back at the front of the queue.
+  void RequeueLocked(std::vector<std::unique_ptr<PendingWrite>> retries)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_);
   // Fails writes that waited pool_wait_ms, and calls a sender for writes
   // that waited spread_after_ (SpreadLocked), until the adapter is
   // destroyed.
