@@ -134,7 +134,16 @@ absl::Status Environment::StartPgbouncer(int pg_port) {
 
 Environment::~Environment() {
   gateway_.reset();
-  if (pgbouncer_pid_ > 0) ::kill(pgbouncer_pid_, SIGTERM);
+  if (pgbouncer_pid_ > 0 && ::kill(pgbouncer_pid_, SIGTERM) == 0) {
+    // It is not our child (it daemonized): wait until it is gone, since it
+    // removes its socket and pid file as it exits, and a directory removed
+    // meanwhile was left half removed.
+    if (!testing::WaitFor([&] { return ::kill(pgbouncer_pid_, 0) != 0; },
+                          absl::Seconds(10))) {
+      std::fprintf(stderr, "fencegate-bench: pgbouncer (pid %d) did not stop\n",
+                   pgbouncer_pid_);
+    }
+  }
   if (!pgbouncer_dir_.empty()) {
     std::error_code ec;
     std::filesystem::remove_all(pgbouncer_dir_, ec);

@@ -276,14 +276,19 @@ void PostgresAdapter::Send() {
   queue_mu_.Lock();
   --starting_;
   while (true) {
-    if (queue_.empty() && (!read.empty() || lease.has_value())) {
-      // Nothing to send meanwhile: report the batch read, give the
-      // connection back, and look again.
+    // Report the batch read at once if nothing is queued to send
+    // meanwhile, or if its connection was dropped (opening another can take
+    // seconds, and its retries go first); give the connection back when
+    // nothing is queued.
+    const bool report_now =
+        !read.empty() && (queue_.empty() || !lease.has_value());
+    const bool give_back = queue_.empty() && lease.has_value();
+    if (report_now || give_back) {
       queue_mu_.Unlock();
       std::vector<std::unique_ptr<PendingWrite>> retries =
           ReportBatch(std::move(read));
       read.clear();
-      lease.reset();
+      if (give_back) lease.reset();
       queue_mu_.Lock();
       RequeueLocked(std::move(retries));
       continue;
@@ -439,6 +444,12 @@ size_t PostgresAdapter::SendBatch(std::optional<PgConnectionPool::Lease>* lease,
                                   const std::vector<PendingWrite*>& batch) {
   size_t batch_size = batch.size();
   FENCEGATE_SYNC_POINT_ARG("PostgresAdapter::RunBatch:Start", &batch_size);
+  if (lease->has_value() && !(*lease)->conn().IdleAndAlive()) {
+    // The server ended the session since the last batch (or something is
+    // left unread): use a fresh connection, as the pool would.
+    (*lease)->Discard();
+    lease->reset();
+  }
   if (!lease->has_value()) {
     absl::StatusOr<PgConnectionPool::Lease> acquired = pool_.Acquire();
     if (!acquired.ok()) {
@@ -533,7 +544,10 @@ void PostgresAdapter::ReadBatch(std::optional<PgConnectionPool::Lease>* lease,
   }
   for (size_t i = 0; i < sent; ++i) {
     if (batch[i]->stale) {
-      batch[i]->status = StaleError(c, *batch[i]->target);
+      // The database's token can only be read on an idle connection.
+      batch[i]->status = usable ? StaleError(c, *batch[i]->target)
+                                : StaleTokenError(batch[i]->target->domain,
+                                                  batch[i]->target->token, 0);
     }
   }
   if (!usable) {

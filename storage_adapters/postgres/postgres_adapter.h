@@ -29,7 +29,8 @@
 // waits for the database: it queues the write (taking the queue's mutex
 // for a moment, and starting a sender thread the first pool_size times)
 // for the adapter's sender threads, one per connection, each of which
-// sends a batch, reports each write's outcome and then sends the next. A write
+// sends a batch, reads its outcomes, and reports them after sending the
+// next batch, if writes are queued, so the server runs it meanwhile. A write
 // that waited pool_wait_ms for a connection gives up with UNAVAILABLE without
 // being sent (within a tenth of pool_wait_ms more, at most 100 ms). So the
 // database is authoritative for its own data: gateways that do not share a
