@@ -302,6 +302,77 @@ TEST_F(PostgresBatchTest, BatchInterruptedBySessionEndIsRetried) {
   EXPECT_EQ(Count(), kWrites + 1);
 }
 
+// A sender keeps its connection from one batch to the next while writes
+// are queued. If the server ends the session in between (here: an
+// administrator terminates the backend after the first batch was read),
+// the next batch goes out on a fresh connection, as a connection taken
+// from the pool would: its writes are sent once, not failed and retried.
+TEST_F(PostgresBatchTest, KeptConnectionEndedBetweenBatchesIsReplaced) {
+  constexpr int kWrites = 5;
+  auto one_connection = MakeAdapter("pool_size=1");
+  ASSERT_OK(Apply(one_connection.get(), "warm", 1,
+                  {Sql("INSERT INTO jobs (id) VALUES (100)")}));
+  absl::Mutex mu;
+  int queued = 0;
+  std::vector<size_t> sizes;
+  absl::Notification first_sending;
+  SyncPoint::Get()->SetCallback("PostgresAdapter::ApplyAsync:Queued",
+                                [&](void*) {
+                                  absl::MutexLock lock(&mu);
+                                  ++queued;
+                                });
+  SyncPoint::Get()->SetCallback(
+      "PostgresAdapter::RunBatch:Start", [&](void* arg) {
+        size_t batch = 0;
+        {
+          absl::MutexLock lock(&mu);
+          sizes.push_back(*static_cast<size_t*>(arg));
+          batch = sizes.size();
+          if (batch == 1) {
+            first_sending.Notify();
+            // Hold the first batch until every write is queued behind it.
+            auto all_queued = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+              return queued >= kWrites;
+            };
+            mu.Await(absl::Condition(&all_queued));
+          }
+        }
+        if (batch != 2) return;
+        // The first batch is read; the sender still holds its connection.
+        Exec(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE pid <> pg_backend_pid() AND backend_type = 'client "
+            "backend' AND datname = current_database()");
+        ASSERT_TRUE(testing::WaitFor(
+            [] {
+              return Exec(
+                         "SELECT count(*) FROM pg_stat_activity WHERE pid "
+                         "<> pg_backend_pid() AND backend_type = 'client "
+                         "backend'")[0][0]
+                         .as<int64_t>() == 0;
+            },
+            absl::Seconds(10)));
+      });
+  std::vector<absl::Status> outcomes(kWrites);
+  std::vector<std::thread> threads;
+  for (int k = 0; k < kWrites; ++k) {
+    threads.emplace_back([&, k] {
+      outcomes[k] = Apply(one_connection.get(), absl::StrCat("k", k), 1,
+                          {Sql("INSERT INTO jobs (id) VALUES ($1)", {Int(k)})});
+    });
+    if (k == 0) first_sending.WaitForNotification();
+  }
+  for (std::thread& t : threads) t.join();
+  SyncPoint::Get()->ClearAll();
+  for (int k = 0; k < kWrites; ++k) {
+    EXPECT_TRUE(outcomes[k].ok()) << k << ": " << outcomes[k];
+  }
+  // Two batches, none sent again.
+  EXPECT_THAT(sizes,
+              ::testing::ElementsAre(1u, static_cast<size_t>(kWrites - 1)));
+  EXPECT_EQ(Count(), kWrites + 1);
+}
+
 // An ERROR whose SQLSTATE speaks of connections (08006 here, as dblink
 // raises when its remote is down) ends only its own write: the server ran
 // and committed the writes after it in the batch, so they must not be sent
