@@ -79,6 +79,27 @@ class PostgresAdapterTest : public ::testing::Test {
     tx.commit();
     return r;
   }
+  // Ends every other client session of the test database, as an
+  // administrator would (pg_terminate_backend), and waits until they are
+  // gone; returns how many were ended, or -1 if they did not go within
+  // 10 s.
+  static int64_t TerminateClientBackends() {
+    const pqxx::result ended = Exec(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE pid <> pg_backend_pid() AND backend_type = 'client backend' "
+        "AND datname = current_database()");
+    // pg_terminate_backend only signals; wait until the backends are gone.
+    const bool gone = testing::WaitFor(
+        [] {
+          return Exec(
+                     "SELECT count(*) FROM pg_stat_activity WHERE pid <> "
+                     "pg_backend_pid() AND backend_type = 'client "
+                     "backend'")[0][0]
+                     .as<int64_t>() == 0;
+        },
+        absl::Seconds(10));
+    return gone ? static_cast<int64_t>(ended.size()) : -1;
+  }
   static int64_t Count(const std::string& where = "true") {
     return Exec("SELECT count(*) FROM jobs WHERE " + where)[0][0].as<int64_t>();
   }

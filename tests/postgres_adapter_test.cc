@@ -134,20 +134,7 @@ TEST_F(PostgresAdapterTest, TransactionControlIsRefused) {
 // before sending and uses a new connection instead of failing.
 TEST_F(PostgresAdapterTest, ConnectionClosedWhileIdleIsReplaced) {
   ASSERT_OK(Apply("d", 1, {Sql("INSERT INTO jobs (id) VALUES (1)")}));
-  pqxx::result killed = Exec(
-      "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-      "WHERE pid <> pg_backend_pid() AND backend_type = 'client backend' "
-      "AND datname = current_database()");
-  ASSERT_GE(killed.size(), 1u);
-  // pg_terminate_backend only signals; wait until the backend is gone.
-  ASSERT_TRUE(testing::WaitFor(
-      [] {
-        return Exec(
-                   "SELECT count(*) FROM pg_stat_activity WHERE pid <> "
-                   "pg_backend_pid() AND backend_type = 'client backend'")[0][0]
-                   .as<int64_t>() == 0;
-      },
-      absl::Seconds(10)));
+  ASSERT_GE(TerminateClientBackends(), 1);
   ASSERT_OK(Apply("d", 1, {Sql("INSERT INTO jobs (id) VALUES (2)")}));
   EXPECT_EQ(Count(), 2);
 }

@@ -5,6 +5,7 @@
 // batch, a batch cut short by the server, and the wait for a connection.
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -23,7 +24,29 @@ namespace {
 using ::fencegate::testing::StatusIs;
 using ::testing::HasSubstr;
 
-using PostgresBatchTest = PostgresAdapterTest;
+class PostgresBatchTest : public PostgresAdapterTest {
+ protected:
+  // Inserts ids 0..n-1 into jobs, write k in domain `prefix`k, each write
+  // from a thread of its own; runs `after_first` once the first write has
+  // started (to wait until its batch is held, so that the rest queue
+  // behind it). Returns each write's outcome.
+  std::vector<absl::Status> InsertFromThreads(
+      StorageAdapter* adapter, const std::string& prefix, int n,
+      const std::function<void()>& after_first) {
+    std::vector<absl::Status> outcomes(n);
+    std::vector<std::thread> threads;
+    for (int k = 0; k < n; ++k) {
+      threads.emplace_back([&, k] {
+        outcomes[k] =
+            Apply(adapter, absl::StrCat(prefix, k), 1,
+                  {Sql("INSERT INTO jobs (id) VALUES ($1)", {Int(k)})});
+      });
+      if (k == 0) after_first();
+    }
+    for (std::thread& t : threads) t.join();
+    return outcomes;
+  }
+};
 
 #ifdef FENCEGATE_SYNC_POINTS
 // Many connections open at once against a database without the fence
@@ -196,16 +219,9 @@ TEST_F(PostgresBatchTest, QueuedWritesWaitForTheBusyConnection) {
   auto four =
       MakeAdapter("pool_size=4&pool_wait_ms=600000&spread_after_ms=300000");
   FirstBatchHold hold(kWrites);
-  std::vector<absl::Status> outcomes(kWrites);
-  std::vector<std::thread> threads;
-  for (int k = 0; k < kWrites; ++k) {
-    threads.emplace_back([&, k] {
-      outcomes[k] = Apply(four.get(), absl::StrCat("w", k), 1,
-                          {Sql("INSERT INTO jobs (id) VALUES ($1)", {Int(k)})});
-    });
-    if (k == 0) hold.WaitForFirstBatch();
-  }
-  for (std::thread& t : threads) t.join();
+  // The first write travels alone; the rest queue behind it.
+  std::vector<absl::Status> outcomes = InsertFromThreads(
+      four.get(), "w", kWrites, [&] { hold.WaitForFirstBatch(); });
   EXPECT_THAT(hold.sizes(),
               ::testing::ElementsAre(1u, static_cast<size_t>(kWrites - 1)));
   for (int k = 0; k < kWrites; ++k) {
@@ -261,39 +277,21 @@ TEST_F(PostgresBatchTest, BatchInterruptedBySessionEndIsRetried) {
   FirstBatchHold hold(kWrites);
   absl::Mutex mu;
   bool terminated = false;
-  SyncPoint::Get()->SetCallback(
-      "PostgresAdapter::Apply:BeforeCommit", [&](void*) {
-        {
-          absl::MutexLock lock(&mu);
-          // The second batch carries the writes queued behind the first.
-          if (terminated || hold.sizes().size() != 2) return;
-          terminated = true;
-        }
-        Exec(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE pid <> pg_backend_pid() AND backend_type = 'client "
-            "backend' AND datname = current_database()");
-        ASSERT_TRUE(testing::WaitFor(
-            [] {
-              return Exec(
-                         "SELECT count(*) FROM pg_stat_activity WHERE pid "
-                         "<> pg_backend_pid() AND backend_type = 'client "
-                         "backend'")[0][0]
-                         .as<int64_t>() == 0;
-            },
-            absl::Seconds(10)));
-      });
-  std::vector<absl::Status> outcomes(kWrites);
-  std::vector<std::thread> threads;
-  for (int k = 0; k < kWrites; ++k) {
-    threads.emplace_back([&, k] {
-      outcomes[k] = Apply(one_connection.get(), absl::StrCat("r", k), 1,
-                          {Sql("INSERT INTO jobs (id) VALUES ($1)", {Int(k)})});
-    });
-    // The first write travels alone; the rest queue behind it.
-    if (k == 0) hold.WaitForFirstBatch();
-  }
-  for (std::thread& t : threads) t.join();
+  SyncPoint::Get()->SetCallback("PostgresAdapter::Apply:BeforeCommit",
+                                [&](void*) {
+                                  {
+                                    absl::MutexLock lock(&mu);
+                                    // The second batch carries the writes
+                                    // queued behind the first.
+                                    if (terminated || hold.sizes().size() != 2)
+                                      return;
+                                    terminated = true;
+                                  }
+                                  ASSERT_GE(TerminateClientBackends(), 1);
+                                });
+  // The first write travels alone; the rest queue behind it.
+  std::vector<absl::Status> outcomes = InsertFromThreads(
+      one_connection.get(), "r", kWrites, [&] { hold.WaitForFirstBatch(); });
   SyncPoint::Get()->ClearAll();
   EXPECT_TRUE(terminated);
   for (int k = 0; k < kWrites; ++k) {
@@ -339,30 +337,12 @@ TEST_F(PostgresBatchTest, KeptConnectionEndedBetweenBatchesIsReplaced) {
         }
         if (batch != 2) return;
         // The first batch is read; the sender still holds its connection.
-        Exec(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE pid <> pg_backend_pid() AND backend_type = 'client "
-            "backend' AND datname = current_database()");
-        ASSERT_TRUE(testing::WaitFor(
-            [] {
-              return Exec(
-                         "SELECT count(*) FROM pg_stat_activity WHERE pid "
-                         "<> pg_backend_pid() AND backend_type = 'client "
-                         "backend'")[0][0]
-                         .as<int64_t>() == 0;
-            },
-            absl::Seconds(10)));
+        ASSERT_GE(TerminateClientBackends(), 1);
       });
-  std::vector<absl::Status> outcomes(kWrites);
-  std::vector<std::thread> threads;
-  for (int k = 0; k < kWrites; ++k) {
-    threads.emplace_back([&, k] {
-      outcomes[k] = Apply(one_connection.get(), absl::StrCat("k", k), 1,
-                          {Sql("INSERT INTO jobs (id) VALUES ($1)", {Int(k)})});
-    });
-    if (k == 0) first_sending.WaitForNotification();
-  }
-  for (std::thread& t : threads) t.join();
+  // The first write travels alone; the rest queue behind it.
+  std::vector<absl::Status> outcomes =
+      InsertFromThreads(one_connection.get(), "k", kWrites,
+                        [&] { first_sending.WaitForNotification(); });
   SyncPoint::Get()->ClearAll();
   for (int k = 0; k < kWrites; ++k) {
     EXPECT_TRUE(outcomes[k].ok()) << k << ": " << outcomes[k];
