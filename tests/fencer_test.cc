@@ -571,6 +571,7 @@ TEST_F(FencerTest, NeverFencedDomainReadsZero) {
 // process must stop rather than serve it.
 TEST_F(FencerTest, FailedWalSyncIsFatal) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
+  testing::ScopedTmpdir child_dirs_inside(dir_.path());
   EXPECT_DEATH(
       {
         fs_->fail_wal_syncs = true;

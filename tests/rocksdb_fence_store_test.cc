@@ -176,6 +176,7 @@ TEST_F(RocksDbFenceStoreTest, ClosingReportsQueuedRises) {
 // rise could never end, so it aborts with a message instead.
 TEST_F(RocksDbFenceStoreTest, CallbackThatWaitsForARiseIsFatal) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
+  testing::ScopedTmpdir child_dirs_inside(dir_.path());
   EXPECT_DEATH(
       {
         store_->RaiseAsync("jobs", 1, absl::Now(),

@@ -28,4 +28,19 @@ TempDir::~TempDir() {
     std::filesystem::remove_all(path_, ec);
 }
 
+ScopedTmpdir::ScopedTmpdir(const std::string& dir) {
+  const char* current = std::getenv("TMPDIR");
+  had_ = current != nullptr;
+  if (had_) saved_ = current;
+  ::setenv("TMPDIR", dir.c_str(), 1);
+}
+
+ScopedTmpdir::~ScopedTmpdir() {
+  if (had_) {
+    ::setenv("TMPDIR", saved_.c_str(), 1);
+  } else {
+    ::unsetenv("TMPDIR");
+  }
+}
+
 }  // namespace fencegate::testing

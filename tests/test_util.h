@@ -65,6 +65,22 @@ class TempDir {
   std::string path_;
 };
 
+// Points $TMPDIR at `dir` while in scope. A death test's child process
+// runs the test again from its start, making its own TempDirs, and dies
+// without removing them: in scope around EXPECT_DEATH, they are made
+// inside `dir`, which the parent removes.
+class ScopedTmpdir {
+ public:
+  explicit ScopedTmpdir(const std::string& dir);
+  ~ScopedTmpdir();
+  ScopedTmpdir(const ScopedTmpdir&) = delete;
+  ScopedTmpdir& operator=(const ScopedTmpdir&) = delete;
+
+ private:
+  bool had_ = false;
+  std::string saved_;
+};
+
 }  // namespace fencegate::testing
 
 #endif  // TESTS_TEST_UTIL_H_
