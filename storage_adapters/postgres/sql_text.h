@@ -12,6 +12,7 @@
 #include <libpq-fe.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
@@ -19,6 +20,15 @@
 #include "fencegate/v1/gateway.pb.h"
 
 namespace fencegate::postgres {
+
+// The name under which each connection prepares the fence upsert.
+inline constexpr char kFenceStatement[] = "fencegate_fence";
+
+// Frees a libpq result.
+struct PgResultDeleter {
+  void operator()(PGresult* r) const { PQclear(r); }
+};
+using PgResult = std::unique_ptr<PGresult, PgResultDeleter>;
 
 // The first keyword of `sql`, upper-cased, after whitespace and comments
 // (PostgreSQL's block comments nest); where it ends in *end if not null.
