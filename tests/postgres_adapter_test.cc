@@ -20,6 +20,8 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "pqxx/pqxx"
+#include "storage_adapters/postgres/config.h"
+#include "storage_adapters/uri.h"
 #include "tests/postgres_adapter_fixture.h"
 
 namespace fencegate {
@@ -276,6 +278,31 @@ TEST_F(PostgresAdapterTest, CustomFenceTableAndBadUris) {
   absl::StatusOr<std::unique_ptr<StorageAdapter>> secret =
       registry.Create("postgres://u:hunter2@h/db?pool_size=0");
   EXPECT_THAT(secret.status().message(), ::testing::Not(HasSubstr("hunter2")));
+}
+
+// A server or network gone silent must not hold a connection (and the
+// writes on it) for ever: TCP keepalives and a user timeout are on unless
+// the URI says otherwise, and what the URI says wins. (Every other test
+// here connects with these defaults, so libpq accepts them.)
+TEST(PostgresUriTest, KeepalivesAreOnUnlessTheUriSetsThem) {
+  ASSERT_OK_AND_ASSIGN(plain, ParseUri("postgres://u@h/db?pool_size=2"));
+  ASSERT_OK_AND_ASSIGN(defaults, ParsePostgresUri(plain));
+  for (const char* param : {"connect_timeout=5", "keepalives=1",
+                            "keepalives_idle=30", "keepalives_interval=10",
+                            "keepalives_count=3", "tcp_user_timeout=60000"}) {
+    EXPECT_THAT(defaults.conninfo, HasSubstr(param));
+  }
+  EXPECT_THAT(defaults.conninfo, ::testing::Not(HasSubstr("pool_size")));
+  ASSERT_OK_AND_ASSIGN(
+      tuned,
+      ParseUri("postgres://u@h/db?keepalives_idle=5&tcp_user_timeout=0"));
+  ASSERT_OK_AND_ASSIGN(options, ParsePostgresUri(tuned));
+  EXPECT_THAT(options.conninfo, HasSubstr("keepalives_idle=5"));
+  EXPECT_THAT(options.conninfo,
+              ::testing::Not(HasSubstr("keepalives_idle=30")));
+  EXPECT_THAT(options.conninfo, HasSubstr("tcp_user_timeout=0"));
+  EXPECT_THAT(options.conninfo, ::testing::Not(HasSubstr("60000")));
+  EXPECT_THAT(options.conninfo, HasSubstr("keepalives_count=3"));
 }
 
 // PostgreSQL restarts under a running adapter: UNAVAILABLE while it is down,

@@ -2,6 +2,8 @@
 
 #include "storage_adapters/postgres/config.h"
 
+#include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -46,7 +48,13 @@ absl::StatusOr<PostgresAdapterOptions> ParsePostgresUri(const Uri& uri) {
   PostgresAdapterOptions options;
   options.redacted_uri = uri.redacted;
   std::vector<std::string> passthrough;
-  bool has_connect_timeout = false;
+  // libpq parameters the adapter sets unless the URI does: a server or
+  // network that goes silent fails a write within about a minute instead
+  // of holding its connection for ever.
+  std::vector<std::pair<std::string, std::string>> defaults = {
+      {"connect_timeout", "5"},  {"keepalives", "1"},
+      {"keepalives_idle", "30"}, {"keepalives_interval", "10"},
+      {"keepalives_count", "3"}, {"tcp_user_timeout", "60000"}};
   if (!uri.query.empty()) {
     for (absl::string_view pair : absl::StrSplit(uri.query, '&')) {
       if (pair.empty()) continue;
@@ -80,13 +88,18 @@ absl::StatusOr<PostgresAdapterOptions> ParsePostgresUri(const Uri& uri) {
         }
         options.fence_table = std::string(kv.second);
       } else {
-        if (kv.first == "connect_timeout") has_connect_timeout = true;
+        defaults.erase(
+            std::remove_if(defaults.begin(), defaults.end(),
+                           [&](const auto& d) { return d.first == kv.first; }),
+            defaults.end());
         passthrough.emplace_back(pair);
       }
       if (!s.ok()) return s;
     }
   }
-  if (!has_connect_timeout) passthrough.emplace_back("connect_timeout=5");
+  for (const auto& [key, value] : defaults) {
+    passthrough.push_back(absl::StrCat(key, "=", value));
+  }
   if (uri.authority.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("adapter URI \"", options.redacted_uri,

@@ -18,7 +18,11 @@
 //   Default: 1000
 //
 // libpq parameters (sslmode, connect_timeout, application_name, ...) pass
-// through; connect_timeout defaults to 5 seconds.
+// through. Unless the URI sets them: connect_timeout=5; TCP keepalives
+// (keepalives=1, keepalives_idle=30, keepalives_interval=10,
+// keepalives_count=3) and tcp_user_timeout=60000, so that a server or
+// network gone silent breaks the connection within about a minute (the
+// write then fails UNAVAILABLE) instead of holding it for ever.
 
 #ifndef STORAGE_ADAPTERS_POSTGRES_CONFIG_H_
 #define STORAGE_ADAPTERS_POSTGRES_CONFIG_H_
