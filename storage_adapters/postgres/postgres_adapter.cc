@@ -226,18 +226,11 @@ void PostgresAdapter::ApplyAsync(const WriteTarget& target,
         senders_.size() >= static_cast<size_t>(options_.pool_size)) {
       return;  // Every sender carries a batch and takes this write next.
     }
-    try {
-      // Once per connection in the adapter's life.
-      senders_.emplace_back([this] { Send(); });
-      ++starting_;  // Until the new sender first takes the lock.
-      return;
-    } catch (const std::system_error&) {
-      if (!senders_.empty()) return;  // The others will take it.
-      auto it = std::find_if(queue_.begin(), queue_.end(),
-                             [&](const auto& p) { return p.get() == queued; });
-      w = std::move(*it);
-      queue_.erase(it);
-    }
+    if (StartSenderLocked() || !senders_.empty()) return;  // Else none will.
+    auto it = std::find_if(queue_.begin(), queue_.end(),
+                           [&](const auto& p) { return p.get() == queued; });
+    w = std::move(*it);
+    queue_.erase(it);
   }
   std::move(w->done)(absl::ResourceExhaustedError(
       "postgres: cannot start a thread to send the write; nothing was sent"));
@@ -356,12 +349,20 @@ void PostgresAdapter::SpreadLocked(absl::Time now) {
     queue_cv_.Signal();
     return;
   }
+  // If no thread can be started, the senders carrying batches take the
+  // writes when they come back.
+  (void)StartSenderLocked();
+}
+
+bool PostgresAdapter::StartSenderLocked() {
   try {
+    // Once per connection in the adapter's life.
     senders_.emplace_back([this] { Send(); });
-    ++starting_;
   } catch (const std::system_error&) {
-    // The senders carrying batches take the writes when they come back.
+    return false;
   }
+  ++starting_;  // Until the new sender first takes the lock.
+  return true;
 }
 
 void PostgresAdapter::ExpireQueued() {

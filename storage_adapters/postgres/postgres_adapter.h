@@ -148,6 +148,9 @@ class PostgresAdapter final : public StorageAdapter {
   // When the oldest queued write was queued; InfiniteFuture if none.
   absl::Time OldestQueuedLocked() const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_);
+  // Starts a sender thread, counted in starting_; false if the system
+  // cannot start a thread.
+  bool StartSenderLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_);
   // If the oldest queued write has waited spread_after_ for the senders
   // carrying batches, wakes an idle sender or starts one for it.
   void SpreadLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_);
