@@ -15,6 +15,7 @@
 #include "absl/strings/strip.h"
 #include "bench/bench.h"
 #include "pqxx/pqxx"
+#include "storage_adapters/postgres/fence_schema.h"
 
 namespace fencegate::bench {
 absl::StatusOr<std::unique_ptr<Environment>> Environment::Start(
@@ -34,9 +35,17 @@ absl::StatusOr<std::unique_ptr<Environment>> Environment::Start(
   } else {
     env->pg_dsn_ = options.pg_dsn;
     pqxx::connection probe(options.pg_dsn);
+    // The operator's own database: its fence schema is set up for the DSN's
+    // user, which may well be a superuser, so the route allows it.
+    if (absl::Status s = postgres::SetUpFenceSchema(
+            options.pg_dsn, postgres::kDefaultFenceSchema, probe.username());
+        !s.ok()) {
+      return s;
+    }
     env->pg_uri_ = absl::StrCat(
         "postgres://", probe.username(), "@", probe.hostname(), ":",
-        probe.port(), "/", probe.dbname(), "?pool_size=", options.pg_pool_size);
+        probe.port(), "/", probe.dbname(), "?pool_size=", options.pg_pool_size,
+        "&allow_privileged_role=true");
   }
   if (!options.pgbouncer_dsn.empty()) {
     env->pgbouncer_dsn_ = options.pgbouncer_dsn;

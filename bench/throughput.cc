@@ -20,7 +20,7 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "pqxx/pqxx"
-#include "storage_adapters/postgres/postgres_adapter.h"
+#include "storage_adapters/postgres/fence_schema.h"
 
 namespace fencegate::bench {
 namespace {
@@ -32,7 +32,6 @@ constexpr char kFencedUpdate[] =
 
 // The fence table of the direct-fenced clients; the gateway's adapter uses
 // its own default table in the same database.
-constexpr char kFenceTable[] = "bench_direct_fences";
 
 // One client's connection to one target. A client makes one fenced write
 // at a time: with Write() on a thread of its own (libpqxx blocks), or with
@@ -73,10 +72,11 @@ class DirectClient : public Client {
   const int id_;
 };
 
-// What the gateway's PostgreSQL adapter sends for one Write, sent straight
-// from the client: the fence-table upsert and the fenced UPDATE as one
-// pipelined implicit transaction (libpq pipeline mode). PostgreSQL's own
-// cost of fencing in the database; gateway-pg can be no faster.
+// A direct writer following fencegate's protocol (docs/postgres.md): the
+// fence function's call and the fenced UPDATE as one pipelined implicit
+// transaction (libpq pipeline mode). PostgreSQL's own cost of fencing in the
+// database; gateway-pg, which also resets the session before each Write,
+// can be no faster.
 class DirectFencedClient : public Client {
  public:
   DirectFencedClient(const std::string& dsn, int id)
@@ -84,8 +84,10 @@ class DirectFencedClient : public Client {
         id_(absl::StrCat(id)),
         domain_(absl::StrCat("bench-direct-fenced-", id)) {
     if (PQstatus(conn_) != CONNECTION_OK) return;
-    PGresult* r = PQprepare(conn_, "fence", FenceUpsertSql(kFenceTable).c_str(),
-                            2, nullptr);
+    PGresult* r =
+        PQprepare(conn_, "fence",
+                  postgres::FenceCallSql(postgres::kDefaultFenceSchema).c_str(),
+                  2, nullptr);
     PQclear(r);
   }
   ~DirectFencedClient() override { PQfinish(conn_); }
@@ -106,7 +108,8 @@ class DirectFencedClient : public Client {
     for (int q = 0; q < 2; ++q) {
       PGresult* r = PQgetResult(conn_);
       if (r == nullptr) return absl::UnavailableError(PQerrorMessage(conn_));
-      if (PQresultStatus(r) != PGRES_COMMAND_OK && status.ok()) {
+      const ExecStatusType want = q == 0 ? PGRES_TUPLES_OK : PGRES_COMMAND_OK;
+      if (PQresultStatus(r) != want && status.ok()) {
         status = absl::FailedPreconditionError(PQresultErrorMessage(r));
       } else if (q == 1 && status.ok() && std::string(PQcmdTuples(r)) != "1") {
         status = absl::FailedPreconditionError("fenced update matched no row");
@@ -237,7 +240,6 @@ absl::Status PrepareTable(const std::string& dsn, int rows) {
         "INSERT INTO bench_accounts SELECT g, 0, 0 FROM generate_series(0, "
         "$1) g ON CONFLICT (id) DO NOTHING",
         rows);
-    tx.exec(FenceTableDdl(kFenceTable));
     tx.commit();
     return absl::OkStatus();
   } catch (const std::exception& e) {

@@ -36,6 +36,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
+#include "storage_adapters/postgres/fence_schema.h"
 
 namespace fencegate {
 namespace {
@@ -67,6 +68,10 @@ constexpr char kUsage[] =
     "        its environment, keep the lease alive, release it afterwards;\n"
     "        exit with COMMAND's code. If the lease is lost COMMAND gets\n"
     "        SIGTERM.\n"
+    "  pg-setup --admin_dsn=DSN --role=ROLE [--schema=fencegate]\n"
+    "        create (idempotently) in PostgreSQL what a postgres route needs:\n"
+    "        the fence schema, its owner role, the fence table and function,\n"
+    "        and the grants to the route's role ROLE (docs/postgres.md)\n"
     "\n"
     "The address defaults to $FENCEGATE_ADDR, else 127.0.0.1:7070.\n"
     "Exit codes: 0 ok, 1 error, 2 usage, 3 stale token, 4 invalid request,\n"
@@ -90,6 +95,9 @@ struct Flags {
   std::string etcd_endpoint;
   std::string etcd_lock_prefix;
   uint64_t wait_ms = 30000;
+  std::string admin_dsn;
+  std::string role;
+  std::string schema = postgres::kDefaultFenceSchema;
   bool help = false;
 };
 
@@ -288,6 +296,29 @@ int RunLocked(const Flags& f, const std::string& name,
   return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
 
+int RunPgSetup(const Flags& f) {
+  if (f.admin_dsn.empty()) return UsageError("--admin_dsn is required");
+  if (f.role.empty()) return UsageError("--role is required");
+  absl::Status s = postgres::SetUpFenceSchema(f.admin_dsn, f.schema, f.role);
+  if (s.ok()) {
+    std::cout << "pg-setup: schema " << f.schema << " ready; role " << f.role
+              << " may call " << f.schema << ".fence(text, bigint)\n";
+    return kExitOk;
+  }
+  std::cerr << "fencectl: " << s.message() << "\n";
+  switch (s.code()) {
+    case absl::StatusCode::kInvalidArgument:
+      return kExitUsage;
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kFailedPrecondition:
+      return kExitInvalid;
+    case absl::StatusCode::kUnavailable:
+      return kExitUnavailable;
+    default:
+      return kExitError;
+  }
+}
+
 int Run(int argc, char** argv) {
   Flags f;
   FlagSet set;
@@ -317,6 +348,12 @@ int Run(int argc, char** argv) {
              "gateway's lease service");
   set.String("etcd_lock_prefix", &f.etcd_lock_prefix,
              "lock: etcd key prefix (default fencegate/locks)");
+  set.String("admin_dsn", &f.admin_dsn,
+             "pg-setup: libpq DSN or URI of a role that may create roles and "
+             "schemas");
+  set.String("role", &f.role, "pg-setup: the route's PostgreSQL role");
+  set.String("schema", &f.schema,
+             "pg-setup: schema of the fence table (default fencegate)");
   set.Bool("help", &f.help, "print this help");
 
   std::vector<std::string> args;
@@ -340,6 +377,7 @@ int Run(int argc, char** argv) {
     return RunLocked(f, args[1], {args.begin() + 2, args.end()});
   }
   if (args.size() != 1) return UsageError("exactly one command is expected");
+  if (command == "pg-setup") return RunPgSetup(f);
   uint64_t token = 0;
   if (command == "write" || command == "fence") {
     if (!set.WasSet("token")) return UsageError("--token is required");

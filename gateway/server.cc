@@ -52,6 +52,10 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
       Router::Create(registry, options.routes);
   if (!router.ok()) return router.status();
   s->router_ = *std::move(router);
+  absl::StatusOr<std::vector<std::string>> checked =
+      s->router_->CheckAtStartup();
+  if (!checked.ok()) return checked.status();
+  for (const std::string& line : *checked) Log(LogSeverity::kInfo, line);
 
   RocksDbFenceStoreOptions store_options;
   store_options.path = absl::StrCat(options.data_dir, "/fence");
@@ -128,6 +132,9 @@ void GatewayServer::Shutdown(absl::Duration grace) {
     // which the client sees even if the write still lands.
     server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
   }
+  // The grace is over: storage work still running (a statement that
+  // ignores its timeout, say) is cancelled rather than waited for.
+  if (router_ != nullptr) router_->CancelInFlight();
   if (executor_ != nullptr) executor_->Join();
 }
 

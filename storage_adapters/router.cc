@@ -71,4 +71,25 @@ absl::StatusOr<ResolvedResource> Router::Resolve(
   return ResolvedResource{it->second.get(), route, resource.substr(slash + 1)};
 }
 
+void Router::CancelInFlight() const {
+  for (const auto& [name, adapter] : routes_) adapter->CancelInFlight();
+}
+
+absl::StatusOr<std::vector<std::string>> Router::CheckAtStartup() const {
+  std::vector<std::string> names;
+  for (const auto& [name, adapter] : routes_) names.push_back(name);
+  std::sort(names.begin(), names.end());
+  std::vector<std::string> lines;
+  for (const std::string& name : names) {
+    absl::StatusOr<std::string> line = routes_.at(name)->CheckAtStartup();
+    if (!line.ok()) {
+      return absl::Status(line.status().code(),
+                          absl::StrCat("route ", name, ": ",
+                                       line.status().message()));
+    }
+    if (!line->empty()) lines.push_back(absl::StrCat("route ", name, ": ", *line));
+  }
+  return lines;
+}
+
 }  // namespace fencegate

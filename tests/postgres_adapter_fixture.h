@@ -57,7 +57,8 @@ class PostgresAdapterTest : public ::testing::Test {
     if (!server_->Restart().ok()) {
       // Already running: Restart() only starts a stopped server.
     }
-    Exec("DROP TABLE IF EXISTS jobs, fencegate_fences, other_fences");
+    Exec("DROP TABLE IF EXISTS jobs");
+    Exec("TRUNCATE fencegate.fences");
     Exec(
         "CREATE TABLE jobs (id bigint PRIMARY KEY, owner text, "
         "amount double precision, done boolean, payload bytea)");
@@ -104,12 +105,8 @@ class PostgresAdapterTest : public ::testing::Test {
     return Exec("SELECT count(*) FROM jobs WHERE " + where)[0][0].as<int64_t>();
   }
   static int64_t StoredFence(const std::string& domain) {
-    if (Exec("SELECT to_regclass('fencegate_fences') IS NULL")[0][0]
-            .as<bool>()) {
-      return 0;  // Not even created: nothing was fenced.
-    }
     pqxx::result r = Exec(
-        "SELECT token FROM fencegate_fences WHERE domain = '" + domain + "'");
+        "SELECT token FROM fencegate.fences WHERE domain = '" + domain + "'");
     return r.empty() ? 0 : r[0][0].as<int64_t>();
   }
 

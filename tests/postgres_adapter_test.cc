@@ -21,6 +21,7 @@
 #include "grpcpp/security/credentials.h"
 #include "pqxx/pqxx"
 #include "storage_adapters/postgres/config.h"
+#include "storage_adapters/postgres/fence_schema.h"
 #include "storage_adapters/uri.h"
 #include "tests/postgres_adapter_fixture.h"
 
@@ -68,21 +69,9 @@ TEST_F(PostgresAdapterTest, StaleWriteLeavesTableUntouched) {
 }
 
 TEST_F(PostgresAdapterTest, DirectWriterFollowingTheProtocolFencesTheGateway) {
-  // A writer outside fencegate raises the fence row in its own transaction.
-  Exec(FenceTableDdl("fencegate_fences"));
-  Exec("INSERT INTO fencegate_fences (domain, token) VALUES ('billing', 50)");
-  EXPECT_THAT(Apply("billing", 49, {Sql("INSERT INTO jobs (id) VALUES (1)")}),
-              StatusIs(absl::StatusCode::kFailedPrecondition));
-  EXPECT_EQ(Count(), 0);
-}
-
-// A fence table made by hand, without the CHECK constraint fencegate's DDL
-// has: a stale write must still fail, and must not lower the stored token.
-TEST_F(PostgresAdapterTest, StaleWriteFailsOnAFenceTableWithoutConstraints) {
-  Exec(
-      "CREATE TABLE fencegate_fences (domain text PRIMARY KEY, token bigint, "
-      "updated_at timestamptz)");
-  Exec("INSERT INTO fencegate_fences (domain, token) VALUES ('billing', 50)");
+  // A writer outside fencegate calls the fence function first in its own
+  // transaction (docs/postgres.md).
+  Exec("SELECT fencegate.fence('billing', 50)");
   absl::Status stale =
       Apply("billing", 49, {Sql("INSERT INTO jobs (id) VALUES (1)")});
   EXPECT_THAT(stale, StatusIs(absl::StatusCode::kFailedPrecondition));
@@ -91,7 +80,10 @@ TEST_F(PostgresAdapterTest, StaleWriteFailsOnAFenceTableWithoutConstraints) {
   EXPECT_EQ(info->highest_token, 50u);
   EXPECT_EQ(Count(), 0);
   EXPECT_EQ(StoredFence("billing"), 50);
+  // And the gateway's token fences the direct writer: its call fails.
   ASSERT_OK(Apply("billing", 51, {Sql("INSERT INTO jobs (id) VALUES (2)")}));
+  EXPECT_THROW(Exec("SELECT fencegate.fence('billing', 50)"),
+               pqxx::sql_error);
   EXPECT_EQ(StoredFence("billing"), 51);
 }
 
@@ -257,17 +249,24 @@ TEST_F(PostgresAdapterTest, StatementTimeoutIsDeadlineExceeded) {
               StatusIs(absl::StatusCode::kDeadlineExceeded));
 }
 
-TEST_F(PostgresAdapterTest, CustomFenceTableAndBadUris) {
-  auto custom = MakeAdapter("fence_table=other_fences");
+TEST_F(PostgresAdapterTest, CustomFenceSchemaAndBadUris) {
+  ASSERT_OK(postgres::SetUpFenceSchema(server_->Conninfo(), "other_fences",
+                                       testing::PostgresServer::kWorkerRole));
+  auto custom = MakeAdapter("fence_schema=other_fences");
   ASSERT_OK(
       Apply(custom.get(), "d", 4, {Sql("INSERT INTO jobs (id) VALUES (1)")}));
-  EXPECT_EQ(Exec("SELECT token FROM other_fences WHERE domain = 'd'")[0][0]
+  EXPECT_EQ(Exec("SELECT token FROM other_fences.fences WHERE domain = 'd'")[0]
+                    [0]
                 .as<int64_t>(),
             4);
+  EXPECT_EQ(StoredFence("d"), 0);
   AdapterRegistry registry;
   ASSERT_OK(RegisterBuiltinAdapters(&registry));
   for (const char* bad : {"postgres:///db", "postgres://u@h/db?pool_size=0",
-                          "postgres://u@h/db?fence_table=Robert');--",
+                          "postgres://u@h/db?fence_schema=Robert');--",
+                          "postgres://u@h/db?fence_table=old_fences",
+                          "postgres://u@h/db?allow_privileged_role=yes",
+                          "postgres://u@h/db?options=-c%20role%3Dx",
                           "postgres://u@h/db?statement_timeout_ms=abc",
                           "postgres://u@h/db?spread_after_ms=-1"}) {
     EXPECT_THAT(registry.Create(bad),

@@ -161,12 +161,8 @@ class FirstBatchHold {
 // batch roll back alone, and the others commit.
 TEST_F(PostgresBatchTest, BatchedWritesKeepTheirOwnOutcomes) {
   constexpr int kWrites = 9;
-  Exec(FenceTableDdl("fencegate_fences"));
   for (int k = 0; k < kWrites; k += 3) {
-    Exec(
-        absl::StrCat("INSERT INTO fencegate_fences (domain, token) VALUES "
-                     "('b",
-                     k, "', 100)"));
+    Exec(absl::StrCat("SELECT fencegate.fence('b", k, "', 100)"));
   }
   for (int k = 1; k < kWrites; k += 3) {
     Exec(absl::StrCat("INSERT INTO jobs (id) VALUES (", 1000 + k, ")"));
@@ -363,6 +359,10 @@ TEST_F(PostgresBatchTest, ConnectionErrorCodeOfOneWriteIsNotASessionEnd) {
   auto one_connection = MakeAdapter("pool_size=1");
   ASSERT_OK(Apply(one_connection.get(), "warm", 1,
                   {Sql("INSERT INTO jobs (id) VALUES (100)")}));
+  Exec(
+      "CREATE OR REPLACE FUNCTION remote_down() RETURNS void LANGUAGE plpgsql "
+      "AS $$BEGIN RAISE EXCEPTION 'remote down' USING ERRCODE = '08006'; "
+      "END$$");
   FirstBatchHold hold(kWrites + 1);
   std::vector<absl::Status> outcomes(kWrites + 1);
   std::vector<std::thread> threads;
@@ -372,9 +372,8 @@ TEST_F(PostgresBatchTest, ConnectionErrorCodeOfOneWriteIsNotASessionEnd) {
     threads.emplace_back([&, k] {
       std::vector<v1::Operation> ops;
       if (k == 1) {
-        ops.push_back(
-            Sql("DO $$ BEGIN RAISE EXCEPTION 'remote down' USING ERRCODE = "
-                "'08006'; END $$"));
+        // Not a DO block: those end their batch.
+        ops.push_back(Sql("SELECT remote_down()"));
       } else {
         ops.push_back(Sql("INSERT INTO jobs (id) VALUES ($1)", {Int(k)}));
       }

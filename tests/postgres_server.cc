@@ -14,6 +14,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "storage_adapters/postgres/fence_schema.h"
 #include "tests/fixtures.h"
 
 namespace fencegate::testing {
@@ -76,6 +77,28 @@ absl::StatusOr<std::unique_ptr<PostgresServer>> PostgresServer::Start() {
                  &out);
   if (rc != 0) return absl::UnavailableError(absl::StrCat("initdb: ", out));
   if (absl::Status s = server->Ctl("start"); !s.ok()) return s;
+  // The route role, as docs/postgres.md sets one up: no privilege but its
+  // tables' and the fence function (fencectl pg-setup). Tables the tests
+  // create as the superuser are granted to it.
+  std::string role_out;
+  rc = Shell(absl::StrCat(
+                 server->bin_, "/psql -h ", server->dir_, " -p ", server->port_,
+                 " -U postgres -d postgres -v ON_ERROR_STOP=1 -qc \"CREATE ROLE ",
+                 kWorkerRole,
+                 " LOGIN; GRANT ALL ON SCHEMA public TO ", kWorkerRole,
+                 "; ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT ALL ON "
+                 "TABLES TO ",
+                 kWorkerRole,
+                 "; ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT ALL ON "
+                 "SEQUENCES TO ",
+                 kWorkerRole, "\""),
+             &role_out);
+  if (rc != 0) return absl::UnavailableError(absl::StrCat("psql: ", role_out));
+  if (absl::Status s = postgres::SetUpFenceSchema(
+          server->Conninfo(), postgres::kDefaultFenceSchema, kWorkerRole);
+      !s.ok()) {
+    return s;
+  }
   return server;
 }
 
@@ -114,6 +137,11 @@ PostgresServer::~PostgresServer() {
 }
 
 std::string PostgresServer::Uri(const std::string& params) const {
+  return absl::StrCat("postgres://", kWorkerRole, "@127.0.0.1:", port_,
+                      "/postgres", params.empty() ? "" : "?", params);
+}
+
+std::string PostgresServer::AdminUri(const std::string& params) const {
   return absl::StrCat("postgres://postgres@127.0.0.1:", port_, "/postgres",
                       params.empty() ? "" : "?", params);
 }

@@ -22,9 +22,17 @@ class PostgresServer {
   static absl::StatusOr<std::unique_ptr<PostgresServer>> Start();
   ~PostgresServer();  // Stops the server (immediate) and removes its files.
 
-  // postgres://postgres@127.0.0.1:PORT/postgres plus `params` (a query).
+  // The unprivileged route role Start() creates and sets up with
+  // `fencectl pg-setup`'s statements: it may call fencegate.fence() and use
+  // every table of schema public.
+  static constexpr char kWorkerRole[] = "fencegate_worker";
+
+  // postgres://fencegate_worker@127.0.0.1:PORT/postgres plus `params` (a
+  // query): a route URI.
   std::string Uri(const std::string& params = "") const;
-  // The same, as a libpq keyword/value string for pqxx::connection.
+  // The same as the superuser postgres.
+  std::string AdminUri(const std::string& params = "") const;
+  // The superuser's, as a libpq keyword/value string for pqxx::connection.
   std::string Conninfo() const;
   int port() const { return port_; }
   // The postmaster's pid (the parent of every backend); 0 if stopped.

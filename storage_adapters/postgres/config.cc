@@ -12,24 +12,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "storage_adapters/postgres/fence_schema.h"
 #include "storage_adapters/postgres/postgres_adapter.h"
 
 namespace fencegate {
 namespace {
-
-bool IsIdentifier(absl::string_view s) {
-  if (s.empty() || s.size() > 63) return false;
-  if (!absl::ascii_islower(static_cast<unsigned char>(s[0])) && s[0] != '_') {
-    return false;
-  }
-  for (char c : s) {
-    if (!absl::ascii_islower(static_cast<unsigned char>(c)) &&
-        !absl::ascii_isdigit(static_cast<unsigned char>(c)) && c != '_') {
-      return false;
-    }
-  }
-  return true;
-}
 
 absl::Status ParseInt(const Uri& uri, absl::string_view key,
                       absl::string_view value, int64_t min, int64_t max,
@@ -77,16 +64,36 @@ absl::StatusOr<PostgresAdapterOptions> ParsePostgresUri(const Uri& uri) {
       } else if (kv.first == "max_result_rows") {
         s = ParseInt(uri, kv.first, kv.second, 0, 10000000, &n);
         options.max_result_rows = n;
-      } else if (kv.first == "fence_table") {
-        std::vector<absl::string_view> parts = absl::StrSplit(kv.second, '.');
-        if (parts.size() > 2 ||
-            !std::all_of(parts.begin(), parts.end(), IsIdentifier)) {
+      } else if (kv.first == "max_result_bytes") {
+        s = ParseInt(uri, kv.first, kv.second, 0, int64_t{1} << 30, &n);
+        options.max_result_bytes = n;
+      } else if (kv.first == "fence_schema") {
+        if (!postgres::IsPlainIdentifier(kv.second)) {
           return absl::InvalidArgumentError(absl::StrCat(
               "adapter URI \"", options.redacted_uri,
-              "\": fence_table=", kv.second,
-              " must be [schema.]table of lower-case letters, digits and _"));
+              "\": fence_schema=", kv.second,
+              " must be 1-63 lower-case letters, digits and _"));
         }
-        options.fence_table = std::string(kv.second);
+        options.fence_schema = std::string(kv.second);
+      } else if (kv.first == "fence_table") {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "adapter URI \"", options.redacted_uri,
+            "\": fence_table is gone; the fence table is now "
+            "<fence_schema>.fences, created by `fencectl pg-setup` "
+            "(docs/postgres.md)"));
+      } else if (kv.first == "allow_privileged_role") {
+        if (kv.second != "true" && kv.second != "false") {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "adapter URI \"", options.redacted_uri,
+              "\": allow_privileged_role must be true or false"));
+        }
+        options.allow_privileged_role = kv.second == "true";
+      } else if (kv.first == "options") {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "adapter URI \"", options.redacted_uri,
+            "\": options is not accepted: session settings given at "
+            "connection would apply to every Write; set them for the role "
+            "(ALTER ROLE ... SET) or per Write (SET LOCAL)"));
       } else {
         defaults.erase(
             std::remove_if(defaults.begin(), defaults.end(),
@@ -100,6 +107,10 @@ absl::StatusOr<PostgresAdapterOptions> ParsePostgresUri(const Uri& uri) {
   for (const auto& [key, value] : defaults) {
     passthrough.push_back(absl::StrCat(key, "=", value));
   }
+  // In the startup packet, statement_timeout is the session's reset value,
+  // which the reset before every Write restores (%20 is a space, %3D '=').
+  passthrough.push_back(absl::StrCat("options=-c%20statement_timeout%3D",
+                                     options.statement_timeout_ms));
   if (uri.authority.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("adapter URI \"", options.redacted_uri,

@@ -12,10 +12,14 @@
 //   pool_wait_ms         wait for a connection, then give up Default: 10000
 //   spread_after_ms      wait for a busy connection before an idle one
 //                        takes queued writes (0: at once)     Default: 5
-//   statement_timeout_ms per-statement timeout (SET)         Default: 30000
-//   fence_table          [schema.]table of the fences        Default:
-//   fencegate_fences max_result_rows      rows returned per Write, in total
-//   Default: 1000
+//   statement_timeout_ms per-statement timeout, also enforced by the
+//                        gateway (cancel)                    Default: 30000
+//   fence_schema         schema of the fence table/function  Default: fencegate
+//   max_result_rows      rows returned per Write, in total   Default: 1000
+//   max_result_bytes     bytes of returned fields per Write  Default: 4 MiB
+//   allow_privileged_role  use a role that is superuser or may create
+//                        roles, bypass RLS, or run programs and
+//                        read or write files on the server   Default: false
 //
 // libpq parameters (sslmode, connect_timeout, application_name, ...) pass
 // through. Unless the URI sets them: connect_timeout=5; TCP keepalives
@@ -51,13 +55,25 @@ struct PostgresAdapterOptions {
   // connections in use carry bigger batches. At most half of pool_wait_ms
   // takes effect. Default: 5 ms.
   int64_t spread_after_ms = 5;
-  // Default: 30 s. 0 disables the timeout.
+  // PostgreSQL's statement_timeout of every connection (sent in the
+  // startup packet, so that the per-Write reset restores it), and the
+  // gateway's own limit on one Write's run, past which it cancels the
+  // Write (PQcancel) whatever the session set. 0 disables both.
+  // Default: 30 s.
   int64_t statement_timeout_ms = 30000;
-  // Validated identifier, optionally schema-qualified. Default:
-  // fencegate_fences.
-  std::string fence_table = "fencegate_fences";
-  // Default: 1000.
+  // Schema of the fence table and function (fence_schema.h), a plain
+  // identifier. Default: fencegate.
+  std::string fence_schema = "fencegate";
+  // Rows returned per Write, in total. Default: 1000.
   int64_t max_result_rows = 1000;
+  // Bytes of returned fields per Write, in total; rows past it are left
+  // out (truncated: true). Default: 4 MiB.
+  int64_t max_result_bytes = 4 << 20;
+  // Accept a role with superuser, CREATEROLE, BYPASSRLS, or membership of
+  // pg_execute_server_program, pg_read_server_files or
+  // pg_write_server_files, or one that can write the fence table
+  // directly. Default: false (such a connection is refused).
+  bool allow_privileged_role = false;
 };
 
 // Parses and validates the URI. INVALID_ARGUMENT names the parameter.

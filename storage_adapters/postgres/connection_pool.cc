@@ -59,7 +59,12 @@ absl::StatusOr<PgConnectionPool::Lease> PgConnectionPool::Acquire() {
   // Open a new connection outside the lock: it can take connect_timeout.
   try {
     conn = std::make_unique<PgConnection>(conninfo_);
-    if (setup_) setup_(*conn);
+    absl::Status set_up = setup_ ? setup_(*conn) : absl::OkStatus();
+    if (!set_up.ok()) {
+      conn.reset();
+      Release(nullptr, true);
+      return set_up;
+    }
     return Lease(this, std::move(conn));
   } catch (const std::exception& e) {
     Release(nullptr, true);

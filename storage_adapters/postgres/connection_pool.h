@@ -23,9 +23,10 @@ namespace fencegate {
 // Thread safety: safe for concurrent use. A Lease is used by one thread.
 class PgConnectionPool {
  public:
-  // Runs on every new connection (SET statement_timeout, create the fence
-  // table); may throw libpqxx exceptions, which fail the Acquire().
-  using Setup = std::function<void(PgConnection&)>;
+  // Runs on every new connection (checks its role and the fence function).
+  // An error fails the Acquire() with that status and closes the
+  // connection; a libpqxx exception fails it with UNAVAILABLE.
+  using Setup = std::function<absl::Status(PgConnection&)>;
 
   // `redacted` names the server in error messages without its password.
   PgConnectionPool(std::string conninfo, std::string redacted, int size,
@@ -54,7 +55,8 @@ class PgConnectionPool {
   };
 
   // A connection, opening one if needed. UNAVAILABLE if PostgreSQL cannot be
-  // reached or no connection frees up within the wait.
+  // reached or no connection frees up within the wait; Setup's error if it
+  // refused a new connection.
   absl::StatusOr<Lease> Acquire();
 
  private:

@@ -4,11 +4,23 @@
 
 #include <poll.h>
 
+#include <string_view>
+
 namespace fencegate {
 
 PgConnection::PgConnection(const std::string& conninfo)
     : pqxx::connection_base(policy_), policy_(conninfo) {
   init();
+  if (raw() != nullptr) PQsetNoticeReceiver(raw(), &PgConnection::OnNotice, this);
+}
+
+void PgConnection::OnNotice(void* self, const PGresult* notice) {
+  const char* severity =
+      PQresultErrorField(notice, PG_DIAG_SEVERITY_NONLOCALIZED);
+  if (severity != nullptr && (std::string_view(severity) == "FATAL" ||
+                              std::string_view(severity) == "PANIC")) {
+    static_cast<PgConnection*>(self)->ended_between_queries_ = true;
+  }
 }
 
 PgConnection::~PgConnection() noexcept { close(); }

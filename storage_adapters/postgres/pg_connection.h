@@ -39,6 +39,12 @@ class PgConnection final : public pqxx::connection_base {
   // terminates the session sends its goodbye). Never blocks.
   bool IdleAndAlive();
 
+  // True once the server sent a FATAL or PANIC error while no query of
+  // ours was running (between two pipeline syncs, say): it ended the
+  // session there, before the next query. libpq hands such an error to the
+  // notice receiver, not to a result; other notices are dropped.
+  bool ended_between_queries() const { return ended_between_queries_; }
+
  private:
   // Records the handle libpqxx opens and forgets it when libpqxx drops it.
   class Policy final : public pqxx::connect_direct {
@@ -54,7 +60,10 @@ class PgConnection final : public pqxx::connection_base {
     PGconn* handle_ = nullptr;
   };
 
+  static void OnNotice(void* self, const PGresult* notice);
+
   Policy policy_;
+  bool ended_between_queries_ = false;
 };
 
 }  // namespace fencegate

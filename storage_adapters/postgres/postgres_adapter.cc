@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <exception>
 #include <limits>
 #include <optional>
 #include <system_error>
@@ -14,80 +15,81 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "fencing/sync_point.h"
-#include "pqxx/except"
-#include "pqxx/nontransaction"
+#include "storage_adapters/postgres/fence_schema.h"
+#include "storage_adapters/postgres/role_check.h"
 #include "storage_adapters/postgres/sql_text.h"
 
 namespace fencegate {
 namespace {
 
-using postgres::ConnectionError;
 using postgres::FirstKeyword;
 using postgres::IsTransactionControl;
-using postgres::kFenceStatement;
-using postgres::PgResult;
-using postgres::QuoteTable;
 
 constexpr size_t kMaxSqlBytes = 1 << 20;
 constexpr int kMaxParams = 65535;
 
 }  // namespace
 
-std::string FenceTableDdl(const std::string& table) {
-  return absl::StrCat("CREATE TABLE IF NOT EXISTS ", QuoteTable(table),
-                      " (domain text PRIMARY KEY,"
-                      " token bigint NOT NULL CHECK (token > 0),"
-                      " updated_at timestamptz NOT NULL DEFAULT now())");
-}
-
-std::string FenceUpsertSql(const std::string& table) {
-  return absl::StrCat("INSERT INTO ", QuoteTable(table),
-                      " AS f (domain, token) VALUES ($1, $2::bigint)"
-                      " ON CONFLICT (domain) DO UPDATE SET token = CASE"
-                      " WHEN f.token <= EXCLUDED.token THEN EXCLUDED.token"
-                      " ELSE f.token / 0 END, updated_at = now()");
+bool NeedsTransactionBlock(const Operations& ops) {
+  for (const v1::Operation& op : ops) {
+    if (op.op_case() != v1::Operation::kSql) continue;
+    const std::string first = FirstKeyword(op.sql().sql());
+    if (first == "DO" || first == "CALL") return true;
+  }
+  return false;
 }
 
 PostgresAdapter::PostgresAdapter(PostgresAdapterOptions options)
     : options_(std::move(options)),
-      fence_upsert_sql_(FenceUpsertSql(options_.fence_table)),
+      fence_call_sql_(postgres::FenceCallSql(options_.fence_schema)),
       spread_after_(std::clamp(absl::Milliseconds(options_.spread_after_ms),
                                absl::ZeroDuration(),
                                absl::Milliseconds(options_.pool_wait_ms) / 2)),
-      fence_select_sql_(absl::StrCat("SELECT token FROM ",
-                                     QuoteTable(options_.fence_table),
-                                     " WHERE domain = $1")),
       pool_(options_.conninfo, options_.redacted_uri, options_.pool_size,
             absl::Milliseconds(options_.pool_wait_ms),
-            [table = options_.fence_table,
-             timeout = options_.statement_timeout_ms,
-             upsert = fence_upsert_sql_](PgConnection& c) {
-              {
-                pqxx::nontransaction tx(c);
-                tx.exec(absl::StrCat("SET statement_timeout = ", timeout));
-                try {
-                  tx.exec(FenceTableDdl(table));
-                } catch (const pqxx::sql_error& e) {
-                  // Another connection created it at the same moment: the
-                  // catalog reports a duplicate (23505, 42P07 or 42710).
-                  if (e.sqlstate() != "23505" && e.sqlstate() != "42P07" &&
-                      e.sqlstate() != "42710") {
-                    throw;
-                  }
-                }
-              }
-              // Parsed and planned once per connection, not per write.
-              PgResult r(PQprepare(c.raw(), kFenceStatement, upsert.c_str(), 2,
-                                   nullptr));
-              if (r == nullptr || PQresultStatus(r.get()) != PGRES_COMMAND_OK) {
-                throw pqxx::sql_error(absl::StrCat(
-                    "preparing the fence upsert: ", ConnectionError(c.raw())));
-              }
-            }),
+            [this](PgConnection& c) { return SetUpConnection(c); }),
+      watchdog_(options_.statement_timeout_ms == 0
+                    ? absl::InfiniteDuration()
+                    : absl::Milliseconds(options_.statement_timeout_ms) +
+                          absl::Seconds(1)),
       expirer_([this] { ExpireQueued(); }) {
   absl::MutexLock lock(&queue_mu_);
   // Starting a sender then allocates nothing but the thread.
   senders_.reserve(static_cast<size_t>(options_.pool_size));
+}
+
+absl::Status PostgresAdapter::SetUpConnection(PgConnection& c) {
+  absl::StatusOr<postgres::RoleAttributes> role =
+      postgres::ReadRoleAttributes(c, options_.fence_schema);
+  if (!role.ok()) return role.status();
+  return postgres::CheckRole(*role, options_.fence_schema,
+                             options_.allow_privileged_role);
+}
+
+absl::StatusOr<std::string> PostgresAdapter::CheckAtStartup() {
+  std::unique_ptr<PgConnection> c;
+  try {
+    c = std::make_unique<PgConnection>(options_.conninfo);
+  } catch (const std::exception& e) {
+    return absl::StrCat("postgres ", options_.redacted_uri,
+                        ": not reachable yet (", postgres::Trimmed(e.what()),
+                        "); every new connection's role will be checked");
+  }
+  absl::StatusOr<postgres::RoleAttributes> role =
+      postgres::ReadRoleAttributes(*c, options_.fence_schema);
+  if (!role.ok()) {
+    return absl::StrCat("postgres ", options_.redacted_uri,
+                        ": role not checked yet (", role.status().message(),
+                        ")");
+  }
+  absl::Status checked = postgres::CheckRole(*role, options_.fence_schema,
+                                             options_.allow_privileged_role);
+  if (!checked.ok()) return checked;
+  return absl::StrCat("postgres ", options_.redacted_uri, ": ",
+                      postgres::DescribeRole(*role),
+                      options_.allow_privileged_role
+                          ? " (allow_privileged_role=true)"
+                          : "");
 }
 
 PostgresAdapter::~PostgresAdapter() {
@@ -113,6 +115,20 @@ PostgresAdapter::~PostgresAdapter() {
   }
 }
 
+void PostgresAdapter::CancelInFlight() {
+  std::deque<std::unique_ptr<PendingWrite>> unsent;
+  {
+    absl::MutexLock lock(&queue_mu_);
+    abandoned_ = true;
+    unsent.swap(queue_);
+  }
+  watchdog_.CancelAll();
+  for (std::unique_ptr<PendingWrite>& w : unsent) {
+    std::move(w->done)(absl::UnavailableError(
+        "postgres: the gateway is shutting down; the write was not sent"));
+  }
+}
+
 absl::Status PostgresAdapter::Validate(const WriteTarget& target,
                                        const Operations& ops) const {
   if (target.token >
@@ -135,6 +151,11 @@ absl::Status PostgresAdapter::Validate(const WriteTarget& target,
     if (stmt.sql().empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat("ops[", i, "].sql: must not be empty"));
+    }
+    if (stmt.sql().find('\0') != std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ops[", i,
+          "].sql: holds a NUL byte, where PostgreSQL would cut the statement"));
     }
     if (stmt.sql().size() > kMaxSqlBytes) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -196,7 +217,18 @@ void PostgresAdapter::ApplyAsync(const WriteTarget& target,
   w->results = results;
   w->done = std::move(done);
   w->queued_at = absl::Now();
+  w->block = NeedsTransactionBlock(ops);
   PendingWrite* queued = w.get();
+  bool abandoned = false;
+  {
+    absl::MutexLock lock(&queue_mu_);
+    abandoned = abandoned_;
+  }
+  if (abandoned) {
+    std::move(w->done)(absl::UnavailableError(
+        "postgres: the gateway is shutting down; the write was not sent"));
+    return;
+  }
   {
     absl::MutexLock lock(&queue_mu_);
     queue_.push_back(std::move(w));
@@ -280,6 +312,9 @@ void PostgresAdapter::Send() {
       queue_.pop_front();
       ++batch.back()->attempts;
       sending.push_back(batch.back().get());
+      // If it fails, its transaction block stays open, aborted, until the
+      // connection is dropped: no other Write may follow it.
+      if (batch.back()->block) break;
     }
     queue_mu_.Unlock();
     // The next batch goes out first, and the one read before it is
@@ -288,7 +323,11 @@ void PostgresAdapter::Send() {
     const size_t sent = SendBatch(&lease, sending);
     std::vector<std::unique_ptr<PendingWrite>> retries =
         ReportBatch(std::move(read));
-    if (lease.has_value()) ReadBatch(&lease, sending, sent);
+    if (lease.has_value()) {
+      postgres::StatementWatchdog::Watch watch(&watchdog_,
+                                               lease->conn().raw());
+      ReadBatch(&lease, sending, sent, &watch);
+    }
     read = std::move(batch);
     queue_mu_.Lock();
     RequeueLocked(std::move(retries));
@@ -307,6 +346,8 @@ PostgresAdapter::ReportBatch(std::vector<std::unique_ptr<PendingWrite>> batch) {
       w->status = absl::OkStatus();
       w->retryable = false;
       w->stale = false;
+      w->held = 0;
+      w->unreset = false;
       retries.push_back(std::move(w));
       continue;
     }

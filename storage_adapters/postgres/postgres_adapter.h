@@ -5,18 +5,27 @@
 //
 // Every Write is one transaction, sent in one round trip (libpq's pipeline
 // mode: the queries and a sync go out together, and the server runs them as
-// one implicit transaction that commits at the sync):
-//   1. the domain's row of the fence table is inserted, or raised, if its
-//      stored token is <= the request's token (an upsert that takes the row
-//      lock, so concurrent transactions of the domain serialize); if the
-//      database already holds a higher token -- from another gateway or a
-//      direct writer following the same protocol -- the upsert fails on
-//      purpose, the server skips every statement after it, and the write
-//      fails as stale (FAILED_PRECONDITION with a StaleToken detail), exactly
-//      like a stale write refused by the gateway;
+// one implicit transaction that commits at the sync). Before it, in the same
+// round trip, goes DISCARD ALL with a sync of its own, so that each Write
+// runs on a session as fresh as a new connection's: nothing an earlier
+// Write set (role, settings, prepared statements, temporary objects,
+// LISTEN, advisory locks, cursors) reaches it. Then:
+//   1. <fence_schema>.fence(domain, token) (fence_schema.h): the domain's
+//      row is raised, or kept if equal, under its row lock, so concurrent
+//      transactions of the domain serialize; if the database already holds
+//      a higher token -- from another gateway or a direct writer following
+//      the same protocol -- it fails (SQLSTATE FG001), the server skips
+//      every statement after it, and the write fails as stale
+//      (FAILED_PRECONDITION with a StaleToken detail holding the
+//      database's token), exactly like a stale write refused by the gateway;
 //   2. the statements run in order, each with its parameters;
 //   3. the sync commits. Any failure rolls back everything, the fence row
 //      included.
+// A Write with a DO block or a CALL is wrapped in BEGIN ... COMMIT instead:
+// in a transaction block PostgreSQL forbids them to commit or roll back
+// ("invalid transaction termination"); such a Write ends its batch, and the
+// connection is dropped if it fails, so that no later Write runs in its
+// aborted block.
 // Concurrent Writes share round trips: at most pool_size batches are in
 // flight, one per connection, and a Write that arrives while they are
 // waits in a queue and goes out with the next batch (up to kMaxBatch
@@ -36,10 +45,21 @@
 // database is authoritative for its own data: gateways that do not share a
 // fence store still never apply a stale write.
 //
+// A batch still running statement_timeout_ms after it was sent (after the
+// Write it is on was reached) is cancelled from the gateway (PQcancel), so
+// no statement outlives the route's timeout whatever the session set; the
+// Write fails DEADLINE_EXCEEDED, rolled back.
+//
 // Statements must not control the transaction: BEGIN, COMMIT, ROLLBACK,
 // SAVEPOINT and the like are refused by Validate (INVALID_ARGUMENT), and a
 // statement that still leaves a transaction open is rolled back and refused.
-// COPY is refused by Validate too.
+// COPY is refused by Validate too, and so are NUL bytes in SQL text or text
+// parameters (libpq would cut the string there).
+//
+// Every new connection reads its role's privileges (role_check.h) and is
+// refused (FAILED_PRECONDITION) if the role cannot call the fence function,
+// or is privileged and the URI does not allow it; CheckAtStartup does the
+// same once before the gateway serves.
 //
 // Errors: SQL errors carry the SQLSTATE in the message and a SqlError
 // detail; integrity violations (class 23) are FAILED_PRECONDITION, a
@@ -71,6 +91,7 @@
 #include "absl/synchronization/mutex.h"
 #include "storage_adapters/postgres/config.h"
 #include "storage_adapters/postgres/connection_pool.h"
+#include "storage_adapters/postgres/statement_watchdog.h"
 #include "storage_adapters/storage_adapter.h"
 
 namespace fencegate {
@@ -89,6 +110,13 @@ class PostgresAdapter final : public StorageAdapter {
   void ApplyAsync(const WriteTarget& target, const Operations& ops,
                   OpResults* results, ApplyCallback done) override;
   bool ApplyAsyncNeverBlocks() const override { return true; }
+  // Connects once (if PostgreSQL can be reached) and checks the role:
+  // FAILED_PRECONDITION as for every new connection. Returns the role's
+  // attributes for the log, or why they could not be read yet.
+  absl::StatusOr<std::string> CheckAtStartup() override;
+  // Cancels the statements in flight, fails the queued writes (never
+  // sent), and fails every later write at once.
+  void CancelInFlight() override;
 
  private:
   // A Write waiting for, or travelling in, a batch; owned by the queue,
@@ -103,6 +131,9 @@ class PostgresAdapter final : public StorageAdapter {
     absl::Status status;     // Set by the batch's sender.
     bool retryable = false;  // Nothing was committed; safe to send again.
     bool stale = false;      // The database holds a higher token.
+    uint64_t held = 0;       // The database's token, when stale.
+    bool block = false;      // Sent in BEGIN ... COMMIT (DO or CALL).
+    bool unreset = false;    // The reset before it failed: drop the session.
   };
   // How a write's results ended: at its sync, or with the connection.
   enum class Ending {
@@ -129,7 +160,8 @@ class PostgresAdapter final : public StorageAdapter {
   // write's outcome; empties `*lease`, closing the connection, if it
   // cannot be used again.
   void ReadBatch(std::optional<PgConnectionPool::Lease>* lease,
-                 const std::vector<PendingWrite*>& batch, size_t sent);
+                 const std::vector<PendingWrite*>& batch, size_t sent,
+                 postgres::StatementWatchdog::Watch* watch);
   // Reports each write's outcome, except a failure that nothing committed,
   // on its first attempt: those are returned, reset, to be sent again.
   std::vector<std::unique_ptr<PendingWrite>> ReportBatch(
@@ -156,16 +188,18 @@ class PostgresAdapter final : public StorageAdapter {
   void SpreadLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_);
   // Queues one write's queries and its sync; false if sending failed.
   bool SendWrite(PGconn* c, const PendingWrite& w);
-  // Reads one write's results up to its sync.
-  Ending ReadWrite(PGconn* c, PendingWrite* w);
-  // The stale-token error for `target`, with the database's highest token.
-  absl::Status StaleError(PGconn* c, const WriteTarget& target);
+  // Reads the result of the reset sent before a write, and its sync.
+  Ending ReadReset(PgConnection& conn, PendingWrite* w);
+  // Reads one write's results up to its sync (the reset's first).
+  Ending ReadWrite(PgConnection& conn, PendingWrite* w,
+                   const postgres::StatementWatchdog::Watch& watch);
+  // Checks the role of a new connection (role_check.h).
+  absl::Status SetUpConnection(PgConnection& c);
 
   const PostgresAdapterOptions options_;
-  const std::string fence_upsert_sql_;
+  const std::string fence_call_sql_;
   // options_.spread_after_ms, at most half of pool_wait_ms.
   const absl::Duration spread_after_;
-  const std::string fence_select_sql_;
   PgConnectionPool pool_;
   absl::Mutex queue_mu_;
   std::deque<std::unique_ptr<PendingWrite>> queue_ ABSL_GUARDED_BY(queue_mu_);
@@ -179,17 +213,18 @@ class PostgresAdapter final : public StorageAdapter {
   int signalled_ ABSL_GUARDED_BY(queue_mu_) = 0;
   int starting_ ABSL_GUARDED_BY(queue_mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(queue_mu_) = false;
+  // Set by CancelInFlight(): new writes fail at once.
+  bool abandoned_ ABSL_GUARDED_BY(queue_mu_) = false;
+  // Cancels a batch when no write of it completes within
+  // statement_timeout_ms + 1 s.
+  postgres::StatementWatchdog watchdog_;
   // Runs ExpireQueued(); last, so it starts after everything it uses.
   std::thread expirer_;
 };
 
-// The fence table's DDL for `table` (docs/postgres.md shows it).
-std::string FenceTableDdl(const std::string& table);
-
-// The upsert that opens every Write's transaction: $1 domain, $2 token.
-// Raises or keeps the domain's row, and fails with SQLSTATE 22012 (division
-// by zero, on purpose) if the row holds a higher token.
-std::string FenceUpsertSql(const std::string& table);
+// True if `ops` hold a DO block or a CALL, which the adapter runs inside
+// BEGIN ... COMMIT so that they cannot end the transaction.
+bool NeedsTransactionBlock(const Operations& ops);
 
 }  // namespace fencegate
 

@@ -1,9 +1,12 @@
 // Copyright fencegate authors.
 //
 // PostgresAdapter, one batch on one connection: sending each write's
-// pipeline (fence upsert, statements, sync) and reading its results back.
+// pipeline (the session reset and its sync; then the fence call, the
+// statements -- inside BEGIN ... COMMIT for DO and CALL -- and a sync) and
+// reading its results back.
 // The queue, the sender threads and the timer are in postgres_adapter.cc.
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -14,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "fencing/stale_token.h"
 #include "fencing/sync_point.h"
+#include "storage_adapters/postgres/fence_schema.h"
 #include "storage_adapters/postgres/postgres_adapter.h"
 #include "storage_adapters/postgres/sql_text.h"
 
@@ -22,15 +26,16 @@ namespace {
 
 using postgres::AddResult;
 using postgres::ConnectionError;
-using postgres::kFenceStatement;
+using postgres::kStaleSqlState;
 using postgres::ParamText;
 using postgres::PgResult;
+using postgres::ResultBudget;
 using postgres::SqlErrorStatus;
 
-// The fence upsert divides by zero when the stored token is higher: an
-// error that aborts the pipeline before any statement runs, whatever
-// constraints the fence table has.
-constexpr std::string_view kStaleSqlState = "22012";
+// Sent before every Write, with a sync of its own (it cannot run inside a
+// transaction): the session as a new connection has it, but for the
+// startup packet's settings (statement_timeout), which are reset values.
+constexpr char kResetSql[] = "DISCARD ALL";
 
 }  // namespace
 
@@ -80,7 +85,8 @@ size_t PostgresAdapter::SendBatch(std::optional<PgConnectionPool::Lease>* lease,
 
 void PostgresAdapter::ReadBatch(std::optional<PgConnectionPool::Lease>* lease,
                                 const std::vector<PendingWrite*>& batch,
-                                size_t sent) {
+                                size_t sent,
+                                postgres::StatementWatchdog::Watch* watch) {
   PgConnectionPool::Lease& l = **lease;
   PGconn* c = l.conn().raw();
   // Results come back in order, each write's ending with its sync.
@@ -104,14 +110,17 @@ void PostgresAdapter::ReadBatch(std::optional<PgConnectionPool::Lease>* lease,
       }
       continue;
     }
-    ending = ReadWrite(c, p);
+    ending = ReadWrite(l.conn(), p, *watch);
+    watch->Progress();
   }
   if (ending != Ending::kSynced) {
     l.Discard();
     lease->reset();
     for (PendingWrite* p : batch) {
-      if (p->stale)
-        p->status = StaleTokenError(p->target->domain, p->target->token, 0);
+      if (p->stale) {
+        p->status =
+            StaleTokenError(p->target->domain, p->target->token, p->held);
+      }
     }
     return;
   }
@@ -121,11 +130,27 @@ void PostgresAdapter::ReadBatch(std::optional<PgConnectionPool::Lease>* lease,
     // but do not reuse a connection in a state nobody expects.
     usable = false;
   }
-  if (PQtransactionStatus(c) != PQTRANS_IDLE) {
-    // A statement opened a transaction block (Validate refuses every
-    // spelling it knows), and the writes after it ran inside that block:
-    // closing the connection rolls the block back, but which writes had
-    // committed before it is not known here.
+  for (size_t i = 0; i < sent; ++i) {
+    if (batch[i]->stale) {
+      batch[i]->status = StaleTokenError(
+          batch[i]->target->domain, batch[i]->target->token, batch[i]->held);
+    }
+    if (batch[i]->unreset) usable = false;
+  }
+  // A cancel sent late may still reach the server: do not reuse it.
+  if (watch->cancelled()) usable = false;
+  const PGTransactionStatusType tx = PQtransactionStatus(c);
+  if (tx == PQTRANS_INERROR && sent > 0 && batch[sent - 1]->block &&
+      !batch[sent - 1]->status.ok()) {
+    // The last write (a DO or CALL, always last in its batch) failed inside
+    // its BEGIN: its block is aborted, nothing of it committed. Dropping the
+    // connection ends the block; every outcome is known.
+    usable = false;
+  } else if (tx != PQTRANS_IDLE) {
+    // A statement left a transaction open (Validate refuses every way it
+    // knows), and the writes after it ran inside that block: closing the
+    // connection rolls the block back, but which writes had committed
+    // before it is not known here.
     l.Discard();
     lease->reset();
     for (size_t i = 0; i < sent; ++i) {
@@ -136,14 +161,6 @@ void PostgresAdapter::ReadBatch(std::optional<PgConnectionPool::Lease>* lease,
     }
     return;
   }
-  for (size_t i = 0; i < sent; ++i) {
-    if (batch[i]->stale) {
-      // The database's token can only be read on an idle connection.
-      batch[i]->status = usable ? StaleError(c, *batch[i]->target)
-                                : StaleTokenError(batch[i]->target->domain,
-                                                  batch[i]->target->token, 0);
-    }
-  }
   if (!usable) {
     l.Discard();
     lease->reset();
@@ -151,11 +168,20 @@ void PostgresAdapter::ReadBatch(std::optional<PgConnectionPool::Lease>* lease,
 }
 
 bool PostgresAdapter::SendWrite(PGconn* c, const PendingWrite& w) {
+  if (PQsendQueryParams(c, kResetSql, 0, nullptr, nullptr, nullptr, nullptr,
+                        0) != 1 ||
+      PQpipelineSync(c) != 1) {
+    return false;
+  }
+  if (w.block && PQsendQueryParams(c, "BEGIN", 0, nullptr, nullptr, nullptr,
+                                   nullptr, 0) != 1) {
+    return false;
+  }
   const std::string domain(w.target->domain);
   const std::string token = absl::StrCat(w.target->token);
   const char* fence_params[2] = {domain.c_str(), token.c_str()};
-  if (PQsendQueryPrepared(c, kFenceStatement, 2, fence_params, nullptr, nullptr,
-                          0) != 1) {
+  if (PQsendQueryParams(c, fence_call_sql_.c_str(), 2, nullptr, fence_params,
+                        nullptr, nullptr, 0) != 1) {
     return false;
   }
   std::vector<std::string> texts;
@@ -176,24 +202,103 @@ bool PostgresAdapter::SendWrite(PGconn* c, const PendingWrite& w) {
       return false;
     }
   }
+  if (w.block && PQsendQueryParams(c, "COMMIT", 0, nullptr, nullptr, nullptr,
+                                   nullptr, 0) != 1) {
+    return false;
+  }
   FENCEGATE_SYNC_POINT("PostgresAdapter::Apply:BeforeCommit");
   return PQpipelineSync(c) == 1;
 }
 
-PostgresAdapter::Ending PostgresAdapter::ReadWrite(PGconn* c, PendingWrite* w) {
-  // One result per query. After the first error the server skips the rest
-  // (PIPELINE_ABORTED) and rolls the transaction back at the sync.
+PostgresAdapter::Ending PostgresAdapter::ReadReset(PgConnection& conn,
+                                                   PendingWrite* w) {
+  PGconn* c = conn.raw();
+  PgResult r(PQgetResult(c));
+  const ExecStatusType status =
+      r == nullptr ? PGRES_FATAL_ERROR : PQresultStatus(r.get());
+  if (status != PGRES_COMMAND_OK) {
+    const char* severity =
+        r == nullptr
+            ? nullptr
+            : PQresultErrorField(r.get(), PG_DIAG_SEVERITY_NONLOCALIZED);
+    if (severity == nullptr || std::string_view(severity) == "FATAL" ||
+        std::string_view(severity) == "PANIC") {
+      w->results->Clear();
+      if (severity == nullptr && !conn.ended_between_queries()) {
+        w->status = absl::UnavailableError(absl::StrCat(
+            "postgres: connection lost after the write was sent, outcome "
+            "unknown (retry with the same token): ",
+            ConnectionError(c)));
+        return Ending::kLost;
+      }
+      // The server ended the session before it reached the write.
+      w->status = absl::UnavailableError(
+          absl::StrCat("postgres: connection closed before the write ran: ",
+                       ConnectionError(c)));
+      w->retryable = true;
+      return Ending::kEndedBeforeSync;
+    }
+    // The write runs all the same (it has a sync of its own), but on a
+    // session nobody knows: drop the connection after this batch.
+    w->unreset = true;
+  }
+  if (r != nullptr) PgResult end(PQgetResult(c));
+  PgResult sync(PQgetResult(c));
+  if (sync == nullptr || PQresultStatus(sync.get()) != PGRES_PIPELINE_SYNC) {
+    w->results->Clear();
+    const char* sync_severity =
+        sync == nullptr
+            ? nullptr
+            : PQresultErrorField(sync.get(), PG_DIAG_SEVERITY_NONLOCALIZED);
+    if (conn.ended_between_queries() ||
+        (sync_severity != nullptr &&
+         (std::string_view(sync_severity) == "FATAL" ||
+          std::string_view(sync_severity) == "PANIC"))) {
+      // The server ended the session before the reset's sync: it never
+      // reached the write.
+      w->status = absl::UnavailableError(
+          absl::StrCat("postgres: connection closed before the write ran: ",
+                       ConnectionError(c)));
+      w->retryable = true;
+      return Ending::kEndedBeforeSync;
+    }
+    w->status = absl::UnavailableError(absl::StrCat(
+        "postgres: connection lost after the write was sent, outcome "
+        "unknown (retry with the same token): ",
+        ConnectionError(c)));
+    return Ending::kLost;
+  }
+  return Ending::kSynced;
+}
+
+PostgresAdapter::Ending PostgresAdapter::ReadWrite(
+    PgConnection& conn, PendingWrite* w,
+    const postgres::StatementWatchdog::Watch& watch) {
+  if (Ending reset = ReadReset(conn, w); reset != Ending::kSynced) {
+    return reset;
+  }
+  PGconn* c = conn.raw();
+  // One result per query: [BEGIN], the fence call, the statements,
+  // [COMMIT]. After the first error the server skips the rest
+  // (PIPELINE_ABORTED) and rolls the transaction back at the sync (or
+  // leaves a BEGIN's block aborted, for the caller to drop).
   const Operations& ops = *w->ops;
+  const int fence_query = w->block ? 1 : 0;
+  const int queries = ops.size() + fence_query + 1 + (w->block ? 1 : 0);
   bool failed = false;
-  int64_t rows_left = options_.max_result_rows;
-  for (int q = 0; q <= ops.size(); ++q) {
+  ResultBudget budget{options_.max_result_rows, options_.max_result_bytes};
+  for (int q = 0; q < queries; ++q) {
+    // The operation a result belongs to: -1 for BEGIN and the fence call,
+    // the last one for COMMIT (where deferred constraints are checked).
+    const int op_index = std::min(q - fence_query - 1, ops.size() - 1);
+    const bool is_op = q > fence_query && q <= fence_query + ops.size();
     PgResult r(PQgetResult(c));
     const ExecStatusType status =
         r == nullptr ? PGRES_FATAL_ERROR : PQresultStatus(r.get());
     if (status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK ||
         status == PGRES_EMPTY_QUERY) {
-      if (q > 0) {
-        AddResult(r.get(), &rows_left, w->results->Add()->mutable_sql());
+      if (is_op && !failed) {
+        AddResult(r.get(), &budget, w->results->Add()->mutable_sql());
       }
     } else if (status == PGRES_PIPELINE_ABORTED) {
       // Skipped after an earlier error.
@@ -215,6 +320,15 @@ PostgresAdapter::Ending PostgresAdapter::ReadWrite(PGconn* c, PendingWrite* w) {
       if (state == nullptr || session_ended) {
         w->results->Clear();
         if (failed) return Ending::kLost;  // Rolled back: w->status is set.
+        if (state == nullptr && q == 0 && conn.ended_between_queries()) {
+          // The server ended the session after the reset's sync, before
+          // this write's first query: none of it ran.
+          w->status = absl::UnavailableError(absl::StrCat(
+              "postgres: connection closed before the write ran: ",
+              ConnectionError(c)));
+          w->retryable = true;
+          return Ending::kEndedBeforeSync;
+        }
         if (state == nullptr) {
           w->status = absl::UnavailableError(absl::StrCat(
               "postgres: connection lost after the write was sent, outcome "
@@ -222,17 +336,32 @@ PostgresAdapter::Ending PostgresAdapter::ReadWrite(PGconn* c, PendingWrite* w) {
               ConnectionError(c)));
           return Ending::kLost;
         }
-        w->status = SqlErrorStatus(state, PQresultErrorMessage(r.get()), q - 1);
+        w->status = SqlErrorStatus(state, PQresultErrorMessage(r.get()),
+                                   op_index);
         w->retryable = true;
         return Ending::kEndedBeforeSync;
       }
       if (!failed) {
         failed = true;
-        if (q == 0 && std::string_view(state) == kStaleSqlState) {
+        if (q == fence_query && std::string_view(state) == kStaleSqlState) {
           w->stale = true;
+          // fence() puts the database's token in DETAIL.
+          const char* detail =
+              PQresultErrorField(r.get(), PG_DIAG_MESSAGE_DETAIL);
+          if (detail == nullptr || !absl::SimpleAtoi(detail, &w->held)) {
+            w->held = 0;
+          }
+        } else if (watch.cancelled() && std::string_view(state) == "57014") {
+          w->status = absl::DeadlineExceededError(absl::StrCat(
+              op_index >= 0 ? absl::StrCat("ops[", op_index, "]")
+                            : std::string("fence"),
+              ": cancelled by the gateway after running past the route's "
+              "statement_timeout_ms (",
+              options_.statement_timeout_ms,
+              " ms, plus 1 s) or at shutdown; rolled back, nothing applied"));
         } else {
           w->status =
-              SqlErrorStatus(state, PQresultErrorMessage(r.get()), q - 1);
+              SqlErrorStatus(state, PQresultErrorMessage(r.get()), op_index);
         }
       }
     } else {
@@ -259,20 +388,6 @@ PostgresAdapter::Ending PostgresAdapter::ReadWrite(PGconn* c, PendingWrite* w) {
   }
   if (failed) w->results->Clear();
   return Ending::kSynced;
-}
-
-absl::Status PostgresAdapter::StaleError(PGconn* c, const WriteTarget& target) {
-  const std::string domain(target.domain);
-  const char* params[1] = {domain.c_str()};
-  PgResult r(PQexecParams(c, fence_select_sql_.c_str(), 1, nullptr, params,
-                          nullptr, nullptr, 0));
-  uint64_t highest = 0;
-  if (r != nullptr && PQresultStatus(r.get()) == PGRES_TUPLES_OK &&
-      PQntuples(r.get()) == 1) {
-    // A bigint always parses; 0 would read as "unknown" in the error.
-    if (!absl::SimpleAtoi(PQgetvalue(r.get(), 0, 0), &highest)) highest = 0;
-  }
-  return StaleTokenError(target.domain, target.token, highest);
 }
 
 }  // namespace fencegate

@@ -26,7 +26,8 @@ std::string FirstKeyword(absl::string_view sql, size_t* end) {
     if (absl::ascii_isspace(static_cast<unsigned char>(sql[i]))) {
       ++i;
     } else if (sql.substr(i, 2) == "--") {
-      size_t nl = sql.find('\n', i);
+      // PostgreSQL's lexer ends a line comment at \n or \r.
+      size_t nl = sql.find_first_of("\n\r", i);
       i = nl == absl::string_view::npos ? sql.size() : nl + 1;
     } else if (sql.substr(i, 2) == "/*") {
       // PostgreSQL's block comments nest.
@@ -129,21 +130,28 @@ std::string ConnectionError(PGconn* c) {
   return m == nullptr || *m == '\0' ? "connection closed" : Trimmed(m);
 }
 
-void AddResult(const PGresult* r, int64_t* rows_left, v1::SqlResult* out) {
+void AddResult(const PGresult* r, ResultBudget* budget, v1::SqlResult* out) {
   uint64_t affected = 0;
   if (!absl::SimpleAtoi(PQcmdTuples(const_cast<PGresult*>(r)), &affected)) {
     affected = 0;  // Empty for statements that report no row count.
   }
   out->set_rows_affected(affected);
   const int columns = PQnfields(r);
-  for (int col = 0; col < columns; ++col) out->add_columns(PQfname(r, col));
+  for (int col = 0; col < columns; ++col) {
+    out->add_columns(PQfname(r, col));
+    budget->bytes_left -= static_cast<int64_t>(out->columns(col).size());
+  }
   const int rows = PQntuples(r);
   for (int row = 0; row < rows; ++row) {
-    if (*rows_left <= 0) {
+    int64_t bytes = 0;
+    for (int col = 0; col < columns; ++col) bytes += PQgetlength(r, row, col);
+    if (budget->rows_left <= 0 || bytes > budget->bytes_left) {
       out->set_truncated(true);
+      budget->rows_left = 0;  // Later results stop too.
       break;
     }
-    --*rows_left;
+    --budget->rows_left;
+    budget->bytes_left -= bytes;
     v1::SqlRow* out_row = out->add_rows();
     for (int col = 0; col < columns; ++col) {
       v1::SqlValue* v = out_row->add_fields();
@@ -155,13 +163,6 @@ void AddResult(const PGresult* r, int64_t* rows_left, v1::SqlResult* out) {
       }
     }
   }
-}
-
-std::string QuoteTable(const std::string& table) {
-  size_t dot = table.find('.');
-  if (dot == std::string::npos) return absl::StrCat("\"", table, "\"");
-  return absl::StrCat("\"", table.substr(0, dot), "\".\"",
-                      table.substr(dot + 1), "\"");
 }
 
 }  // namespace fencegate::postgres

@@ -21,17 +21,16 @@
 
 namespace fencegate::postgres {
 
-// The name under which each connection prepares the fence upsert.
-inline constexpr char kFenceStatement[] = "fencegate_fence";
-
 // Frees a libpq result.
 struct PgResultDeleter {
   void operator()(PGresult* r) const { PQclear(r); }
 };
 using PgResult = std::unique_ptr<PGresult, PgResultDeleter>;
 
-// The first keyword of `sql`, upper-cased, after whitespace and comments
-// (PostgreSQL's block comments nest); where it ends in *end if not null.
+// The first keyword of `sql`, upper-cased, after whitespace and comments,
+// read as PostgreSQL's lexer reads them: whitespace is space, \t, \n, \r,
+// \f and \v; a -- comment ends at \n or \r; block comments nest. Where it
+// ends in *end if not null.
 std::string FirstKeyword(absl::string_view sql, size_t* end = nullptr);
 
 // True for statements that begin, end or split a transaction. `first` is
@@ -56,12 +55,15 @@ absl::Status SqlErrorStatus(const std::string& state, const char* message,
 // libpq's last error on `c`, or "connection closed".
 std::string ConnectionError(PGconn* c);
 
-// Appends `r` to `out`: row count, columns and at most *rows_left rows
-// (then truncated), counting *rows_left down.
-void AddResult(const PGresult* r, int64_t* rows_left, v1::SqlResult* out);
+// What is left of a Write's result cap.
+struct ResultBudget {
+  int64_t rows_left = 0;
+  int64_t bytes_left = 0;  // Field bytes, with column names.
+};
 
-// `table` or `schema.table`, double-quoted.
-std::string QuoteTable(const std::string& table);
+// Appends `r` to `out`: row count, columns and the rows that fit in
+// *budget (then truncated), counting it down.
+void AddResult(const PGresult* r, ResultBudget* budget, v1::SqlResult* out);
 
 }  // namespace fencegate::postgres
 

@@ -46,6 +46,14 @@ class Router {
   // "<route>/" or with an unknown route (the message lists the known ones).
   absl::StatusOr<ResolvedResource> Resolve(absl::string_view resource) const;
 
+  // Runs every adapter's CheckAtStartup(), in route-name order. The first
+  // error, prefixed with its route's name; else one "route NAME: ..." line
+  // per adapter that had something to say.
+  absl::StatusOr<std::vector<std::string>> CheckAtStartup() const;
+
+  // Calls every adapter's CancelInFlight().
+  void CancelInFlight() const;
+
  private:
   Router() = default;
   absl::flat_hash_map<std::string, std::unique_ptr<StorageAdapter>> routes_;

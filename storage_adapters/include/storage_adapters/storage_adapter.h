@@ -9,10 +9,12 @@
 #define STORAGE_ADAPTERS_STORAGE_ADAPTER_H_
 
 #include <cstdint>
+#include <string>
 #include <utility>
 
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "fencegate/v1/gateway.pb.h"
 #include "google/protobuf/repeated_ptr_field.h"
@@ -75,6 +77,20 @@ class StorageAdapter {
                           OpResults* results, ApplyCallback done) {
     std::move(done)(Apply(target, ops, results));
   }
+
+  // Checks, once before the gateway serves, what the adapter can check of
+  // its storage: FAILED_PRECONDITION for a configuration it refuses (the
+  // gateway then does not start). Storage that cannot be reached yet is not
+  // an error: the returned text says so. Returns a line for the log (empty:
+  // nothing to say). May block. The default checks nothing.
+  virtual absl::StatusOr<std::string> CheckAtStartup() { return std::string(); }
+
+  // Called once when the gateway's shutdown grace has passed: stop what is
+  // still running (cancel statements in flight) and fail what has not
+  // started, so that every pending callback runs soon. Writes applied
+  // after it fail UNAVAILABLE. Thread-safe; may block briefly. The default
+  // does nothing (its writes end by themselves).
+  virtual void CancelInFlight() {}
 
   // True if ApplyAsync() never blocks the calling thread (it queues the
   // write, or does only in-memory work), so that the gateway may call it

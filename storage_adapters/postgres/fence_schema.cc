@@ -1,0 +1,170 @@
+// Copyright fencegate authors.
+
+#include "storage_adapters/postgres/fence_schema.h"
+
+#include <exception>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "pqxx/connection"
+#include "pqxx/except"
+#include "pqxx/transaction"
+
+namespace fencegate::postgres {
+namespace {
+
+// Advisory lock key taken by every pg-setup run ("fencegat" in ASCII).
+constexpr char kSetupLockKey[] = "7378433375094825332";
+
+std::string Trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+}  // namespace
+
+bool IsPlainIdentifier(absl::string_view name) {
+  if (name.empty() || name.size() > 63) return false;
+  if (absl::ascii_isdigit(static_cast<unsigned char>(name[0]))) return false;
+  for (char c : name) {
+    if (!absl::ascii_islower(static_cast<unsigned char>(c)) &&
+        !absl::ascii_isdigit(static_cast<unsigned char>(c)) && c != '_') {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string OwnerRole(const std::string& schema) {
+  return absl::StrCat(schema, "_owner");
+}
+
+std::string FenceCallSql(const std::string& schema) {
+  return absl::StrCat("SELECT \"", schema, "\".fence($1, $2::bigint)");
+}
+
+std::vector<std::string> FenceSetupSql(const std::string& schema,
+                                       const std::string& role) {
+  // Both names are plain identifiers (checked by the caller), so quoting
+  // them with double quotes is exact.
+  const std::string s = absl::StrCat("\"", schema, "\"");
+  const std::string owner = absl::StrCat("\"", OwnerRole(schema), "\"");
+  const std::string r = absl::StrCat("\"", role, "\"");
+  const std::string fn = absl::StrCat(s, ".fence(text, bigint)");
+  std::vector<std::string> sql;
+  sql.push_back(absl::StrCat("SELECT pg_advisory_xact_lock(", kSetupLockKey,
+                             ")"));
+  sql.push_back(absl::StrCat(
+      "DO $$BEGIN IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE "
+      "rolname = '",
+      OwnerRole(schema), "') THEN CREATE ROLE ", owner,
+      " NOLOGIN; END IF; END$$"));
+  sql.push_back(
+      absl::StrCat("CREATE SCHEMA IF NOT EXISTS ", s, " AUTHORIZATION ", owner));
+  sql.push_back(absl::StrCat("ALTER SCHEMA ", s, " OWNER TO ", owner));
+  sql.push_back(absl::StrCat("REVOKE ALL ON SCHEMA ", s, " FROM PUBLIC"));
+  sql.push_back(absl::StrCat(
+      "CREATE TABLE IF NOT EXISTS ", s,
+      ".fences (domain text PRIMARY KEY,"
+      " token bigint NOT NULL CHECK (token > 0),"
+      " updated_at timestamptz NOT NULL DEFAULT now())"));
+  sql.push_back(absl::StrCat("ALTER TABLE ", s, ".fences OWNER TO ", owner));
+  sql.push_back(absl::StrCat("REVOKE ALL ON ", s, ".fences FROM PUBLIC"));
+  // The only way in. SECURITY DEFINER runs it as the owner; its own
+  // search_path keeps a caller's objects out of its name lookups.
+  sql.push_back(absl::StrReplaceAll(
+      R"sql(CREATE OR REPLACE FUNCTION $S.fence(p_domain text, p_token bigint)
+RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+  held bigint;
+BEGIN
+  IF p_domain IS NULL OR p_token IS NULL OR p_token < 1 THEN
+    RAISE EXCEPTION 'fencing token must be at least 1 and domain not null'
+      USING ERRCODE = '22023';
+  END IF;
+  INSERT INTO $S.fences AS f (domain, token) VALUES (p_domain, p_token)
+  ON CONFLICT (domain) DO UPDATE SET token = EXCLUDED.token,
+    updated_at = now() WHERE f.token <= EXCLUDED.token
+  RETURNING f.token INTO held;
+  IF held IS NULL THEN
+    -- ON CONFLICT locked the row even though it kept it.
+    SELECT f.token INTO held FROM $S.fences AS f WHERE f.domain = p_domain;
+    RAISE EXCEPTION 'stale fencing token % for domain %: the database holds %',
+      p_token, quote_literal(p_domain), held
+      USING ERRCODE = '$STALE', DETAIL = held::text;
+  END IF;
+  RETURN held;
+END
+$fn$)sql",
+      {{"$S", s}, {"$STALE", kStaleSqlState}}));
+  sql.push_back(absl::StrCat("ALTER FUNCTION ", fn, " OWNER TO ", owner));
+  sql.push_back(absl::StrCat("REVOKE ALL ON FUNCTION ", fn, " FROM PUBLIC"));
+  sql.push_back(absl::StrCat("GRANT USAGE ON SCHEMA ", s, " TO ", r));
+  sql.push_back(absl::StrCat("GRANT EXECUTE ON FUNCTION ", fn, " TO ", r));
+  // Fences an earlier version kept in public.fencegate_fences: carried
+  // over, raising only, so that no old holder is re-admitted.
+  sql.push_back(absl::StrCat(
+      "DO $$BEGIN IF to_regclass('public.fencegate_fences') IS NOT NULL THEN "
+      "INSERT INTO ",
+      s,
+      ".fences AS f (domain, token) SELECT domain, token FROM "
+      "public.fencegate_fences WHERE token > 0 ON CONFLICT (domain) DO UPDATE "
+      "SET token = EXCLUDED.token WHERE f.token < EXCLUDED.token; END IF; "
+      "END$$"));
+  return sql;
+}
+
+absl::Status SetUpFenceSchema(const std::string& admin_conninfo,
+                              const std::string& schema,
+                              const std::string& role) {
+  if (!IsPlainIdentifier(schema)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "schema \"", schema,
+        "\": use 1-63 lower-case letters, digits and _, not starting with a "
+        "digit"));
+  }
+  if (!IsPlainIdentifier(role)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "role \"", role,
+        "\": use 1-63 lower-case letters, digits and _, not starting with a "
+        "digit"));
+  }
+  if (role == OwnerRole(schema)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("role \"", role,
+                     "\" is the fence schema's owner: a route's role must not "
+                     "be able to write the fence table"));
+  }
+  std::unique_ptr<pqxx::connection> c;
+  try {
+    c = std::make_unique<pqxx::connection>(admin_conninfo);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("pg-setup: cannot connect: ", Trim(e.what())));
+  }
+  try {
+    pqxx::work tx(*c);
+    if (tx.exec_params("SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = $1",
+                       role)
+            .empty()) {
+      return absl::NotFoundError(absl::StrCat(
+          "pg-setup: role \"", role,
+          "\" does not exist; create it first, e.g. CREATE ROLE ", role,
+          " LOGIN PASSWORD '...'"));
+    }
+    for (const std::string& statement : FenceSetupSql(schema, role)) {
+      tx.exec(statement);
+    }
+    tx.commit();
+  } catch (const pqxx::broken_connection& e) {
+    return absl::UnavailableError(
+        absl::StrCat("pg-setup: connection lost: ", Trim(e.what())));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("pg-setup: ", Trim(e.what())));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace fencegate::postgres

@@ -1,0 +1,70 @@
+// Copyright fencegate authors.
+//
+// The database side of fencing: a schema (default "fencegate") owned by a
+// role of its own, "<schema>_owner", holding the fence table and the
+// SECURITY DEFINER function that is the only way to raise a fence:
+//
+//   <schema>.fences (domain text PRIMARY KEY, token bigint > 0, updated_at)
+//   <schema>.fence(domain text, token bigint) RETURNS bigint
+//
+// fence() raises the domain's row to `token`, or keeps it if equal, taking
+// the row's lock, and returns the token; if the row holds a higher token it
+// fails with SQLSTATE FG001 (kStaleSqlState), the database's token in the
+// error's DETAIL. Route roles get USAGE on the schema and EXECUTE on the
+// function, nothing else: no statement sent through a route can write,
+// drop or read the fence table, and every name is schema-qualified, so no
+// search_path can redirect the call. Direct writers call the same function
+// first in each transaction (docs/postgres.md).
+//
+// `fencectl pg-setup` runs SetUpFenceSchema(); the gateway itself creates
+// nothing and needs no privilege beyond its role's.
+
+#ifndef STORAGE_ADAPTERS_POSTGRES_FENCE_SCHEMA_H_
+#define STORAGE_ADAPTERS_POSTGRES_FENCE_SCHEMA_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+
+namespace fencegate::postgres {
+
+// Default: the schema of the fence table and function.
+inline constexpr char kDefaultFenceSchema[] = "fencegate";
+
+// SQLSTATE of fence() refusing a token lower than the database's.
+inline constexpr char kStaleSqlState[] = "FG001";
+
+// True for a name fencegate accepts as schema or role: 1-63 lower-case
+// letters, digits and '_', not starting with a digit.
+bool IsPlainIdentifier(absl::string_view name);
+
+// The role that owns `schema`'s objects: "<schema>_owner".
+std::string OwnerRole(const std::string& schema);
+
+// "SELECT "<schema>".fence($1, $2::bigint)": the first statement of every
+// Write's transaction.
+std::string FenceCallSql(const std::string& schema);
+
+// The statements SetUpFenceSchema() runs, in order, for `schema` and the
+// route role `role` (both IsPlainIdentifier). Idempotent: running them again
+// changes nothing but the function's body (CREATE OR REPLACE). Fences left
+// in a table "public.fencegate_fences" by earlier versions are carried over,
+// raising only.
+std::vector<std::string> FenceSetupSql(const std::string& schema,
+                                       const std::string& role);
+
+// Connects to `admin_conninfo` (a role that may create roles and schemas,
+// normally a superuser) and runs FenceSetupSql() in one transaction, under
+// an advisory lock so that concurrent runs queue. INVALID_ARGUMENT for a
+// bad name, NOT_FOUND if `role` does not exist, FAILED_PRECONDITION if
+// `role` is the owner role, UNAVAILABLE if the server cannot be reached,
+// INTERNAL for other SQL errors (with PostgreSQL's message).
+absl::Status SetUpFenceSchema(const std::string& admin_conninfo,
+                              const std::string& schema,
+                              const std::string& role);
+
+}  // namespace fencegate::postgres
+
+#endif  // STORAGE_ADAPTERS_POSTGRES_FENCE_SCHEMA_H_

@@ -1,0 +1,58 @@
+// Copyright fencegate authors.
+//
+// The route role's privileges, read on every new connection. A route's role
+// should be able to do what its Writes need and no more: a superuser, or a
+// role that can create roles, bypass row-level security, run programs or
+// read and write files on the database host (COPY ... PROGRAM,
+// pg_read_file), or write the fence table directly, turns any SQL sent
+// through the gateway into a way around fencing or into the host. Such a
+// role is refused unless the route's URI says allow_privileged_role=true.
+//
+// Thread safety: pure functions, safe from any thread; ReadRoleAttributes
+// uses the connection it is given, which one thread owns.
+
+#ifndef STORAGE_ADAPTERS_POSTGRES_ROLE_CHECK_H_
+#define STORAGE_ADAPTERS_POSTGRES_ROLE_CHECK_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "storage_adapters/postgres/pg_connection.h"
+
+namespace fencegate::postgres {
+
+// What the connection's session user may do.
+struct RoleAttributes {
+  std::string name;
+  bool superuser = false;
+  bool create_role = false;
+  bool bypass_rls = false;
+  // Roles it is a member of (so may SET ROLE to) that are superusers, may
+  // create roles or bypass RLS, the predefined pg_execute_server_program,
+  // pg_read_server_files and pg_write_server_files, or the fence schema's
+  // owner; comma-separated, empty if none.
+  std::string privileged_memberships;
+  // It holds INSERT, UPDATE, DELETE or TRUNCATE on <schema>.fences.
+  bool writes_fence_table = false;
+  // It may call <schema>.fence(text, bigint): the schema and function
+  // exist and it has USAGE and EXECUTE.
+  bool can_call_fence = false;
+};
+
+// One query on `conn`. UNAVAILABLE if it fails (libpqxx's message).
+absl::StatusOr<RoleAttributes> ReadRoleAttributes(PgConnection& conn,
+                                                  const std::string& schema);
+
+// "role billing: superuser=no createrole=no bypassrls=no ..." for the log.
+std::string DescribeRole(const RoleAttributes& role);
+
+// FAILED_PRECONDITION if the role cannot call the fence function (run
+// `fencectl pg-setup`), or is privileged (naming every privilege) and
+// `allow_privileged` is false; OK otherwise.
+absl::Status CheckRole(const RoleAttributes& role, const std::string& schema,
+                       bool allow_privileged);
+
+}  // namespace fencegate::postgres
+
+#endif  // STORAGE_ADAPTERS_POSTGRES_ROLE_CHECK_H_

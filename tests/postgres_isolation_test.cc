@@ -1,0 +1,386 @@
+// Copyright fencegate authors.
+//
+// The PostgreSQL adapter against a careless or hostile caller, on a real
+// PostgreSQL server: nothing one Write sends reaches a later Write on the
+// same pooled connection, no statement ends or splits a Write's
+// transaction, the fence in the database is out of the route role's reach,
+// NUL bytes never cut a statement, and privileged roles are refused.
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "fencing/stale_token.h"
+#include "storage_adapters/postgres/fence_schema.h"
+#include "storage_adapters/postgres/postgres_adapter.h"
+#include "tests/postgres_adapter_fixture.h"
+
+namespace fencegate {
+namespace {
+
+using ::fencegate::testing::StatusIs;
+using ::testing::HasSubstr;
+
+class PostgresIsolationTest : public PostgresAdapterTest {
+ protected:
+  // One Write's returned rows, each row's fields joined by '|'.
+  static std::string Rows(const OpResults& results, int op) {
+    std::string out;
+    for (const v1::SqlRow& row : results[op].sql().rows()) {
+      if (!out.empty()) out += ";";
+      for (int f = 0; f < row.fields_size(); ++f) {
+        if (f > 0) out += "|";
+        out += row.fields(f).null() ? "NULL" : row.fields(f).text();
+      }
+    }
+    return out;
+  }
+  // Creates a role unless it exists (roles outlive a test's tables).
+  static void CreateRole(const std::string& name, const std::string& options) {
+    Exec(absl::StrCat(
+        "DO $$BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '",
+        name, "') THEN CREATE ROLE ", name, " ", options, "; END IF; END$$"));
+  }
+  std::unique_ptr<StorageAdapter> MakeAdapterAs(const std::string& role,
+                                                const std::string& params) {
+    AdapterRegistry registry;
+    EXPECT_OK(RegisterBuiltinAdapters(&registry));
+    auto adapter = registry.Create(absl::StrCat(
+        "postgres://", role, "@127.0.0.1:", server_->port(), "/postgres?",
+        params));
+    EXPECT_TRUE(adapter.ok()) << adapter.status();
+    return adapter.ok() ? *std::move(adapter) : nullptr;
+  }
+};
+
+// Each case: a Write that changes its session, then a probe on the same
+// connection (pool_size=1, checked by the backend's pid) that must see the
+// session as a fresh connection has it.
+TEST_F(PostgresIsolationTest, NothingAWriteSetsReachesTheNextWrite) {
+  Exec("DROP SCHEMA IF EXISTS evil CASCADE");
+  Exec("CREATE SCHEMA evil");
+  Exec("CREATE TABLE evil.jobs (id bigint)");
+  Exec("GRANT USAGE ON SCHEMA evil TO fencegate_worker");
+  CreateRole("other_role", "NOLOGIN");
+  Exec("GRANT other_role TO fencegate_worker");
+  auto one = MakeAdapter("pool_size=1&statement_timeout_ms=12345");
+  struct Case {
+    const char* poison;
+    const char* probe;
+    const char* fresh;  // What the probe returns on a fresh session.
+  };
+  const Case cases[] = {
+      {"SET search_path = evil, public",
+       "SELECT count(*) FROM jobs WHERE id = 77", "1"},
+      {"SELECT set_config('search_path', 'evil', false)",
+       "SELECT count(*) FROM jobs WHERE id = 77", "1"},
+      {"SET ROLE other_role", "SELECT current_user", "fencegate_worker"},
+      {"DO $$BEGIN EXECUTE 'SET ROLE other_role'; END$$", "SELECT current_user",
+       "fencegate_worker"},
+      {"SET default_transaction_read_only = on",
+       "SELECT current_setting('transaction_read_only')", "off"},
+      {"SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL "
+       "SERIALIZABLE",
+       "SELECT current_setting('transaction_isolation')", "read committed"},
+      {"SET statement_timeout = 0", "SHOW statement_timeout", "12345ms"},
+      {"SELECT set_config('synchronous_commit', 'off', false)",
+       "SHOW synchronous_commit", "on"},
+      {"SET bytea_output = escape", "SELECT '\\x01'::bytea", "\\x01"},
+      {"DO $$BEGIN EXECUTE 'PREPARE p AS SELECT 1'; END$$",
+       "SELECT count(*) FROM pg_prepared_statements", "0"},
+      {"CREATE TEMP TABLE scratch (x int)",
+       "SELECT count(*) FROM pg_class WHERE relname = 'scratch'", "0"},
+      {"LISTEN some_channel", "SELECT count(*) FROM pg_listening_channels()",
+       "0"},
+      {"SELECT pg_advisory_lock(42)",
+       "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = "
+       "pg_backend_pid()",
+       "0"},
+      {"DECLARE held CURSOR WITH HOLD FOR SELECT 1",
+       "SELECT count(*) FROM pg_cursors WHERE name = 'held'", "0"},
+  };
+  ASSERT_OK(Apply(one.get(), "iso", 1,
+                  {Sql("INSERT INTO jobs (id) VALUES (77)")}));
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.poison);
+    OpResults poisoned;
+    absl::Status s =
+        Apply(one.get(), "iso", 1,
+              {Sql("SELECT pg_backend_pid()"), Sql(c.poison)}, &poisoned);
+    ASSERT_OK(s);
+    OpResults probed;
+    ASSERT_OK(Apply(one.get(), "iso", 1,
+                    {Sql("SELECT pg_backend_pid()"), Sql(c.probe)}, &probed));
+    EXPECT_EQ(Rows(probed, 0), Rows(poisoned, 0))
+        << c.poison << ": not the same connection";
+    EXPECT_EQ(Rows(probed, 1), c.fresh) << "after " << c.poison;
+    // The write path itself still works on that connection.
+    ASSERT_OK(Apply(one.get(), "iso", 1,
+                    {Sql("UPDATE jobs SET owner = $1 WHERE id = 77",
+                         {Text(c.poison)})}));
+  }
+  EXPECT_EQ(StoredFence("iso"), 1);
+  Exec("DROP SCHEMA evil CASCADE");
+  Exec("REVOKE other_role FROM fencegate_worker");
+}
+
+// Statements a Write sends cannot poison the pool: DEALLOCATE ALL, DISCARD
+// and friends cost nothing to the next Write.
+TEST_F(PostgresIsolationTest, SessionCommandsLeaveThePoolUsable) {
+  auto one = MakeAdapter("pool_size=1");
+  int id = 0;
+  for (const char* sql : {"DEALLOCATE ALL", "RESET ALL", "DISCARD PLANS",
+                          "SET SESSION AUTHORIZATION DEFAULT", "UNLISTEN *",
+                          "SELECT pg_advisory_unlock_all()"}) {
+    SCOPED_TRACE(sql);
+    EXPECT_OK(Apply(one.get(), "d", 1, {Sql(sql)}));
+    ASSERT_OK(Apply(one.get(), "d", 1,
+                    {Sql("INSERT INTO jobs (id, owner) VALUES ($1, $2)",
+                         {Int(++id), Text(sql)})}));
+  }
+  EXPECT_EQ(Count(), id);
+}
+
+// The fence in the database can only be raised, through its function: the
+// route role can neither write, drop nor read the table, and no
+// search_path redirects the call.
+TEST_F(PostgresIsolationTest, TheDatabaseFenceIsOutOfTheRouteRolesReach) {
+  ASSERT_OK(Apply("billing", 10, {Sql("INSERT INTO jobs (id) VALUES (1)")}));
+  for (const char* sql :
+       {"UPDATE fencegate.fences SET token = 1",
+        "DELETE FROM fencegate.fences", "TRUNCATE fencegate.fences",
+        "DROP TABLE fencegate.fences", "SELECT token FROM fencegate.fences",
+        "ALTER TABLE fencegate.fences DISABLE TRIGGER ALL",
+        "CREATE OR REPLACE FUNCTION fencegate.fence(text, bigint) RETURNS "
+        "bigint LANGUAGE sql AS 'SELECT 1::bigint'",
+        "DO $$BEGIN EXECUTE 'UPDATE fencegate.fences SET token = 1'; END$$"}) {
+    absl::Status s = Apply("billing", 10, {Sql(sql)});
+    EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument)) << sql;
+    EXPECT_THAT(s.message(), HasSubstr("42501")) << sql;  // Insufficient
+                                                          // privilege.
+  }
+  EXPECT_EQ(StoredFence("billing"), 10);
+  // A search_path that puts the caller's own objects first -- even the
+  // role's default, which every reset restores -- changes nothing: every
+  // name fencegate sends is schema-qualified.
+  Exec("DROP SCHEMA IF EXISTS shadow CASCADE");
+  Exec("CREATE SCHEMA shadow AUTHORIZATION fencegate_worker");
+  Exec(
+      "CREATE FUNCTION shadow.fence(text, bigint) RETURNS bigint LANGUAGE "
+      "sql AS 'SELECT 1::bigint'");
+  Exec("ALTER ROLE fencegate_worker SET search_path = shadow, public");
+  auto shadowed = MakeAdapter("pool_size=1");
+  OpResults path;
+  ASSERT_OK(Apply(shadowed.get(), "billing", 10, {Sql("SHOW search_path")},
+                  &path));
+  EXPECT_EQ(path[0].sql().rows(0).fields(0).text(), "shadow, public");
+  absl::Status stale = Apply(shadowed.get(), "billing", 9,
+                             {Sql("UPDATE jobs SET owner = 'late' WHERE id = 1"),
+                              Sql("SET search_path = shadow")});
+  Exec("ALTER ROLE fencegate_worker RESET search_path");
+  EXPECT_THAT(stale, StatusIs(absl::StatusCode::kFailedPrecondition));
+  ASSERT_TRUE(GetStaleToken(stale).has_value()) << stale;
+  EXPECT_EQ(GetStaleToken(stale)->highest_token, 10u);
+  EXPECT_EQ(Count("owner = 'late'"), 0);
+  Exec("DROP SCHEMA shadow CASCADE");
+}
+
+// Transaction control cannot end, split or open a Write's transaction,
+// however it is spelled or reached.
+TEST_F(PostgresIsolationTest, NothingEndsOrSplitsAWritesTransaction) {
+  Exec(
+      "CREATE OR REPLACE PROCEDURE commit_midway() LANGUAGE plpgsql AS "
+      "$$BEGIN INSERT INTO jobs (id) VALUES (5); COMMIT; END$$");
+  Exec("GRANT EXECUTE ON PROCEDURE commit_midway() TO fencegate_worker");
+  // Spellings PostgreSQL's lexer reads as COMMIT and the like.
+  for (const char* sql :
+       {"--x\rCOMMIT", "--x\r\nROLLBACK", "\fCOMMIT", "\vEND",
+        "/* a */ /* b /* c */ */\tBEGIN", "-- one\n-- two\rABORT",
+        "\r\nstart transaction", "commit and chain",
+        "prepare\r\ntransaction 'x'", "Release sp", "savepoint sp"}) {
+    absl::Status s =
+        Apply("d", 2, {Sql("INSERT INTO jobs (id) VALUES (1)"), Sql(sql)});
+    EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument))
+        << absl::CEscape(sql);
+    EXPECT_THAT(s.message(), HasSubstr("transaction control"))
+        << absl::CEscape(sql);
+  }
+  // Reached through a DO block or a procedure: PostgreSQL refuses, inside
+  // the BEGIN the adapter wraps them in, and nothing of the Write commits.
+  for (const char* sql :
+       {"DO $$BEGIN COMMIT; END$$", "DO $$BEGIN ROLLBACK; END$$",
+        "CALL commit_midway()",
+        "DO $$BEGIN INSERT INTO jobs (id) VALUES (6); COMMIT; END$$"}) {
+    absl::Status s =
+        Apply("d", 2,
+              {Sql("INSERT INTO jobs (id) VALUES (1)"), Sql(sql),
+               Sql("INSERT INTO jobs (id) VALUES (2)")});
+    EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument)) << sql;
+    EXPECT_THAT(s.message(), HasSubstr("2D000")) << sql;
+    EXPECT_EQ(Count(), 0) << sql;
+    EXPECT_EQ(StoredFence("d"), 0) << sql;
+  }
+  // DO blocks and CALLs that do not end the transaction work, atomically.
+  ASSERT_OK(Apply("d", 3,
+                  {Sql("DO $$BEGIN INSERT INTO jobs (id) VALUES (7); END$$"),
+                   Sql("INSERT INTO jobs (id) VALUES (8)")}));
+  EXPECT_EQ(Count(), 2);
+  EXPECT_EQ(StoredFence("d"), 3);
+}
+
+// A Write that fails inside its transaction block, batched with others on
+// one connection, costs only its own outcome.
+TEST_F(PostgresIsolationTest, AFailedWriteNeverChangesAnothersOutcome) {
+  auto one = MakeAdapter("pool_size=1&spread_after_ms=0");
+  constexpr int kWrites = 12;
+  std::vector<absl::Status> outcomes(kWrites);
+  std::vector<std::thread> threads;
+  for (int k = 0; k < kWrites; ++k) {
+    threads.emplace_back([&, k] {
+      std::vector<v1::Operation> ops = {
+          Sql("INSERT INTO jobs (id) VALUES ($1)", {Int(k)})};
+      if (k % 4 == 1) ops.push_back(Sql("DO $$BEGIN COMMIT; END$$"));
+      if (k % 4 == 2) ops.push_back(Sql("SELECT 1/0"));
+      if (k % 4 == 3) {
+        ops.push_back(Sql("DO $$BEGIN PERFORM 1; END$$"));
+      }
+      outcomes[k] = Apply(one.get(), absl::StrCat("w", k), 1, ops);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int k = 0; k < kWrites; ++k) {
+    const bool should_fail = k % 4 == 1 || k % 4 == 2;
+    EXPECT_EQ(outcomes[k].ok(), !should_fail) << k << ": " << outcomes[k];
+    EXPECT_EQ(Count(absl::StrCat("id = ", k)), should_fail ? 0 : 1) << k;
+  }
+}
+
+// libpq would cut a string at its first NUL: "delete from t<NUL> where
+// id = 3" would delete every row.
+TEST_F(PostgresIsolationTest, NulBytesAreRefusedBeforeAnythingIsSent) {
+  ASSERT_OK(Apply("d", 1,
+                  {Sql("INSERT INTO jobs (id) SELECT g FROM "
+                       "generate_series(1, 5) g")}));
+  const std::string cut("DELETE FROM jobs\0 WHERE id = 3", 30);
+  absl::Status s = Apply("d", 2, {Sql(cut)});
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(s.message(), HasSubstr("ops[0].sql"));
+  EXPECT_THAT(s.message(), HasSubstr("NUL"));
+  EXPECT_THAT(Apply("d", 2,
+                    {Sql("UPDATE jobs SET owner = $1 WHERE id = 1",
+                         {Text(std::string("a\0b", 3))})}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(Count(), 5);
+  EXPECT_EQ(StoredFence("d"), 1);
+}
+
+// A route whose role could get around fencing or into the host is refused,
+// at start-up and on every connection, unless its URI allows it.
+TEST_F(PostgresIsolationTest, PrivilegedRolesAreRefusedUnlessAllowed) {
+  CreateRole("runs_programs", "LOGIN");
+  Exec("GRANT pg_execute_server_program TO runs_programs");
+  CreateRole("owner_member", "LOGIN");
+  Exec("GRANT fencegate_owner TO owner_member");
+  CreateRole("not_set_up", "LOGIN");
+  ASSERT_OK(postgres::SetUpFenceSchema(server_->Conninfo(), "fencegate",
+                                       "runs_programs"));
+  ASSERT_OK(postgres::SetUpFenceSchema(server_->Conninfo(), "fencegate",
+                                       "owner_member"));
+  struct Case {
+    std::string role;
+    std::string says;
+  };
+  for (const Case& c : {Case{"postgres", "SUPERUSER"},
+                        Case{"runs_programs", "pg_execute_server_program"},
+                        Case{"owner_member", "fencegate_owner"},
+                        Case{"not_set_up", "pg-setup"}}) {
+    auto adapter = MakeAdapterAs(c.role, "pool_size=1");
+    absl::StatusOr<std::string> startup = adapter->CheckAtStartup();
+    EXPECT_THAT(startup.status(),
+                StatusIs(absl::StatusCode::kFailedPrecondition))
+        << c.role;
+    EXPECT_THAT(startup.status().message(), HasSubstr(c.says)) << c.role;
+    absl::Status write =
+        Apply(adapter.get(), "p", 1, {Sql("INSERT INTO jobs (id) VALUES (1)")});
+    EXPECT_THAT(write, StatusIs(absl::StatusCode::kFailedPrecondition))
+        << c.role;
+    EXPECT_THAT(write.message(), HasSubstr(c.says)) << c.role;
+  }
+  EXPECT_EQ(Count(), 0);
+  auto allowed = MakeAdapterAs("postgres", "allow_privileged_role=true");
+  absl::StatusOr<std::string> startup = allowed->CheckAtStartup();
+  ASSERT_OK(startup.status());
+  EXPECT_THAT(*startup, HasSubstr("superuser=yes"));
+  ASSERT_OK(
+      Apply(allowed.get(), "p", 1, {Sql("INSERT INTO jobs (id) VALUES (1)")}));
+  auto plain = MakeAdapter("");
+  absl::StatusOr<std::string> ok = plain->CheckAtStartup();
+  ASSERT_OK(ok.status());
+  EXPECT_THAT(*ok, HasSubstr("role fencegate_worker: superuser=no"));
+  EXPECT_EQ(Count(), 1);
+}
+
+// Results are capped in bytes as well as in rows.
+TEST_F(PostgresIsolationTest, ResultsAreCappedInBytes) {
+  auto capped = MakeAdapter("max_result_bytes=3500");
+  OpResults results;
+  ASSERT_OK(Apply(capped.get(), "d", 1,
+                  {Sql("SELECT repeat('x', 1000) AS r FROM "
+                       "generate_series(1, 10)"),
+                   Sql("SELECT 'more'")},
+                  &results));
+  EXPECT_EQ(results[0].sql().rows_size(), 3);
+  EXPECT_TRUE(results[0].sql().truncated());
+  EXPECT_EQ(results[1].sql().rows_size(), 0);
+  EXPECT_TRUE(results[1].sql().truncated());
+}
+
+// The route's statement_timeout_ms holds whatever the session sets: the
+// gateway cancels a Write that runs past it (plus 1 s) itself.
+TEST_F(PostgresIsolationTest, TheGatewaysDeadlineWinsOverTheSessions) {
+  auto quick = MakeAdapter("statement_timeout_ms=300");
+  absl::Status s = Apply(quick.get(), "d", 1,
+                         {Sql("INSERT INTO jobs (id) VALUES (1)"),
+                          Sql("SET LOCAL statement_timeout = 0"),
+                          Sql("SELECT pg_sleep(60)")});
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kDeadlineExceeded));
+  EXPECT_THAT(s.message(), HasSubstr("cancelled by the gateway"));
+  EXPECT_THAT(s.message(), HasSubstr("ops[2]"));
+  EXPECT_EQ(Count(), 0);
+  EXPECT_EQ(StoredFence("d"), 0);
+  // The route works on afterwards.
+  ASSERT_OK(Apply(quick.get(), "d", 1, {Sql("INSERT INTO jobs (id) VALUES (2)")}));
+  EXPECT_EQ(Count(), 1);
+}
+
+// At shutdown, once the gateway's grace is over, what still runs is
+// cancelled and later writes fail at once.
+TEST_F(PostgresIsolationTest, CancelInFlightEndsRunningStatements) {
+  auto patient = MakeAdapter("statement_timeout_ms=0");
+  absl::Status slow;
+  std::thread writer([&] {
+    slow = Apply(patient.get(), "d", 1,
+                 {Sql("INSERT INTO jobs (id) VALUES (1)"),
+                  Sql("SELECT pg_sleep(60)")});
+  });
+  ASSERT_TRUE(::fencegate::testing::WaitFor(
+      [] {
+        return Exec("SELECT count(*) FROM pg_stat_activity WHERE query = "
+                    "'SELECT pg_sleep(60)' AND state = 'active'")[0][0]
+                   .as<int64_t>() == 1;
+      },
+      absl::Seconds(20)));
+  patient->CancelInFlight();
+  writer.join();
+  EXPECT_THAT(slow, StatusIs(absl::StatusCode::kDeadlineExceeded));
+  EXPECT_THAT(slow.message(), HasSubstr("rolled back"));
+  EXPECT_THAT(Apply(patient.get(), "d", 1, {Sql("SELECT 1")}),
+              StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_EQ(Count(), 0);
+}
+
+}  // namespace
+}  // namespace fencegate
