@@ -23,6 +23,15 @@ absl::Status ValidateDomain(absl::string_view domain, absl::string_view field) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateRequestId(absl::string_view request_id) {
+  if (request_id.size() > kMaxRequestIdBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("request_id: ", request_id.size(), " bytes exceed the ",
+                     kMaxRequestIdBytes, "-byte limit"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateToken(uint64_t token, absl::string_view field) {
   if (token == 0) {
     return absl::InvalidArgumentError(absl::StrCat(

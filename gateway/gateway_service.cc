@@ -101,6 +101,9 @@ grpc::ServerUnaryReactor* GatewayService::Write(
   if (absl::Status s = ValidateToken(request->token()); !s.ok()) {
     return FinishNow(context, s);
   }
+  if (absl::Status s = ValidateRequestId(request->request_id()); !s.ok()) {
+    return FinishNow(context, s);
+  }
   absl::StatusOr<ResolvedResource> resolved =
       router_->Resolve(request->resource());
   if (!resolved.ok()) return FinishNow(context, resolved.status());
@@ -234,6 +237,9 @@ grpc::ServerUnaryReactor* GatewayService::Fence(
     return FinishNow(context, s);
   }
   if (absl::Status s = ValidateToken(request->token()); !s.ok()) {
+    return FinishNow(context, s);
+  }
+  if (absl::Status s = ValidateRequestId(request->request_id()); !s.ok()) {
     return FinishNow(context, s);
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();

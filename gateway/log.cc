@@ -43,13 +43,37 @@ size_t WriteAll(absl::string_view data) {
   return done;
 }
 
+}  // namespace
+
+std::string EscapeControl(absl::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (u < 0x20 || u == 0x7f) {
+      absl::StrAppend(&out, "\\x", absl::Hex(u, absl::kZeroPad2));
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+namespace {
+
 std::string Line(LogSeverity severity, absl::string_view message) {
   const char* level = severity == LogSeverity::kInfo      ? "I"
                       : severity == LogSeverity::kWarning ? "W"
                                                           : "E";
   return absl::StrCat(absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(),
                                        absl::UTCTimeZone()),
-                      " ", level, " ", message, "\n");
+                      " ", level, " ", EscapeControl(message), "\n");
 }
 
 // The queue and its writer thread; never destroyed, so that threads still

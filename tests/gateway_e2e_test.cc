@@ -233,6 +233,26 @@ TEST_F(GatewayE2eTest, MalformedRequestsAreInvalidArgument) {
   r = base;
   r.mutable_ops(0)->clear_op();
   expect_invalid(r, "ops[0]");
+  // Each path rule is checked before the fence moves: a segment longer
+  // than the file system allows, a reserved name as a directory.
+  r = base;
+  r.set_resource("files/" + std::string(256, 'n') + "/x");
+  expect_invalid(r, "exceeds the file system's limit");
+  r = base;
+  r.set_resource("files/.fencegate-tmp-1/x");
+  expect_invalid(r, "reserved");
+  r = base;
+  r.set_request_id(std::string(257, 'r'));
+  expect_invalid(r, "request_id");
+  v1::FenceRequest fence;
+  fence.set_domain("d");
+  fence.set_token(7);
+  fence.set_request_id(std::string(10 << 20, 'r'));
+  v1::FenceState state;
+  grpc::ClientContext context;
+  grpc::Status long_id = stub_->Fence(&context, fence, &state);
+  EXPECT_EQ(long_id.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(long_id.error_message(), HasSubstr("request_id"));
   // Nothing was applied and no fence moved.
   EXPECT_FALSE(ReadFile(FilePath("x")).ok());
   EXPECT_EQ(Highest("d"), 0u);

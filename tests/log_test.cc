@@ -86,6 +86,36 @@ TEST(LogTest, LinesFromManyThreadsAreWrittenWhole) {
   EXPECT_EQ(lines, kThreads * kLines);
 }
 
+// Text a client controls (an error raised by its SQL, a request id) ends up
+// in log lines: a newline or carriage return in it must not start a line
+// that looks like the gateway's own.
+TEST(LogTest, ControlCharactersCannotForgeLines) {
+  testing::TempDir dir;
+  const std::string path = dir.path() + "/stderr";
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(fd, 0);
+  {
+    StderrTo redirect(fd);
+    Log(LogSeverity::kError,
+        "ops[0]: postgres error: boom\n2026-01-01T00:00:00.000Z I Write "
+        "accepted\rfake\x1b[2J\x7f\tend");
+    FlushLog();
+  }
+  ::close(fd);
+  absl::StatusOr<std::string> text = testing::ReadFile(path);
+  ASSERT_TRUE(text.ok()) << text.status();
+  std::vector<absl::string_view> lines =
+      absl::StrSplit(*text, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 1u) << *text;
+  EXPECT_TRUE(absl::EndsWith(
+      lines[0],
+      "boom\\n2026-01-01T00:00:00.000Z I Write accepted\\rfake\\x1b[2J"
+      "\\x7f\\tend"))
+      << lines[0];
+  EXPECT_EQ(text->find('\r'), std::string::npos);
+  EXPECT_EQ(EscapeControl("plain \"quoted\" text"), "plain \"quoted\" text");
+}
+
 // stderr is a pipe nobody reads while 10 MiB of lines are logged: Log must
 // return anyway (it would hang here if it waited for stderr), keeping at
 // most 4 MiB queued and dropping the rest. Once the pipe is drained, every

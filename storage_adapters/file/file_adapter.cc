@@ -23,6 +23,8 @@ namespace fencegate {
 namespace {
 
 constexpr size_t kMaxPathBytes = 4096;
+// Longest name of one path segment (NAME_MAX on Linux file systems).
+constexpr size_t kMaxNameBytes = 255;
 
 // Owns a file descriptor.
 class Fd {
@@ -173,11 +175,18 @@ absl::Status ValidateFilePath(absl::string_view path) {
           absl::StrCat("resource: file path \"", path,
                        "\" has an empty, \".\" or \"..\" segment"));
     }
-  }
-  if (segments.back().substr(0, kFileTempPrefix.size()) == kFileTempPrefix) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("resource: file names starting with \"", kFileTempPrefix,
-                     "\" are reserved"));
+    if (seg.size() > kMaxNameBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "resource: a file path segment of ", seg.size(),
+          " bytes exceeds the file system's limit of ", kMaxNameBytes));
+    }
+    // Directories too: a directory named like a temporary file would be
+    // taken for one by whoever cleans them up.
+    if (seg.substr(0, kFileTempPrefix.size()) == kFileTempPrefix) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("resource: names starting with \"", kFileTempPrefix,
+                       "\" are reserved"));
+    }
   }
   return absl::OkStatus();
 }

@@ -23,6 +23,13 @@ inline constexpr size_t kMaxDomainBytes = 512;
 absl::Status ValidateDomain(absl::string_view domain,
                             absl::string_view field = "domain");
 
+// Longest request_id accepted, in bytes.
+inline constexpr size_t kMaxRequestIdBytes = 256;
+
+// OK if `request_id` is at most kMaxRequestIdBytes bytes; otherwise
+// INVALID_ARGUMENT. It only labels log lines, which must stay short.
+absl::Status ValidateRequestId(absl::string_view request_id);
+
 // OK for 1 .. 2^64-1. Token 0 is INVALID_ARGUMENT: it is protobuf's unset
 // value, and accepting it would let a client that forgot its token write to
 // a domain that was never fenced.
