@@ -33,15 +33,19 @@ std::chrono::steady_clock::duration ToSteady(absl::Duration d) {
 
 }  // namespace
 
-LeaseManager::LeaseManager(LeaseStore* store, Fencer* fencer, Clock* clock)
+LeaseManager::LeaseManager(LeaseStore* store, Fencer* fencer, Clock* clock,
+                           LeaseManagerOptions options)
     : store_(store),
       fencer_(fencer),
       clock_(clock),
+      options_(std::move(options)),
       work_(boost::asio::make_work_guard(io_)) {}
 
 absl::StatusOr<std::unique_ptr<LeaseManager>> LeaseManager::Create(
-    LeaseStore* store, Fencer* fencer, Clock* clock) {
-  std::unique_ptr<LeaseManager> manager(new LeaseManager(store, fencer, clock));
+    LeaseStore* store, Fencer* fencer, Clock* clock,
+    LeaseManagerOptions options) {
+  std::unique_ptr<LeaseManager> manager(
+      new LeaseManager(store, fencer, clock, std::move(options)));
   absl::StatusOr<std::vector<LeaseRecord>> leases = store->LoadLeases();
   if (!leases.ok()) return leases.status();
   const absl::Time now = clock->Now();
@@ -94,8 +98,18 @@ void LeaseManager::Acquire(const std::string& name, const std::string& owner,
   }
   absl::StatusOr<AcquireOutcome> result;
   bool grant_now = false;
+  bool queued = false;
+  std::vector<absl::AnyInvocable<void() &&>> deferred;
   {
     absl::MutexLock lock(&mu_);
+    auto held = locks_.find(name);
+    const bool would_wait =
+        held != locks_.end() &&
+        (!held->second.lease.lease_id.empty() || held->second.granting) &&
+        wait > absl::ZeroDuration();
+    if (would_wait && waiting_ >= options_.max_waiters) {
+      DropCancelledWaitersLocked(&deferred);
+    }
     if (shut_down_) {
       result = absl::UnavailableError("lease service is shutting down");
     } else {
@@ -108,6 +122,11 @@ void LeaseManager::Acquire(const std::string& name, const std::string& owner,
       } else if (wait == absl::ZeroDuration()) {
         result = AcquireOutcome{false, l.lease};
         result->lease.lease_id.clear();
+      } else if (waiting_ >= options_.max_waiters) {
+        result = absl::ResourceExhaustedError(absl::StrCat(
+            "lock \"", name, "\" is held and ", waiting_,
+            " Acquire calls wait already (max_waiting_acquires); retry later "
+            "or with wait_ms=0"));
       } else {
         auto waiter = std::make_shared<Waiter>();
         waiter->owner = owner;
@@ -121,10 +140,13 @@ void LeaseManager::Acquire(const std::string& name, const std::string& owner,
               if (!ec) OnWaitTimeout(name, waiter);
             });
         l.waiters.push_back(std::move(waiter));
-        return;
+        ++waiting_;
+        queued = true;
       }
     }
   }
+  for (auto& fn : deferred) std::move(fn)();
+  if (queued) return;  // `done` runs when granted or timed out.
   if (grant_now) {
     FinishGrant(name, owner, ttl, std::move(done));
   } else {
@@ -209,6 +231,7 @@ void LeaseManager::OnWaitTimeout(const std::string& name,
     auto pos = std::find(waiters.begin(), waiters.end(), waiter);
     if (pos == waiters.end()) return;  // Already granted or failed.
     waiters.erase(pos);
+    --waiting_;
     result = AcquireOutcome{false, it->second.lease};
     result->lease.lease_id.clear();
   }
@@ -226,6 +249,7 @@ void LeaseManager::FreeAndHandOverLocked(
   while (!l.waiters.empty()) {
     std::shared_ptr<Waiter> waiter = std::move(l.waiters.front());
     l.waiters.pop_front();
+    --waiting_;
     waiter->timer->cancel();
     if (waiter->cancelled && waiter->cancelled()) {
       deferred->push_back([waiter]() mutable {
@@ -237,13 +261,38 @@ void LeaseManager::FreeAndHandOverLocked(
     l.granting = true;
     l.lease.owner = waiter->owner;
     deferred->push_back([this, name, waiter]() mutable {
-      boost::asio::post(grant_pool_, [this, name, waiter]() mutable {
+      auto grant = [this, name, waiter]() mutable {
         FinishGrant(name, waiter->owner, waiter->ttl, std::move(waiter->done));
-      });
+      };
+      if (options_.post_for_domain) {
+        options_.post_for_domain(name, std::move(grant));
+      } else {
+        boost::asio::post(grant_pool_, std::move(grant));
+      }
     });
     return;
   }
   locks_.erase(it);  // Free and nobody waiting.
+}
+
+void LeaseManager::DropCancelledWaitersLocked(
+    std::vector<absl::AnyInvocable<void() &&>>* deferred) {
+  for (auto& [name, l] : locks_) {
+    for (auto it = l.waiters.begin(); it != l.waiters.end();) {
+      std::shared_ptr<Waiter> waiter = *it;
+      if (!waiter->cancelled || !waiter->cancelled()) {
+        ++it;
+        continue;
+      }
+      it = l.waiters.erase(it);
+      --waiting_;
+      waiter->timer->cancel();
+      deferred->push_back([waiter]() mutable {
+        std::move(waiter->done)(
+            absl::CancelledError("cancelled while waiting for the lock"));
+      });
+    }
+  }
 }
 
 absl::StatusOr<absl::Duration> LeaseManager::KeepAlive(
@@ -299,6 +348,7 @@ void LeaseManager::Shutdown() {
         w->timer->cancel();
         waiters.push_back(std::move(w));
       }
+      waiting_ -= l.waiters.size();
       l.waiters.clear();
     }
   }

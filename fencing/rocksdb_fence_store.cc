@@ -4,6 +4,7 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -20,8 +21,10 @@
 #include "absl/synchronization/notification.h"
 #include "fencegate/v1/lease.pb.h"
 #include "fencing/sync_point.h"
+#include "rocksdb/cache.h"
 #include "rocksdb/db.h"
 #include "rocksdb/options.h"
+#include "rocksdb/table.h"
 #include "rocksdb/write_batch.h"
 
 namespace fencegate {
@@ -75,8 +78,8 @@ absl::Status FromRocks(const rocksdb::Status& s, absl::string_view what) {
 // the single writer makes each read-compare-write atomic.
 class RocksDbFenceStore final : public RocksDbStore {
  public:
-  explicit RocksDbFenceStore(std::unique_ptr<rocksdb::DB> db)
-      : db_(std::move(db)) {}
+  RocksDbFenceStore(std::unique_ptr<rocksdb::DB> db, size_t max_cached)
+      : db_(std::move(db)), max_cached_(std::max<size_t>(1, max_cached)) {}
 
   // Commits and reports every queued rise before returning. Users must be
   // done with the store: a rise queued once the commit thread has exited
@@ -100,10 +103,12 @@ class RocksDbFenceStore final : public RocksDbStore {
   }
 
   absl::StatusOr<FenceState> Get(absl::string_view domain) override {
+    uint64_t evictions = 0;
     {
       absl::ReaderMutexLock lock(&cache_mu_);
       auto it = cache_.find(domain);
       if (it != cache_.end()) return it->second;
+      evictions = evictions_;
     }
     FenceState state;
     state.domain = std::string(domain);
@@ -114,10 +119,30 @@ class RocksDbFenceStore final : public RocksDbStore {
     if (absl::Status st = DecodeValue(domain, value, &state); !st.ok()) {
       return st;
     }
+    FENCEGATE_SYNC_POINT("RocksDbFenceStore::Get:AfterRead");
     absl::MutexLock lock(&cache_mu_);
     // A concurrent commit may have cached a newer value; keep the higher one.
-    auto [it, inserted] = cache_.try_emplace(state.domain, state);
-    return it->second;
+    if (auto it = cache_.find(state.domain); it != cache_.end()) {
+      return it->second;
+    }
+    // A commit newer than what was read may have been cached and dropped
+    // again meanwhile: caching the older value then would let a stale token
+    // pass. Only cache what was read if nothing was dropped since.
+    if (evictions_ != evictions) return state;
+    CacheLocked(state);
+    return state;
+  }
+
+  // Caches `state`, first emptying the cache if it is full. (Dropping
+  // everything is simple and fair to every domain; the domains in use are
+  // read back from RocksDB's block cache as they come.)
+  void CacheLocked(const FenceState& state)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(cache_mu_) {
+    if (cache_.size() >= max_cached_ && !cache_.contains(state.domain)) {
+      cache_.clear();
+      ++evictions_;
+    }
+    cache_.insert_or_assign(state.domain, state);
   }
 
   std::optional<FenceState> GetCached(absl::string_view domain) override {
@@ -320,9 +345,7 @@ class RocksDbFenceStore final : public RocksDbStore {
       FENCEGATE_SYNC_POINT("RocksDbFenceStore::Raise:AfterSync");
       if (!s.ok()) DieOnFailedSync(raised.begin()->first, raised.size(), s);
       absl::MutexLock lock(&cache_mu_);
-      for (const auto& [domain, state] : raised) {
-        cache_.insert_or_assign(state.domain, state);
-      }
+      for (const auto& [domain, state] : raised) CacheLocked(state);
     }
     for (size_t i = 0; i < group.size(); ++i) {
       std::move(group[i].done)(std::move(results[i]));
@@ -347,9 +370,12 @@ class RocksDbFenceStore final : public RocksDbStore {
   }
 
   const std::unique_ptr<rocksdb::DB> db_;
+  const size_t max_cached_;
   absl::Mutex cache_mu_;
   absl::flat_hash_map<std::string, FenceState> cache_
       ABSL_GUARDED_BY(cache_mu_);
+  // How many times entries were dropped from cache_.
+  uint64_t evictions_ ABSL_GUARDED_BY(cache_mu_) = 0;
   absl::Mutex queue_mu_;
   std::vector<PendingRaise> queue_ ABSL_GUARDED_BY(queue_mu_);
   bool stopping_ ABSL_GUARDED_BY(queue_mu_) = false;
@@ -379,13 +405,24 @@ absl::StatusOr<std::unique_ptr<RocksDbStore>> OpenRocksDbStore(
   db_options.enable_write_thread_adaptive_yield = false;
   db_options.allow_concurrent_memtable_write = false;
   if (options.env != nullptr) db_options.env = options.env;
+  // Bounded memory: small memtables, and one block cache that also holds
+  // index and filter blocks (else they stay in memory, one per table file).
+  db_options.write_buffer_size = options.write_buffer_bytes;
+  db_options.max_write_buffer_number = 2;
+  rocksdb::BlockBasedTableOptions table_options;
+  table_options.block_cache = rocksdb::NewLRUCache(options.block_cache_bytes);
+  table_options.cache_index_and_filter_blocks = true;
+  table_options.pin_l0_filter_and_index_blocks_in_cache = true;
+  db_options.table_factory.reset(
+      rocksdb::NewBlockBasedTableFactory(table_options));
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(db_options, options.path, &raw);
   if (!s.ok()) {
     return FromRocks(s, absl::StrCat("open ", options.path));
   }
   auto store =
-      std::make_unique<RocksDbFenceStore>(std::unique_ptr<rocksdb::DB>(raw));
+      std::make_unique<RocksDbFenceStore>(std::unique_ptr<rocksdb::DB>(raw),
+                                          options.max_cached_domains);
   if (absl::Status started = store->Start(); !started.ok()) return started;
   return std::unique_ptr<RocksDbStore>(std::move(store));
 }

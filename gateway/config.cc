@@ -129,6 +129,31 @@ absl::StatusOr<GatewayOptions> ResolveOptions(const v1::GatewayConfig& config) {
   if (config.limits().max_ops_per_write() != 0) {
     options.max_ops_per_write = config.limits().max_ops_per_write();
   }
+  const v1::Limits& limits = config.limits();
+  if (limits.max_concurrent_streams() != 0) {
+    options.max_concurrent_streams = limits.max_concurrent_streams();
+  }
+  if (limits.memory_limit_mib() != 0) {
+    if (limits.memory_limit_mib() < 64) {
+      return absl::InvalidArgumentError(
+          "limits.memory_limit_mib: at least 64");
+    }
+    options.memory_limit_bytes = uint64_t{limits.memory_limit_mib()} << 20;
+  }
+  auto seconds = [](uint32_t v, absl::Duration* out) {
+    if (v != 0) *out = absl::Seconds(v);
+  };
+  seconds(limits.max_connection_age_seconds(), &options.max_connection_age);
+  seconds(limits.max_connection_age_grace_seconds(),
+          &options.max_connection_age_grace);
+  seconds(limits.max_connection_idle_seconds(), &options.max_connection_idle);
+  seconds(limits.handshake_timeout_seconds(), &options.handshake_timeout);
+  if (limits.max_cached_domains() != 0) {
+    options.max_cached_domains = limits.max_cached_domains();
+  }
+  if (limits.max_waiting_acquires() != 0) {
+    options.max_waiting_acquires = limits.max_waiting_acquires();
+  }
   options.io_threads = config.io_threads();
   if (options.io_threads == 0) {
     options.io_threads =

@@ -31,6 +31,22 @@ struct GatewayOptions {
   uint32_t max_message_bytes = 16 << 20;
   // Most operations in one Write. Default: 1000.
   uint32_t max_ops_per_write = 1000;
+  // Concurrent RPCs on one connection. Default: 100.
+  uint32_t max_concurrent_streams = 100;
+  // gRPC's ResourceQuota, in bytes. Default: 1 GiB.
+  uint64_t memory_limit_bytes = uint64_t{1} << 30;
+  // Connection age before GOAWAY, and the grace after it. Default: 600 s,
+  // 60 s.
+  absl::Duration max_connection_age = absl::Seconds(600);
+  absl::Duration max_connection_age_grace = absl::Seconds(60);
+  // Idle connections are closed after it. Default: 300 s.
+  absl::Duration max_connection_idle = absl::Seconds(300);
+  // HTTP/2 handshake deadline of a new connection. Default: 10 s.
+  absl::Duration handshake_timeout = absl::Seconds(10);
+  // Fences kept in memory. Default: 100000.
+  uint32_t max_cached_domains = 100000;
+  // Acquire calls waiting at once. Default: 1024.
+  uint32_t max_waiting_acquires = 1024;
   // Threads for fence syncs and storage I/O. Default: max(4, 2 * cores).
   uint32_t io_threads = 0;
   // How long SIGTERM waits for in-flight requests. Default: 30 s.

@@ -18,7 +18,10 @@ grpc::ServerUnaryReactor* LeaseService::Acquire(
     grpc::CallbackServerContext* context, const v1::AcquireRequest* request,
     v1::AcquireResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  executor_->PostAny([this, context, reactor, request, response]() {
+  // In the name's lane: a grant takes the domain's lock, which a write in
+  // flight may hold for long, and must then wait without a thread.
+  executor_->Post(request->name(), [this, context, reactor, request,
+                                    response]() {
     if (context->IsCancelled()) {
       // The caller gave up while this waited in the queue: granting now
       // would hold the lock for nobody until its ttl runs out.

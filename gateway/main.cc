@@ -3,8 +3,11 @@
 // fencegate: the fencing gateway server. See docs/operations.md.
 
 #include <signal.h>
+#include <sys/resource.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -39,6 +42,14 @@ struct Flags {
   std::vector<std::string> routes;
   uint64_t max_message_bytes = 0;
   uint64_t max_ops_per_write = 0;
+  uint64_t max_concurrent_streams = 0;
+  uint64_t memory_limit_mib = 0;
+  uint64_t max_connection_age_seconds = 0;
+  uint64_t max_connection_age_grace_seconds = 0;
+  uint64_t max_connection_idle_seconds = 0;
+  uint64_t handshake_timeout_seconds = 0;
+  uint64_t max_cached_domains = 0;
+  uint64_t max_waiting_acquires = 0;
   uint64_t io_threads = 0;
   uint64_t shutdown_grace_seconds = 0;
   std::string port_file;
@@ -86,6 +97,22 @@ absl::Status ApplyFlags(const Flags& flags, v1::GatewayConfig* config) {
     return v.status();
   }
   if (*v) config->mutable_limits()->set_max_ops_per_write(*v);
+  struct LimitFlag {
+    uint64_t value;
+    const char* name;
+    void (v1::Limits::*set)(uint32_t);
+  };
+  for (const LimitFlag& f : {      LimitFlag{flags.max_concurrent_streams, "max_concurrent_streams", &v1::Limits::set_max_concurrent_streams},
+      LimitFlag{flags.memory_limit_mib, "memory_limit_mib", &v1::Limits::set_memory_limit_mib},
+      LimitFlag{flags.max_connection_age_seconds, "max_connection_age_seconds", &v1::Limits::set_max_connection_age_seconds},
+      LimitFlag{flags.max_connection_age_grace_seconds, "max_connection_age_grace_seconds", &v1::Limits::set_max_connection_age_grace_seconds},
+      LimitFlag{flags.max_connection_idle_seconds, "max_connection_idle_seconds", &v1::Limits::set_max_connection_idle_seconds},
+      LimitFlag{flags.handshake_timeout_seconds, "handshake_timeout_seconds", &v1::Limits::set_handshake_timeout_seconds},
+      LimitFlag{flags.max_cached_domains, "max_cached_domains", &v1::Limits::set_max_cached_domains},
+      LimitFlag{flags.max_waiting_acquires, "max_waiting_acquires", &v1::Limits::set_max_waiting_acquires}}) {
+    if (v = u32(f.value, f.name); !v.ok()) return v.status();
+    if (*v) (config->mutable_limits()->*f.set)(*v);
+  }
   if (v = u32(flags.io_threads, "io_threads"); !v.ok()) return v.status();
   if (*v) config->set_io_threads(*v);
   if (v = u32(flags.shutdown_grace_seconds, "shutdown_grace_seconds");
@@ -94,6 +121,35 @@ absl::Status ApplyFlags(const Flags& flags, v1::GatewayConfig* config) {
   }
   if (*v) config->set_shutdown_grace_seconds(*v);
   return absl::OkStatus();
+}
+
+// Raises RLIMIT_NOFILE's soft limit to the hard limit; returns a line that
+// reports both (and a warning if the result is low).
+std::string RaiseFileLimit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) {
+    return absl::StrCat("file descriptors: getrlimit failed: ",
+                        std::strerror(errno));
+  }
+  const rlim_t before = limit.rlim_cur;
+  if (limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) limit.rlim_cur = before;
+  }
+  auto str = [](rlim_t v) {
+    return v == RLIM_INFINITY ? std::string("unlimited") : absl::StrCat(v);
+  };
+  std::string line = absl::StrCat(
+      "file descriptors: soft limit ", str(limit.rlim_cur),
+      limit.rlim_cur != before ? absl::StrCat(" (raised from ", str(before), ")")
+                               : "",
+      ", hard limit ", str(limit.rlim_max));
+  if (limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur < 4096) {
+    absl::StrAppend(&line,
+                    "; low: each client connection takes one, raise the "
+                    "hard limit (LimitNOFILE=, ulimit -Hn)");
+  }
+  return line;
 }
 
 int Run(int argc, char** argv) {
@@ -120,6 +176,22 @@ int Run(int argc, char** argv) {
            "largest request in bytes (default 16777216)");
   set.Uint("max_ops_per_write", &flags.max_ops_per_write,
            "most operations in one Write (default 1000)");
+  set.Uint("max_concurrent_streams", &flags.max_concurrent_streams,
+           "concurrent RPCs per connection (default 100)");
+  set.Uint("memory_limit_mib", &flags.memory_limit_mib,
+           "memory for gRPC connections and messages, MiB (default 1024)");
+  set.Uint("max_connection_age_seconds", &flags.max_connection_age_seconds,
+           "GOAWAY a connection after this long (default 600)");
+  set.Uint("max_connection_age_grace_seconds", &flags.max_connection_age_grace_seconds,
+           "then close it after this long (default 60)");
+  set.Uint("max_connection_idle_seconds", &flags.max_connection_idle_seconds,
+           "close a connection idle this long (default 300)");
+  set.Uint("handshake_timeout_seconds", &flags.handshake_timeout_seconds,
+           "close a connection not set up within this (default 10)");
+  set.Uint("max_cached_domains", &flags.max_cached_domains,
+           "fences kept in memory (default 100000)");
+  set.Uint("max_waiting_acquires", &flags.max_waiting_acquires,
+           "Acquire calls waiting at once (default 1024)");
   set.Uint("io_threads", &flags.io_threads,
            "I/O threads (default max(4, 2 x cores))");
   set.Uint("shutdown_grace_seconds", &flags.shutdown_grace_seconds,
@@ -177,6 +249,9 @@ int Run(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  // Every connection is a file descriptor, and the fence store must always
+  // be able to open its next file: raise the soft limit as far as allowed.
+  Log(LogSeverity::kInfo, RaiseFileLimit());
   AdapterRegistry registry;
   if (absl::Status s = RegisterBuiltinAdapters(&registry); !s.ok()) {
     std::cerr << "fencegate: " << s.message() << "\n";

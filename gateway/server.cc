@@ -2,6 +2,9 @@
 
 #include "gateway/server.h"
 
+#include <algorithm>
+#include <climits>
+
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -13,6 +16,7 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
+#include "grpcpp/resource_quota.h"
 #include "grpcpp/server_builder.h"
 
 namespace fencegate {
@@ -59,13 +63,24 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
 
   RocksDbFenceStoreOptions store_options;
   store_options.path = absl::StrCat(options.data_dir, "/fence");
+  store_options.max_cached_domains = options.max_cached_domains;
   absl::StatusOr<std::unique_ptr<RocksDbStore>> store =
       OpenRocksDbStore(store_options);
   if (!store.ok()) return store.status();
   s->store_ = *std::move(store);
   s->fencer_ = std::make_unique<Fencer>(s->store_.get(), Clock::Real());
-  absl::StatusOr<std::unique_ptr<LeaseManager>> leases =
-      LeaseManager::Create(s->store_.get(), s->fencer_.get(), Clock::Real());
+  s->executor_ = std::make_unique<DomainExecutor>(options.io_threads);
+  LeaseManagerOptions lease_options;
+  // A handover to a waiter takes the domain's lock: it waits in the
+  // domain's lane, not on a thread, while a write holds the domain.
+  lease_options.post_for_domain =
+      [executor = s->executor_.get()](const std::string& name,
+                                      absl::AnyInvocable<void() &&> work) {
+        executor->Post(name, std::move(work));
+      };
+  lease_options.max_waiters = options.max_waiting_acquires;
+  absl::StatusOr<std::unique_ptr<LeaseManager>> leases = LeaseManager::Create(
+      s->store_.get(), s->fencer_.get(), Clock::Real(), lease_options);
   if (!leases.ok()) return leases.status();
   s->leases_ = *std::move(leases);
   if (!options.etcd_endpoint.empty()) {
@@ -86,7 +101,6 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
                           absl::StrCat("etcd watcher: ", st.message()));
     }
   }
-  s->executor_ = std::make_unique<DomainExecutor>(options.io_threads);
   s->service_ = std::make_unique<GatewayService>(
       s->fencer_.get(), s->router_.get(), s->executor_.get(),
       GatewayServiceOptions{options.max_ops_per_write, options.log_writes});
@@ -97,6 +111,25 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
   builder.AddListeningPort(options.listen_address,
                            grpc::InsecureServerCredentials(), &s->port_);
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
+  // Bounded resources: no client can hold memory, streams or connections
+  // for ever (docs/operations.md, "Limits").
+  grpc::ResourceQuota quota("fencegate");
+  quota.Resize(static_cast<size_t>(options.memory_limit_bytes));
+  builder.SetResourceQuota(quota);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                             static_cast<int>(options.max_concurrent_streams));
+  auto ms = [](absl::Duration d) {
+    return static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(d),
+                                              INT_MAX));
+  };
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS,
+                             ms(options.max_connection_age));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
+                             ms(options.max_connection_age_grace));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+                             ms(options.max_connection_idle));
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                             ms(options.handshake_timeout));
   s->lease_service_ =
       std::make_unique<LeaseService>(s->leases_.get(), s->executor_.get());
   builder.RegisterService(s->service_.get());

@@ -4,14 +4,17 @@
 // gRPC clients, fencectl, kill -9 and restart.
 
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 
 #include <atomic>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "fencegate/v1/errors.pb.h"
 #include "fencegate/v1/gateway.grpc.pb.h"
@@ -289,6 +292,38 @@ TEST_F(GatewayE2eTest, LimitsAreEnforced) {
   grpc::Status too_big = Write("d", 1, "files/x", std::string(4096, 'x'));
   EXPECT_EQ(too_big.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_FALSE(ReadFile(FilePath("x")).ok());
+}
+
+// Each connection costs a file descriptor and the fence store must always
+// open its next file: the gateway raises its soft limit to the hard one
+// and says so.
+TEST_F(GatewayE2eTest, StartUpRaisesTheFileDescriptorLimit) {
+  rlimit saved{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+  if (saved.rlim_max != RLIM_INFINITY && saved.rlim_max <= 512) {
+    GTEST_SKIP() << "hard limit too low to lower the soft one";
+  }
+  rlimit low = saved;
+  low.rlim_cur = 512;
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  Start();  // Inherits the low soft limit.
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &saved), 0);
+  std::ifstream limits(absl::StrCat("/proc/", gateway_->pid(), "/limits"));
+  std::string line;
+  std::string open_files;
+  while (std::getline(limits, line)) {
+    if (absl::StartsWith(line, "Max open files")) open_files = line;
+  }
+  const std::string hard =
+      saved.rlim_max == RLIM_INFINITY ? "unlimited" : absl::StrCat(saved.rlim_max);
+  EXPECT_THAT(open_files, HasSubstr(hard + " ")) << open_files;
+  EXPECT_THAT(open_files, ::testing::Not(HasSubstr(" 512 "))) << open_files;
+  EXPECT_TRUE(testing::WaitFor(
+      [&] {
+        absl::StatusOr<std::string> log = ReadFile(gateway_->log_path());
+        return log.ok() && absl::StrContains(*log, "raised from 512");
+      },
+      absl::Seconds(10)));
 }
 
 TEST_F(GatewayE2eTest, HealthAndReflectionAnswer) {

@@ -70,13 +70,18 @@ TEST(GatewayShutdownTest, InFlightWriteFinishesAndNewOnesAreRefused) {
 
   std::thread shutdown([&] { server->Shutdown(absl::Seconds(60)); });
   // Once shutdown has begun, a new write is refused and applies nothing.
+  // Each attempt writes a file of its own, in a domain of its own (not
+  // queued behind the in-flight write): attempts made before shutdown
+  // began land, the refused one must not.
   grpc::Status refused;
+  int attempt = 0;
   ASSERT_TRUE(testing::WaitFor([&] {
     auto fresh = v1::Gateway::NewStub(
         grpc::CreateChannel(absl::StrCat("127.0.0.1:", server->port()),
                             grpc::InsecureChannelCredentials()));
     v1::WriteRequest late = request;
-    late.set_resource("files/late");
+    late.set_domain("late");
+    late.set_resource(absl::StrCat("files/late", ++attempt));
     v1::WriteResponse response;
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() +
@@ -99,7 +104,8 @@ TEST(GatewayShutdownTest, InFlightWriteFinishesAndNewOnesAreRefused) {
   shutdown.join();
   EXPECT_TRUE(in_flight_status.ok()) << in_flight_status.error_message();
   EXPECT_TRUE(blocking->applied);
-  EXPECT_FALSE(testing::ReadFile(dir.path() + "/files/late").ok());
+  EXPECT_FALSE(
+      testing::ReadFile(absl::StrCat(dir.path(), "/files/late", attempt)).ok());
 }
 
 }  // namespace

@@ -4,8 +4,10 @@
 
 #include "fencing/lease_manager.h"
 
+#include <atomic>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "absl/synchronization/notification.h"
 #include "fencing/clock.h"
@@ -18,13 +20,14 @@ namespace fencegate {
 namespace {
 
 using ::fencegate::testing::StatusIs;
+using ::testing::HasSubstr;
 
 class LeaseManagerTest : public ::testing::Test {
  protected:
   void SetUp() override { Open(); }
   void TearDown() override { SyncPoint::Get()->ClearAll(); }
 
-  void Open() {
+  void Open(LeaseManagerOptions lease_options = {}) {
     manager_.reset();
     fencer_.reset();
     store_.reset();
@@ -34,8 +37,8 @@ class LeaseManagerTest : public ::testing::Test {
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = *std::move(store);
     fencer_ = std::make_unique<Fencer>(store_.get(), Clock::Real());
-    auto manager =
-        LeaseManager::Create(store_.get(), fencer_.get(), Clock::Real());
+    auto manager = LeaseManager::Create(store_.get(), fencer_.get(),
+                                        Clock::Real(), std::move(lease_options));
     ASSERT_TRUE(manager.ok()) << manager.status();
     manager_ = *std::move(manager);
   }
@@ -252,6 +255,98 @@ TEST_F(LeaseManagerTest, GrantWaitingForAWriteDoesNotBlockOtherLocks) {
   ASSERT_TRUE(grant.ok()) << grant.status();
   EXPECT_TRUE(grant->acquired);
   EXPECT_EQ(grant->lease.token, 2u);
+}
+
+// Waiting Acquire calls are bounded: past max_waiters one is refused at
+// once, unless a waiter whose caller went away can make room.
+TEST_F(LeaseManagerTest, WaitingAcquiresAreBounded) {
+  LeaseManagerOptions options;
+  options.max_waiters = 2;
+  Open(options);
+  ASSERT_OK_AND_ASSIGN(held, Acquire("jobs"));
+  ASSERT_TRUE(held.acquired);
+  std::atomic<bool> gone{false};
+  std::vector<absl::StatusOr<AcquireOutcome>> outcomes(3);
+  absl::Notification first_done;
+  manager_->Acquire("jobs", "w0", absl::Seconds(60), absl::Hours(1),
+                    [&] { return gone.load(); },
+                    [&](absl::StatusOr<AcquireOutcome> o) {
+                      outcomes[0] = std::move(o);
+                      first_done.Notify();
+                    });
+  manager_->Acquire("other-lock-held-too", "w", absl::Seconds(60),
+                    absl::ZeroDuration(), nullptr,
+                    [](absl::StatusOr<AcquireOutcome>) {});
+  absl::Notification second_done;
+  manager_->Acquire("jobs", "w1", absl::Seconds(60), absl::Hours(1), nullptr,
+                    [&](absl::StatusOr<AcquireOutcome> o) {
+                      outcomes[1] = std::move(o);
+                      second_done.Notify();
+                    });
+  // Two wait: a third is refused, and says why.
+  absl::StatusOr<AcquireOutcome> third =
+      Acquire("jobs", absl::Seconds(60), absl::Hours(1));
+  EXPECT_THAT(third.status(),
+              StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT(third.status().message(), HasSubstr("max_waiting_acquires"));
+  // A try (wait 0) is never refused for it.
+  ASSERT_OK_AND_ASSIGN(try_once, Acquire("jobs"));
+  EXPECT_FALSE(try_once.acquired);
+  // The first waiter's caller goes away: the next Acquire takes its place,
+  // and the abandoned one is told so at once.
+  gone = true;
+  absl::Notification third_done;
+  manager_->Acquire("jobs", "w2", absl::Seconds(60), absl::Hours(1), nullptr,
+                    [&](absl::StatusOr<AcquireOutcome> o) {
+                      outcomes[2] = std::move(o);
+                      third_done.Notify();
+                    });
+  ASSERT_TRUE(first_done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_THAT(outcomes[0].status(), StatusIs(absl::StatusCode::kCancelled));
+  EXPECT_FALSE(third_done.HasBeenNotified());
+  // The lock passes to the waiters in order.
+  ASSERT_OK(manager_->Release("jobs", held.lease.lease_id));
+  ASSERT_TRUE(second_done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  ASSERT_OK(outcomes[1].status());
+  EXPECT_TRUE(outcomes[1]->acquired);
+  ASSERT_OK(manager_->Release("jobs", outcomes[1]->lease.lease_id));
+  ASSERT_TRUE(third_done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  ASSERT_OK(outcomes[2].status());
+  EXPECT_TRUE(outcomes[2]->acquired);
+}
+
+// A handover to a waiter is finished through post_for_domain (the
+// gateway's domain lanes), not on a thread of the manager's own.
+TEST_F(LeaseManagerTest, HandoversGoThroughTheDomainsPoster) {
+  std::atomic<int> posted{0};
+  std::vector<std::thread> threads;
+  absl::Mutex mu;
+  LeaseManagerOptions options;
+  options.post_for_domain = [&](const std::string& name,
+                                absl::AnyInvocable<void() &&> work) {
+    EXPECT_EQ(name, "jobs");
+    ++posted;
+    absl::MutexLock lock(&mu);
+    threads.emplace_back(
+        [work = std::move(work)]() mutable { std::move(work)(); });
+  };
+  Open(std::move(options));
+  ASSERT_OK_AND_ASSIGN(held, Acquire("jobs"));
+  absl::Notification granted;
+  absl::StatusOr<AcquireOutcome> waiter;
+  manager_->Acquire("jobs", "next", absl::Seconds(60), absl::Hours(1),
+                    nullptr, [&](absl::StatusOr<AcquireOutcome> o) {
+                      waiter = std::move(o);
+                      granted.Notify();
+                    });
+  ASSERT_OK(manager_->Release("jobs", held.lease.lease_id));
+  ASSERT_TRUE(granted.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  ASSERT_OK(waiter.status());
+  EXPECT_TRUE(waiter->acquired);
+  EXPECT_EQ(waiter->lease.token, 2u);
+  EXPECT_EQ(posted.load(), 1);
+  absl::MutexLock lock(&mu);
+  for (std::thread& t : threads) t.join();
 }
 
 TEST_F(LeaseManagerTest, KeepAliveDuringShutdownIsUnavailableNotLost) {

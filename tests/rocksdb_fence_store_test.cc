@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -102,6 +103,72 @@ TEST_F(RocksDbFenceStoreTest, ManyRisesOfOneDomainReadBackAfterReopen) {
     ASSERT_OK_AND_ASSIGN(d7, store_->Get("d7"));
     EXPECT_EQ(d7.highest_token, round);
   }
+}
+
+// The in-memory cache is bounded: with room for 10 fences, 1000 domains
+// still read back right, and most are not cached.
+TEST_F(RocksDbFenceStoreTest, CacheIsBoundedAndFencesReadBackRight) {
+  RocksDbFenceStoreOptions options = StoreOptions("small");
+  options.max_cached_domains = 10;
+  ASSERT_OK_AND_ASSIGN(small, OpenRocksDbFenceStore(options));
+  for (int d = 0; d < 1000; ++d) {
+    ASSERT_OK(small->Raise(absl::StrCat("d", d), d + 1, absl::Now()).status());
+  }
+  int cached = 0;
+  for (int d = 0; d < 1000; ++d) {
+    if (small->GetCached(absl::StrCat("d", d)).has_value()) ++cached;
+    ASSERT_OK_AND_ASSIGN(state, small->Get(absl::StrCat("d", d)));
+    EXPECT_EQ(state.highest_token, static_cast<uint64_t>(d + 1)) << d;
+  }
+  EXPECT_LE(cached, 10);
+  // A stale rise is still refused for a domain that was dropped.
+  ASSERT_OK_AND_ASSIGN(kept, small->Raise("d0", 1, absl::Now()));
+  EXPECT_EQ(kept.highest_token, 1u);
+  ASSERT_OK_AND_ASSIGN(d5, small->Raise("d5", 2, absl::Now()));
+  EXPECT_EQ(d5.highest_token, 6u);
+}
+
+// A read that raced a rise must not put the older fence back in the cache
+// after the newer one was dropped from it: the fast path would then accept
+// a stale token. A Get of "d" is held after reading token 1 from RocksDB;
+// meanwhile "d" rises to 5 and the cache drops it (other domains fill it).
+TEST_F(RocksDbFenceStoreTest, AReadRacingARiseNeverCachesTheOlderFence) {
+#ifndef FENCEGATE_SYNC_POINTS
+  GTEST_SKIP() << "needs FENCEGATE_SYNC_POINTS";
+#endif
+  RocksDbFenceStoreOptions options = StoreOptions("race");
+  options.max_cached_domains = 4;
+  ASSERT_OK_AND_ASSIGN(store, OpenRocksDbFenceStore(options));
+  ASSERT_OK(store->Raise("d", 1, absl::Now()).status());
+  for (int i = 0; i < 8; ++i) {  // Drops "d" from the cache.
+    ASSERT_OK(store->Raise(absl::StrCat("x", i), 1, absl::Now()).status());
+  }
+  ASSERT_FALSE(store->GetCached("d").has_value());
+  absl::Notification read, release;
+  std::atomic<bool> once{false};
+  SyncPoint::Get()->SetCallback("RocksDbFenceStore::Get:AfterRead",
+                                [&](void*) {
+                                  if (once.exchange(true)) return;
+                                  read.Notify();
+                                  release.WaitForNotification();
+                                });
+  absl::StatusOr<FenceState> raced;
+  std::thread reader([&] { raced = store->Get("d"); });
+  read.WaitForNotification();
+  ASSERT_OK(store->Raise("d", 5, absl::Now()).status());
+  for (int i = 0; i < 8; ++i) {
+    ASSERT_OK(store->Raise(absl::StrCat("y", i), 1, absl::Now()).status());
+  }
+  release.Notify();
+  reader.join();
+  SyncPoint::Get()->ClearAll();
+  ASSERT_OK(raced.status());
+  std::optional<FenceState> cached = store->GetCached("d");
+  if (cached.has_value()) {
+    EXPECT_EQ(cached->highest_token, 5u);
+  }
+  ASSERT_OK_AND_ASSIGN(now, store->Get("d"));
+  EXPECT_EQ(now.highest_token, 5u);
 }
 
 // A lease grant is decided in queue order with the rises of its group: one

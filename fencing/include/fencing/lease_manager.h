@@ -45,6 +45,21 @@ struct AcquireOutcome {
   LeaseRecord lease;
 };
 
+struct LeaseManagerOptions {
+  // Runs `work` for lock `name` without holding a shared thread while the
+  // name's domain is busy (the gateway's DomainExecutor lanes). Handovers
+  // to a waiter are finished through it: they take the domain's Fencer
+  // lock, which a write in flight may hold for long.
+  // Default: empty (a pool of two threads of the manager's own).
+  std::function<void(const std::string& name,
+                     absl::AnyInvocable<void() &&> work)>
+      post_for_domain;
+  // Acquire calls waiting at once, over all locks; beyond it Acquire fails
+  // RESOURCE_EXHAUSTED (after dropping waiters whose callers went away).
+  // Default: 1024.
+  size_t max_waiters = 1024;
+};
+
 // Thread safety: safe for concurrent use. Callbacks run on the calling
 // thread or on the manager's timer thread, without internal locks held.
 class LeaseManager {
@@ -54,9 +69,9 @@ class LeaseManager {
 
   // Loads stored leases, dropping those that expired meanwhile, and starts
   // the timer thread. `store`, `fencer` and `clock` must outlive it.
-  static absl::StatusOr<std::unique_ptr<LeaseManager>> Create(LeaseStore* store,
-                                                              Fencer* fencer,
-                                                              Clock* clock);
+  static absl::StatusOr<std::unique_ptr<LeaseManager>> Create(
+      LeaseStore* store, Fencer* fencer, Clock* clock,
+      LeaseManagerOptions options = {});
   ~LeaseManager();  // Shutdown(), then stops the timer thread.
 
   // Takes `name` for `owner` with `ttl`. If held, waits up to `wait` (zero:
@@ -64,7 +79,10 @@ class LeaseManager {
   // asked before a waiter is granted the lock: a waiter whose caller went
   // away is skipped. `done` runs exactly once. INVALID_ARGUMENT for a bad
   // name; OUT_OF_RANGE when the domain's fence is at 2^64-1;
-  // UNAVAILABLE after Shutdown().
+  // RESOURCE_EXHAUSTED when max_waiters Acquire calls wait already;
+  // UNAVAILABLE after Shutdown(). Never waits for the domain's Fencer lock
+  // itself unless the lock is free to take now: call it from the domain's
+  // lane (post_for_domain) so that a busy domain holds no shared thread.
   void Acquire(const std::string& name, const std::string& owner,
                absl::Duration ttl, absl::Duration wait,
                std::function<bool()> cancelled, AcquireCallback done);
@@ -98,7 +116,13 @@ class LeaseManager {
     std::deque<std::shared_ptr<Waiter>> waiters;
   };
 
-  LeaseManager(LeaseStore* store, Fencer* fencer, Clock* clock);
+  LeaseManager(LeaseStore* store, Fencer* fencer, Clock* clock,
+               LeaseManagerOptions options);
+  // Drops waiters whose callers went away, appending their callbacks to
+  // `deferred`.
+  void DropCancelledWaitersLocked(
+      std::vector<absl::AnyInvocable<void() &&>>* deferred)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Makes a grant of `name`, reserved with Lock::granting, durable — under
   // the domain's Fencer lock, which may wait for a write in flight, so
@@ -122,6 +146,7 @@ class LeaseManager {
   LeaseStore* const store_;
   Fencer* const fencer_;
   Clock* const clock_;
+  const LeaseManagerOptions options_;
   boost::asio::io_context io_;
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type>
       work_;
@@ -132,6 +157,8 @@ class LeaseManager {
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, Lock> locks_ ABSL_GUARDED_BY(mu_);
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  // Waiters in every Lock::waiters.
+  size_t waiting_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace fencegate

@@ -4,7 +4,9 @@
 // and per granted lease ("l/"). One commit thread writes every fence rise:
 // the rises queued while its previous write synced go out as one batch
 // with one synced WAL write, and are reported (RaiseAsync's callbacks run
-// on that thread) only after it. RaiseAsyncNeverBlocks() is true.
+// on that thread) only after it. RaiseAsyncNeverBlocks() is true. Fences
+// read or written are cached in memory, up to max_cached_domains; the cache
+// never holds a fence lower than the one on disk.
 
 #ifndef FENCING_ROCKSDB_FENCE_STORE_H_
 #define FENCING_ROCKSDB_FENCE_STORE_H_
@@ -31,6 +33,19 @@ struct RocksDbFenceStoreOptions {
   // outlive the store.
   // Default: nullptr (the default Env).
   rocksdb::Env* env = nullptr;
+
+  // Fences kept in memory. When it is full the cache is emptied, and each
+  // domain is read from RocksDB again when next used: memory stays bounded
+  // however many domains there are, at the cost of a read per domain after
+  // each emptying. At least 1.
+  // Default: 100000.
+  size_t max_cached_domains = 100000;
+
+  // RocksDB's memtable size (two at most exist) and block cache, which
+  // also holds the index and filter blocks: with the cache above, the
+  // store's memory is bounded by these. Default: 16 MiB, 32 MiB.
+  size_t write_buffer_bytes = 16 << 20;
+  size_t block_cache_bytes = 32 << 20;
 };
 
 // Both stores over one database; a grant and its fence rise are one write.

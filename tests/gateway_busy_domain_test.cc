@@ -1,0 +1,178 @@
+// Copyright fencegate authors.
+//
+// A slow domain never stalls the others: a gateway process with four I/O
+// threads, writes to six domains held inside PostgreSQL (each waits for an
+// advisory lock the test holds), and an Acquire of each of those domains'
+// leases, whose grants must wait for the writes. Meanwhile every other
+// kind of call on other domains -- GetFence, Fence, a file write, Acquire,
+// KeepAlive, the health check -- must still answer. (Before the lease
+// service queued Acquire in its domain's lane, each such Acquire held an
+// I/O thread until its domain was free, and four of them stopped the
+// gateway.)
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "fencegate/v1/gateway.grpc.pb.h"
+#include "fencegate/v1/lease.grpc.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "tests/postgres_adapter_fixture.h"
+
+namespace fencegate {
+namespace {
+
+using ::fencegate::testing::GatewayProcess;
+
+// Bounds each call so that a stalled gateway fails the test instead of
+// hanging it; not a performance assertion.
+void SetDeadline(grpc::ClientContext* context) {
+  context->set_deadline(std::chrono::system_clock::now() +
+                        std::chrono::seconds(20));
+}
+
+TEST_F(PostgresAdapterTest, ASlowDomainNeverStallsTheOthers) {
+  constexpr int kSlow = 6;
+  testing::TempDir dir;
+  auto gateway = GatewayProcess::Start(
+      dir.path() + "/data",
+      {"--route=db=" + server_->Uri("pool_size=8&spread_after_ms=0"),
+       "--route=files=file://" + dir.path() + "/files", "--io_threads=4"});
+  ASSERT_TRUE(gateway.ok()) << gateway.status();
+  auto channel = grpc::CreateChannel((*gateway)->address(),
+                                     grpc::InsecureChannelCredentials());
+  auto gw = v1::Gateway::NewStub(channel);
+  auto lease = v1::Lease::NewStub(channel);
+  auto health = grpc::health::v1::Health::NewStub(channel);
+
+  // The test's own session holds the lock every slow write waits for.
+  pqxx::connection holder(server_->Conninfo());
+  pqxx::nontransaction(holder).exec("SELECT pg_advisory_lock(4242)");
+
+  std::vector<std::thread> slow;
+  std::vector<grpc::Status> slow_status(kSlow), acquire_status(kSlow);
+  std::vector<v1::AcquireResponse> acquired(kSlow);
+  for (int i = 0; i < kSlow; ++i) {
+    slow.emplace_back([&, i] {
+      v1::WriteRequest request;
+      request.set_domain(absl::StrCat("slow", i));
+      request.set_token(1);
+      request.set_resource("db/jobs");
+      request.add_ops()->mutable_sql()->set_sql(
+          "SELECT pg_advisory_xact_lock(4242)");
+      v1::WriteResponse response;
+      grpc::ClientContext context;
+      slow_status[i] = gw->Write(&context, request, &response);
+    });
+    // One at a time, each on a connection of its own, waiting inside
+    // PostgreSQL: the gateway holds its domain until it completes.
+    ASSERT_TRUE(testing::WaitFor(
+        [&] {
+          return Exec("SELECT count(*) FROM pg_locks WHERE locktype = "
+                      "'advisory' AND NOT granted")[0][0]
+                     .as<int64_t>() == i + 1;
+        },
+        absl::Seconds(20)))
+        << i;
+  }
+  // An Acquire of each busy domain: its grant waits for the write.
+  std::vector<std::thread> acquirers;
+  for (int i = 0; i < kSlow; ++i) {
+    acquirers.emplace_back([&, i] {
+      v1::AcquireRequest request;
+      request.set_name(absl::StrCat("slow", i));
+      request.set_owner("waiter");
+      request.set_ttl_ms(60000);
+      grpc::ClientContext context;
+      context.set_deadline(std::chrono::system_clock::now() +
+                           std::chrono::seconds(60));
+      acquire_status[i] = lease->Acquire(&context, request, &acquired[i]);
+    });
+  }
+
+  // Everything else answers meanwhile.
+  {
+    v1::GetFenceRequest request;
+    request.set_domain("other");
+    v1::FenceState state;
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    EXPECT_TRUE(gw->GetFence(&context, request, &state).ok());
+  }
+  {
+    v1::FenceRequest request;
+    request.set_domain("other");
+    request.set_token(3);
+    v1::FenceState state;
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    grpc::Status s = gw->Fence(&context, request, &state);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+  }
+  {
+    v1::WriteRequest request;
+    request.set_domain("other");
+    request.set_token(3);
+    request.set_resource("files/other.txt");
+    request.add_ops()->mutable_put()->set_data("fine");
+    v1::WriteResponse response;
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    grpc::Status s = gw->Write(&context, request, &response);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+  }
+  v1::AcquireResponse free_lock;
+  {
+    v1::AcquireRequest request;
+    request.set_name("free");
+    request.set_owner("me");
+    request.set_ttl_ms(60000);
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    grpc::Status s = lease->Acquire(&context, request, &free_lock);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    EXPECT_TRUE(free_lock.acquired());
+  }
+  {
+    v1::KeepAliveRequest request;
+    request.set_name("free");
+    request.set_lease_id(free_lock.lease_id());
+    v1::KeepAliveResponse response;
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    grpc::Status s = lease->KeepAlive(&context, request, &response);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+  }
+  {
+    grpc::health::v1::HealthCheckRequest request;
+    grpc::health::v1::HealthCheckResponse response;
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    EXPECT_TRUE(health->Check(&context, request, &response).ok());
+  }
+  // The slow writes were still held all along.
+  EXPECT_EQ(Count(), 0);
+  for (int i = 0; i < kSlow; ++i) {
+    EXPECT_EQ(StoredFence(absl::StrCat("slow", i)), 0) << i;
+  }
+
+  pqxx::nontransaction(holder).exec("SELECT pg_advisory_unlock(4242)");
+  for (std::thread& t : slow) t.join();
+  for (std::thread& t : acquirers) t.join();
+  for (int i = 0; i < kSlow; ++i) {
+    EXPECT_TRUE(slow_status[i].ok()) << i << ": "
+                                     << slow_status[i].error_message();
+    EXPECT_TRUE(acquire_status[i].ok())
+        << i << ": " << acquire_status[i].error_message();
+    EXPECT_TRUE(acquired[i].acquired()) << i;
+    // The grant came after the write, above its token.
+    EXPECT_EQ(acquired[i].token(), 2u) << i;
+  }
+}
+
+}  // namespace
+}  // namespace fencegate
