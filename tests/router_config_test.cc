@@ -75,13 +75,36 @@ TEST(ConfigTest, DefaultsAndFileValues) {
   testing::WriteFileOrDie(path,
                           "listen_address: \"0.0.0.0:9000\"\n"
                           "routes { name: \"r\" uri: \"file:///tmp/r\" }\n"
-                          "limits { max_ops_per_write: 5 }\n");
+                          "limits { max_ops_per_write: 5 max_concurrent_streams: "
+                          "7 memory_limit_mib: 128 max_connection_age_seconds: "
+                          "30 max_connection_age_grace_seconds: 5 "
+                          "max_connection_idle_seconds: 20 "
+                          "handshake_timeout_seconds: 3 max_cached_domains: 99 "
+                          "max_waiting_acquires: 11 }\n");
   ASSERT_OK_AND_ASSIGN(loaded, LoadConfigFile(path));
   loaded.set_data_dir(dir.path() + "/data");
   ASSERT_OK_AND_ASSIGN(from_file, ResolveOptions(loaded));
   EXPECT_EQ(from_file.listen_address, "0.0.0.0:9000");
   EXPECT_EQ(from_file.routes[0].name, "r");
   EXPECT_EQ(from_file.max_ops_per_write, 5u);
+  EXPECT_EQ(from_file.max_concurrent_streams, 7u);
+  EXPECT_EQ(from_file.memory_limit_bytes, uint64_t{128} << 20);
+  EXPECT_EQ(from_file.max_connection_age, absl::Seconds(30));
+  EXPECT_EQ(from_file.max_connection_age_grace, absl::Seconds(5));
+  EXPECT_EQ(from_file.max_connection_idle, absl::Seconds(20));
+  EXPECT_EQ(from_file.handshake_timeout, absl::Seconds(3));
+  EXPECT_EQ(from_file.max_cached_domains, 99u);
+  EXPECT_EQ(from_file.max_waiting_acquires, 11u);
+  // Defaults.
+  EXPECT_EQ(options.max_concurrent_streams, 100u);
+  EXPECT_EQ(options.memory_limit_bytes, uint64_t{1} << 30);
+  EXPECT_EQ(options.max_cached_domains, 100000u);
+  EXPECT_EQ(options.max_waiting_acquires, 1024u);
+  v1::GatewayConfig tiny;
+  tiny.set_data_dir(dir.path() + "/data");
+  tiny.mutable_limits()->set_memory_limit_mib(8);
+  EXPECT_THAT(ResolveOptions(tiny),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(ConfigTest, ErrorsNameTheLine) {
