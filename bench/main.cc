@@ -18,6 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "bench/bench.h"
+#include "bench/memory.h"
 #include "bench/safety.h"
 #include "bench/throughput.h"
 #include "gateway/flags.h"
@@ -26,14 +27,16 @@ namespace fencegate::bench {
 namespace {
 
 constexpr char kUsage[] =
-    "Usage: fencegate-bench throughput|safety|all [flags]\n"
+    "Usage: fencegate-bench throughput|safety|all|memory [flags]\n"
     "\n"
     "Starts a throwaway PostgreSQL, pgbouncer (if installed) and a gateway\n"
     "unless given DSNs, runs the scenario, prints a summary table (with CPU\n"
     "time and context switches per write, per process), and writes\n"
     "JSON and an SVG latency plot. `safety` exits 1 if the gateway let a\n"
     "stale write land or lost an acknowledged one, or if the unfenced run\n"
-    "showed no violation (the checker would be blind).\n"
+    "showed no violation (the checker would be blind). `memory` reports the\n"
+    "gateway's resident memory as fenced domains grow (--domains,\n"
+    "--name_bytes).\n"
     "\n"
     "Flags:\n";
 
@@ -132,6 +135,7 @@ int Run(int argc, char** argv) {
   std::string clients = "1,16,64";
   std::string patterns = "steady,advancing";
   uint64_t duration_s = 5, safety_s = 8, workers = 4, ttl_ms = 300, rounds = 1;
+  std::string memory_domains, memory_names;
   std::string pg_dsn, pgbouncer_dsn, json = "bench-results.json",
                                      svg = "bench-latency.svg";
   std::string work_dir = "/tmp";
@@ -165,6 +169,11 @@ int Run(int argc, char** argv) {
                  "(e.g. --gateway_flag=--io_threads=8)");
   set.Uint("pg_pool_size", &pg_pool_size,
            "pool_size of the gateway's PostgreSQL route (default 4)");
+  set.String("domains", &memory_domains,
+             "memory: checkpoints, total domains fenced (default "
+             "10000,100000,250000,500000,1000000)");
+  set.String("name_bytes", &memory_names,
+             "memory: domain name lengths (default 12,500)");
   set.Bool("help", &help, "print this help");
   std::vector<std::string> args;
   if (absl::Status s = set.Parse(argc, argv, 1, &args); !s.ok()) {
@@ -172,9 +181,41 @@ int Run(int argc, char** argv) {
     return 2;
   }
   if (help || args.size() != 1 ||
-      (args[0] != "throughput" && args[0] != "safety" && args[0] != "all")) {
+      (args[0] != "throughput" && args[0] != "safety" && args[0] != "all" &&
+       args[0] != "memory")) {
     std::cout << kUsage << set.Usage();
     return help ? 0 : 2;
+  }
+  if (args[0] == "memory") {
+    MemoryOptions mopts;
+    mopts.work_dir = work_dir;
+    mopts.gateway_flags = gateway_flags;
+    if (!memory_domains.empty()) {
+      mopts.checkpoints.clear();
+      for (absl::string_view d :
+           absl::StrSplit(memory_domains, ',', absl::SkipEmpty())) {
+        int64_t n = 0;
+        if (!absl::SimpleAtoi(d, &n) || n < 1 ||
+            (!mopts.checkpoints.empty() && n <= mopts.checkpoints.back())) {
+          std::cerr << "fencegate-bench: --domains: ascending counts\n";
+          return 2;
+        }
+        mopts.checkpoints.push_back(n);
+      }
+    }
+    if (!memory_names.empty()) {
+      mopts.name_bytes.clear();
+      for (absl::string_view b :
+           absl::StrSplit(memory_names, ',', absl::SkipEmpty())) {
+        int n = 0;
+        if (!absl::SimpleAtoi(b, &n) || n < 8 || n > 512) {
+          std::cerr << "fencegate-bench: --name_bytes: 8 to 512\n";
+          return 2;
+        }
+        mopts.name_bytes.push_back(n);
+      }
+    }
+    return RunMemory(mopts);
   }
   ThroughputOptions topts;
   topts.targets = absl::StrSplit(targets, ',', absl::SkipEmpty());

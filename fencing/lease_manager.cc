@@ -86,6 +86,10 @@ void LeaseManager::Acquire(const std::string& name, const std::string& owner,
     std::move(done)(s);
     return;
   }
+  if (absl::Status s = ValidateUtf8(owner, "owner"); !s.ok()) {
+    std::move(done)(s);
+    return;
+  }
   if (ttl < kMinTtl || ttl > kMaxTtl) {
     std::move(done)(
         absl::InvalidArgumentError("ttl: must be from 100 ms to 1 hour"));

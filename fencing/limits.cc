@@ -3,6 +3,7 @@
 #include "fencing/limits.h"
 
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/stubs/common.h"
 
 namespace fencegate {
 
@@ -20,7 +21,7 @@ absl::Status ValidateDomain(absl::string_view domain, absl::string_view field) {
     return absl::InvalidArgumentError(
         absl::StrCat(field, ": must not contain NUL bytes"));
   }
-  return absl::OkStatus();
+  return ValidateUtf8(domain, field);
 }
 
 absl::Status ValidateRequestId(absl::string_view request_id) {
@@ -29,7 +30,16 @@ absl::Status ValidateRequestId(absl::string_view request_id) {
         absl::StrCat("request_id: ", request_id.size(), " bytes exceed the ",
                      kMaxRequestIdBytes, "-byte limit"));
   }
-  return absl::OkStatus();
+  return ValidateUtf8(request_id, "request_id");
+}
+
+absl::Status ValidateUtf8(absl::string_view value, absl::string_view field) {
+  if (google::protobuf::internal::IsStructurallyValidUTF8(
+          value.data(), static_cast<int>(value.size()))) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, ": not valid UTF-8 (send binary data as bytes)"));
 }
 
 absl::Status ValidateToken(uint64_t token, absl::string_view field) {

@@ -13,6 +13,7 @@
 #include "fencing/stale_token.h"
 #include "gateway/log.h"
 #include "gateway/status.h"
+#include "gateway/write_request.h"
 
 namespace fencegate {
 namespace {
@@ -77,8 +78,13 @@ void LogOutcome(absl::string_view tag, absl::string_view domain, uint64_t token,
 struct GatewayService::PendingWrite {
   grpc::CallbackServerContext* context = nullptr;
   grpc::ServerUnaryReactor* reactor = nullptr;
-  const v1::WriteRequest* request = nullptr;
-  v1::WriteResponse* response = nullptr;
+  // Parsed from the request's bytes; the response is serialized into
+  // response_bytes (gRPC's) before the reply.
+  v1::WriteRequest parsed_request;
+  v1::WriteResponse built_response;
+  const v1::WriteRequest* request = &parsed_request;
+  v1::WriteResponse* response = &built_response;
+  grpc::ByteBuffer* response_bytes = nullptr;
   std::string domain;
   WriteTarget target;  // Views `domain` and the request.
   StorageAdapter* adapter = nullptr;
@@ -96,12 +102,23 @@ GatewayService::GatewayService(Fencer* fencer, const Router* router,
       options_(options) {}
 
 grpc::ServerUnaryReactor* GatewayService::Write(
-    grpc::CallbackServerContext* context, const v1::WriteRequest* request,
-    v1::WriteResponse* response) {
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes,
+    grpc::ByteBuffer* response_bytes) {
+  auto write = std::make_unique<PendingWrite>();
+  if (absl::Status s = ParseWriteRequest(
+          *request_bytes, options_.max_ops_per_write, &write->parsed_request);
+      !s.ok()) {
+    return FinishNow(context, s);
+  }
+  const v1::WriteRequest* request = write->request;
   if (absl::Status s = ValidateToken(request->token()); !s.ok()) {
     return FinishNow(context, s);
   }
   if (absl::Status s = ValidateRequestId(request->request_id()); !s.ok()) {
+    return FinishNow(context, s);
+  }
+  if (absl::Status s = ValidateUtf8(request->resource(), "resource");
+      !s.ok()) {
     return FinishNow(context, s);
   }
   absl::StatusOr<ResolvedResource> resolved =
@@ -120,12 +137,6 @@ grpc::ServerUnaryReactor* GatewayService::Write(
                      absl::InvalidArgumentError("ops: at least one operation "
                                                 "is required"));
   }
-  if (static_cast<uint64_t>(request->ops_size()) > options_.max_ops_per_write) {
-    return FinishNow(context, absl::InvalidArgumentError(absl::StrCat(
-                                  "ops: ", request->ops_size(),
-                                  " operations exceed the limit of ",
-                                  options_.max_ops_per_write)));
-  }
   if (absl::Status s = resolved->adapter->Validate(
           WriteTarget{domain, request->token(), resolved->path,
                       request->request_id()},
@@ -135,11 +146,9 @@ grpc::ServerUnaryReactor* GatewayService::Write(
   }
 
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  auto write = std::make_unique<PendingWrite>();
   write->context = context;
   write->reactor = reactor;
-  write->request = request;
-  write->response = response;
+  write->response_bytes = response_bytes;
   write->domain = std::move(domain);
   write->target = WriteTarget{write->domain, request->token(), resolved->path,
                               request->request_id()};
@@ -221,6 +230,11 @@ void GatewayService::Reply(std::unique_ptr<PendingWrite> write,
   if (decision.ok()) {
     ToProto(decision->fence, write->response->mutable_fence());
     write->response->set_fence_advanced(decision->advanced);
+    if (absl::Status s =
+            SerializeWriteResponse(*write->response, write->response_bytes);
+        !s.ok()) {
+      decision = s;
+    }
   }
   grpc::ServerUnaryReactor* reactor = write->reactor;
   // Release the domain before finishing: once the RPC is finished the

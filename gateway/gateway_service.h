@@ -3,7 +3,8 @@
 // GatewayService: the fencegate.v1.Gateway gRPC service on the callback API.
 // Handlers validate the request on gRPC's thread (cheap, no I/O), then hand
 // the fenced work to the DomainExecutor and return; the reactor is finished
-// from the I/O thread.
+// from the I/O thread. Write takes the request's bytes (write_request.h), so
+// that a request with too many operations is refused before they are built.
 
 #ifndef GATEWAY_GATEWAY_SERVICE_H_
 #define GATEWAY_GATEWAY_SERVICE_H_
@@ -27,14 +28,16 @@ struct GatewayServiceOptions {
 
 // Thread safety: safe for concurrent RPCs. `fencer`, `router` and `executor`
 // are not owned and must outlive the service.
-class GatewayService final : public v1::Gateway::CallbackService {
+class GatewayService final
+    : public v1::Gateway::WithRawCallbackMethod_Write<
+          v1::Gateway::CallbackService> {
  public:
   GatewayService(Fencer* fencer, const Router* router, DomainExecutor* executor,
                  GatewayServiceOptions options);
 
   grpc::ServerUnaryReactor* Write(grpc::CallbackServerContext* context,
-                                  const v1::WriteRequest* request,
-                                  v1::WriteResponse* response) override;
+                                  const grpc::ByteBuffer* request,
+                                  grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Fence(grpc::CallbackServerContext* context,
                                   const v1::FenceRequest* request,
                                   v1::FenceState* response) override;

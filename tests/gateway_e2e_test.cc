@@ -14,14 +14,18 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "fencegate/v1/errors.pb.h"
 #include "fencegate/v1/gateway.grpc.pb.h"
 #include "google/rpc/status.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
+#include "absl/synchronization/notification.h"
 #include "grpcpp/create_channel.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/security/credentials.h"
 #include "tests/test_util.h"
 
@@ -247,6 +251,26 @@ TEST_F(GatewayE2eTest, MalformedRequestsAreInvalidArgument) {
   r = base;
   r.set_request_id(std::string(257, 'r'));
   expect_invalid(r, "request_id");
+  // Bytes that are not UTF-8 in a string field: refused by the gateway,
+  // naming the field (not by the parser, with an error naming nothing).
+  r = base;
+  r.set_domain("bad\xff\xfe");
+  expect_invalid(r, "domain: not valid UTF-8");
+  r = base;
+  r.set_resource("files/\xc3\x28");
+  expect_invalid(r, "resource: not valid UTF-8");
+  r = base;
+  r.set_request_id("id\x80");
+  expect_invalid(r, "request_id: not valid UTF-8");
+  {
+    v1::GetFenceRequest get;
+    get.set_domain("\xed\xa0\x80");  // A UTF-16 surrogate.
+    v1::FenceState state;
+    grpc::ClientContext context;
+    grpc::Status s = stub_->GetFence(&context, get, &state);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr("domain: not valid UTF-8"));
+  }
   v1::FenceRequest fence;
   fence.set_domain("d");
   fence.set_token(7);
@@ -324,6 +348,60 @@ TEST_F(GatewayE2eTest, StartUpRaisesTheFileDescriptorLimit) {
         return log.ok() && absl::StrContains(*log, "raised from 512");
       },
       absl::Seconds(10)));
+}
+
+// The VmHWM (peak resident memory) of `pid` in MiB, or -1.
+double PeakRssMib(pid_t pid) {
+  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(status, line)) {
+    if (absl::StartsWith(line, "VmHWM:")) {
+      int64_t kb = 0;
+      std::string value = line.substr(6, line.find("kB") - 6);
+      if (absl::SimpleAtoi(absl::StripAsciiWhitespace(value), &kb)) {
+        return static_cast<double>(kb) / 1024.0;
+      }
+    }
+  }
+  return -1;
+}
+
+// A 16 MiB request of 8 million empty operations is refused by counting
+// them on the wire, without building them: the gateway's peak memory stays
+// far below the ~500 MB that parsing them would take.
+TEST_F(GatewayE2eTest, ManyEmptyOperationsAreRefusedBeforeTheyAreBuilt) {
+  v1::WriteRequest head;
+  head.set_domain("many");
+  head.set_token(1);
+  head.set_resource("files/many");
+  std::string bytes = head.SerializeAsString();
+  constexpr size_t kOps = 8000000;
+  bytes.reserve(bytes.size() + 2 * kOps);
+  for (size_t i = 0; i < kOps; ++i) bytes.append("\x22\x00", 2);  // ops: {}
+  ASSERT_LT(bytes.size(), size_t{16} << 20);
+  grpc::Slice slice(bytes);
+  grpc::ByteBuffer request(&slice, 1);
+  grpc::ByteBuffer response;
+  grpc::GenericStub generic(channel_);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(60));
+  absl::Notification done;
+  grpc::Status status;
+  generic.UnaryCall(&context, "/fencegate.v1.Gateway/Write",
+                    grpc::StubOptions(), &request, &response,
+                    [&](grpc::Status s) {
+                      status = std::move(s);
+                      done.Notify();
+                    });
+  done.WaitForNotification();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("8000000 operations exceed the limit of 1000"));
+  const double peak = PeakRssMib(gateway_->pid());
+  EXPECT_GT(peak, 0);
+  EXPECT_LT(peak, 200) << "peak RSS " << peak << " MiB";
+  EXPECT_EQ(Highest("many"), 0u);
 }
 
 TEST_F(GatewayE2eTest, HealthAndReflectionAnswer) {

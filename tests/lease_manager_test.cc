@@ -366,6 +366,17 @@ TEST_F(LeaseManagerTest, BadArguments) {
               StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(manager_->KeepAlive("jobs", "x"),
               StatusIs(absl::StatusCode::kNotFound));
+  absl::Notification done;
+  absl::StatusOr<AcquireOutcome> bad_owner;
+  manager_->Acquire("jobs", "owner\xff", absl::Seconds(1), absl::ZeroDuration(),
+                    nullptr, [&](absl::StatusOr<AcquireOutcome> o) {
+                      bad_owner = std::move(o);
+                      done.Notify();
+                    });
+  done.WaitForNotification();
+  EXPECT_THAT(bad_owner.status(), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Acquire("jobs\xff").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 }  // namespace

@@ -273,6 +273,15 @@ TEST_F(PostgresIsolationTest, NulBytesAreRefusedBeforeAnythingIsSent) {
                     {Sql("UPDATE jobs SET owner = $1 WHERE id = 1",
                          {Text(std::string("a\0b", 3))})}),
               StatusIs(absl::StatusCode::kInvalidArgument));
+  // Nor may text be other than UTF-8: it names the field.
+  absl::Status bad_sql = Apply("d", 2, {Sql("DELETE FROM jobs -- \xff")});
+  EXPECT_THAT(bad_sql, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(bad_sql.message(), HasSubstr("ops[0].sql: not valid UTF-8"));
+  absl::Status bad_param =
+      Apply("d", 2,
+            {Sql("UPDATE jobs SET owner = $1 WHERE id = 1", {Text("\xc0\xaf")})});
+  EXPECT_THAT(bad_param.message(),
+              HasSubstr("ops[0].params[0].text: not valid UTF-8"));
   EXPECT_EQ(Count(), 5);
   EXPECT_EQ(StoredFence("d"), 1);
 }

@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "fencing/limits.h"
 #include "fencing/sync_point.h"
 #include "storage_adapters/postgres/fence_schema.h"
 #include "storage_adapters/postgres/role_check.h"
@@ -157,6 +158,11 @@ absl::Status PostgresAdapter::Validate(const WriteTarget& target,
           "ops[", i,
           "].sql: holds a NUL byte, where PostgreSQL would cut the statement"));
     }
+    if (absl::Status s =
+            ValidateUtf8(stmt.sql(), absl::StrCat("ops[", i, "].sql"));
+        !s.ok()) {
+      return s;
+    }
     if (stmt.sql().size() > kMaxSqlBytes) {
       return absl::InvalidArgumentError(absl::StrCat(
           "ops[", i, "].sql: longer than ", kMaxSqlBytes, " bytes"));
@@ -190,6 +196,13 @@ absl::Status PostgresAdapter::Validate(const WriteTarget& target,
         return absl::InvalidArgumentError(
             absl::StrCat("ops[", i, "].params[", p,
                          "]: text cannot hold NUL bytes; send bytes instead"));
+      }
+      if (v.kind_case() == v1::SqlValue::kText) {
+        if (absl::Status s = ValidateUtf8(
+                v.text(), absl::StrCat("ops[", i, "].params[", p, "].text"));
+            !s.ok()) {
+          return s;
+        }
       }
     }
   }

@@ -18,17 +18,24 @@ namespace fencegate {
 // Longest domain name accepted, in bytes.
 inline constexpr size_t kMaxDomainBytes = 512;
 
-// OK if `domain` is 1 to kMaxDomainBytes bytes without NUL; otherwise
-// INVALID_ARGUMENT naming the field `field` and the reason.
+// OK if `domain` is 1 to kMaxDomainBytes bytes of valid UTF-8 without NUL;
+// otherwise INVALID_ARGUMENT naming the field `field` and the reason.
 absl::Status ValidateDomain(absl::string_view domain,
                             absl::string_view field = "domain");
 
 // Longest request_id accepted, in bytes.
 inline constexpr size_t kMaxRequestIdBytes = 256;
 
-// OK if `request_id` is at most kMaxRequestIdBytes bytes; otherwise
-// INVALID_ARGUMENT. It only labels log lines, which must stay short.
+// OK if `request_id` is at most kMaxRequestIdBytes bytes of valid UTF-8;
+// otherwise INVALID_ARGUMENT. It only labels log lines, which must stay
+// short.
 absl::Status ValidateRequestId(absl::string_view request_id);
+
+// OK if `value` is valid UTF-8; otherwise INVALID_ARGUMENT naming `field`.
+// The API's messages are proto2, whose parser leaves string fields
+// unchecked, so that the gateway can say which field is wrong (proto3's
+// parser would refuse the whole request with gRPC's own error).
+absl::Status ValidateUtf8(absl::string_view value, absl::string_view field);
 
 // OK for 1 .. 2^64-1. Token 0 is INVALID_ARGUMENT: it is protobuf's unset
 // value, and accepting it would let a client that forgot its token write to

@@ -1,0 +1,69 @@
+// Copyright fencegate authors.
+
+#include "gateway/write_request.h"
+
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/wire_format_lite.h"
+#include "grpcpp/impl/codegen/proto_utils.h"
+#include "grpcpp/support/proto_buffer_reader.h"
+
+namespace fencegate {
+namespace {
+
+using google::protobuf::internal::WireFormatLite;
+
+// WriteRequest.ops: field 4, length-delimited.
+constexpr uint32_t kOpsTag = WireFormatLite::MakeTag(
+    v1::WriteRequest::kOpsFieldNumber, WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
+
+// The number of top-level `ops` fields in `bytes`, or -1 if the bytes do not
+// parse as fields.
+int64_t CountOps(const grpc::ByteBuffer& bytes) {
+  grpc::ByteBuffer copy(bytes);  // Shares the slices.
+  grpc::ProtoBufferReader reader(&copy);
+  google::protobuf::io::CodedInputStream in(&reader);
+  int64_t ops = 0;
+  while (true) {
+    const uint32_t tag = in.ReadTag();
+    if (tag == 0) return in.ConsumedEntireMessage() || reader.status().ok()
+                             ? ops
+                             : -1;
+    if (tag == kOpsTag) ++ops;
+    if (!WireFormatLite::SkipField(&in, tag)) return -1;
+  }
+}
+
+}  // namespace
+
+absl::Status ParseWriteRequest(const grpc::ByteBuffer& bytes,
+                               uint32_t max_ops, v1::WriteRequest* out) {
+  const int64_t ops = CountOps(bytes);
+  if (ops > max_ops) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ops: ", ops, " operations exceed the limit of ", max_ops));
+  }
+  grpc::ByteBuffer copy(bytes);
+  grpc::Status s =
+      grpc::SerializationTraits<v1::WriteRequest>::Deserialize(&copy, out);
+  if (ops < 0 || !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("request: not a fencegate.v1.WriteRequest",
+                     s.ok() ? "" : absl::StrCat(" (", s.error_message(), ")")));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SerializeWriteResponse(const v1::WriteResponse& response,
+                                    grpc::ByteBuffer* out) {
+  bool own_buffer = false;
+  grpc::Status s = grpc::SerializationTraits<v1::WriteResponse>::Serialize(
+      response, out, &own_buffer);
+  if (!s.ok()) {
+    return absl::InternalError(
+        absl::StrCat("serializing the response: ", s.error_message()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace fencegate
