@@ -57,7 +57,7 @@ class HalfSent:
         self.flush()
 
     def pump(self):
-        """Sends what flow control allows; False once nothing more to send."""
+        """Sends what flow control allows."""
         while self.left > 0 and not self.closed:
             window = self.conn.local_flow_control_window(self.stream)
             size = min(window, self.conn.max_outbound_frame_size,
@@ -95,7 +95,12 @@ class HalfSent:
         if not data:
             self.closed = True
             return
-        for event in self.conn.receive_data(data):
+        try:
+            events = self.conn.receive_data(data)
+        except h2.exceptions.ProtocolError:
+            self.closed = True
+            return
+        for event in events:
             if isinstance(event, (h2.events.StreamReset,
                                   h2.events.StreamEnded)):
                 self.reset = True

@@ -33,8 +33,8 @@ struct GatewayOptions {
   uint32_t max_ops_per_write = 1000;
   // Concurrent RPCs on one connection. Default: 100.
   uint32_t max_concurrent_streams = 100;
-  // gRPC's ResourceQuota, in bytes. Default: 1 GiB.
-  uint64_t memory_limit_bytes = uint64_t{1} << 30;
+  // gRPC's ResourceQuota, in bytes. Default: 512 MiB.
+  uint64_t memory_limit_bytes = uint64_t{512} << 20;
   // Connection age before GOAWAY, and the grace after it. Default: 600 s,
   // 60 s.
   absl::Duration max_connection_age = absl::Seconds(600);

@@ -179,7 +179,7 @@ int Run(int argc, char** argv) {
   set.Uint("max_concurrent_streams", &flags.max_concurrent_streams,
            "concurrent RPCs per connection (default 100)");
   set.Uint("memory_limit_mib", &flags.memory_limit_mib,
-           "memory for gRPC connections and messages, MiB (default 1024)");
+           "memory for gRPC connections and messages, MiB (default 512)");
   set.Uint("max_connection_age_seconds", &flags.max_connection_age_seconds,
            "GOAWAY a connection after this long (default 600)");
   set.Uint("max_connection_age_grace_seconds", &flags.max_connection_age_grace_seconds,

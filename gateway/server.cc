@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <climits>
+#include <thread>
 
 #include "absl/strings/escaping.h"
+#include "absl/synchronization/notification.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "fencing/clock.h"
@@ -162,12 +164,24 @@ void GatewayServer::Shutdown(absl::Duration grace) {
     if (leases_ != nullptr) leases_->Shutdown();
     // Returns once every started RPC has finished: in-flight writes run to
     // completion on the I/O pool; after the deadline they are cancelled,
-    // which the client sees even if the write still lands.
-    server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+    // which the client sees even if the write still lands. gRPC waits for
+    // every call to finish even then, so when the grace is over the
+    // storage work still running (a statement that ignores its timeout,
+    // say) is cancelled from another thread rather than waited for.
+    const absl::Time deadline = absl::Now() + grace;
+    absl::Notification finished;
+    std::thread canceller([this, deadline, &finished] {
+      if (!finished.WaitForNotificationWithDeadline(deadline) &&
+          router_ != nullptr) {
+        Log(LogSeverity::kWarning,
+            "shutdown grace over: cancelling storage work still running");
+        router_->CancelInFlight();
+      }
+    });
+    server_->Shutdown(absl::ToChronoTime(deadline));
+    finished.Notify();
+    canceller.join();
   }
-  // The grace is over: storage work still running (a statement that
-  // ignores its timeout, say) is cancelled rather than waited for.
-  if (router_ != nullptr) router_->CancelInFlight();
   if (executor_ != nullptr) executor_->Join();
 }
 

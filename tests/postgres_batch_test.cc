@@ -296,6 +296,43 @@ TEST_F(PostgresBatchTest, BatchInterruptedBySessionEndIsRetried) {
   EXPECT_EQ(Count(), kWrites + 1);
 }
 
+// The gateway's own deadline holds for every Write of a batch: after it
+// cancels one that ran too long, it watches the next one on the connection
+// again. Two slow Writes that switched the server's timeout off travel in
+// one batch; both are cancelled, rolled back.
+TEST_F(PostgresBatchTest, EveryWriteOfABatchIsWatched) {
+  auto one_connection = MakeAdapter("pool_size=1&statement_timeout_ms=200");
+  ASSERT_OK(Apply(one_connection.get(), "warm", 1,
+                  {Sql("INSERT INTO jobs (id) VALUES (100)")}));
+  FirstBatchHold hold(3);
+  std::vector<absl::Status> outcomes(3);
+  std::vector<std::thread> threads;
+  for (int k = 0; k < 3; ++k) {
+    threads.emplace_back([&, k] {
+      std::vector<v1::Operation> ops = {
+          Sql("INSERT INTO jobs (id) VALUES ($1)", {Int(k)})};
+      if (k > 0) {
+        ops.push_back(Sql("SET LOCAL statement_timeout = 0"));
+        ops.push_back(Sql("SELECT pg_sleep(60)"));
+      }
+      outcomes[k] =
+          Apply(one_connection.get(), absl::StrCat("s", k), 1, std::move(ops));
+    });
+    if (k == 0) hold.WaitForFirstBatch();
+  }
+  for (std::thread& t : threads) t.join();
+  ASSERT_EQ(hold.sizes().size(), 2u);
+  EXPECT_EQ(hold.sizes()[1], 2u);  // Both slow writes in one batch.
+  EXPECT_OK(outcomes[0]);
+  for (int k = 1; k < 3; ++k) {
+    EXPECT_THAT(outcomes[k], StatusIs(absl::StatusCode::kDeadlineExceeded))
+        << k;
+    EXPECT_THAT(outcomes[k].message(), HasSubstr("cancelled by the gateway"))
+        << k;
+    EXPECT_EQ(Count(absl::StrCat("id = ", k)), 0) << k;
+  }
+}
+
 // A sender keeps its connection from one batch to the next while writes
 // are queued. If the server ends the session in between (here: an
 // administrator terminates the backend after the first batch was read),

@@ -6,6 +6,9 @@
 // transaction, the fence in the database is out of the route role's reach,
 // NUL bytes never cut a statement, and privileged roles are refused.
 
+#include <signal.h>
+#include <sys/wait.h>
+
 #include <memory>
 #include <string>
 #include <thread>
@@ -13,6 +16,9 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "fencegate/v1/gateway.grpc.pb.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
 #include "fencing/stale_token.h"
 #include "storage_adapters/postgres/fence_schema.h"
 #include "storage_adapters/postgres/postgres_adapter.h"
@@ -163,6 +169,19 @@ TEST_F(PostgresIsolationTest, TheDatabaseFenceIsOutOfTheRouteRolesReach) {
                                                           // privilege.
   }
   EXPECT_EQ(StoredFence("billing"), 10);
+  // The fence function, which the route role may call, only as the first
+  // write of a transaction: SQL in a Write cannot push another domain's
+  // fence out of reach with it.
+  absl::Status again = Apply(
+      "billing", 10,
+      {Sql("SELECT fencegate.fence('victim', 9223372036854775807)")});
+  EXPECT_THAT(again, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(again.message(), HasSubstr("FG002"));
+  EXPECT_THAT(Apply("billing", 10,
+                    {Sql("DO $$BEGIN PERFORM fencegate.fence('victim', "
+                         "9223372036854775807); END$$")}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(StoredFence("victim"), 0);
   // A search_path that puts the caller's own objects first -- even the
   // role's default, which every reset restores -- changes nothing: every
   // name fencegate sends is schema-qualified.
@@ -389,6 +408,46 @@ TEST_F(PostgresIsolationTest, CancelInFlightEndsRunningStatements) {
   EXPECT_THAT(Apply(patient.get(), "d", 1, {Sql("SELECT 1")}),
               StatusIs(absl::StatusCode::kUnavailable));
   EXPECT_EQ(Count(), 0);
+}
+
+// SIGTERM: once the shutdown grace is over, a statement that would run on
+// (the route's own timeout is off here) is cancelled, rolled back, and the
+// gateway exits. Had it run to its end, its insert would have committed.
+TEST_F(PostgresIsolationTest, ShutdownGraceCancelsWhatStillRuns) {
+  testing::TempDir dir;
+  auto gateway = testing::GatewayProcess::Start(
+      dir.path() + "/data",
+      {"--route=db=" + server_->Uri("statement_timeout_ms=0"),
+       "--shutdown_grace_seconds=1"});
+  ASSERT_TRUE(gateway.ok()) << gateway.status();
+  auto stub = v1::Gateway::NewStub(grpc::CreateChannel(
+      (*gateway)->address(), grpc::InsecureChannelCredentials()));
+  grpc::Status slow;
+  std::thread writer([&] {
+    v1::WriteRequest request;
+    request.set_domain("d");
+    request.set_token(1);
+    request.set_resource("db/jobs");
+    request.add_ops()->mutable_sql()->set_sql(
+        "INSERT INTO jobs (id) VALUES (1)");
+    request.add_ops()->mutable_sql()->set_sql("SELECT pg_sleep(120)");
+    v1::WriteResponse response;
+    grpc::ClientContext context;
+    slow = stub->Write(&context, request, &response);
+  });
+  ASSERT_TRUE(::fencegate::testing::WaitFor(
+      [] {
+        return Exec("SELECT count(*) FROM pg_stat_activity WHERE query = "
+                    "'SELECT pg_sleep(120)' AND state = 'active'")[0][0]
+                   .as<int64_t>() == 1;
+      },
+      absl::Seconds(20)));
+  const int status = (*gateway)->Stop(SIGTERM);
+  writer.join();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_FALSE(slow.ok());
+  EXPECT_EQ(Count(), 0);  // Rolled back, not run to its end.
+  EXPECT_EQ(StoredFence("d"), 0);
 }
 
 }  // namespace

@@ -97,7 +97,7 @@ TEST(ConfigTest, DefaultsAndFileValues) {
   EXPECT_EQ(from_file.max_waiting_acquires, 11u);
   // Defaults.
   EXPECT_EQ(options.max_concurrent_streams, 100u);
-  EXPECT_EQ(options.memory_limit_bytes, uint64_t{1} << 30);
+  EXPECT_EQ(options.memory_limit_bytes, uint64_t{512} << 20);
   EXPECT_EQ(options.max_cached_domains, 100000u);
   EXPECT_EQ(options.max_waiting_acquires, 1024u);
   v1::GatewayConfig tiny;

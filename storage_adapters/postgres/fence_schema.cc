@@ -84,6 +84,13 @@ BEGIN
     RAISE EXCEPTION 'fencing token must be at least 1 and domain not null'
       USING ERRCODE = '22023';
   END IF;
+  -- Only as its transaction's first write: the gateway calls it first in
+  -- every Write, so SQL sent through a route cannot call it again to raise
+  -- some other domain's fence out of reach.
+  IF pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL THEN
+    RAISE EXCEPTION 'fencegate.fence() must be the first write of its transaction'
+      USING ERRCODE = '$ONCE';
+  END IF;
   INSERT INTO $S.fences AS f (domain, token) VALUES (p_domain, p_token)
   ON CONFLICT (domain) DO UPDATE SET token = EXCLUDED.token,
     updated_at = now() WHERE f.token <= EXCLUDED.token
@@ -98,7 +105,7 @@ BEGIN
   RETURN held;
 END
 $fn$)sql",
-      {{"$S", s}, {"$STALE", kStaleSqlState}}));
+      {{"$S", s}, {"$STALE", kStaleSqlState}, {"$ONCE", kNotFirstSqlState}}));
   sql.push_back(absl::StrCat("ALTER FUNCTION ", fn, " OWNER TO ", owner));
   sql.push_back(absl::StrCat("REVOKE ALL ON FUNCTION ", fn, " FROM PUBLIC"));
   sql.push_back(absl::StrCat("GRANT USAGE ON SCHEMA ", s, " TO ", r));

@@ -10,7 +10,9 @@
 // fence() raises the domain's row to `token`, or keeps it if equal, taking
 // the row's lock, and returns the token; if the row holds a higher token it
 // fails with SQLSTATE FG001 (kStaleSqlState), the database's token in the
-// error's DETAIL. Route roles get USAGE on the schema and EXECUTE on the
+// error's DETAIL. It must be its transaction's first write (FG002
+// otherwise), which the gateway's call always is: SQL sent through a route
+// cannot call it a second time to raise another domain's fence. Route roles get USAGE on the schema and EXECUTE on the
 // function, nothing else: no statement sent through a route can write,
 // drop or read the fence table, and every name is schema-qualified, so no
 // search_path can redirect the call. Direct writers call the same function
@@ -35,6 +37,10 @@ inline constexpr char kDefaultFenceSchema[] = "fencegate";
 
 // SQLSTATE of fence() refusing a token lower than the database's.
 inline constexpr char kStaleSqlState[] = "FG001";
+
+// SQLSTATE of fence() called after its transaction already wrote
+// something: it must come first (so client SQL cannot call it again).
+inline constexpr char kNotFirstSqlState[] = "FG002";
 
 // True for a name fencegate accepts as schema or role: 1-63 lower-case
 // letters, digits and '_', not starting with a digit.

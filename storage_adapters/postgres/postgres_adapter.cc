@@ -221,6 +221,34 @@ absl::Status PostgresAdapter::Apply(const WriteTarget& target,
   return status;
 }
 
+bool PostgresAdapter::CallSenderForQueuedLocked() {
+  // Each sender on its way takes up to kMaxBatch queued writes when it
+  // gets the lock: wake another only for writes beyond those. (Waking one
+  // per write woke senders that found the queue already taken, each
+  // wake-up a context switch.) An idle sender is preferred to a starting
+  // one, which may still have to connect. With spread_after_, a sender
+  // carrying a batch is on its way too: it takes the next batch when its
+  // round trip ends, so fewer connections carry bigger batches, and the
+  // timer thread calls another sender for writes that wait too long.
+  const size_t carrying =
+      spread_after_ > absl::ZeroDuration() && !stopping_
+          ? senders_.size() - static_cast<size_t>(idle_senders_ + starting_)
+          : 0;
+  if (queue_.size() <= (signalled_ + carrying) * kMaxBatch) return true;
+  if (idle_senders_ > signalled_) {
+    ++signalled_;
+    queue_cv_.Signal();
+    return true;
+  }
+  if (queue_.size() <= (signalled_ + starting_ + carrying) * kMaxBatch) {
+    return true;
+  }
+  if (stopping_ || senders_.size() >= static_cast<size_t>(options_.pool_size)) {
+    return true;  // Every sender carries a batch and takes this write next.
+  }
+  return StartSenderLocked() || !senders_.empty();  // Else none will.
+}
+
 void PostgresAdapter::ApplyAsync(const WriteTarget& target,
                                  const Operations& ops, OpResults* results,
                                  ApplyCallback done) {
@@ -232,53 +260,29 @@ void PostgresAdapter::ApplyAsync(const WriteTarget& target,
   w->queued_at = absl::Now();
   w->block = NeedsTransactionBlock(ops);
   PendingWrite* queued = w.get();
-  bool abandoned = false;
+  absl::Status refused;
   {
     absl::MutexLock lock(&queue_mu_);
-    abandoned = abandoned_;
-  }
-  if (abandoned) {
-    std::move(w->done)(absl::UnavailableError(
-        "postgres: the gateway is shutting down; the write was not sent"));
-    return;
-  }
-  {
-    absl::MutexLock lock(&queue_mu_);
-    queue_.push_back(std::move(w));
-    FENCEGATE_SYNC_POINT("PostgresAdapter::ApplyAsync:Queued");
-    // Each sender on its way takes up to kMaxBatch queued writes when it
-    // gets the lock: wake another only for writes beyond those. (Waking one
-    // per write woke senders that found the queue already taken, each
-    // wake-up a context switch.) An idle sender is preferred to a starting
-    // one, which may still have to connect. With spread_after_, a sender
-    // carrying a batch is on its way too: it takes the next batch when its
-    // round trip ends, so fewer connections carry bigger batches, and the
-    // timer thread calls another sender for writes that wait too long.
-    const size_t carrying =
-        spread_after_ > absl::ZeroDuration() && !stopping_
-            ? senders_.size() - static_cast<size_t>(idle_senders_ + starting_)
-            : 0;
-    if (queue_.size() <= (signalled_ + carrying) * kMaxBatch) return;
-    if (idle_senders_ > signalled_) {
-      ++signalled_;
-      queue_cv_.Signal();
-      return;
+    // Checked and queued under one lock: nothing is queued once
+    // CancelInFlight() has emptied the queue.
+    if (abandoned_) {
+      refused = absl::UnavailableError(
+          "postgres: the gateway is shutting down; the write was not sent");
+    } else {
+      queue_.push_back(std::move(w));
+      FENCEGATE_SYNC_POINT("PostgresAdapter::ApplyAsync:Queued");
+      if (CallSenderForQueuedLocked()) return;
+      // No sender will ever take it.
+      auto it = std::find_if(queue_.begin(), queue_.end(),
+                             [&](const auto& p) { return p.get() == queued; });
+      w = std::move(*it);
+      queue_.erase(it);
+      refused = absl::ResourceExhaustedError(
+          "postgres: cannot start a thread to send the write; nothing was "
+          "sent");
     }
-    if (queue_.size() <= (signalled_ + starting_ + carrying) * kMaxBatch) {
-      return;
-    }
-    if (stopping_ ||
-        senders_.size() >= static_cast<size_t>(options_.pool_size)) {
-      return;  // Every sender carries a batch and takes this write next.
-    }
-    if (StartSenderLocked() || !senders_.empty()) return;  // Else none will.
-    auto it = std::find_if(queue_.begin(), queue_.end(),
-                           [&](const auto& p) { return p.get() == queued; });
-    w = std::move(*it);
-    queue_.erase(it);
   }
-  std::move(w->done)(absl::ResourceExhaustedError(
-      "postgres: cannot start a thread to send the write; nothing was sent"));
+  std::move(w->done)(std::move(refused));
 }
 
 void PostgresAdapter::Send() {

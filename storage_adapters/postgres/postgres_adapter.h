@@ -5,11 +5,12 @@
 //
 // Every Write is one transaction, sent in one round trip (libpq's pipeline
 // mode: the queries and a sync go out together, and the server runs them as
-// one implicit transaction that commits at the sync). Before it, in the same
-// round trip, goes DISCARD ALL with a sync of its own, so that each Write
-// runs on a session as fresh as a new connection's: nothing an earlier
+// one implicit transaction that commits at the sync). It starts with
+// DISCARD ALL, which PostgreSQL runs and commits by itself, so that each
+// Write runs on a session as fresh as a new connection's: nothing an earlier
 // Write set (role, settings, prepared statements, temporary objects,
-// LISTEN, advisory locks, cursors) reaches it. Then:
+// LISTEN, advisory locks, cursors) reaches it; if the reset fails, nothing
+// of the Write runs (it is sent again on a fresh connection). Then:
 //   1. <fence_schema>.fence(domain, token) (fence_schema.h): the domain's
 //      row is raised, or kept if equal, under its row lock, so concurrent
 //      transactions of the domain serialize; if the database already holds
@@ -133,7 +134,7 @@ class PostgresAdapter final : public StorageAdapter {
     bool stale = false;      // The database holds a higher token.
     uint64_t held = 0;       // The database's token, when stale.
     bool block = false;      // Sent in BEGIN ... COMMIT (DO or CALL).
-    bool unreset = false;    // The reset before it failed: drop the session.
+    bool unreset = false;    // Its reset failed: drop the session.
   };
   // How a write's results ended: at its sync, or with the connection.
   enum class Ending {
@@ -166,6 +167,10 @@ class PostgresAdapter final : public StorageAdapter {
   // on its first attempt: those are returned, reset, to be sent again.
   std::vector<std::unique_ptr<PendingWrite>> ReportBatch(
       std::vector<std::unique_ptr<PendingWrite>> batch);
+  // After a write was queued: wakes or starts a sender if the senders on
+  // their way will not take it. False if no sender ever will (no thread
+  // could be started and none exists).
+  bool CallSenderForQueuedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_);
   // Puts `retries` back at the front of the queue.
   void RequeueLocked(std::vector<std::unique_ptr<PendingWrite>> retries)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_);
@@ -188,9 +193,7 @@ class PostgresAdapter final : public StorageAdapter {
   void SpreadLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_);
   // Queues one write's queries and its sync; false if sending failed.
   bool SendWrite(PGconn* c, const PendingWrite& w);
-  // Reads the result of the reset sent before a write, and its sync.
-  Ending ReadReset(PgConnection& conn, PendingWrite* w);
-  // Reads one write's results up to its sync (the reset's first).
+  // Reads one write's results (its reset's first) up to its sync.
   Ending ReadWrite(PgConnection& conn, PendingWrite* w,
                    const postgres::StatementWatchdog::Watch& watch);
   // Checks the role of a new connection (role_check.h).

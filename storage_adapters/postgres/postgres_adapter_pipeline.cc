@@ -31,10 +31,12 @@ using postgres::ParamText;
 using postgres::PgResult;
 using postgres::ResultBudget;
 using postgres::SqlErrorStatus;
+using postgres::Trimmed;
 
-// Sent before every Write, with a sync of its own (it cannot run inside a
-// transaction): the session as a new connection has it, but for the
-// startup packet's settings (statement_timeout), which are reset values.
+// Sent first in every Write's segment (it cannot run inside a transaction,
+// so PostgreSQL commits it by itself, before the Write's transaction
+// starts): the session as a new connection has it, but for the startup
+// packet's settings (statement_timeout), which are reset values.
 constexpr char kResetSql[] = "DISCARD ALL";
 
 }  // namespace
@@ -137,8 +139,9 @@ void PostgresAdapter::ReadBatch(std::optional<PgConnectionPool::Lease>* lease,
     }
     if (batch[i]->unreset) usable = false;
   }
-  // A cancel sent late may still reach the server: do not reuse it.
-  if (watch->cancelled()) usable = false;
+  // No cancel is sent from here on; one sent already may still reach the
+  // server: then do not reuse the connection.
+  if (watch->Disarm()) usable = false;
   const PGTransactionStatusType tx = PQtransactionStatus(c);
   if (tx == PQTRANS_INERROR && sent > 0 && batch[sent - 1]->block &&
       !batch[sent - 1]->status.ok()) {
@@ -168,9 +171,10 @@ void PostgresAdapter::ReadBatch(std::optional<PgConnectionPool::Lease>* lease,
 }
 
 bool PostgresAdapter::SendWrite(PGconn* c, const PendingWrite& w) {
+  // First in the Write's segment, where PostgreSQL allows it: it commits
+  // by itself at once, and if it fails nothing after it runs.
   if (PQsendQueryParams(c, kResetSql, 0, nullptr, nullptr, nullptr, nullptr,
-                        0) != 1 ||
-      PQpipelineSync(c) != 1) {
+                        0) != 1) {
     return false;
   }
   if (w.block && PQsendQueryParams(c, "BEGIN", 0, nullptr, nullptr, nullptr,
@@ -210,86 +214,24 @@ bool PostgresAdapter::SendWrite(PGconn* c, const PendingWrite& w) {
   return PQpipelineSync(c) == 1;
 }
 
-PostgresAdapter::Ending PostgresAdapter::ReadReset(PgConnection& conn,
-                                                   PendingWrite* w) {
-  PGconn* c = conn.raw();
-  PgResult r(PQgetResult(c));
-  const ExecStatusType status =
-      r == nullptr ? PGRES_FATAL_ERROR : PQresultStatus(r.get());
-  if (status != PGRES_COMMAND_OK) {
-    const char* severity =
-        r == nullptr
-            ? nullptr
-            : PQresultErrorField(r.get(), PG_DIAG_SEVERITY_NONLOCALIZED);
-    if (severity == nullptr || std::string_view(severity) == "FATAL" ||
-        std::string_view(severity) == "PANIC") {
-      w->results->Clear();
-      if (severity == nullptr && !conn.ended_between_queries()) {
-        w->status = absl::UnavailableError(absl::StrCat(
-            "postgres: connection lost after the write was sent, outcome "
-            "unknown (retry with the same token): ",
-            ConnectionError(c)));
-        return Ending::kLost;
-      }
-      // The server ended the session before it reached the write.
-      w->status = absl::UnavailableError(
-          absl::StrCat("postgres: connection closed before the write ran: ",
-                       ConnectionError(c)));
-      w->retryable = true;
-      return Ending::kEndedBeforeSync;
-    }
-    // The write runs all the same (it has a sync of its own), but on a
-    // session nobody knows: drop the connection after this batch.
-    w->unreset = true;
-  }
-  if (r != nullptr) PgResult end(PQgetResult(c));
-  PgResult sync(PQgetResult(c));
-  if (sync == nullptr || PQresultStatus(sync.get()) != PGRES_PIPELINE_SYNC) {
-    w->results->Clear();
-    const char* sync_severity =
-        sync == nullptr
-            ? nullptr
-            : PQresultErrorField(sync.get(), PG_DIAG_SEVERITY_NONLOCALIZED);
-    if (conn.ended_between_queries() ||
-        (sync_severity != nullptr &&
-         (std::string_view(sync_severity) == "FATAL" ||
-          std::string_view(sync_severity) == "PANIC"))) {
-      // The server ended the session before the reset's sync: it never
-      // reached the write.
-      w->status = absl::UnavailableError(
-          absl::StrCat("postgres: connection closed before the write ran: ",
-                       ConnectionError(c)));
-      w->retryable = true;
-      return Ending::kEndedBeforeSync;
-    }
-    w->status = absl::UnavailableError(absl::StrCat(
-        "postgres: connection lost after the write was sent, outcome "
-        "unknown (retry with the same token): ",
-        ConnectionError(c)));
-    return Ending::kLost;
-  }
-  return Ending::kSynced;
-}
-
 PostgresAdapter::Ending PostgresAdapter::ReadWrite(
     PgConnection& conn, PendingWrite* w,
     const postgres::StatementWatchdog::Watch& watch) {
-  if (Ending reset = ReadReset(conn, w); reset != Ending::kSynced) {
-    return reset;
-  }
   PGconn* c = conn.raw();
-  // One result per query: [BEGIN], the fence call, the statements,
-  // [COMMIT]. After the first error the server skips the rest
+  // One result per query: the reset, [BEGIN], the fence call, the
+  // statements, [COMMIT]. After the first error the server skips the rest
   // (PIPELINE_ABORTED) and rolls the transaction back at the sync (or
   // leaves a BEGIN's block aborted, for the caller to drop).
   const Operations& ops = *w->ops;
-  const int fence_query = w->block ? 1 : 0;
+  const int fence_query = w->block ? 2 : 1;
   const int queries = ops.size() + fence_query + 1 + (w->block ? 1 : 0);
+  const int commit_query = w->block ? queries - 1 : -1;
   bool failed = false;
   ResultBudget budget{options_.max_result_rows, options_.max_result_bytes};
   for (int q = 0; q < queries; ++q) {
-    // The operation a result belongs to: -1 for BEGIN and the fence call,
-    // the last one for COMMIT (where deferred constraints are checked).
+    // The operation a result belongs to: -1 for the reset, BEGIN and the
+    // fence call, the last one for COMMIT (where deferred constraints are
+    // checked).
     const int op_index = std::min(q - fence_query - 1, ops.size() - 1);
     const bool is_op = q > fence_query && q <= fence_query + ops.size();
     PgResult r(PQgetResult(c));
@@ -321,13 +263,22 @@ PostgresAdapter::Ending PostgresAdapter::ReadWrite(
         w->results->Clear();
         if (failed) return Ending::kLost;  // Rolled back: w->status is set.
         if (state == nullptr && q == 0 && conn.ended_between_queries()) {
-          // The server ended the session after the reset's sync, before
-          // this write's first query: none of it ran.
+          // The server ended the session while idle, after the previous
+          // write's sync: none of this one ran.
           w->status = absl::UnavailableError(absl::StrCat(
               "postgres: connection closed before the write ran: ",
               ConnectionError(c)));
           w->retryable = true;
           return Ending::kEndedBeforeSync;
+        }
+        if (q == commit_query) {
+          // The session ended during COMMIT: it may have committed (a
+          // synchronous standby's wait, say). Never send it again.
+          w->status = absl::UnavailableError(absl::StrCat(
+              "postgres: connection lost during COMMIT, outcome unknown "
+              "(retry with the same token if the write is idempotent): ",
+              ConnectionError(c)));
+          return Ending::kLost;
         }
         if (state == nullptr) {
           w->status = absl::UnavailableError(absl::StrCat(
@@ -343,7 +294,16 @@ PostgresAdapter::Ending PostgresAdapter::ReadWrite(
       }
       if (!failed) {
         failed = true;
-        if (q == fence_query && std::string_view(state) == kStaleSqlState) {
+        if (q == 0) {
+          // The reset failed, so nothing after it ran: safe to send again
+          // on a fresh connection.
+          w->status = absl::UnavailableError(
+              absl::StrCat("postgres: resetting the session failed: ",
+                           Trimmed(PQresultErrorMessage(r.get()))));
+          w->retryable = true;
+          w->unreset = true;
+        } else if (q == fence_query &&
+                   std::string_view(state) == kStaleSqlState) {
           w->stale = true;
           // fence() puts the database's token in DETAIL.
           const char* detail =

@@ -5,13 +5,17 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <utility>
 
 namespace fencegate::postgres {
 
 struct StatementWatchdog::Watch::State {
   absl::Mutex mu;
-  PGcancel* cancel ABSL_GUARDED_BY(mu) = nullptr;  // Freed by ~Watch.
+  PGcancel* cancel ABSL_GUARDED_BY(mu) = nullptr;  // Freed by Disarm().
+  // The current Write's deadline (0: none), and the last one a cancel was
+  // sent for: a later deadline is watched again.
   std::atomic<int64_t> deadline_ns{0};
+  std::atomic<int64_t> cancelled_for_ns{-1};
   std::atomic<bool> cancelled{false};
 };
 
@@ -33,28 +37,35 @@ StatementWatchdog::Watch::Watch(StatementWatchdog* dog, PGconn* conn)
     absl::MutexLock lock(&state_->mu);
     state_->cancel = PQgetCancel(conn);
   }
-  Progress();
-  bool cancel_now = false;
   {
     absl::MutexLock lock(&dog_->mu_);
     dog_->watched_.push_back(state_);
-    cancel_now = dog_->cancel_all_;
+    ++dog_->added_;
   }
-  if (cancel_now) dog_->Cancel(state_);
+  Progress();
 }
 
-StatementWatchdog::Watch::~Watch() {
+StatementWatchdog::Watch::~Watch() { Disarm(); }
+
+bool StatementWatchdog::Watch::Disarm() {
   {
     absl::MutexLock lock(&dog_->mu_);
     auto& w = dog_->watched_;
     w.erase(std::remove(w.begin(), w.end(), state_), w.end());
   }
+  // Waits for a cancel being sent right now.
   absl::MutexLock lock(&state_->mu);
   if (state_->cancel != nullptr) PQfreeCancel(state_->cancel);
   state_->cancel = nullptr;
+  return state_->cancelled.load(std::memory_order_acquire);
 }
 
 void StatementWatchdog::Watch::Progress() {
+  if (dog_->cancel_all_.load(std::memory_order_acquire)) {
+    // Shutting down: whatever runs next on this connection is cancelled.
+    dog_->Cancel(state_, 0);
+    return;
+  }
   const absl::Time deadline = dog_->limit_ == absl::InfiniteDuration()
                                   ? absl::InfiniteFuture()
                                   : absl::Now() + dog_->limit_;
@@ -68,18 +79,20 @@ bool StatementWatchdog::Watch::cancelled() const {
 }
 
 void StatementWatchdog::CancelAll() {
+  cancel_all_.store(true, std::memory_order_release);
   std::vector<std::shared_ptr<Watch::State>> all;
   {
     absl::MutexLock lock(&mu_);
-    cancel_all_ = true;
     all = watched_;
   }
-  for (const auto& state : all) Cancel(state);
+  for (const auto& state : all) Cancel(state, 0);
 }
 
-void StatementWatchdog::Cancel(const std::shared_ptr<Watch::State>& state) {
+void StatementWatchdog::Cancel(const std::shared_ptr<Watch::State>& state,
+                               int64_t deadline_ns) {
   absl::MutexLock lock(&state->mu);
-  if (state->cancel == nullptr) return;  // The sender is done with it.
+  if (state->cancel == nullptr) return;  // Disarmed: the sender is done.
+  state->cancelled_for_ns.store(deadline_ns, std::memory_order_relaxed);
   state->cancelled.store(true, std::memory_order_release);
   char error[256];
   // A failed cancel (server unreachable) leaves the statement to the
@@ -93,29 +106,31 @@ void StatementWatchdog::Run() {
   while (!stopping_) {
     absl::Time next = absl::InfiniteFuture();
     const absl::Time now = absl::Now();
-    std::vector<std::shared_ptr<Watch::State>> due;
+    std::vector<std::pair<std::shared_ptr<Watch::State>, int64_t>> due;
     for (const auto& state : watched_) {
       const int64_t ns = state->deadline_ns.load(std::memory_order_relaxed);
-      if (ns == 0 || state->cancelled.load(std::memory_order_relaxed)) continue;
+      if (ns == 0 ||
+          ns == state->cancelled_for_ns.load(std::memory_order_relaxed)) {
+        continue;  // No deadline, or this one was acted on already.
+      }
       const absl::Time deadline = absl::FromUnixNanos(ns);
       if (deadline <= now) {
-        due.push_back(state);
+        due.emplace_back(state, ns);
       } else {
         next = std::min(next, deadline);
       }
     }
     if (!due.empty()) {
       mu_.Unlock();
-      for (const auto& state : due) Cancel(state);
+      for (const auto& [state, ns] : due) Cancel(state, ns);
       mu_.Lock();
       continue;
     }
-    // Wake for the earliest deadline, or when something is watched (a
-    // new Watch's deadline is at least limit_ away: checking again after
-    // limit_ is soon enough).
-    const size_t count = watched_.size();
-    auto changed = [this, count]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return stopping_ || watched_.size() > count;
+    // Wake for the earliest deadline, or for a new Watch. A Write that
+    // completes only moves its deadline later, which is found on waking.
+    const uint64_t added = added_;
+    auto changed = [this, added]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopping_ || added_ != added;
     };
     if (next == absl::InfiniteFuture()) {
       mu_.Await(absl::Condition(&changed));

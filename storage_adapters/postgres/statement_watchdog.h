@@ -50,10 +50,15 @@ class StatementWatchdog {
     Watch(const Watch&) = delete;
     Watch& operator=(const Watch&) = delete;
     ~Watch();
-    // A Write completed: the limit starts again for the next one.
+    // A Write completed: the limit starts again for the next one (which is
+    // cancelled at once after CancelAll()).
     void Progress();
-    // True once the watchdog cancelled this connection's statement.
+    // True once the watchdog cancelled a statement on this connection.
     bool cancelled() const;
+    // Stops watching: no cancel is sent after it returns. Returns
+    // cancelled(): a connection that was cancelled must not be reused, as
+    // a cancel may still be on its way to the server.
+    bool Disarm();
 
    private:
     friend class StatementWatchdog;
@@ -68,12 +73,16 @@ class StatementWatchdog {
 
  private:
   void Run();
-  void Cancel(const std::shared_ptr<Watch::State>& state);
+  // Sends a cancel for the statement running under `state`, recording that
+  // the deadline `deadline_ns` was acted on (0: whatever the deadline).
+  void Cancel(const std::shared_ptr<Watch::State>& state, int64_t deadline_ns);
 
   const absl::Duration limit_;
+  std::atomic<bool> cancel_all_{false};
   absl::Mutex mu_;
   std::vector<std::shared_ptr<Watch::State>> watched_ ABSL_GUARDED_BY(mu_);
-  bool cancel_all_ ABSL_GUARDED_BY(mu_) = false;
+  // Watches made so far: the thread wakes for a new one.
+  uint64_t added_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;  // Last: starts after everything it uses.
 };
