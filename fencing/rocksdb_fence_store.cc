@@ -20,9 +20,12 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "fencegate/v1/lease.pb.h"
+#include "fencing/reserve_fs.h"
 #include "fencing/sync_point.h"
 #include "rocksdb/cache.h"
 #include "rocksdb/db.h"
+#include "rocksdb/env.h"
+#include "rocksdb/file_system.h"
 #include "rocksdb/options.h"
 #include "rocksdb/table.h"
 #include "rocksdb/write_batch.h"
@@ -78,8 +81,11 @@ absl::Status FromRocks(const rocksdb::Status& s, absl::string_view what) {
 // the single writer makes each read-compare-write atomic.
 class RocksDbFenceStore final : public RocksDbStore {
  public:
-  RocksDbFenceStore(std::unique_ptr<rocksdb::DB> db, size_t max_cached)
-      : db_(std::move(db)), max_cached_(std::max<size_t>(1, max_cached)) {}
+  RocksDbFenceStore(std::unique_ptr<rocksdb::Env> env,
+                    std::unique_ptr<rocksdb::DB> db, size_t max_cached)
+      : env_(std::move(env)),
+        db_(std::move(db)),
+        max_cached_(std::max<size_t>(1, max_cached)) {}
 
   // Commits and reports every queued rise before returning. Users must be
   // done with the store: a rise queued once the commit thread has exited
@@ -369,6 +375,8 @@ class RocksDbFenceStore final : public RocksDbStore {
     std::abort();
   }
 
+  // The database's Env (over ReserveFs); outlives it.
+  const std::unique_ptr<rocksdb::Env> env_;
   const std::unique_ptr<rocksdb::DB> db_;
   const size_t max_cached_;
   absl::Mutex cache_mu_;
@@ -404,7 +412,14 @@ absl::StatusOr<std::unique_ptr<RocksDbStore>> OpenRocksDbStore(
   // never flush, and the WAL would grow without end.)
   db_options.enable_write_thread_adaptive_yield = false;
   db_options.allow_concurrent_memtable_write = false;
-  if (options.env != nullptr) db_options.env = options.env;
+  // Descriptors kept in reserve, so that RocksDB can always open its next
+  // file however many connections clients hold (reserve_fs.h).
+  std::shared_ptr<rocksdb::FileSystem> base_fs =
+      options.env != nullptr ? options.env->GetFileSystem()
+                             : rocksdb::FileSystem::Default();
+  std::unique_ptr<rocksdb::Env> env = rocksdb::NewCompositeEnv(
+      std::make_shared<ReserveFs>(std::move(base_fs), options.reserved_fds));
+  db_options.env = env.get();
   // Bounded memory: small memtables, and one block cache that also holds
   // index and filter blocks (else they stay in memory, one per table file).
   db_options.write_buffer_size = options.write_buffer_bytes;
@@ -421,7 +436,8 @@ absl::StatusOr<std::unique_ptr<RocksDbStore>> OpenRocksDbStore(
     return FromRocks(s, absl::StrCat("open ", options.path));
   }
   auto store =
-      std::make_unique<RocksDbFenceStore>(std::unique_ptr<rocksdb::DB>(raw),
+      std::make_unique<RocksDbFenceStore>(std::move(env),
+                                          std::unique_ptr<rocksdb::DB>(raw),
                                           options.max_cached_domains);
   if (absl::Status started = store->Start(); !started.ok()) return started;
   return std::unique_ptr<RocksDbStore>(std::move(store));

@@ -151,7 +151,8 @@ grpc::ServerUnaryReactor* GatewayService::Write(
   write->response_bytes = response_bytes;
   write->domain = std::move(domain);
   write->target = WriteTarget{write->domain, request->token(), resolved->path,
-                              request->request_id()};
+                              request->request_id(),
+                              absl::FromChrono(context->deadline())};
   write->adapter = resolved->adapter;
   if (write->adapter->ApplyAsyncNeverBlocks()) {
     // A write to an adapter that only queues or computes, whose domain is

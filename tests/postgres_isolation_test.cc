@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -364,6 +365,28 @@ TEST_F(PostgresIsolationTest, ResultsAreCappedInBytes) {
   EXPECT_TRUE(results[0].sql().truncated());
   EXPECT_EQ(results[1].sql().rows_size(), 0);
   EXPECT_TRUE(results[1].sql().truncated());
+  EXPECT_EQ(results[0].sql().rows_affected(), 10u);
+  EXPECT_EQ(results[0].sql().columns(0), "r");
+
+  // The rows past the cap are read one at a time and dropped, not held: a
+  // 300 MB result leaves this process's peak memory far below its size.
+  OpResults big;
+  ASSERT_OK(Apply(capped.get(), "d", 1,
+                  {Sql("SELECT repeat('x', 1000) FROM generate_series(1, "
+                       "300000)")},
+                  &big));
+  EXPECT_EQ(big[0].sql().rows_affected(), 300000u);
+  EXPECT_TRUE(big[0].sql().truncated());
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  int64_t peak_kb = -1;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) {
+      peak_kb = std::stoll(line.substr(6));
+    }
+  }
+  EXPECT_GT(peak_kb, 0);
+  EXPECT_LT(peak_kb, 150 * 1024) << "peak " << peak_kb << " kB";
 }
 
 // The route's statement_timeout_ms holds whatever the session sets: the
@@ -382,6 +405,23 @@ TEST_F(PostgresIsolationTest, TheGatewaysDeadlineWinsOverTheSessions) {
   // The route works on afterwards.
   ASSERT_OK(Apply(quick.get(), "d", 1, {Sql("INSERT INTO jobs (id) VALUES (2)")}));
   EXPECT_EQ(Count(), 1);
+}
+
+// The call's deadline holds too, even with the route's timeout off: the
+// gateway cancels a Write its client no longer waits for.
+TEST_F(PostgresIsolationTest, TheCallsDeadlineCancelsTheWrite) {
+  auto patient = MakeAdapter("statement_timeout_ms=0");
+  Operations ops;
+  *ops.Add() = Sql("INSERT INTO jobs (id) VALUES (1)");
+  *ops.Add() = Sql("SELECT pg_sleep(60)");
+  WriteTarget target{"d", 1, "jobs", "", absl::Now() + absl::Milliseconds(500)};
+  ASSERT_OK(patient->Validate(target, ops));
+  OpResults results;
+  absl::Status s = patient->Apply(target, ops, &results);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kDeadlineExceeded));
+  EXPECT_THAT(s.message(), HasSubstr("cancelled by the gateway"));
+  EXPECT_EQ(Count(), 0);
+  EXPECT_EQ(StoredFence("d"), 0);
 }
 
 // At shutdown, once the gateway's grace is over, what still runs is

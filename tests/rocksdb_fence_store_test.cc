@@ -7,7 +7,13 @@
 
 #include "fencing/rocksdb_fence_store.h"
 
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -169,6 +175,43 @@ TEST_F(RocksDbFenceStoreTest, AReadRacingARiseNeverCachesTheOlderFence) {
   }
   ASSERT_OK_AND_ASSIGN(now, store->Get("d"));
   EXPECT_EQ(now.highest_token, 5u);
+}
+
+// Clients' connections may take every file descriptor the process can
+// have. The store must still open its next files -- a new write-ahead log
+// and a table each time the memtable fills -- from its reserve: a failed
+// write would stop the process. Here the test itself takes every free
+// descriptor before the rises that fill the memtable several times.
+TEST_F(RocksDbFenceStoreTest, TheStoreOpensItsFilesWhenDescriptorsRunOut) {
+  RocksDbFenceStoreOptions options = StoreOptions("reserve");
+  options.write_buffer_bytes = 64 << 10;  // A new log and table every 64 KiB.
+  ASSERT_OK_AND_ASSIGN(store, OpenRocksDbFenceStore(options));
+  rlimit saved{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+  rlimit low = saved;
+  low.rlim_cur = std::min<rlim_t>(saved.rlim_cur, 1024);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  std::vector<int> taken;
+  while (true) {
+    const int fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) break;
+    taken.push_back(fd);
+  }
+  ASSERT_EQ(errno, EMFILE);
+  for (int d = 0; d < 400; ++d) {
+    absl::StatusOr<FenceState> raised =
+        store->Raise(absl::StrCat(std::string(500, 'n'), d), 7, absl::Now());
+    ASSERT_TRUE(raised.ok()) << d << ": " << raised.status();
+  }
+  for (int fd : taken) ::close(fd);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &saved), 0);
+  store.reset();
+  ASSERT_OK_AND_ASSIGN(reopened, OpenRocksDbFenceStore(options));
+  for (int d = 0; d < 400; d += 57) {
+    ASSERT_OK_AND_ASSIGN(
+        state, reopened->Get(absl::StrCat(std::string(500, 'n'), d)));
+    EXPECT_EQ(state.highest_token, 7u) << d;
+  }
 }
 
 // A lease grant is decided in queue order with the rises of its group: one

@@ -46,10 +46,10 @@
 // database is authoritative for its own data: gateways that do not share a
 // fence store still never apply a stale write.
 //
-// A batch still running statement_timeout_ms after it was sent (after the
-// Write it is on was reached) is cancelled from the gateway (PQcancel), so
-// no statement outlives the route's timeout whatever the session set; the
-// Write fails DEADLINE_EXCEEDED, rolled back.
+// A Write still running statement_timeout_ms + 1 s after the one before it
+// on its connection completed, or past its client's deadline, is cancelled
+// from the gateway (PQcancel), so no statement outlives the route's timeout
+// whatever the session set; the Write fails DEADLINE_EXCEEDED, rolled back.
 //
 // Statements must not control the transaction: BEGIN, COMMIT, ROLLBACK,
 // SAVEPOINT and the like are refused by Validate (INVALID_ARGUMENT), and a

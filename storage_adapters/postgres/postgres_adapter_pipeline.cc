@@ -24,12 +24,13 @@
 namespace fencegate {
 namespace {
 
-using postgres::AddResult;
+using postgres::AddRows;
 using postgres::ConnectionError;
 using postgres::kStaleSqlState;
 using postgres::ParamText;
 using postgres::PgResult;
 using postgres::ResultBudget;
+using postgres::SetRowsAffected;
 using postgres::SqlErrorStatus;
 using postgres::Trimmed;
 
@@ -112,8 +113,9 @@ void PostgresAdapter::ReadBatch(std::optional<PgConnectionPool::Lease>* lease,
       }
       continue;
     }
+    // Its limit runs from here: the writes before it are done.
+    watch->Progress(p->target->deadline);
     ending = ReadWrite(l.conn(), p, *watch);
-    watch->Progress();
   }
   if (ending != Ending::kSynced) {
     l.Discard();
@@ -234,13 +236,28 @@ PostgresAdapter::Ending PostgresAdapter::ReadWrite(
     // checked).
     const int op_index = std::min(q - fence_query - 1, ops.size() - 1);
     const bool is_op = q > fence_query && q <= fence_query + ops.size();
+    // A statement's rows are read one at a time, so that a huge result
+    // costs the memory of one row, not of all of them; the rows past the
+    // cap are read and dropped.
+    if (is_op) (void)PQsetSingleRowMode(c);
     PgResult r(PQgetResult(c));
-    const ExecStatusType status =
+    ExecStatusType status =
         r == nullptr ? PGRES_FATAL_ERROR : PQresultStatus(r.get());
+    v1::SqlResult* out = nullptr;
+    while (status == PGRES_SINGLE_TUPLE) {
+      if (!failed) {
+        if (out == nullptr) out = w->results->Add()->mutable_sql();
+        AddRows(r.get(), &budget, out);
+      }
+      r.reset(PQgetResult(c));
+      status = r == nullptr ? PGRES_FATAL_ERROR : PQresultStatus(r.get());
+    }
     if (status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK ||
         status == PGRES_EMPTY_QUERY) {
       if (is_op && !failed) {
-        AddResult(r.get(), &budget, w->results->Add()->mutable_sql());
+        if (out == nullptr) out = w->results->Add()->mutable_sql();
+        AddRows(r.get(), &budget, out);
+        SetRowsAffected(r.get(), out);
       }
     } else if (status == PGRES_PIPELINE_ABORTED) {
       // Skipped after an earlier error.
@@ -318,7 +335,8 @@ PostgresAdapter::Ending PostgresAdapter::ReadWrite(
               ": cancelled by the gateway after running past the route's "
               "statement_timeout_ms (",
               options_.statement_timeout_ms,
-              " ms, plus 1 s) or at shutdown; rolled back, nothing applied"));
+              " ms, plus 1 s) or the call's deadline, or at shutdown; rolled "
+              "back, nothing applied"));
         } else {
           w->status =
               SqlErrorStatus(state, PQresultErrorMessage(r.get()), op_index);

@@ -130,16 +130,13 @@ std::string ConnectionError(PGconn* c) {
   return m == nullptr || *m == '\0' ? "connection closed" : Trimmed(m);
 }
 
-void AddResult(const PGresult* r, ResultBudget* budget, v1::SqlResult* out) {
-  uint64_t affected = 0;
-  if (!absl::SimpleAtoi(PQcmdTuples(const_cast<PGresult*>(r)), &affected)) {
-    affected = 0;  // Empty for statements that report no row count.
-  }
-  out->set_rows_affected(affected);
+void AddRows(const PGresult* r, ResultBudget* budget, v1::SqlResult* out) {
   const int columns = PQnfields(r);
-  for (int col = 0; col < columns; ++col) {
-    out->add_columns(PQfname(r, col));
-    budget->bytes_left -= static_cast<int64_t>(out->columns(col).size());
+  if (out->columns_size() == 0) {
+    for (int col = 0; col < columns; ++col) {
+      out->add_columns(PQfname(r, col));
+      budget->bytes_left -= static_cast<int64_t>(out->columns(col).size());
+    }
   }
   const int rows = PQntuples(r);
   for (int row = 0; row < rows; ++row) {
@@ -163,6 +160,14 @@ void AddResult(const PGresult* r, ResultBudget* budget, v1::SqlResult* out) {
       }
     }
   }
+}
+
+void SetRowsAffected(const PGresult* r, v1::SqlResult* out) {
+  uint64_t affected = 0;
+  if (!absl::SimpleAtoi(PQcmdTuples(const_cast<PGresult*>(r)), &affected)) {
+    affected = 0;  // Empty for statements that report no row count.
+  }
+  out->set_rows_affected(affected);
 }
 
 }  // namespace fencegate::postgres

@@ -61,9 +61,14 @@ struct ResultBudget {
   int64_t bytes_left = 0;  // Field bytes, with column names.
 };
 
-// Appends `r` to `out`: row count, columns and the rows that fit in
-// *budget (then truncated), counting it down.
-void AddResult(const PGresult* r, ResultBudget* budget, v1::SqlResult* out);
+// Appends `r`'s rows that fit in *budget to `out` (then truncated),
+// counting it down, and its columns if `out` has none yet. For a whole
+// result, or one row of a result read row by row (PGRES_SINGLE_TUPLE).
+void AddRows(const PGresult* r, ResultBudget* budget, v1::SqlResult* out);
+
+// Sets `out`'s row count from `r`'s command tag (the last result of a
+// statement).
+void SetRowsAffected(const PGresult* r, v1::SqlResult* out);
 
 }  // namespace fencegate::postgres
 

@@ -8,6 +8,13 @@
 #include <utility>
 
 namespace fencegate::postgres {
+namespace {
+
+// How often the thread looks at the watched connections while there are
+// any: the precision of a cancel.
+constexpr absl::Duration kTick = absl::Milliseconds(100);
+
+}  // namespace
 
 struct StatementWatchdog::Watch::State {
   absl::Mutex mu;
@@ -19,16 +26,15 @@ struct StatementWatchdog::Watch::State {
   std::atomic<bool> cancelled{false};
 };
 
-StatementWatchdog::StatementWatchdog(absl::Duration limit) : limit_(limit) {
-  if (limit_ != absl::InfiniteDuration()) thread_ = std::thread([this] { Run(); });
-}
+StatementWatchdog::StatementWatchdog(absl::Duration limit)
+    : limit_(limit), thread_([this] { Run(); }) {}
 
 StatementWatchdog::~StatementWatchdog() {
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
-  if (thread_.joinable()) thread_.join();
+  thread_.join();
 }
 
 StatementWatchdog::Watch::Watch(StatementWatchdog* dog, PGconn* conn)
@@ -60,15 +66,16 @@ bool StatementWatchdog::Watch::Disarm() {
   return state_->cancelled.load(std::memory_order_acquire);
 }
 
-void StatementWatchdog::Watch::Progress() {
+void StatementWatchdog::Watch::Progress(absl::Time client_deadline) {
   if (dog_->cancel_all_.load(std::memory_order_acquire)) {
     // Shutting down: whatever runs next on this connection is cancelled.
     dog_->Cancel(state_, 0);
     return;
   }
-  const absl::Time deadline = dog_->limit_ == absl::InfiniteDuration()
-                                  ? absl::InfiniteFuture()
-                                  : absl::Now() + dog_->limit_;
+  const absl::Time deadline =
+      std::min(client_deadline, dog_->limit_ == absl::InfiniteDuration()
+                                    ? absl::InfiniteFuture()
+                                    : absl::Now() + dog_->limit_);
   state_->deadline_ns.store(
       deadline == absl::InfiniteFuture() ? 0 : absl::ToUnixNanos(deadline),
       std::memory_order_relaxed);
@@ -126,8 +133,11 @@ void StatementWatchdog::Run() {
       mu_.Lock();
       continue;
     }
-    // Wake for the earliest deadline, or for a new Watch. A Write that
-    // completes only moves its deadline later, which is found on waking.
+    // Wake for the earliest deadline, for a new Watch, and at least every
+    // kTick while anything is watched: a Write that completes sets the next
+    // one's deadline without waking this thread (that would cost a wake-up
+    // per Write), and is found on the next look.
+    if (!watched_.empty()) next = std::min(next, now + kTick);
     const uint64_t added = added_;
     auto changed = [this, added]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return stopping_ || added_ != added;

@@ -1,11 +1,12 @@
 // Copyright fencegate authors.
 //
 // StatementWatchdog: the gateway's own deadline on PostgreSQL. A sender
-// watches its connection while a batch is on its way; if no Write of the
-// batch completes within the limit, the watchdog cancels what the server is
-// running (PQcancel), whatever statement_timeout the session set (SET LOCAL
-// statement_timeout = 0 cannot switch it off). The cancelled statement fails
-// with SQLSTATE 57014 and its Write rolls back.
+// watches its connection while a batch is on its way; if a Write is still
+// running the limit after the one before it completed, or past its client's
+// deadline, the watchdog cancels what the server is running (PQcancel),
+// whatever statement_timeout the session set (SET LOCAL statement_timeout = 0
+// cannot switch it off). The cancelled statement fails with SQLSTATE 57014
+// and its Write rolls back.
 //
 // PostgreSQL's cancel protocol names a session, not a statement: a cancel
 // that reaches the server just as the slow Write ends may hit the next
@@ -14,7 +15,8 @@
 //
 // Thread safety: safe for concurrent use. A Watch is used by the thread
 // that made it. The watchdog has one thread ("pg-watchdog"), which sleeps
-// while nothing is watched; PQcancel runs on it (it opens a connection to
+// while nothing is watched and otherwise looks every 100 ms (a cancel comes
+// up to that late); PQcancel runs on it (it opens a connection to
 // the server, so it may take up to connect_timeout).
 
 #ifndef STORAGE_ADAPTERS_POSTGRES_STATEMENT_WATCHDOG_H_
@@ -36,7 +38,7 @@ namespace fencegate::postgres {
 class StatementWatchdog {
  public:
   // `limit`: how long a batch may go without a Write completing.
-  // InfiniteDuration(): never cancel (the thread is not started).
+  // InfiniteDuration(): only clients' deadlines and CancelAll() cancel.
   explicit StatementWatchdog(absl::Duration limit);
   StatementWatchdog(const StatementWatchdog&) = delete;
   StatementWatchdog& operator=(const StatementWatchdog&) = delete;
@@ -50,9 +52,10 @@ class StatementWatchdog {
     Watch(const Watch&) = delete;
     Watch& operator=(const Watch&) = delete;
     ~Watch();
-    // A Write completed: the limit starts again for the next one (which is
-    // cancelled at once after CancelAll()).
-    void Progress();
+    // The next Write on the connection is being waited for: it is cancelled
+    // at the earlier of now + the limit and `deadline` (its client's), or at
+    // once after CancelAll().
+    void Progress(absl::Time deadline = absl::InfiniteFuture());
     // True once the watchdog cancelled a statement on this connection.
     bool cancelled() const;
     // Stops watching: no cancel is sent after it returns. Returns

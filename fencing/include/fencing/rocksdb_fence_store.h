@@ -46,6 +46,12 @@ struct RocksDbFenceStoreOptions {
   // store's memory is bounded by these. Default: 16 MiB, 32 MiB.
   size_t write_buffer_bytes = 16 << 20;
   size_t block_cache_bytes = 32 << 20;
+
+  // File descriptors held in reserve for RocksDB: when the process has
+  // none left (clients' connections took them), opening the store's next
+  // file (a new write-ahead log, a table) uses one of these instead of
+  // failing, which would stop the process. Default: 16.
+  int reserved_fds = 16;
 };
 
 // Both stores over one database; a grant and its fence rise are one write.

@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "fencegate/v1/gateway.pb.h"
 #include "google/protobuf/repeated_ptr_field.h"
 
@@ -34,6 +35,9 @@ struct WriteTarget {
   absl::string_view path;
   // The client's request id, possibly empty; for log lines.
   absl::string_view request_id;
+  // The client's deadline: work still running after it is cancelled where
+  // the storage allows (the PostgreSQL adapter does). Default: none.
+  absl::Time deadline = absl::InfiniteFuture();
 };
 
 // Thread safety: implementations are safe for concurrent use. Calls for one
