@@ -40,6 +40,21 @@ using postgres::Trimmed;
 // packet's settings (statement_timeout), which are reset values.
 constexpr char kResetSql[] = "DISCARD ALL";
 
+// The connection broke after the write was sent, with no error before it.
+absl::Status LostAfterSent(PGconn* c) {
+  return absl::UnavailableError(absl::StrCat(
+      "postgres: connection lost after the write was sent, outcome unknown "
+      "(retry with the same token): ",
+      ConnectionError(c)));
+}
+
+// The server ended the session before it ran any of the write.
+absl::Status ClosedBeforeRan(PGconn* c) {
+  return absl::UnavailableError(absl::StrCat(
+      "postgres: connection closed before the write ran: ",
+      ConnectionError(c)));
+}
+
 }  // namespace
 
 size_t PostgresAdapter::SendBatch(std::optional<PgConnectionPool::Lease>* lease,
@@ -101,15 +116,10 @@ void PostgresAdapter::ReadBatch(std::optional<PgConnectionPool::Lease>* lease,
       if (ending == Ending::kEndedBeforeSync) {
         // The server ended the session while it ran an earlier write, so
         // it never ran this one.
-        p->status = absl::UnavailableError(
-            absl::StrCat("postgres: connection closed before the write ran: ",
-                         ConnectionError(c)));
+        p->status = ClosedBeforeRan(c);
         p->retryable = true;
       } else {
-        p->status = absl::UnavailableError(absl::StrCat(
-            "postgres: connection lost after the write was sent, outcome "
-            "unknown (retry with the same token): ",
-            ConnectionError(c)));
+        p->status = LostAfterSent(c);
       }
       continue;
     }
@@ -282,9 +292,7 @@ PostgresAdapter::Ending PostgresAdapter::ReadWrite(
         if (state == nullptr && q == 0 && conn.ended_between_queries()) {
           // The server ended the session while idle, after the previous
           // write's sync: none of this one ran.
-          w->status = absl::UnavailableError(absl::StrCat(
-              "postgres: connection closed before the write ran: ",
-              ConnectionError(c)));
+          w->status = ClosedBeforeRan(c);
           w->retryable = true;
           return Ending::kEndedBeforeSync;
         }
@@ -298,10 +306,7 @@ PostgresAdapter::Ending PostgresAdapter::ReadWrite(
           return Ending::kLost;
         }
         if (state == nullptr) {
-          w->status = absl::UnavailableError(absl::StrCat(
-              "postgres: connection lost after the write was sent, outcome "
-              "unknown (retry with the same token): ",
-              ConnectionError(c)));
+          w->status = LostAfterSent(c);
           return Ending::kLost;
         }
         w->status = SqlErrorStatus(state, PQresultErrorMessage(r.get()),
@@ -357,10 +362,7 @@ PostgresAdapter::Ending PostgresAdapter::ReadWrite(
   if (sync == nullptr || PQresultStatus(sync.get()) != PGRES_PIPELINE_SYNC) {
     w->results->Clear();
     if (!failed) {
-      w->status = absl::UnavailableError(absl::StrCat(
-          "postgres: connection lost after the write was sent, outcome "
-          "unknown (retry with the same token): ",
-          ConnectionError(c)));
+      w->status = LostAfterSent(c);
     }
     return Ending::kLost;
   }
