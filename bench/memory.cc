@@ -12,8 +12,6 @@
 #include <memory>
 #include <thread>
 
-#include "absl/strings/ascii.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -29,18 +27,8 @@ constexpr int kClients = 64;
 
 // VmRSS of `pid` in MiB; -1 if unknown.
 double RssMib(pid_t pid) {
-  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) {
-      const std::string value = line.substr(6, line.find("kB") - 6);
-      int64_t kb = 0;
-      if (absl::SimpleAtoi(absl::StripAsciiWhitespace(value), &kb)) {
-        return static_cast<double>(kb) / 1024.0;
-      }
-    }
-  }
-  return -1;
+  const int64_t kb = testing::ProcStatusKb(pid, "VmRSS");
+  return kb < 0 ? -1 : static_cast<double>(kb) / 1024.0;
 }
 
 std::string DomainName(int64_t i, int bytes) {
@@ -96,8 +84,7 @@ int RunMemory(const MemoryOptions& options) {
       if (failed) return 1;
       const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
       std::printf("%10d %12lld %10.1f %12.0f\n", bytes,
-                  static_cast<long long>(checkpoint),
-                  RssMib((*gateway)->pid()),
+                  static_cast<long long>(checkpoint), RssMib((*gateway)->pid()),
                   static_cast<double>(checkpoint - done) / seconds);
       std::fflush(stdout);
       done = checkpoint;

@@ -14,6 +14,7 @@
 #include <sstream>
 #include <thread>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -101,6 +102,21 @@ int GatewayProcess::Stop(int sig) {
   ::waitpid(pid_, &status, 0);
   pid_ = -1;
   return status;
+}
+
+int64_t ProcStatusKb(pid_t pid, const std::string& field) {
+  std::ifstream status(pid == 0 ? std::string("/proc/self/status")
+                                : absl::StrCat("/proc/", pid, "/status"));
+  const std::string prefix = field + ":";
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind(prefix, 0) != 0) continue;
+    const std::string value =
+        line.substr(prefix.size(), line.find("kB") - prefix.size());
+    int64_t kb = 0;
+    return absl::SimpleAtoi(absl::StripAsciiWhitespace(value), &kb) ? kb : -1;
+  }
+  return -1;
 }
 
 int FreeLoopbackPort() {

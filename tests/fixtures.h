@@ -9,6 +9,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -56,6 +57,10 @@ class GatewayProcess {
 // A TCP port on 127.0.0.1 that was free a moment ago (bound to 0, then
 // closed); 0 if none could be found.
 int FreeLoopbackPort();
+
+// A field of /proc/PID/status in kB ("VmRSS", "VmHWM"; pid 0: this
+// process), or -1 if it cannot be read.
+int64_t ProcStatusKb(pid_t pid, const std::string& field);
 
 // Runs a command (argv[0] is a path), capturing stdout; returns the exit
 // code, or -1 if it did not exit normally.

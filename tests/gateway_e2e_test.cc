@@ -14,16 +14,14 @@
 #include <thread>
 #include <vector>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "fencegate/v1/errors.pb.h"
 #include "fencegate/v1/gateway.grpc.pb.h"
 #include "google/rpc/status.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
-#include "absl/synchronization/notification.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/security/credentials.h"
@@ -338,8 +336,9 @@ TEST_F(GatewayE2eTest, StartUpRaisesTheFileDescriptorLimit) {
   while (std::getline(limits, line)) {
     if (absl::StartsWith(line, "Max open files")) open_files = line;
   }
-  const std::string hard =
-      saved.rlim_max == RLIM_INFINITY ? "unlimited" : absl::StrCat(saved.rlim_max);
+  const std::string hard = saved.rlim_max == RLIM_INFINITY
+                               ? "unlimited"
+                               : absl::StrCat(saved.rlim_max);
   EXPECT_THAT(open_files, HasSubstr(hard + " ")) << open_files;
   EXPECT_THAT(open_files, ::testing::Not(HasSubstr(" 512 "))) << open_files;
   EXPECT_TRUE(testing::WaitFor(
@@ -348,22 +347,6 @@ TEST_F(GatewayE2eTest, StartUpRaisesTheFileDescriptorLimit) {
         return log.ok() && absl::StrContains(*log, "raised from 512");
       },
       absl::Seconds(10)));
-}
-
-// The VmHWM (peak resident memory) of `pid` in MiB, or -1.
-double PeakRssMib(pid_t pid) {
-  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
-  std::string line;
-  while (std::getline(status, line)) {
-    if (absl::StartsWith(line, "VmHWM:")) {
-      int64_t kb = 0;
-      std::string value = line.substr(6, line.find("kB") - 6);
-      if (absl::SimpleAtoi(absl::StripAsciiWhitespace(value), &kb)) {
-        return static_cast<double>(kb) / 1024.0;
-      }
-    }
-  }
-  return -1;
 }
 
 // A 16 MiB request of 8 million empty operations is refused by counting
@@ -398,7 +381,9 @@ TEST_F(GatewayE2eTest, ManyEmptyOperationsAreRefusedBeforeTheyAreBuilt) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(status.error_message(),
               HasSubstr("8000000 operations exceed the limit of 1000"));
-  const double peak = PeakRssMib(gateway_->pid());
+  const double peak =
+      static_cast<double>(testing::ProcStatusKb(gateway_->pid(), "VmHWM")) /
+      1024.0;
   EXPECT_GT(peak, 0);
   EXPECT_LT(peak, 200) << "peak RSS " << peak << " MiB";
   EXPECT_EQ(Highest("many"), 0u);

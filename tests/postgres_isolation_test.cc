@@ -9,7 +9,6 @@
 #include <signal.h>
 #include <sys/wait.h>
 
-#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -18,9 +17,9 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "fencegate/v1/gateway.grpc.pb.h"
+#include "fencing/stale_token.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
-#include "fencing/stale_token.h"
 #include "storage_adapters/postgres/fence_schema.h"
 #include "storage_adapters/postgres/postgres_adapter.h"
 #include "tests/postgres_adapter_fixture.h"
@@ -55,9 +54,9 @@ class PostgresIsolationTest : public PostgresAdapterTest {
                                                 const std::string& params) {
     AdapterRegistry registry;
     EXPECT_OK(RegisterBuiltinAdapters(&registry));
-    auto adapter = registry.Create(absl::StrCat(
-        "postgres://", role, "@127.0.0.1:", server_->port(), "/postgres?",
-        params));
+    auto adapter = registry.Create(absl::StrCat("postgres://", role,
+                                                "@127.0.0.1:", server_->port(),
+                                                "/postgres?", params));
     EXPECT_TRUE(adapter.ok()) << adapter.status();
     return adapter.ok() ? *std::move(adapter) : nullptr;
   }
@@ -109,8 +108,8 @@ TEST_F(PostgresIsolationTest, NothingAWriteSetsReachesTheNextWrite) {
       {"DECLARE held CURSOR WITH HOLD FOR SELECT 1",
        "SELECT count(*) FROM pg_cursors WHERE name = 'held'", "0"},
   };
-  ASSERT_OK(Apply(one.get(), "iso", 1,
-                  {Sql("INSERT INTO jobs (id) VALUES (77)")}));
+  ASSERT_OK(
+      Apply(one.get(), "iso", 1, {Sql("INSERT INTO jobs (id) VALUES (77)")}));
   for (const Case& c : cases) {
     SCOPED_TRACE(c.poison);
     OpResults poisoned;
@@ -125,9 +124,9 @@ TEST_F(PostgresIsolationTest, NothingAWriteSetsReachesTheNextWrite) {
         << c.poison << ": not the same connection";
     EXPECT_EQ(Rows(probed, 1), c.fresh) << "after " << c.poison;
     // The write path itself still works on that connection.
-    ASSERT_OK(Apply(one.get(), "iso", 1,
-                    {Sql("UPDATE jobs SET owner = $1 WHERE id = 77",
-                         {Text(c.poison)})}));
+    ASSERT_OK(Apply(
+        one.get(), "iso", 1,
+        {Sql("UPDATE jobs SET owner = $1 WHERE id = 77", {Text(c.poison)})}));
   }
   EXPECT_EQ(StoredFence("iso"), 1);
   Exec("DROP SCHEMA evil CASCADE");
@@ -157,9 +156,9 @@ TEST_F(PostgresIsolationTest, SessionCommandsLeaveThePoolUsable) {
 TEST_F(PostgresIsolationTest, TheDatabaseFenceIsOutOfTheRouteRolesReach) {
   ASSERT_OK(Apply("billing", 10, {Sql("INSERT INTO jobs (id) VALUES (1)")}));
   for (const char* sql :
-       {"UPDATE fencegate.fences SET token = 1",
-        "DELETE FROM fencegate.fences", "TRUNCATE fencegate.fences",
-        "DROP TABLE fencegate.fences", "SELECT token FROM fencegate.fences",
+       {"UPDATE fencegate.fences SET token = 1", "DELETE FROM fencegate.fences",
+        "TRUNCATE fencegate.fences", "DROP TABLE fencegate.fences",
+        "SELECT token FROM fencegate.fences",
         "ALTER TABLE fencegate.fences DISABLE TRIGGER ALL",
         "CREATE OR REPLACE FUNCTION fencegate.fence(text, bigint) RETURNS "
         "bigint LANGUAGE sql AS 'SELECT 1::bigint'",
@@ -173,9 +172,9 @@ TEST_F(PostgresIsolationTest, TheDatabaseFenceIsOutOfTheRouteRolesReach) {
   // The fence function, which the route role may call, only as the first
   // write of a transaction: SQL in a Write cannot push another domain's
   // fence out of reach with it.
-  absl::Status again = Apply(
-      "billing", 10,
-      {Sql("SELECT fencegate.fence('victim', 9223372036854775807)")});
+  absl::Status again =
+      Apply("billing", 10,
+            {Sql("SELECT fencegate.fence('victim', 9223372036854775807)")});
   EXPECT_THAT(again, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(again.message(), HasSubstr("FG002"));
   EXPECT_THAT(Apply("billing", 10,
@@ -194,12 +193,13 @@ TEST_F(PostgresIsolationTest, TheDatabaseFenceIsOutOfTheRouteRolesReach) {
   Exec("ALTER ROLE fencegate_worker SET search_path = shadow, public");
   auto shadowed = MakeAdapter("pool_size=1");
   OpResults path;
-  ASSERT_OK(Apply(shadowed.get(), "billing", 10, {Sql("SHOW search_path")},
-                  &path));
+  ASSERT_OK(
+      Apply(shadowed.get(), "billing", 10, {Sql("SHOW search_path")}, &path));
   EXPECT_EQ(path[0].sql().rows(0).fields(0).text(), "shadow, public");
-  absl::Status stale = Apply(shadowed.get(), "billing", 9,
-                             {Sql("UPDATE jobs SET owner = 'late' WHERE id = 1"),
-                              Sql("SET search_path = shadow")});
+  absl::Status stale =
+      Apply(shadowed.get(), "billing", 9,
+            {Sql("UPDATE jobs SET owner = 'late' WHERE id = 1"),
+             Sql("SET search_path = shadow")});
   Exec("ALTER ROLE fencegate_worker RESET search_path");
   EXPECT_THAT(stale, StatusIs(absl::StatusCode::kFailedPrecondition));
   ASSERT_TRUE(GetStaleToken(stale).has_value()) << stale;
@@ -234,10 +234,9 @@ TEST_F(PostgresIsolationTest, NothingEndsOrSplitsAWritesTransaction) {
        {"DO $$BEGIN COMMIT; END$$", "DO $$BEGIN ROLLBACK; END$$",
         "CALL commit_midway()",
         "DO $$BEGIN INSERT INTO jobs (id) VALUES (6); COMMIT; END$$"}) {
-    absl::Status s =
-        Apply("d", 2,
-              {Sql("INSERT INTO jobs (id) VALUES (1)"), Sql(sql),
-               Sql("INSERT INTO jobs (id) VALUES (2)")});
+    absl::Status s = Apply("d", 2,
+                           {Sql("INSERT INTO jobs (id) VALUES (1)"), Sql(sql),
+                            Sql("INSERT INTO jobs (id) VALUES (2)")});
     EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument)) << sql;
     EXPECT_THAT(s.message(), HasSubstr("2D000")) << sql;
     EXPECT_EQ(Count(), 0) << sql;
@@ -297,9 +296,9 @@ TEST_F(PostgresIsolationTest, NulBytesAreRefusedBeforeAnythingIsSent) {
   absl::Status bad_sql = Apply("d", 2, {Sql("DELETE FROM jobs -- \xff")});
   EXPECT_THAT(bad_sql, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(bad_sql.message(), HasSubstr("ops[0].sql: not valid UTF-8"));
-  absl::Status bad_param =
-      Apply("d", 2,
-            {Sql("UPDATE jobs SET owner = $1 WHERE id = 1", {Text("\xc0\xaf")})});
+  absl::Status bad_param = Apply(
+      "d", 2,
+      {Sql("UPDATE jobs SET owner = $1 WHERE id = 1", {Text("\xc0\xaf")})});
   EXPECT_THAT(bad_param.message(),
               HasSubstr("ops[0].params[0].text: not valid UTF-8"));
   EXPECT_EQ(Count(), 5);
@@ -377,14 +376,7 @@ TEST_F(PostgresIsolationTest, ResultsAreCappedInBytes) {
                   &big));
   EXPECT_EQ(big[0].sql().rows_affected(), 300000u);
   EXPECT_TRUE(big[0].sql().truncated());
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  int64_t peak_kb = -1;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) {
-      peak_kb = std::stoll(line.substr(6));
-    }
-  }
+  const int64_t peak_kb = testing::ProcStatusKb(0, "VmHWM");
   EXPECT_GT(peak_kb, 0);
   EXPECT_LT(peak_kb, 150 * 1024) << "peak " << peak_kb << " kB";
 }
@@ -393,17 +385,18 @@ TEST_F(PostgresIsolationTest, ResultsAreCappedInBytes) {
 // gateway cancels a Write that runs past it (plus 1 s) itself.
 TEST_F(PostgresIsolationTest, TheGatewaysDeadlineWinsOverTheSessions) {
   auto quick = MakeAdapter("statement_timeout_ms=300");
-  absl::Status s = Apply(quick.get(), "d", 1,
-                         {Sql("INSERT INTO jobs (id) VALUES (1)"),
-                          Sql("SET LOCAL statement_timeout = 0"),
-                          Sql("SELECT pg_sleep(60)")});
+  absl::Status s = Apply(
+      quick.get(), "d", 1,
+      {Sql("INSERT INTO jobs (id) VALUES (1)"),
+       Sql("SET LOCAL statement_timeout = 0"), Sql("SELECT pg_sleep(60)")});
   EXPECT_THAT(s, StatusIs(absl::StatusCode::kDeadlineExceeded));
   EXPECT_THAT(s.message(), HasSubstr("cancelled by the gateway"));
   EXPECT_THAT(s.message(), HasSubstr("ops[2]"));
   EXPECT_EQ(Count(), 0);
   EXPECT_EQ(StoredFence("d"), 0);
   // The route works on afterwards.
-  ASSERT_OK(Apply(quick.get(), "d", 1, {Sql("INSERT INTO jobs (id) VALUES (2)")}));
+  ASSERT_OK(
+      Apply(quick.get(), "d", 1, {Sql("INSERT INTO jobs (id) VALUES (2)")}));
   EXPECT_EQ(Count(), 1);
 }
 
@@ -430,14 +423,15 @@ TEST_F(PostgresIsolationTest, CancelInFlightEndsRunningStatements) {
   auto patient = MakeAdapter("statement_timeout_ms=0");
   absl::Status slow;
   std::thread writer([&] {
-    slow = Apply(patient.get(), "d", 1,
-                 {Sql("INSERT INTO jobs (id) VALUES (1)"),
-                  Sql("SELECT pg_sleep(60)")});
+    slow = Apply(
+        patient.get(), "d", 1,
+        {Sql("INSERT INTO jobs (id) VALUES (1)"), Sql("SELECT pg_sleep(60)")});
   });
   ASSERT_TRUE(::fencegate::testing::WaitFor(
       [] {
-        return Exec("SELECT count(*) FROM pg_stat_activity WHERE query = "
-                    "'SELECT pg_sleep(60)' AND state = 'active'")[0][0]
+        return Exec(
+                   "SELECT count(*) FROM pg_stat_activity WHERE query = "
+                   "'SELECT pg_sleep(60)' AND state = 'active'")[0][0]
                    .as<int64_t>() == 1;
       },
       absl::Seconds(20)));
@@ -477,8 +471,9 @@ TEST_F(PostgresIsolationTest, ShutdownGraceCancelsWhatStillRuns) {
   });
   ASSERT_TRUE(::fencegate::testing::WaitFor(
       [] {
-        return Exec("SELECT count(*) FROM pg_stat_activity WHERE query = "
-                    "'SELECT pg_sleep(120)' AND state = 'active'")[0][0]
+        return Exec(
+                   "SELECT count(*) FROM pg_stat_activity WHERE query = "
+                   "'SELECT pg_sleep(120)' AND state = 'active'")[0][0]
                    .as<int64_t>() == 1;
       },
       absl::Seconds(20)));
