@@ -72,9 +72,8 @@ rocksdb::IOStatus ReserveFs::ReopenWritableFile(
     const std::string& name, const rocksdb::FileOptions& options,
     std::unique_ptr<rocksdb::FSWritableFile>* result,
     rocksdb::IODebugContext* dbg) {
-  return WithReserve([&] {
-    return target()->ReopenWritableFile(name, options, result, dbg);
-  });
+  return WithReserve(
+      [&] { return target()->ReopenWritableFile(name, options, result, dbg); });
 }
 
 rocksdb::IOStatus ReserveFs::ReuseWritableFile(

@@ -435,10 +435,9 @@ absl::StatusOr<std::unique_ptr<RocksDbStore>> OpenRocksDbStore(
   if (!s.ok()) {
     return FromRocks(s, absl::StrCat("open ", options.path));
   }
-  auto store =
-      std::make_unique<RocksDbFenceStore>(std::move(env),
-                                          std::unique_ptr<rocksdb::DB>(raw),
-                                          options.max_cached_domains);
+  auto store = std::make_unique<RocksDbFenceStore>(
+      std::move(env), std::unique_ptr<rocksdb::DB>(raw),
+      options.max_cached_domains);
   if (absl::Status started = store->Start(); !started.ok()) return started;
   return std::unique_ptr<RocksDbStore>(std::move(store));
 }

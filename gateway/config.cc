@@ -135,8 +135,7 @@ absl::StatusOr<GatewayOptions> ResolveOptions(const v1::GatewayConfig& config) {
   }
   if (limits.memory_limit_mib() != 0) {
     if (limits.memory_limit_mib() < 64) {
-      return absl::InvalidArgumentError(
-          "limits.memory_limit_mib: at least 64");
+      return absl::InvalidArgumentError("limits.memory_limit_mib: at least 64");
     }
     options.memory_limit_bytes = uint64_t{limits.memory_limit_mib()} << 20;
   }

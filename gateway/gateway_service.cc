@@ -117,8 +117,7 @@ grpc::ServerUnaryReactor* GatewayService::Write(
   if (absl::Status s = ValidateRequestId(request->request_id()); !s.ok()) {
     return FinishNow(context, s);
   }
-  if (absl::Status s = ValidateUtf8(request->resource(), "resource");
-      !s.ok()) {
+  if (absl::Status s = ValidateUtf8(request->resource(), "resource"); !s.ok()) {
     return FinishNow(context, s);
   }
   absl::StatusOr<ResolvedResource> resolved =
@@ -150,9 +149,9 @@ grpc::ServerUnaryReactor* GatewayService::Write(
   write->reactor = reactor;
   write->response_bytes = response_bytes;
   write->domain = std::move(domain);
-  write->target = WriteTarget{write->domain, request->token(), resolved->path,
-                              request->request_id(),
-                              absl::FromChrono(context->deadline())};
+  write->target =
+      WriteTarget{write->domain, request->token(), resolved->path,
+                  request->request_id(), absl::FromChrono(context->deadline())};
   write->adapter = resolved->adapter;
   if (write->adapter->ApplyAsyncNeverBlocks()) {
     // A write to an adapter that only queues or computes, whose domain is

@@ -28,9 +28,8 @@ struct GatewayServiceOptions {
 
 // Thread safety: safe for concurrent RPCs. `fencer`, `router` and `executor`
 // are not owned and must outlive the service.
-class GatewayService final
-    : public v1::Gateway::WithRawCallbackMethod_Write<
-          v1::Gateway::CallbackService> {
+class GatewayService final : public v1::Gateway::WithRawCallbackMethod_Write<
+                                 v1::Gateway::CallbackService> {
  public:
   GatewayService(Fencer* fencer, const Router* router, DomainExecutor* executor,
                  GatewayServiceOptions options);

@@ -30,8 +30,9 @@ namespace fencegate {
 enum class LogSeverity { kInfo, kWarning, kError };
 
 // `text` with every control character escaped (\n, \r, \t, \xNN), so
-// that it stays on one line and cannot pass for another line. Log() applies it to every message: text a client controls (an
-// error from its SQL, say) can never forge a log line.
+// that it stays on one line and cannot pass for another line. Log() applies it
+// to every message: text a client controls (an error from its SQL, say) can
+// never forge a log line.
 std::string EscapeControl(absl::string_view text);
 
 // Thread safe; never waits for stderr.

@@ -102,14 +102,26 @@ absl::Status ApplyFlags(const Flags& flags, v1::GatewayConfig* config) {
     const char* name;
     void (v1::Limits::*set)(uint32_t);
   };
-  for (const LimitFlag& f : {      LimitFlag{flags.max_concurrent_streams, "max_concurrent_streams", &v1::Limits::set_max_concurrent_streams},
-      LimitFlag{flags.memory_limit_mib, "memory_limit_mib", &v1::Limits::set_memory_limit_mib},
-      LimitFlag{flags.max_connection_age_seconds, "max_connection_age_seconds", &v1::Limits::set_max_connection_age_seconds},
-      LimitFlag{flags.max_connection_age_grace_seconds, "max_connection_age_grace_seconds", &v1::Limits::set_max_connection_age_grace_seconds},
-      LimitFlag{flags.max_connection_idle_seconds, "max_connection_idle_seconds", &v1::Limits::set_max_connection_idle_seconds},
-      LimitFlag{flags.handshake_timeout_seconds, "handshake_timeout_seconds", &v1::Limits::set_handshake_timeout_seconds},
-      LimitFlag{flags.max_cached_domains, "max_cached_domains", &v1::Limits::set_max_cached_domains},
-      LimitFlag{flags.max_waiting_acquires, "max_waiting_acquires", &v1::Limits::set_max_waiting_acquires}}) {
+  for (const LimitFlag& f :
+       {LimitFlag{flags.max_concurrent_streams, "max_concurrent_streams",
+                  &v1::Limits::set_max_concurrent_streams},
+        LimitFlag{flags.memory_limit_mib, "memory_limit_mib",
+                  &v1::Limits::set_memory_limit_mib},
+        LimitFlag{flags.max_connection_age_seconds,
+                  "max_connection_age_seconds",
+                  &v1::Limits::set_max_connection_age_seconds},
+        LimitFlag{flags.max_connection_age_grace_seconds,
+                  "max_connection_age_grace_seconds",
+                  &v1::Limits::set_max_connection_age_grace_seconds},
+        LimitFlag{flags.max_connection_idle_seconds,
+                  "max_connection_idle_seconds",
+                  &v1::Limits::set_max_connection_idle_seconds},
+        LimitFlag{flags.handshake_timeout_seconds, "handshake_timeout_seconds",
+                  &v1::Limits::set_handshake_timeout_seconds},
+        LimitFlag{flags.max_cached_domains, "max_cached_domains",
+                  &v1::Limits::set_max_cached_domains},
+        LimitFlag{flags.max_waiting_acquires, "max_waiting_acquires",
+                  &v1::Limits::set_max_waiting_acquires}}) {
     if (v = u32(f.value, f.name); !v.ok()) return v.status();
     if (*v) (config->mutable_limits()->*f.set)(*v);
   }
@@ -139,11 +151,12 @@ std::string RaiseFileLimit() {
   auto str = [](rlim_t v) {
     return v == RLIM_INFINITY ? std::string("unlimited") : absl::StrCat(v);
   };
-  std::string line = absl::StrCat(
-      "file descriptors: soft limit ", str(limit.rlim_cur),
-      limit.rlim_cur != before ? absl::StrCat(" (raised from ", str(before), ")")
-                               : "",
-      ", hard limit ", str(limit.rlim_max));
+  std::string line =
+      absl::StrCat("file descriptors: soft limit ", str(limit.rlim_cur),
+                   limit.rlim_cur != before
+                       ? absl::StrCat(" (raised from ", str(before), ")")
+                       : "",
+                   ", hard limit ", str(limit.rlim_max));
   if (limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur < 4096) {
     absl::StrAppend(&line,
                     "; low: each client connection takes one, raise the "
@@ -182,7 +195,8 @@ int Run(int argc, char** argv) {
            "memory for gRPC connections and messages, MiB (default 512)");
   set.Uint("max_connection_age_seconds", &flags.max_connection_age_seconds,
            "GOAWAY a connection after this long (default 600)");
-  set.Uint("max_connection_age_grace_seconds", &flags.max_connection_age_grace_seconds,
+  set.Uint("max_connection_age_grace_seconds",
+           &flags.max_connection_age_grace_seconds,
            "then close it after this long (default 60)");
   set.Uint("max_connection_idle_seconds", &flags.max_connection_idle_seconds,
            "close a connection idle this long (default 300)");

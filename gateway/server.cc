@@ -7,9 +7,9 @@
 #include <thread>
 
 #include "absl/strings/escaping.h"
-#include "absl/synchronization/notification.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/notification.h"
 #include "fencing/clock.h"
 #include "fencing/limits.h"
 #include "fencing/rocksdb_fence_store.h"
@@ -17,8 +17,8 @@
 #include "gateway/log.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
-#include "grpcpp/security/server_credentials.h"
 #include "grpcpp/resource_quota.h"
+#include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 
 namespace fencegate {
@@ -75,11 +75,11 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
   LeaseManagerOptions lease_options;
   // A handover to a waiter takes the domain's lock: it waits in the
   // domain's lane, not on a thread, while a write holds the domain.
-  lease_options.post_for_domain =
-      [executor = s->executor_.get()](const std::string& name,
+  lease_options.post_for_domain = [executor = s->executor_.get()](
+                                      const std::string& name,
                                       absl::AnyInvocable<void() &&> work) {
-        executor->Post(name, std::move(work));
-      };
+    executor->Post(name, std::move(work));
+  };
   lease_options.max_waiters = options.max_waiting_acquires;
   absl::StatusOr<std::unique_ptr<LeaseManager>> leases = LeaseManager::Create(
       s->store_.get(), s->fencer_.get(), Clock::Real(), lease_options);
@@ -121,8 +121,8 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
                              static_cast<int>(options.max_concurrent_streams));
   auto ms = [](absl::Duration d) {
-    return static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(d),
-                                              INT_MAX));
+    return static_cast<int>(
+        std::min<int64_t>(absl::ToInt64Milliseconds(d), INT_MAX));
   };
   builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS,
                              ms(options.max_connection_age));

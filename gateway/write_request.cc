@@ -14,8 +14,9 @@ namespace {
 using google::protobuf::internal::WireFormatLite;
 
 // WriteRequest.ops: field 4, length-delimited.
-constexpr uint32_t kOpsTag = WireFormatLite::MakeTag(
-    v1::WriteRequest::kOpsFieldNumber, WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
+constexpr uint32_t kOpsTag =
+    WireFormatLite::MakeTag(v1::WriteRequest::kOpsFieldNumber,
+                            WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
 
 // The number of top-level `ops` fields in `bytes`, or -1 if the bytes do not
 // parse as fields.
@@ -26,9 +27,8 @@ int64_t CountOps(const grpc::ByteBuffer& bytes) {
   int64_t ops = 0;
   while (true) {
     const uint32_t tag = in.ReadTag();
-    if (tag == 0) return in.ConsumedEntireMessage() || reader.status().ok()
-                             ? ops
-                             : -1;
+    if (tag == 0)
+      return in.ConsumedEntireMessage() || reader.status().ok() ? ops : -1;
     if (tag == kOpsTag) ++ops;
     if (!WireFormatLite::SkipField(&in, tag)) return -1;
   }
@@ -36,12 +36,12 @@ int64_t CountOps(const grpc::ByteBuffer& bytes) {
 
 }  // namespace
 
-absl::Status ParseWriteRequest(const grpc::ByteBuffer& bytes,
-                               uint32_t max_ops, v1::WriteRequest* out) {
+absl::Status ParseWriteRequest(const grpc::ByteBuffer& bytes, uint32_t max_ops,
+                               v1::WriteRequest* out) {
   const int64_t ops = CountOps(bytes);
   if (ops > max_ops) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("ops: ", ops, " operations exceed the limit of ", max_ops));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ops: ", ops, " operations exceed the limit of ", max_ops));
   }
   grpc::ByteBuffer copy(bytes);
   grpc::Status s =

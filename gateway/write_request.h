@@ -22,8 +22,8 @@ namespace fencegate {
 // INVALID_ARGUMENT naming `ops` and both counts if it holds more (nothing is
 // parsed then), or if the bytes are not a WriteRequest. Reads the buffer's
 // slices in place. Thread-safe.
-absl::Status ParseWriteRequest(const grpc::ByteBuffer& bytes,
-                               uint32_t max_ops, v1::WriteRequest* out);
+absl::Status ParseWriteRequest(const grpc::ByteBuffer& bytes, uint32_t max_ops,
+                               v1::WriteRequest* out);
 
 // `response` as the bytes gRPC sends. INTERNAL if it cannot be serialized.
 absl::Status SerializeWriteResponse(const v1::WriteResponse& response,

@@ -83,11 +83,12 @@ absl::StatusOr<std::vector<std::string>> Router::CheckAtStartup() const {
   for (const std::string& name : names) {
     absl::StatusOr<std::string> line = routes_.at(name)->CheckAtStartup();
     if (!line.ok()) {
-      return absl::Status(line.status().code(),
-                          absl::StrCat("route ", name, ": ",
-                                       line.status().message()));
+      return absl::Status(
+          line.status().code(),
+          absl::StrCat("route ", name, ": ", line.status().message()));
     }
-    if (!line->empty()) lines.push_back(absl::StrCat("route ", name, ": ", *line));
+    if (!line->empty())
+      lines.push_back(absl::StrCat("route ", name, ": ", *line));
   }
   return lines;
 }

@@ -72,8 +72,9 @@ TEST_F(PostgresAdapterTest, ASlowDomainNeverStallsTheOthers) {
     // PostgreSQL: the gateway holds its domain until it completes.
     ASSERT_TRUE(testing::WaitFor(
         [&] {
-          return Exec("SELECT count(*) FROM pg_locks WHERE locktype = "
-                      "'advisory' AND NOT granted")[0][0]
+          return Exec(
+                     "SELECT count(*) FROM pg_locks WHERE locktype = "
+                     "'advisory' AND NOT granted")[0][0]
                      .as<int64_t>() == i + 1;
         },
         absl::Seconds(20)))
@@ -164,8 +165,8 @@ TEST_F(PostgresAdapterTest, ASlowDomainNeverStallsTheOthers) {
   for (std::thread& t : slow) t.join();
   for (std::thread& t : acquirers) t.join();
   for (int i = 0; i < kSlow; ++i) {
-    EXPECT_TRUE(slow_status[i].ok()) << i << ": "
-                                     << slow_status[i].error_message();
+    EXPECT_TRUE(slow_status[i].ok())
+        << i << ": " << slow_status[i].error_message();
     EXPECT_TRUE(acquire_status[i].ok())
         << i << ": " << acquire_status[i].error_message();
     EXPECT_TRUE(acquired[i].acquired()) << i;

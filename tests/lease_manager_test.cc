@@ -37,8 +37,8 @@ class LeaseManagerTest : public ::testing::Test {
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = *std::move(store);
     fencer_ = std::make_unique<Fencer>(store_.get(), Clock::Real());
-    auto manager = LeaseManager::Create(store_.get(), fencer_.get(),
-                                        Clock::Real(), std::move(lease_options));
+    auto manager = LeaseManager::Create(
+        store_.get(), fencer_.get(), Clock::Real(), std::move(lease_options));
     ASSERT_TRUE(manager.ok()) << manager.status();
     manager_ = *std::move(manager);
   }
@@ -268,12 +268,13 @@ TEST_F(LeaseManagerTest, WaitingAcquiresAreBounded) {
   std::atomic<bool> gone{false};
   std::vector<absl::StatusOr<AcquireOutcome>> outcomes(3);
   absl::Notification first_done;
-  manager_->Acquire("jobs", "w0", absl::Seconds(60), absl::Hours(1),
-                    [&] { return gone.load(); },
-                    [&](absl::StatusOr<AcquireOutcome> o) {
-                      outcomes[0] = std::move(o);
-                      first_done.Notify();
-                    });
+  manager_->Acquire(
+      "jobs", "w0", absl::Seconds(60), absl::Hours(1),
+      [&] { return gone.load(); },
+      [&](absl::StatusOr<AcquireOutcome> o) {
+        outcomes[0] = std::move(o);
+        first_done.Notify();
+      });
   manager_->Acquire("other-lock-held-too", "w", absl::Seconds(60),
                     absl::ZeroDuration(), nullptr,
                     [](absl::StatusOr<AcquireOutcome>) {});
@@ -286,8 +287,7 @@ TEST_F(LeaseManagerTest, WaitingAcquiresAreBounded) {
   // Two wait: a third is refused, and says why.
   absl::StatusOr<AcquireOutcome> third =
       Acquire("jobs", absl::Seconds(60), absl::Hours(1));
-  EXPECT_THAT(third.status(),
-              StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT(third.status(), StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_THAT(third.status().message(), HasSubstr("max_waiting_acquires"));
   // A try (wait 0) is never refused for it.
   ASSERT_OK_AND_ASSIGN(try_once, Acquire("jobs"));
@@ -334,8 +334,8 @@ TEST_F(LeaseManagerTest, HandoversGoThroughTheDomainsPoster) {
   ASSERT_OK_AND_ASSIGN(held, Acquire("jobs"));
   absl::Notification granted;
   absl::StatusOr<AcquireOutcome> waiter;
-  manager_->Acquire("jobs", "next", absl::Seconds(60), absl::Hours(1),
-                    nullptr, [&](absl::StatusOr<AcquireOutcome> o) {
+  manager_->Acquire("jobs", "next", absl::Seconds(60), absl::Hours(1), nullptr,
+                    [&](absl::StatusOr<AcquireOutcome> o) {
                       waiter = std::move(o);
                       granted.Notify();
                     });

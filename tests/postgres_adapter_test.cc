@@ -82,8 +82,7 @@ TEST_F(PostgresAdapterTest, DirectWriterFollowingTheProtocolFencesTheGateway) {
   EXPECT_EQ(StoredFence("billing"), 50);
   // And the gateway's token fences the direct writer: its call fails.
   ASSERT_OK(Apply("billing", 51, {Sql("INSERT INTO jobs (id) VALUES (2)")}));
-  EXPECT_THROW(Exec("SELECT fencegate.fence('billing', 50)"),
-               pqxx::sql_error);
+  EXPECT_THROW(Exec("SELECT fencegate.fence('billing', 50)"), pqxx::sql_error);
   EXPECT_EQ(StoredFence("billing"), 51);
 }
 
@@ -255,10 +254,10 @@ TEST_F(PostgresAdapterTest, CustomFenceSchemaAndBadUris) {
   auto custom = MakeAdapter("fence_schema=other_fences");
   ASSERT_OK(
       Apply(custom.get(), "d", 4, {Sql("INSERT INTO jobs (id) VALUES (1)")}));
-  EXPECT_EQ(Exec("SELECT token FROM other_fences.fences WHERE domain = 'd'")[0]
-                    [0]
-                .as<int64_t>(),
-            4);
+  EXPECT_EQ(
+      Exec("SELECT token FROM other_fences.fences WHERE domain = 'd'")[0][0]
+          .as<int64_t>(),
+      4);
   EXPECT_EQ(StoredFence("d"), 0);
   AdapterRegistry registry;
   ASSERT_OK(RegisterBuiltinAdapters(&registry));

@@ -81,18 +81,18 @@ absl::StatusOr<std::unique_ptr<PostgresServer>> PostgresServer::Start() {
   // tables' and the fence function (fencectl pg-setup). Tables the tests
   // create as the superuser are granted to it.
   std::string role_out;
-  rc = Shell(absl::StrCat(
-                 server->bin_, "/psql -h ", server->dir_, " -p ", server->port_,
-                 " -U postgres -d postgres -v ON_ERROR_STOP=1 -qc \"CREATE ROLE ",
-                 kWorkerRole,
-                 " LOGIN; GRANT ALL ON SCHEMA public TO ", kWorkerRole,
-                 "; ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT ALL ON "
-                 "TABLES TO ",
-                 kWorkerRole,
-                 "; ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT ALL ON "
-                 "SEQUENCES TO ",
-                 kWorkerRole, "\""),
-             &role_out);
+  rc = Shell(
+      absl::StrCat(
+          server->bin_, "/psql -h ", server->dir_, " -p ", server->port_,
+          " -U postgres -d postgres -v ON_ERROR_STOP=1 -qc \"CREATE ROLE ",
+          kWorkerRole, " LOGIN; GRANT ALL ON SCHEMA public TO ", kWorkerRole,
+          "; ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT ALL ON "
+          "TABLES TO ",
+          kWorkerRole,
+          "; ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT ALL ON "
+          "SEQUENCES TO ",
+          kWorkerRole, "\""),
+      &role_out);
   if (rc != 0) return absl::UnavailableError(absl::StrCat("psql: ", role_out));
   if (absl::Status s = postgres::SetUpFenceSchema(
           server->Conninfo(), postgres::kDefaultFenceSchema, kWorkerRole);

@@ -152,12 +152,11 @@ TEST_F(RocksDbFenceStoreTest, AReadRacingARiseNeverCachesTheOlderFence) {
   ASSERT_FALSE(store->GetCached("d").has_value());
   absl::Notification read, release;
   std::atomic<bool> once{false};
-  SyncPoint::Get()->SetCallback("RocksDbFenceStore::Get:AfterRead",
-                                [&](void*) {
-                                  if (once.exchange(true)) return;
-                                  read.Notify();
-                                  release.WaitForNotification();
-                                });
+  SyncPoint::Get()->SetCallback("RocksDbFenceStore::Get:AfterRead", [&](void*) {
+    if (once.exchange(true)) return;
+    read.Notify();
+    release.WaitForNotification();
+  });
   absl::StatusOr<FenceState> raced;
   std::thread reader([&] { raced = store->Get("d"); });
   read.WaitForNotification();
@@ -208,8 +207,8 @@ TEST_F(RocksDbFenceStoreTest, TheStoreOpensItsFilesWhenDescriptorsRunOut) {
   store.reset();
   ASSERT_OK_AND_ASSIGN(reopened, OpenRocksDbFenceStore(options));
   for (int d = 0; d < 400; d += 57) {
-    ASSERT_OK_AND_ASSIGN(
-        state, reopened->Get(absl::StrCat(std::string(500, 'n'), d)));
+    ASSERT_OK_AND_ASSIGN(state,
+                         reopened->Get(absl::StrCat(std::string(500, 'n'), d)));
     EXPECT_EQ(state.highest_token, 7u) << d;
   }
 }

@@ -72,15 +72,16 @@ TEST(ConfigTest, DefaultsAndFileValues) {
   EXPECT_EQ(options.max_ops_per_write, 1000u);
 
   std::string path = dir.path() + "/fencegate.textproto";
-  testing::WriteFileOrDie(path,
-                          "listen_address: \"0.0.0.0:9000\"\n"
-                          "routes { name: \"r\" uri: \"file:///tmp/r\" }\n"
-                          "limits { max_ops_per_write: 5 max_concurrent_streams: "
-                          "7 memory_limit_mib: 128 max_connection_age_seconds: "
-                          "30 max_connection_age_grace_seconds: 5 "
-                          "max_connection_idle_seconds: 20 "
-                          "handshake_timeout_seconds: 3 max_cached_domains: 99 "
-                          "max_waiting_acquires: 11 }\n");
+  testing::WriteFileOrDie(
+      path,
+      "listen_address: \"0.0.0.0:9000\"\n"
+      "routes { name: \"r\" uri: \"file:///tmp/r\" }\n"
+      "limits { max_ops_per_write: 5 max_concurrent_streams: "
+      "7 memory_limit_mib: 128 max_connection_age_seconds: "
+      "30 max_connection_age_grace_seconds: 5 "
+      "max_connection_idle_seconds: 20 "
+      "handshake_timeout_seconds: 3 max_cached_domains: 99 "
+      "max_waiting_acquires: 11 }\n");
   ASSERT_OK_AND_ASSIGN(loaded, LoadConfigFile(path));
   loaded.set_data_dir(dir.path() + "/data");
   ASSERT_OK_AND_ASSIGN(from_file, ResolveOptions(loaded));

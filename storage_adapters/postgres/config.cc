@@ -70,9 +70,8 @@ absl::StatusOr<PostgresAdapterOptions> ParsePostgresUri(const Uri& uri) {
       } else if (kv.first == "fence_schema") {
         if (!postgres::IsPlainIdentifier(kv.second)) {
           return absl::InvalidArgumentError(absl::StrCat(
-              "adapter URI \"", options.redacted_uri,
-              "\": fence_schema=", kv.second,
-              " must be 1-63 lower-case letters, digits and _"));
+              "adapter URI \"", options.redacted_uri, "\": fence_schema=",
+              kv.second, " must be 1-63 lower-case letters, digits and _"));
         }
         options.fence_schema = std::string(kv.second);
       } else if (kv.first == "fence_table") {
@@ -83,9 +82,9 @@ absl::StatusOr<PostgresAdapterOptions> ParsePostgresUri(const Uri& uri) {
             "(docs/postgres.md)"));
       } else if (kv.first == "allow_privileged_role") {
         if (kv.second != "true" && kv.second != "false") {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "adapter URI \"", options.redacted_uri,
-              "\": allow_privileged_role must be true or false"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("adapter URI \"", options.redacted_uri,
+                           "\": allow_privileged_role must be true or false"));
         }
         options.allow_privileged_role = kv.second == "true";
       } else if (kv.first == "options") {

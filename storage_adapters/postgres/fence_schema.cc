@@ -53,22 +53,22 @@ std::vector<std::string> FenceSetupSql(const std::string& schema,
   const std::string r = absl::StrCat("\"", role, "\"");
   const std::string fn = absl::StrCat(s, ".fence(text, bigint)");
   std::vector<std::string> sql;
-  sql.push_back(absl::StrCat("SELECT pg_advisory_xact_lock(", kSetupLockKey,
-                             ")"));
+  sql.push_back(
+      absl::StrCat("SELECT pg_advisory_xact_lock(", kSetupLockKey, ")"));
   sql.push_back(absl::StrCat(
       "DO $$BEGIN IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE "
       "rolname = '",
       OwnerRole(schema), "') THEN CREATE ROLE ", owner,
       " NOLOGIN; END IF; END$$"));
-  sql.push_back(
-      absl::StrCat("CREATE SCHEMA IF NOT EXISTS ", s, " AUTHORIZATION ", owner));
+  sql.push_back(absl::StrCat("CREATE SCHEMA IF NOT EXISTS ", s,
+                             " AUTHORIZATION ", owner));
   sql.push_back(absl::StrCat("ALTER SCHEMA ", s, " OWNER TO ", owner));
   sql.push_back(absl::StrCat("REVOKE ALL ON SCHEMA ", s, " FROM PUBLIC"));
-  sql.push_back(absl::StrCat(
-      "CREATE TABLE IF NOT EXISTS ", s,
-      ".fences (domain text PRIMARY KEY,"
-      " token bigint NOT NULL CHECK (token > 0),"
-      " updated_at timestamptz NOT NULL DEFAULT now())"));
+  sql.push_back(
+      absl::StrCat("CREATE TABLE IF NOT EXISTS ", s,
+                   ".fences (domain text PRIMARY KEY,"
+                   " token bigint NOT NULL CHECK (token > 0),"
+                   " updated_at timestamptz NOT NULL DEFAULT now())"));
   sql.push_back(absl::StrCat("ALTER TABLE ", s, ".fences OWNER TO ", owner));
   sql.push_back(absl::StrCat("REVOKE ALL ON ", s, ".fences FROM PUBLIC"));
   // The only way in. SECURITY DEFINER runs it as the owner; its own
@@ -156,10 +156,10 @@ absl::Status SetUpFenceSchema(const std::string& admin_conninfo,
     if (tx.exec_params("SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = $1",
                        role)
             .empty()) {
-      return absl::NotFoundError(absl::StrCat(
-          "pg-setup: role \"", role,
-          "\" does not exist; create it first, e.g. CREATE ROLE ", role,
-          " LOGIN PASSWORD '...'"));
+      return absl::NotFoundError(
+          absl::StrCat("pg-setup: role \"", role,
+                       "\" does not exist; create it first, e.g. CREATE ROLE ",
+                       role, " LOGIN PASSWORD '...'"));
     }
     for (const std::string& statement : FenceSetupSql(schema, role)) {
       tx.exec(statement);

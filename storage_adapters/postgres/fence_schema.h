@@ -12,11 +12,11 @@
 // fails with SQLSTATE FG001 (kStaleSqlState), the database's token in the
 // error's DETAIL. It must be its transaction's first write (FG002
 // otherwise), which the gateway's call always is: SQL sent through a route
-// cannot call it a second time to raise another domain's fence. Route roles get USAGE on the schema and EXECUTE on the
-// function, nothing else: no statement sent through a route can write,
-// drop or read the fence table, and every name is schema-qualified, so no
-// search_path can redirect the call. Direct writers call the same function
-// first in each transaction (docs/postgres.md).
+// cannot call it a second time to raise another domain's fence. Route roles get
+// USAGE on the schema and EXECUTE on the function, nothing else: no statement
+// sent through a route can write, drop or read the fence table, and every name
+// is schema-qualified, so no search_path can redirect the call. Direct writers
+// call the same function first in each transaction (docs/postgres.md).
 //
 // `fencectl pg-setup` runs SetUpFenceSchema(); the gateway itself creates
 // nothing and needs no privilege beyond its role's.

@@ -11,7 +11,8 @@ namespace fencegate {
 PgConnection::PgConnection(const std::string& conninfo)
     : pqxx::connection_base(policy_), policy_(conninfo) {
   init();
-  if (raw() != nullptr) PQsetNoticeReceiver(raw(), &PgConnection::OnNotice, this);
+  if (raw() != nullptr)
+    PQsetNoticeReceiver(raw(), &PgConnection::OnNotice, this);
 }
 
 void PgConnection::OnNotice(void* self, const PGresult* notice) {

@@ -86,11 +86,9 @@ absl::StatusOr<std::string> PostgresAdapter::CheckAtStartup() {
   absl::Status checked = postgres::CheckRole(*role, options_.fence_schema,
                                              options_.allow_privileged_role);
   if (!checked.ok()) return checked;
-  return absl::StrCat("postgres ", options_.redacted_uri, ": ",
-                      postgres::DescribeRole(*role),
-                      options_.allow_privileged_role
-                          ? " (allow_privileged_role=true)"
-                          : "");
+  return absl::StrCat(
+      "postgres ", options_.redacted_uri, ": ", postgres::DescribeRole(*role),
+      options_.allow_privileged_role ? " (allow_privileged_role=true)" : "");
 }
 
 PostgresAdapter::~PostgresAdapter() {
@@ -341,8 +339,7 @@ void PostgresAdapter::Send() {
     std::vector<std::unique_ptr<PendingWrite>> retries =
         ReportBatch(std::move(read));
     if (lease.has_value()) {
-      postgres::StatementWatchdog::Watch watch(&watchdog_,
-                                               lease->conn().raw());
+      postgres::StatementWatchdog::Watch watch(&watchdog_, lease->conn().raw());
       ReadBatch(&lease, sending, sent, &watch);
     }
     read = std::move(batch);

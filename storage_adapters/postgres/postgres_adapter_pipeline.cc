@@ -50,9 +50,9 @@ absl::Status LostAfterSent(PGconn* c) {
 
 // The server ended the session before it ran any of the write.
 absl::Status ClosedBeforeRan(PGconn* c) {
-  return absl::UnavailableError(absl::StrCat(
-      "postgres: connection closed before the write ran: ",
-      ConnectionError(c)));
+  return absl::UnavailableError(
+      absl::StrCat("postgres: connection closed before the write ran: ",
+                   ConnectionError(c)));
 }
 
 }  // namespace
@@ -309,8 +309,8 @@ PostgresAdapter::Ending PostgresAdapter::ReadWrite(
           w->status = LostAfterSent(c);
           return Ending::kLost;
         }
-        w->status = SqlErrorStatus(state, PQresultErrorMessage(r.get()),
-                                   op_index);
+        w->status =
+            SqlErrorStatus(state, PQresultErrorMessage(r.get()), op_index);
         w->retryable = true;
         return Ending::kEndedBeforeSync;
       }

@@ -44,10 +44,9 @@ absl::StatusOr<RoleAttributes> ReadRoleAttributes(PgConnection& conn,
   const std::string quoted = absl::StrCat("\"", schema, "\"");
   try {
     pqxx::nontransaction tx(conn);
-    pqxx::result r =
-        tx.exec_params(kRoleQuery, schema,
-                       absl::StrCat(quoted, ".fence(text,bigint)"),
-                       absl::StrCat(quoted, ".fences"), OwnerRole(schema));
+    pqxx::result r = tx.exec_params(
+        kRoleQuery, schema, absl::StrCat(quoted, ".fence(text,bigint)"),
+        absl::StrCat(quoted, ".fences"), OwnerRole(schema));
     if (r.size() != 1) {
       return absl::UnavailableError("postgres: session user not in pg_roles");
     }
