@@ -34,8 +34,8 @@ void CheckRaised(absl::string_view domain, uint64_t token,
 
 }  // namespace
 
-absl::StatusOr<FenceDecision> Fencer::CheckAndRecord(absl::string_view domain,
-                                                     uint64_t token) {
+absl::StatusOr<FenceDecision> Fencer::CheckAndRecord(
+    absl::string_view domain, uint64_t token, const AdvanceCheck* check) {
   absl::StatusOr<FenceState> current = store_->Get(domain);
   if (!current.ok()) return current.status();
   if (token < current->highest_token) {
@@ -45,6 +45,14 @@ absl::StatusOr<FenceDecision> Fencer::CheckAndRecord(absl::string_view domain,
 
   FenceDecision decision;
   if (token > current->highest_token) {
+    if (check != nullptr) {
+      std::optional<absl::Status> admitted =
+          check->Check(*current, token, /*may_block=*/true);
+      if (!admitted.has_value()) {
+        return absl::InternalError("advance check did not decide");
+      }
+      if (!admitted->ok()) return *std::move(admitted);
+    }
     absl::StatusOr<FenceState> raised =
         store_->Raise(domain, token, clock_->Now());
     if (!raised.ok()) return raised.status();
@@ -59,10 +67,11 @@ absl::StatusOr<FenceDecision> Fencer::CheckAndRecord(absl::string_view domain,
 
 absl::StatusOr<FenceDecision> Fencer::Execute(
     absl::string_view domain, uint64_t token,
-    absl::FunctionRef<absl::Status()> apply) {
+    absl::FunctionRef<absl::Status()> apply, const AdvanceCheck* check) {
   KeyedMutex::Lock domain_lock(&domain_locks_, domain,
                                "Fencer::Execute:BeforeDomainLock");
-  absl::StatusOr<FenceDecision> decision = CheckAndRecord(domain, token);
+  absl::StatusOr<FenceDecision> decision =
+      CheckAndRecord(domain, token, check);
   if (!decision.ok()) return decision;
   FENCEGATE_SYNC_POINT_ARG("Fencer::Execute:BeforeApply", &token);
   if (absl::Status s = apply(); !s.ok()) return s;
@@ -71,10 +80,12 @@ absl::StatusOr<FenceDecision> Fencer::Execute(
 }
 
 void Fencer::ExecuteAsync(absl::string_view domain, uint64_t token,
-                          AsyncApply apply, DecisionCallback done) {
+                          AsyncApply apply, DecisionCallback done,
+                          const AdvanceCheck* check) {
   KeyedMutex::Lock domain_lock(&domain_locks_, domain,
                                "Fencer::Execute:BeforeDomainLock");
-  absl::StatusOr<FenceDecision> decision = CheckAndRecord(domain, token);
+  absl::StatusOr<FenceDecision> decision =
+      CheckAndRecord(domain, token, check);
   if (!decision.ok()) {
     domain_lock.Release();
     std::move(done)(std::move(decision));
@@ -85,7 +96,8 @@ void Fencer::ExecuteAsync(absl::string_view domain, uint64_t token,
 }
 
 bool Fencer::TryExecuteAsync(absl::string_view domain, uint64_t token,
-                             AsyncApply& apply, DecisionCallback& done) {
+                             AsyncApply& apply, DecisionCallback& done,
+                             const AdvanceCheck* check) {
   std::optional<KeyedMutex::Lock> domain_lock =
       KeyedMutex::Lock::TryLock(&domain_locks_, domain);
   if (!domain_lock.has_value()) return false;
@@ -93,6 +105,16 @@ bool Fencer::TryExecuteAsync(absl::string_view domain, uint64_t token,
   if (!current.has_value()) return false;
   if (token > current->highest_token) {
     if (!store_->RaiseAsyncNeverBlocks()) return false;
+    if (check != nullptr) {
+      std::optional<absl::Status> admitted =
+          check->Check(*current, token, /*may_block=*/false);
+      if (!admitted.has_value()) return false;
+      if (!admitted->ok()) {
+        domain_lock->Release();
+        std::move(done)(*std::move(admitted));
+        return true;
+      }
+    }
     FENCEGATE_SYNC_POINT_ARG("Fencer::Execute:AfterCheck", &token);
     RaiseThenApply(*std::move(domain_lock), domain, token, std::move(apply),
                    std::move(done));
@@ -152,8 +174,10 @@ void Fencer::ApplyHolding(KeyedMutex::Lock domain_lock, uint64_t token,
 }
 
 absl::StatusOr<FenceDecision> Fencer::Fence(absl::string_view domain,
-                                            uint64_t token) {
-  return Execute(domain, token, [] { return absl::OkStatus(); });
+                                            uint64_t token,
+                                            const AdvanceCheck* check) {
+  return Execute(
+      domain, token, [] { return absl::OkStatus(); }, check);
 }
 
 absl::StatusOr<FenceState> Fencer::Get(absl::string_view domain) {

@@ -15,7 +15,11 @@
 #include <thread>
 
 #include "absl/strings/match.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
 
@@ -51,21 +55,30 @@ absl::Status MakeDirs(const std::string& path) {
 
 }  // namespace
 
-absl::StatusOr<v1::GatewayConfig> LoadConfigFile(const std::string& path) {
+absl::Status LoadTextProtoFile(const std::string& path, absl::string_view what,
+                               google::protobuf::Message* out) {
   std::ifstream in(path);
   if (!in) {
     return absl::NotFoundError(
-        absl::StrCat("config file \"", path, "\": ", strerror(errno)));
+        absl::StrCat(what, " \"", path, "\": ", strerror(errno)));
   }
   std::stringstream text;
   text << in.rdbuf();
-  v1::GatewayConfig config;
   google::protobuf::TextFormat::Parser parser;
   FirstError errors;
   parser.RecordErrorsTo(&errors);
-  if (!parser.ParseFromString(text.str(), &config)) {
+  if (!parser.ParseFromString(text.str(), out)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("config file \"", path, "\":", errors.message()));
+        absl::StrCat(what, " \"", path, "\":", errors.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::GatewayConfig> LoadConfigFile(const std::string& path) {
+  v1::GatewayConfig config;
+  if (absl::Status s = LoadTextProtoFile(path, "config file", &config);
+      !s.ok()) {
+    return s;
   }
   return config;
 }
@@ -90,11 +103,15 @@ absl::StatusOr<GatewayOptions> ResolveOptions(const v1::GatewayConfig& config) {
   options.data_dir = resolved;
 
   for (const v1::Route& route : config.routes()) {
-    options.routes.push_back({route.name(), route.uri()});
+    RouteSpec spec{route.name(), route.uri(), {}};
+    for (const v1::NamedStatement& st : route.statements()) {
+      spec.statements.emplace_back(st.name(), st.sql());
+    }
+    options.routes.push_back(std::move(spec));
   }
   if (options.routes.empty()) {
     options.routes.push_back(
-        {"files", absl::StrCat("file://", options.data_dir, "/files")});
+        {"files", absl::StrCat("file://", options.data_dir, "/files"), {}});
   }
   const std::filesystem::path fence_dir =
       std::filesystem::path(options.data_dir) / "fence";
@@ -168,7 +185,53 @@ absl::StatusOr<GatewayOptions> ResolveOptions(const v1::GatewayConfig& config) {
   if (config.shutdown_grace_seconds() != 0) {
     options.shutdown_grace = absl::Seconds(config.shutdown_grace_seconds());
   }
+  options.etcd_tls = client::TlsFiles{
+      config.etcd().tls_ca(), config.etcd().tls_cert(), config.etcd().tls_key()};
+  options.tls.cert = config.tls().cert();
+  options.tls.key = config.tls().key();
+  options.tls.client_ca = config.tls().client_ca();
+  if (config.tls().refresh_seconds() != 0) {
+    options.tls.refresh = absl::Seconds(config.tls().refresh_seconds());
+  }
+  options.policy_path = config.policy();
+  options.insecure_allow_remote = config.insecure_allow_remote();
+  options.audit_log_path = config.audit_log();
+  const bool mtls = options.tls.enabled() && !options.tls.client_ca.empty();
+  if (!options.policy_path.empty() && !mtls) {
+    return absl::InvalidArgumentError(
+        "policy: needs mTLS (tls.cert, tls.key and tls.client_ca): a policy "
+        "grants client identities, which only client certificates prove");
+  }
+  if (!IsLoopbackAddress(options.listen_address) &&
+      !options.insecure_allow_remote &&
+      (!mtls || options.policy_path.empty())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "listen_address: \"", options.listen_address,
+        "\" is reachable from other machines; serving it needs mTLS "
+        "(--tls_cert, --tls_key, --tls_client_ca) and a --policy, or "
+        "--insecure_allow_remote to serve it without them"));
+  }
   return options;
+}
+
+bool IsLoopbackAddress(absl::string_view listen_address) {
+  if (absl::StartsWith(listen_address, "unix:")) return true;
+  absl::string_view host =
+      listen_address.substr(0, listen_address.rfind(':'));
+  if (absl::ConsumePrefix(&host, "[")) absl::ConsumeSuffix(&host, "]");
+  if (host == "localhost" || host == "::1") return true;
+  // 127.0.0.0/8, written out as four numbers.
+  if (!absl::ConsumePrefix(&host, "127.")) return false;
+  int parts = 1;
+  for (absl::string_view part : absl::StrSplit(host, '.')) {
+    int v = 0;
+    if (part.empty() || part.size() > 3 || !absl::SimpleAtoi(part, &v) ||
+        v > 255 || !absl::ascii_isdigit(static_cast<unsigned char>(part[0]))) {
+      return false;
+    }
+    ++parts;
+  }
+  return parts == 4;
 }
 
 }  // namespace fencegate

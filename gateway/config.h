@@ -12,8 +12,12 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "google/protobuf/message.h"
+#include "client/tls.h"
 #include "fencegate/v1/config.pb.h"
+#include "gateway/server_tls.h"
 #include "storage_adapters/router.h"
 
 namespace fencegate {
@@ -59,14 +63,37 @@ struct GatewayOptions {
   std::string etcd_endpoint;
   // Prefix of the etcd lock keys. Default: "fencegate/locks".
   std::string etcd_lock_prefix = "fencegate/locks";
+  // TLS to etcd. Default: plaintext.
+  client::TlsFiles etcd_tls;
+  // TLS on the gRPC port. Default: plaintext.
+  ServerTlsOptions tls;
+  // Access policy file (needs mTLS); re-read by GatewayServer::Reload().
+  // Default: none.
+  std::string policy_path;
+  // Serve a non-loopback address without mTLS and a policy. Default: false.
+  bool insecure_allow_remote = false;
+  // Audit log file. Default: none.
+  std::string audit_log_path;
 };
+
+// Whether `listen_address` ("host:port") only accepts connections from this
+// machine: 127.0.0.0/8, ::1, localhost, or a unix: socket.
+bool IsLoopbackAddress(absl::string_view listen_address);
+
+// Reads a text-format proto file into `out`. INVALID_ARGUMENT with `what`,
+// the file name, line and column of the first error; NOT_FOUND if it cannot
+// be read.
+absl::Status LoadTextProtoFile(const std::string& path, absl::string_view what,
+                               google::protobuf::Message* out);
 
 // Reads a GatewayConfig text proto. INVALID_ARGUMENT with the file name,
 // line and column of the first error; NOT_FOUND if it cannot be read.
 absl::StatusOr<v1::GatewayConfig> LoadConfigFile(const std::string& path);
 
 // Fills defaults into `config` and validates it; creates the data directory
-// if missing. INVALID_ARGUMENT names the offending field.
+// if missing. INVALID_ARGUMENT names the offending field, and refuses a
+// non-loopback listen address without mTLS and a policy unless
+// insecure_allow_remote is set.
 absl::StatusOr<GatewayOptions> ResolveOptions(const v1::GatewayConfig& config);
 
 }  // namespace fencegate

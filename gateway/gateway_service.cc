@@ -88,6 +88,8 @@ struct GatewayService::PendingWrite {
   std::string domain;
   WriteTarget target;  // Views `domain` and the request.
   StorageAdapter* adapter = nullptr;
+  // What the gate admitted; views the request.
+  std::unique_ptr<Admission> admission;
   // The domain's turn, held until the reply: the domain's next write
   // starts after it (released on destruction).
   std::optional<DomainExecutor::Lane> lane;
@@ -95,10 +97,12 @@ struct GatewayService::PendingWrite {
 
 GatewayService::GatewayService(Fencer* fencer, const Router* router,
                                DomainExecutor* executor,
+                               const RequestGate* gate,
                                GatewayServiceOptions options)
     : fencer_(fencer),
       router_(router),
       executor_(executor),
+      gate_(gate),
       options_(options) {}
 
 grpc::ServerUnaryReactor* GatewayService::Write(
@@ -110,6 +114,10 @@ grpc::ServerUnaryReactor* GatewayService::Write(
       !s.ok()) {
     return FinishNow(context, s);
   }
+  absl::StatusOr<std::unique_ptr<Admission>> admitted =
+      gate_->Admit(*context, CallFactsOf(write->parsed_request));
+  if (!admitted.ok()) return FinishNow(context, admitted.status());
+  write->admission = *std::move(admitted);
   const v1::WriteRequest* request = write->request;
   if (absl::Status s = ValidateToken(request->token()); !s.ok()) {
     return FinishNow(context, s);
@@ -135,6 +143,11 @@ grpc::ServerUnaryReactor* GatewayService::Write(
     return FinishNow(context,
                      absl::InvalidArgumentError("ops: at least one operation "
                                                 "is required"));
+  }
+  if (absl::Status s = Router::ExpandStatements(
+          *resolved, write->parsed_request.mutable_ops());
+      !s.ok()) {
+    return FinishNow(context, s);
   }
   if (absl::Status s = resolved->adapter->Validate(
           WriteTarget{domain, request->token(), resolved->path,
@@ -198,7 +211,8 @@ bool GatewayService::TryWriteHere(std::unique_ptr<PendingWrite>& write) {
                                    w](absl::StatusOr<FenceDecision> decision) {
     Reply(std::unique_ptr<PendingWrite>(w), std::move(decision));
   };
-  if (!fencer_->TryExecuteAsync(w->domain, w->request->token(), apply, done)) {
+  if (!fencer_->TryExecuteAsync(w->domain, w->request->token(), apply, done,
+                                w->admission->advance_check())) {
     return false;
   }
   write.release();  // Now `done`'s.
@@ -216,17 +230,21 @@ void GatewayService::RunWrite(std::unique_ptr<PendingWrite> write) {
     return;
   }
   PendingWrite* w = write.get();
-  fencer_->ExecuteAsync(w->domain, w->request->token(), ApplyOf(w),
-                        [this, write = std::move(write)](
-                            absl::StatusOr<FenceDecision> decision) mutable {
-                          Reply(std::move(write), std::move(decision));
-                        });
+  const AdvanceCheck* check = w->admission->advance_check();
+  fencer_->ExecuteAsync(
+      w->domain, w->request->token(), ApplyOf(w),
+      [this, write = std::move(write)](
+          absl::StatusOr<FenceDecision> decision) mutable {
+        Reply(std::move(write), std::move(decision));
+      },
+      check);
 }
 
 void GatewayService::Reply(std::unique_ptr<PendingWrite> write,
                            absl::StatusOr<FenceDecision> decision) {
   LogOutcome(RequestTag("Write", write->request->request_id()), write->domain,
              write->request->token(), decision, options_.log_writes);
+  write->admission->Audit(decision);
   if (decision.ok()) {
     ToProto(decision->fence, write->response->mutable_fence());
     write->response->set_fence_advanced(decision->advanced);
@@ -247,6 +265,9 @@ void GatewayService::Reply(std::unique_ptr<PendingWrite> write,
 grpc::ServerUnaryReactor* GatewayService::Fence(
     grpc::CallbackServerContext* context, const v1::FenceRequest* request,
     v1::FenceState* response) {
+  absl::StatusOr<std::unique_ptr<Admission>> admitted =
+      gate_->Admit(*context, CallFactsOf(*request));
+  if (!admitted.ok()) return FinishNow(context, admitted.status());
   if (absl::Status s = ValidateDomain(request->domain()); !s.ok()) {
     return FinishNow(context, s);
   }
@@ -258,16 +279,18 @@ grpc::ServerUnaryReactor* GatewayService::Fence(
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   executor_->Post(request->domain(), [this, context, reactor, request,
-                                      response]() {
+                                      response,
+                                      admission = *std::move(admitted)]() {
     if (context->IsCancelled()) {
       reactor->Finish(grpc::Status(grpc::StatusCode::CANCELLED,
                                    "cancelled before the fence was raised"));
       return;
     }
-    absl::StatusOr<FenceDecision> decision =
-        fencer_->Fence(request->domain(), request->token());
+    absl::StatusOr<FenceDecision> decision = fencer_->Fence(
+        request->domain(), request->token(), admission->advance_check());
     LogOutcome(RequestTag("Fence", request->request_id()), request->domain(),
                request->token(), decision, options_.log_writes);
+    admission->Audit(decision);
     if (decision.ok()) ToProto(decision->fence, response);
     reactor->Finish(ToGrpcStatus(decision.status()));
   });
@@ -277,6 +300,11 @@ grpc::ServerUnaryReactor* GatewayService::Fence(
 grpc::ServerUnaryReactor* GatewayService::GetFence(
     grpc::CallbackServerContext* context, const v1::GetFenceRequest* request,
     v1::FenceState* response) {
+  if (absl::StatusOr<std::unique_ptr<Admission>> admitted =
+          gate_->Admit(*context, CallFactsOf(*request));
+      !admitted.ok()) {
+    return FinishNow(context, admitted.status());
+  }
   if (absl::Status s = ValidateDomain(request->domain()); !s.ok()) {
     return FinishNow(context, s);
   }

@@ -15,6 +15,7 @@
 #include "fencegate/v1/gateway.grpc.pb.h"
 #include "fencing/fencer.h"
 #include "gateway/domain_executor.h"
+#include "gateway/request_gate.h"
 #include "storage_adapters/router.h"
 
 namespace fencegate {
@@ -26,13 +27,16 @@ struct GatewayServiceOptions {
   bool log_writes = false;
 };
 
-// Thread safety: safe for concurrent RPCs. `fencer`, `router` and `executor`
-// are not owned and must outlive the service.
+// Every RPC passes `gate` first (request_gate.h): a request it refuses is
+// answered without touching a fence or an adapter.
+//
+// Thread safety: safe for concurrent RPCs. `fencer`, `router`, `executor`
+// and `gate` are not owned and must outlive the service.
 class GatewayService final : public v1::Gateway::WithRawCallbackMethod_Write<
                                  v1::Gateway::CallbackService> {
  public:
   GatewayService(Fencer* fencer, const Router* router, DomainExecutor* executor,
-                 GatewayServiceOptions options);
+                 const RequestGate* gate, GatewayServiceOptions options);
 
   grpc::ServerUnaryReactor* Write(grpc::CallbackServerContext* context,
                                   const grpc::ByteBuffer* request,
@@ -65,6 +69,7 @@ class GatewayService final : public v1::Gateway::WithRawCallbackMethod_Write<
   Fencer* const fencer_;
   const Router* const router_;
   DomainExecutor* const executor_;
+  const RequestGate* const gate_;
   const GatewayServiceOptions options_;
 };
 

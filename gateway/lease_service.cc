@@ -11,17 +11,33 @@
 
 namespace fencegate {
 
-LeaseService::LeaseService(LeaseManager* manager, DomainExecutor* executor)
-    : manager_(manager), executor_(executor) {}
+namespace {
+
+grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
+                                    const absl::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+}  // namespace
+
+LeaseService::LeaseService(LeaseManager* manager, DomainExecutor* executor,
+                           const RequestGate* gate)
+    : manager_(manager), executor_(executor), gate_(gate) {}
 
 grpc::ServerUnaryReactor* LeaseService::Acquire(
     grpc::CallbackServerContext* context, const v1::AcquireRequest* request,
     v1::AcquireResponse* response) {
+  absl::StatusOr<std::unique_ptr<Admission>> admitted =
+      gate_->Admit(*context, CallFactsOf(*request));
+  if (!admitted.ok()) return FinishNow(context, admitted.status());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   // In the name's lane: a grant takes the domain's lock, which a write in
   // flight may hold for long, and must then wait without a thread.
-  executor_->Post(request->name(), [this, context, reactor, request,
-                                    response]() {
+  executor_->Post(request->name(), [this, context, reactor, request, response,
+                                    admission = std::shared_ptr<Admission>(
+                                        *std::move(admitted))]() {
     if (context->IsCancelled()) {
       // The caller gave up while this waited in the queue: granting now
       // would hold the lock for nobody until its ttl runs out.
@@ -39,7 +55,8 @@ grpc::ServerUnaryReactor* LeaseService::Acquire(
         request->name(), request->owner(),
         absl::Milliseconds(request->ttl_ms()), wait,
         [context] { return context->IsCancelled(); },
-        [reactor, request, response](absl::StatusOr<AcquireOutcome> outcome) {
+        [reactor, request, response,
+         admission](absl::StatusOr<AcquireOutcome> outcome) {
           if (outcome.ok()) {
             const LeaseRecord& lease = outcome->lease;
             response->set_acquired(outcome->acquired);
@@ -53,6 +70,7 @@ grpc::ServerUnaryReactor* LeaseService::Acquire(
                                   "token=%d (fence raised)",
                                   absl::CHexEscape(lease.name),
                                   absl::CHexEscape(lease.owner), lease.token));
+              admission->AuditAdvance(lease.token);
             } else {
               response->set_holder_owner(lease.owner);
               response->set_holder_token(lease.token);
@@ -67,6 +85,11 @@ grpc::ServerUnaryReactor* LeaseService::Acquire(
 grpc::ServerUnaryReactor* LeaseService::KeepAlive(
     grpc::CallbackServerContext* context, const v1::KeepAliveRequest* request,
     v1::KeepAliveResponse* response) {
+  if (absl::StatusOr<std::unique_ptr<Admission>> admitted =
+          gate_->Admit(*context, CallFactsOf(*request));
+      !admitted.ok()) {
+    return FinishNow(context, admitted.status());
+  }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   executor_->PostAny([this, reactor, request, response]() {
     absl::StatusOr<absl::Duration> ttl =
@@ -83,6 +106,11 @@ grpc::ServerUnaryReactor* LeaseService::KeepAlive(
 grpc::ServerUnaryReactor* LeaseService::Release(
     grpc::CallbackServerContext* context, const v1::ReleaseRequest* request,
     v1::ReleaseResponse* response) {
+  if (absl::StatusOr<std::unique_ptr<Admission>> admitted =
+          gate_->Admit(*context, CallFactsOf(*request));
+      !admitted.ok()) {
+    return FinishNow(context, admitted.status());
+  }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   executor_->PostAny([this, reactor, request]() {
     absl::Status s = manager_->Release(request->name(), request->lease_id());

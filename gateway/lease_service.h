@@ -10,14 +10,19 @@
 #include "fencegate/v1/lease.grpc.pb.h"
 #include "fencing/lease_manager.h"
 #include "gateway/domain_executor.h"
+#include "gateway/request_gate.h"
 
 namespace fencegate {
 
-// Thread safety: safe for concurrent RPCs. `manager` and `executor` must
-// outlive the service.
+// Every RPC passes `gate` first (request_gate.h), with the LEASE permission
+// on the lock's name.
+//
+// Thread safety: safe for concurrent RPCs. `manager`, `executor` and `gate`
+// must outlive the service.
 class LeaseService final : public v1::Lease::CallbackService {
  public:
-  LeaseService(LeaseManager* manager, DomainExecutor* executor);
+  LeaseService(LeaseManager* manager, DomainExecutor* executor,
+               const RequestGate* gate);
 
   grpc::ServerUnaryReactor* Acquire(grpc::CallbackServerContext* context,
                                     const v1::AcquireRequest* request,
@@ -32,6 +37,7 @@ class LeaseService final : public v1::Lease::CallbackService {
  private:
   LeaseManager* const manager_;
   DomainExecutor* const executor_;
+  const RequestGate* const gate_;
 };
 
 }  // namespace fencegate

@@ -56,6 +56,12 @@ struct Flags {
   bool log_writes = false;
   std::string etcd_endpoint;
   std::string etcd_lock_prefix;
+  std::string etcd_tls_ca, etcd_tls_cert, etcd_tls_key;
+  std::string tls_cert, tls_key, tls_client_ca;
+  uint64_t tls_refresh_seconds = 0;
+  std::string policy;
+  bool insecure_allow_remote = false;
+  std::string audit_log;
   bool help = false;
 };
 
@@ -68,6 +74,25 @@ absl::Status ApplyFlags(const Flags& flags, v1::GatewayConfig* config) {
   if (!flags.etcd_lock_prefix.empty()) {
     config->mutable_etcd()->set_lock_prefix(flags.etcd_lock_prefix);
   }
+  struct StringFlag {
+    const std::string& value;
+    std::string* field;
+  };
+  for (const StringFlag& f :
+       {StringFlag{flags.etcd_tls_ca, config->mutable_etcd()->mutable_tls_ca()},
+        StringFlag{flags.etcd_tls_cert,
+                   config->mutable_etcd()->mutable_tls_cert()},
+        StringFlag{flags.etcd_tls_key,
+                   config->mutable_etcd()->mutable_tls_key()},
+        StringFlag{flags.tls_cert, config->mutable_tls()->mutable_cert()},
+        StringFlag{flags.tls_key, config->mutable_tls()->mutable_key()},
+        StringFlag{flags.tls_client_ca,
+                   config->mutable_tls()->mutable_client_ca()},
+        StringFlag{flags.policy, config->mutable_policy()},
+        StringFlag{flags.audit_log, config->mutable_audit_log()}}) {
+    if (!f.value.empty()) *f.field = f.value;
+  }
+  if (flags.insecure_allow_remote) config->set_insecure_allow_remote(true);
   if (!flags.routes.empty()) {
     config->clear_routes();
     for (const std::string& r : flags.routes) {
@@ -125,6 +150,10 @@ absl::Status ApplyFlags(const Flags& flags, v1::GatewayConfig* config) {
     if (v = u32(f.value, f.name); !v.ok()) return v.status();
     if (*v) (config->mutable_limits()->*f.set)(*v);
   }
+  if (v = u32(flags.tls_refresh_seconds, "tls_refresh_seconds"); !v.ok()) {
+    return v.status();
+  }
+  if (*v) config->mutable_tls()->set_refresh_seconds(*v);
   if (v = u32(flags.io_threads, "io_threads"); !v.ok()) return v.status();
   if (*v) config->set_io_threads(*v);
   if (v = u32(flags.shutdown_grace_seconds, "shutdown_grace_seconds");
@@ -219,6 +248,26 @@ int Run(int argc, char** argv) {
       "etcd host:port whose locks raise fences on handover (default off)");
   set.String("etcd_lock_prefix", &flags.etcd_lock_prefix,
              "prefix of the etcd lock keys (default fencegate/locks)");
+  set.String("etcd_tls_ca", &flags.etcd_tls_ca,
+             "CA bundle (PEM) of etcd's certificate: TLS to etcd");
+  set.String("etcd_tls_cert", &flags.etcd_tls_cert,
+             "client certificate (PEM) for an etcd with --client-cert-auth");
+  set.String("etcd_tls_key", &flags.etcd_tls_key,
+             "private key (PEM) of --etcd_tls_cert");
+  set.String("tls_cert", &flags.tls_cert,
+             "server certificate chain (PEM): serve TLS");
+  set.String("tls_key", &flags.tls_key, "private key (PEM) of --tls_cert");
+  set.String("tls_client_ca", &flags.tls_client_ca,
+             "CA bundle (PEM) for client certificates: require them (mTLS)");
+  set.Uint("tls_refresh_seconds", &flags.tls_refresh_seconds,
+           "how often the TLS files are re-read (default 5)");
+  set.String("policy", &flags.policy,
+             "access policy (fencegate.v1.Policy, text format; needs mTLS); "
+             "re-read on SIGHUP");
+  set.Bool("insecure_allow_remote", &flags.insecure_allow_remote,
+           "serve a non-loopback address without mTLS and a policy");
+  set.String("audit_log", &flags.audit_log,
+             "audit log file (JSON lines); reopened on SIGHUP");
   set.Bool("help", &flags.help, "print this help");
 
   std::vector<std::string> positional;
@@ -261,6 +310,7 @@ int Run(int argc, char** argv) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   // Every connection is a file descriptor, and the fence store must always
@@ -289,7 +339,28 @@ int Run(int argc, char** argv) {
   }
   for (const RouteSpec& route : options->routes) {
     Log(LogSeverity::kInfo,
-        absl::StrCat("route ", route.name, "/ -> ", RedactUri(route.uri)));
+        absl::StrCat("route ", route.name, "/ -> ", RedactUri(route.uri),
+                     route.statements.empty()
+                         ? ""
+                         : absl::StrCat(" (", route.statements.size(),
+                                        " named statements)")));
+  }
+  Log(LogSeverity::kInfo,
+      !options->tls.enabled() ? "transport: plaintext"
+      : options->tls.client_ca.empty()
+          ? "transport: TLS (no client certificates)"
+          : "transport: mTLS (client certificates required)");
+  if (options->policy_path.empty()) {
+    Log(LogSeverity::kWarning,
+        "no --policy: every caller may do everything (for loopback "
+        "development)");
+  }
+  if (options->insecure_allow_remote &&
+      !IsLoopbackAddress(options->listen_address) &&
+      (options->policy_path.empty() || options->tls.client_ca.empty())) {
+    Log(LogSeverity::kWarning,
+        "--insecure_allow_remote: serving a non-loopback address to "
+        "callers that are neither authenticated nor authorized");
   }
   if (!flags.port_file.empty()) {
     // Written to a temporary name and renamed, so readers never see half.
@@ -305,7 +376,13 @@ int Run(int argc, char** argv) {
   }
 
   int sig = 0;
-  sigwait(&signals, &sig);
+  for (;;) {
+    sigwait(&signals, &sig);
+    if (sig != SIGHUP) break;
+    Log(LogSeverity::kInfo,
+        "SIGHUP: reloading the policy, reopening the audit log");
+    (*server)->Reload();
+  }
   Log(LogSeverity::kInfo,
       absl::StrCat("signal ", sig,
                    ": refusing new requests, finishing in-flight ones"));

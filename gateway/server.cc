@@ -15,6 +15,7 @@
 #include "fencing/rocksdb_fence_store.h"
 #include "fencing/stale_token.h"
 #include "gateway/log.h"
+#include "gateway/server_tls.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/resource_quota.h"
@@ -25,8 +26,8 @@ namespace fencegate {
 namespace {
 
 // A new etcd lock owner: raise its domain's fence to the key's revision.
-void RaiseFenceForEtcdOwner(Fencer* fencer, const std::string& domain,
-                            uint64_t token) {
+void RaiseFenceForEtcdOwner(Fencer* fencer, const RequestGate* gate,
+                            const std::string& domain, uint64_t token) {
   if (!ValidateDomain(domain).ok()) {
     Log(LogSeverity::kWarning,
         absl::StrCat("etcd watcher: lock name is not a valid domain: ",
@@ -36,6 +37,7 @@ void RaiseFenceForEtcdOwner(Fencer* fencer, const std::string& domain,
   absl::StatusOr<FenceDecision> d = fencer->Fence(domain, token);
   if (d.ok()) {
     if (d->advanced) {
+      gate->AuditInternalAdvance("etcd-watcher", domain, token);
       Log(LogSeverity::kInfo,
           absl::StrFormat("etcd lock handover: fence of \"%s\" raised to %d",
                           absl::CHexEscape(domain), token));
@@ -58,6 +60,28 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
       Router::Create(registry, options.routes);
   if (!router.ok()) return router.status();
   s->router_ = *std::move(router);
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      ServerCredentials(options.tls);
+  if (!credentials.ok()) return credentials.status();
+  s->policy_path_ = options.policy_path;
+  s->policy_env_.etcd_configured = !options.etcd_endpoint.empty();
+  for (const RouteSpec& route : options.routes) {
+    for (const auto& [name, sql] : route.statements) {
+      s->policy_env_.statement_names.insert(name);
+    }
+  }
+  std::shared_ptr<const Policy> policy;
+  if (!s->policy_path_.empty()) {
+    absl::StatusOr<std::shared_ptr<const Policy>> loaded = s->LoadPolicy();
+    if (!loaded.ok()) return loaded.status();
+    policy = *std::move(loaded);
+  }
+  if (!options.audit_log_path.empty()) {
+    absl::StatusOr<std::unique_ptr<AuditLog>> audit =
+        AuditLog::Open(options.audit_log_path);
+    if (!audit.ok()) return audit.status();
+    s->audit_ = *std::move(audit);
+  }
   absl::StatusOr<std::vector<std::string>> checked =
       s->router_->CheckAtStartup();
   if (!checked.ok()) return checked.status();
@@ -85,33 +109,49 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
       s->store_.get(), s->fencer_.get(), Clock::Real(), lease_options);
   if (!leases.ok()) return leases.status();
   s->leases_ = *std::move(leases);
+  RequestGateOptions gate_options;
+  gate_options.audit = s->audit_.get();
   if (!options.etcd_endpoint.empty()) {
     client::EtcdFenceWatcherOptions watch;
     watch.endpoint = options.etcd_endpoint;
     watch.prefix = options.etcd_lock_prefix;
+    watch.tls = options.etcd_tls;
     watch.on_error = [](const absl::Status& error) {
       Log(LogSeverity::kWarning,
           absl::StrCat("etcd watcher: ", error.ToString()));
     };
     Fencer* fencer = s->fencer_.get();
+    GatewayServer* server = s.get();
+    gate_options.etcd_seen_revision = [server] {
+      return server->etcd_watcher_->SeenRevision();
+    };
+    gate_options.etcd_current_revision = [server] {
+      return server->etcd_watcher_->CurrentRevision();
+    };
+    // The gate exists before the watcher reports its first owner.
+    s->gate_ = std::make_unique<RequestGate>(std::move(gate_options));
     s->etcd_watcher_ = std::make_unique<client::EtcdFenceWatcher>(
-        std::move(watch), [fencer](const std::string& domain, uint64_t token) {
-          RaiseFenceForEtcdOwner(fencer, domain, token);
+        std::move(watch),
+        [fencer, server = s.get()](const std::string& domain, uint64_t token) {
+          RaiseFenceForEtcdOwner(fencer, server->gate_.get(), domain, token);
         });
     if (absl::Status st = s->etcd_watcher_->Start(); !st.ok()) {
       return absl::Status(st.code(),
                           absl::StrCat("etcd watcher: ", st.message()));
     }
   }
+  if (s->gate_ == nullptr) {
+    s->gate_ = std::make_unique<RequestGate>(std::move(gate_options));
+  }
+  s->gate_->SetPolicy(std::move(policy));
   s->service_ = std::make_unique<GatewayService>(
-      s->fencer_.get(), s->router_.get(), s->executor_.get(),
+      s->fencer_.get(), s->router_.get(), s->executor_.get(), s->gate_.get(),
       GatewayServiceOptions{options.max_ops_per_write, options.log_writes});
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen_address,
-                           grpc::InsecureServerCredentials(), &s->port_);
+  builder.AddListeningPort(options.listen_address, *credentials, &s->port_);
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
   // Bounded resources: no client can hold memory, streams or connections
   // for ever (docs/operations.md, "Limits").
@@ -132,8 +172,8 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
                              ms(options.max_connection_idle));
   builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
                              ms(options.handshake_timeout));
-  s->lease_service_ =
-      std::make_unique<LeaseService>(s->leases_.get(), s->executor_.get());
+  s->lease_service_ = std::make_unique<LeaseService>(
+      s->leases_.get(), s->executor_.get(), s->gate_.get());
   builder.RegisterService(s->service_.get());
   builder.RegisterService(s->lease_service_.get());
   s->server_ = builder.BuildAndStart();
@@ -148,6 +188,36 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
   health->SetServingStatus("fencegate.v1.Gateway", true);
   health->SetServingStatus("fencegate.v1.Lease", true);
   return s;
+}
+
+absl::StatusOr<std::shared_ptr<const Policy>> GatewayServer::LoadPolicy()
+    const {
+  absl::StatusOr<std::shared_ptr<const Policy>> policy =
+      Policy::Load(policy_path_, policy_env_);
+  if (policy.ok()) {
+    Log(LogSeverity::kInfo,
+        absl::StrCat("policy \"", policy_path_, "\" in force: ",
+                     (*policy)->rule_count(), " rules"));
+  }
+  return policy;
+}
+
+void GatewayServer::Reload() {
+  if (!policy_path_.empty()) {
+    absl::StatusOr<std::shared_ptr<const Policy>> policy = LoadPolicy();
+    if (policy.ok()) {
+      gate_->SetPolicy(*std::move(policy));
+    } else {
+      Log(LogSeverity::kError,
+          absl::StrCat("policy not reloaded, the previous one stays in force: ",
+                       policy.status().message()));
+    }
+  }
+  if (audit_ != nullptr) {
+    if (absl::Status s = audit_->Reopen(); !s.ok()) {
+      Log(LogSeverity::kError, s.message());
+    }
+  }
 }
 
 GatewayServer::~GatewayServer() {
@@ -183,6 +253,7 @@ void GatewayServer::Shutdown(absl::Duration grace) {
     canceller.join();
   }
   if (executor_ != nullptr) executor_->Join();
+  if (audit_ != nullptr) audit_->Flush();
 }
 
 }  // namespace fencegate

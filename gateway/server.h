@@ -1,9 +1,10 @@
 // Copyright fencegate authors.
 //
 // GatewayServer: owns everything one gateway process runs — the fence
-// store, the router and its adapters, the I/O pool and the gRPC server
-// (Gateway and Lease services, standard health service, server
-// reflection).
+// store, the router and its adapters, the I/O pool, the request gate with
+// its policy and audit log, and the gRPC server (Gateway and Lease
+// services, standard health service, server reflection), over TLS if
+// configured.
 
 #ifndef GATEWAY_SERVER_H_
 #define GATEWAY_SERVER_H_
@@ -20,7 +21,10 @@
 #include "gateway/config.h"
 #include "gateway/domain_executor.h"
 #include "gateway/gateway_service.h"
+#include "gateway/audit_log.h"
 #include "gateway/lease_service.h"
+#include "gateway/policy.h"
+#include "gateway/request_gate.h"
 #include "grpcpp/server.h"
 #include "storage_adapters/registry.h"
 #include "storage_adapters/router.h"
@@ -31,10 +35,11 @@ namespace fencegate {
 class GatewayServer {
  public:
   // Opens the fence store in <data_dir>/fence, builds the routes' adapters
-  // from `registry`, starts the etcd watcher if configured, and starts
-  // serving. INVALID_ARGUMENT for a bad route or URI; UNAVAILABLE if the
-  // store is locked by another process, etcd cannot be read, or the address
-  // cannot be bound.
+  // from `registry`, loads the policy and opens the audit log if
+  // configured, starts the etcd watcher if configured, and starts serving.
+  // INVALID_ARGUMENT for a bad route, URI, policy, TLS file or audit log
+  // path; UNAVAILABLE if the store is locked by another process, etcd
+  // cannot be read, or the address cannot be bound.
   static absl::StatusOr<std::unique_ptr<GatewayServer>> Start(
       const GatewayOptions& options, const AdapterRegistry& registry);
 
@@ -46,6 +51,11 @@ class GatewayServer {
   // The bound port (useful with port 0).
   int port() const { return port_; }
 
+  // Re-reads the policy file (a policy that does not load leaves the one in
+  // force, and the log says why) and reopens the audit log. For SIGHUP.
+  // Thread safe.
+  void Reload();
+
   // Reports NOT_SERVING, refuses new RPCs, lets in-flight ones finish for up
   // to `grace` (then cancels them), and drains the I/O pool.
   void Shutdown(absl::Duration grace);
@@ -53,6 +63,13 @@ class GatewayServer {
  private:
   GatewayServer() = default;
 
+  // The policy as loaded from `path`.
+  absl::StatusOr<std::shared_ptr<const Policy>> LoadPolicy() const;
+
+  std::string policy_path_;
+  PolicyEnvironment policy_env_;
+  std::unique_ptr<AuditLog> audit_;
+  std::unique_ptr<RequestGate> gate_;
   std::unique_ptr<RocksDbStore> store_;
   std::unique_ptr<Fencer> fencer_;
   std::unique_ptr<LeaseManager> leases_;

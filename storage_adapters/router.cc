@@ -19,6 +19,13 @@ bool IsValidRouteName(absl::string_view name) {
   });
 }
 
+bool IsValidStatementName(absl::string_view name) {
+  if (name.empty() || name.size() > 64) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_';
+  });
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Router>> Router::Create(
@@ -44,7 +51,26 @@ absl::StatusOr<std::unique_ptr<Router>> Router::Create(
                           absl::StrCat("route \"", spec.name,
                                        "\": ", adapter.status().message()));
     }
-    router->routes_.emplace(spec.name, *std::move(adapter));
+    Route route{*std::move(adapter), {}};
+    for (const auto& [name, sql] : spec.statements) {
+      auto bad = [&](absl::string_view why) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "route \"", spec.name, "\": statement \"", name, "\": ", why));
+      };
+      if (!IsValidStatementName(name)) {
+        return bad("a name is 1-64 of letters, digits and '_'");
+      }
+      if (route.statements.contains(name)) return bad("defined twice");
+      google::protobuf::RepeatedPtrField<v1::Operation> probe;
+      probe.Add()->mutable_sql()->set_sql(sql);
+      if (absl::Status s = route.adapter->Validate(
+              WriteTarget{"statement", 0, "statement", ""}, probe);
+          !s.ok()) {
+        return bad(s.message());
+      }
+      route.statements.emplace(name, sql);
+    }
+    router->routes_.emplace(spec.name, std::move(route));
   }
   return router;
 }
@@ -62,26 +88,50 @@ absl::StatusOr<ResolvedResource> Router::Resolve(
   auto it = routes_.find(route);
   if (it == routes_.end()) {
     std::vector<absl::string_view> names;
-    for (const auto& [name, adapter] : routes_) names.push_back(name);
+    for (const auto& [name, unused] : routes_) names.push_back(name);
     std::sort(names.begin(), names.end());
     return absl::InvalidArgumentError(
         absl::StrCat("resource: unknown route \"", route,
                      "\" (configured: ", absl::StrJoin(names, ", "), ")"));
   }
-  return ResolvedResource{it->second.get(), route, resource.substr(slash + 1)};
+  return ResolvedResource{it->second.adapter.get(), route,
+                          resource.substr(slash + 1), &it->second.statements};
+}
+
+absl::Status Router::ExpandStatements(
+    const ResolvedResource& resolved,
+    google::protobuf::RepeatedPtrField<v1::Operation>* ops) {
+  for (int i = 0; i < ops->size(); ++i) {
+    if (!ops->Get(i).has_sql()) continue;
+    v1::SqlStatement* sql = ops->Mutable(i)->mutable_sql();
+    if (sql->has_sql() == sql->has_statement()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ops[", i, "].sql: exactly one of sql and statement is needed"));
+    }
+    if (!sql->has_statement()) continue;
+    auto it = resolved.statements->find(sql->statement());
+    if (it == resolved.statements->end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ops[", i, "].sql.statement: route \"", resolved.route,
+          "\" has no statement \"", sql->statement(), "\""));
+    }
+    sql->set_sql(it->second);
+  }
+  return absl::OkStatus();
 }
 
 void Router::CancelInFlight() const {
-  for (const auto& [name, adapter] : routes_) adapter->CancelInFlight();
+  for (const auto& [name, route] : routes_) route.adapter->CancelInFlight();
 }
 
 absl::StatusOr<std::vector<std::string>> Router::CheckAtStartup() const {
   std::vector<std::string> names;
-  for (const auto& [name, adapter] : routes_) names.push_back(name);
+  for (const auto& [name, route] : routes_) names.push_back(name);
   std::sort(names.begin(), names.end());
   std::vector<std::string> lines;
   for (const std::string& name : names) {
-    absl::StatusOr<std::string> line = routes_.at(name)->CheckAtStartup();
+    absl::StatusOr<std::string> line =
+        routes_.at(name).adapter->CheckAtStartup();
     if (!line.ok()) {
       return absl::Status(
           line.status().code(),

@@ -75,6 +75,7 @@ TEST(ConfigTest, DefaultsAndFileValues) {
   testing::WriteFileOrDie(
       path,
       "listen_address: \"0.0.0.0:9000\"\n"
+      "insecure_allow_remote: true\n"
       "routes { name: \"r\" uri: \"file:///tmp/r\" }\n"
       "limits { max_ops_per_write: 5 max_concurrent_streams: "
       "7 memory_limit_mib: 128 max_connection_age_seconds: "

@@ -14,13 +14,23 @@
 namespace fencegate::client::etcd_internal {
 
 absl::StatusOr<std::shared_ptr<EtcdConnection>> EtcdConnection::Create(
-    absl::string_view endpoint, absl::Duration rpc_timeout) {
-  if (absl::StartsWith(endpoint, "https://")) {
+    absl::string_view endpoint, absl::Duration rpc_timeout,
+    const TlsFiles& tls) {
+  if (absl::StartsWith(endpoint, "https://") && !tls.enabled()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "etcd endpoint \"", endpoint,
+        "\": https needs the CA bundle of etcd's certificate"));
+  }
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      ChannelCredentials(tls);
+  if (!credentials.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("etcd endpoint \"", endpoint, "\": TLS is not supported"));
+        absl::StrCat("etcd: ", credentials.status().message()));
   }
   absl::string_view target = endpoint;
-  absl::ConsumePrefix(&target, "http://");
+  if (!absl::ConsumePrefix(&target, "http://")) {
+    absl::ConsumePrefix(&target, "https://");
+  }
   absl::ConsumeSuffix(&target, "/");
   if (target.empty()) {
     return absl::InvalidArgumentError(
@@ -43,7 +53,7 @@ absl::StatusOr<std::shared_ptr<EtcdConnection>> EtcdConnection::Create(
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
-      std::string(target), grpc::InsecureChannelCredentials(), args);
+      std::string(target), *credentials, args);
   return std::shared_ptr<EtcdConnection>(
       new EtcdConnection(std::string(target), rpc_timeout, std::move(channel)));
 }

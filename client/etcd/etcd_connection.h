@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "client/tls.h"
 #include "etcdserverpb/rpc.grpc.pb.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
@@ -28,10 +29,12 @@ namespace fencegate::client::etcd_internal {
 class EtcdConnection {
  public:
   // `endpoint` is "host:port", optionally with "http://". INVALID_ARGUMENT
-  // for an empty endpoint, for "https://" (TLS is not supported) or for a
+  // for an empty endpoint, for "https://" without `tls`, for TLS files that
+  // cannot be read, or for a
   // non-positive `rpc_timeout`. Does not connect: etcd may still be down.
   static absl::StatusOr<std::shared_ptr<EtcdConnection>> Create(
-      absl::string_view endpoint, absl::Duration rpc_timeout);
+      absl::string_view endpoint, absl::Duration rpc_timeout,
+      const TlsFiles& tls = {});
 
   EtcdConnection(const EtcdConnection&) = delete;
   EtcdConnection& operator=(const EtcdConnection&) = delete;

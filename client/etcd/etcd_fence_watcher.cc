@@ -143,6 +143,10 @@ class EtcdFenceWatcher::Impl {
 
   absl::Status Start();
   void Stop();
+  uint64_t SeenRevision() const {
+    return static_cast<uint64_t>(seen_revision_.load());
+  }
+  absl::StatusOr<uint64_t> CurrentRevision();
 
  private:
   // Keys of one lock name: key -> create_revision.
@@ -178,6 +182,14 @@ class EtcdFenceWatcher::Impl {
   absl::flat_hash_map<std::string, Keys> names_;
   absl::flat_hash_map<std::string, int64_t> reported_;
   int64_t revision_ = 0;
+  // The newest revision any etcd response carried; read by any thread.
+  std::atomic<int64_t> seen_revision_{0};
+  void Saw(int64_t revision) {
+    int64_t seen = seen_revision_.load();
+    while (revision > seen &&
+           !seen_revision_.compare_exchange_weak(seen, revision)) {
+    }
+  }
 
   absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
@@ -207,9 +219,13 @@ absl::Status EtcdFenceWatcher::Impl::Start() {
                      absl::FormatDuration(options_.max_backoff)));
   }
   absl::StatusOr<std::shared_ptr<EtcdConnection>> connection =
-      EtcdConnection::Create(options_.endpoint, options_.rpc_timeout);
+      EtcdConnection::Create(options_.endpoint, options_.rpc_timeout,
+                             options_.tls);
   if (!connection.ok()) return connection.status();
-  connection_ = *std::move(connection);
+  {
+    absl::MutexLock lock(&mu_);
+    connection_ = *std::move(connection);
+  }
   dir_ = absl::StrCat(prefix, "/");
 
   thread_ = std::thread([this] { Run(); });
@@ -313,6 +329,7 @@ absl::Status EtcdFenceWatcher::Impl::Sync() {
         });
     if (!status.ok()) return status;
     if (revision == 0) revision = response.header().revision();
+    Saw(response.header().revision());
     std::string name;
     for (const mvccpb::KeyValue& kv : response.kvs()) {
       if (NameOf(kv.key(), &name)) names[name][kv.key()] = kv.create_revision();
@@ -358,6 +375,7 @@ absl::Status EtcdFenceWatcher::Impl::Watch(bool* resync, bool* progressed) {
             break;
           }
           *progressed = true;
+          Saw(response.header().revision());
           absl::flat_hash_set<std::string> changed;
           std::string name;
           for (const mvccpb::Event& event : response.events()) {
@@ -383,6 +401,26 @@ absl::Status EtcdFenceWatcher::Impl::Watch(bool* resync, bool* progressed) {
   if (!status.ok()) return status;
   return absl::UnavailableError(
       absl::StrCat("etcd at ", connection_->endpoint(), " ended the watch"));
+}
+
+absl::StatusOr<uint64_t> EtcdFenceWatcher::Impl::CurrentRevision() {
+  std::shared_ptr<EtcdConnection> connection;
+  {
+    absl::MutexLock lock(&mu_);
+    connection = connection_;
+  }
+  if (connection == nullptr) {
+    return absl::FailedPreconditionError("the etcd watcher is not started");
+  }
+  etcdserverpb::RangeRequest request;
+  request.set_key(dir_);
+  request.set_range_end(PrefixEnd(dir_));
+  request.set_count_only(true);
+  absl::StatusOr<etcdserverpb::RangeResponse> response =
+      connection->Range(request);
+  if (!response.ok()) return response.status();
+  Saw(response->header().revision());
+  return static_cast<uint64_t>(response->header().revision());
 }
 
 void EtcdFenceWatcher::Impl::Report(
@@ -433,5 +471,13 @@ EtcdFenceWatcher::~EtcdFenceWatcher() = default;
 absl::Status EtcdFenceWatcher::Start() { return impl_->Start(); }
 
 void EtcdFenceWatcher::Stop() { impl_->Stop(); }
+
+uint64_t EtcdFenceWatcher::SeenRevision() const {
+  return impl_->SeenRevision();
+}
+
+absl::StatusOr<uint64_t> EtcdFenceWatcher::CurrentRevision() {
+  return impl_->CurrentRevision();
+}
 
 }  // namespace fencegate::client

@@ -123,7 +123,8 @@ absl::StatusOr<std::unique_ptr<EtcdTokenSource>> EtcdTokenSource::Create(
     return absl::InvalidArgumentError("etcd lock prefix must not be empty");
   }
   absl::StatusOr<std::shared_ptr<EtcdConnection>> connection =
-      EtcdConnection::Create(options.endpoint, options.rpc_timeout);
+      EtcdConnection::Create(options.endpoint, options.rpc_timeout,
+                             options.tls);
   if (!connection.ok()) return connection.status();
   return std::unique_ptr<EtcdTokenSource>(
       new EtcdTokenSource(std::string(prefix), *std::move(connection)));

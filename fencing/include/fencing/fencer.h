@@ -12,6 +12,9 @@
 //      a request that arrived earlier. Different domains run in parallel.
 //   5. If apply fails after the fence advanced, the fence stays advanced and
 //      the apply error is returned; retrying with the same token is allowed.
+//   6. With an AdvanceCheck (advance_check.h), a token that would raise the
+//      fence is first put to it, under the domain's lock; if it refuses,
+//      nothing moves and nothing is applied.
 
 #ifndef FENCING_FENCER_H_
 #define FENCING_FENCER_H_
@@ -25,6 +28,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "fencing/advance_check.h"
 #include "fencing/clock.h"
 #include "fencing/fence_store.h"
 #include "fencing/keyed_mutex.h"
@@ -53,10 +57,12 @@ class Fencer {
   // runs `apply`, all under the domain's lock. Returns the decision if apply
   // succeeded; the stale-token error if the token is stale (apply not run);
   // apply's error otherwise (the fence stays as recorded). The caller must
-  // have validated domain and token (fencing/limits.h).
+  // have validated domain and token (fencing/limits.h). `check`, if not
+  // null, must admit an advance (rule 6); it must outlive the call.
   absl::StatusOr<FenceDecision> Execute(
       absl::string_view domain, uint64_t token,
-      absl::FunctionRef<absl::Status()> apply);
+      absl::FunctionRef<absl::Status()> apply,
+      const AdvanceCheck* check = nullptr);
 
   // Execute() for an apply that completes later, on any thread. `apply` is
   // called (or not, as in Execute) with a callback that it, or whatever it
@@ -69,13 +75,15 @@ class Fencer {
   using AsyncApply = absl::AnyInvocable<void(Applied) &&>;
   using DecisionCallback =
       absl::AnyInvocable<void(absl::StatusOr<FenceDecision>) &&>;
+  // `check` as in Execute(); it must outlive the call of `done`.
   void ExecuteAsync(absl::string_view domain, uint64_t token, AsyncApply apply,
-                    DecisionCallback done);
+                    DecisionCallback done, const AdvanceCheck* check = nullptr);
 
   // ExecuteAsync() if it can be decided without blocking: the domain's
   // lock is free, the store answers from memory (FenceStore::GetCached),
   // and either the token does not advance the fence or the store queues
-  // advances (FenceStore::RaiseAsyncNeverBlocks). Then returns true, having
+  // advances (FenceStore::RaiseAsyncNeverBlocks), and `check` (if any)
+  // decides an advance without blocking. Then returns true, having
   // refused a stale token, started `apply`, or queued the advance, and
   // `done` follows; an advance keeps the domain's lock while its synced
   // write is pending, and `apply` then runs on the store's thread once the
@@ -84,11 +92,13 @@ class Fencer {
   // not block either, for the caller's thread and the store's to stay
   // unblocked.
   bool TryExecuteAsync(absl::string_view domain, uint64_t token,
-                       AsyncApply& apply, DecisionCallback& done);
+                       AsyncApply& apply, DecisionCallback& done,
+                       const AdvanceCheck* check = nullptr);
 
   // Execute() with nothing to apply: raises the fence to `token` (or accepts
   // it if equal), or fails with the stale-token error.
-  absl::StatusOr<FenceDecision> Fence(absl::string_view domain, uint64_t token);
+  absl::StatusOr<FenceDecision> Fence(absl::string_view domain, uint64_t token,
+                                      const AdvanceCheck* check = nullptr);
 
   // The domain's current fence.
   absl::StatusOr<FenceState> Get(absl::string_view domain);
@@ -103,7 +113,8 @@ class Fencer {
   // Rules 1-3 under the caller's domain lock: the stale-token error, or the
   // decision with any advance already durable.
   absl::StatusOr<FenceDecision> CheckAndRecord(absl::string_view domain,
-                                               uint64_t token);
+                                               uint64_t token,
+                                               const AdvanceCheck* check);
   // Queues the advance of `domain` to `token` to the store, holding
   // `domain_lock`; once it is durable, ApplyHolding on the store's thread.
   void RaiseThenApply(KeyedMutex::Lock domain_lock, absl::string_view domain,

@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -23,6 +24,9 @@ struct RouteSpec {
   std::string name;
   // Adapter URI, e.g. "file:///var/lib/fencegate/files".
   std::string uri;
+  // Named SQL statements: name -> SQL text with $n parameters. Names are
+  // [A-Za-z0-9_]{1,64}; each SQL must pass the adapter's Validate().
+  std::vector<std::pair<std::string, std::string>> statements = {};
 };
 
 struct ResolvedResource {
@@ -31,14 +35,16 @@ struct ResolvedResource {
   absl::string_view route;
   // The resource without "<route>/"; a view into the resolved string.
   absl::string_view path;
+  // The route's named statements (owned by the Router).
+  const absl::flat_hash_map<std::string, std::string>* statements = nullptr;
 };
 
 // Immutable after Create(); safe for concurrent use.
 class Router {
  public:
   // Builds every route's adapter. INVALID_ARGUMENT for no routes, a bad or
-  // duplicate route name, or a bad URI (the message names the route);
-  // otherwise the factory's error.
+  // duplicate route name, a bad URI, or a bad, duplicate or refused named
+  // statement (the message names the route); otherwise the factory's error.
   static absl::StatusOr<std::unique_ptr<Router>> Create(
       const AdapterRegistry& registry, const std::vector<RouteSpec>& routes);
 
@@ -51,12 +57,24 @@ class Router {
   // per adapter that had something to say.
   absl::StatusOr<std::vector<std::string>> CheckAtStartup() const;
 
+  // Replaces each SQL operation of `ops` that names a statement with the
+  // statement's SQL (keeping its parameters). INVALID_ARGUMENT naming the
+  // operation for an unknown name, or for both or neither of sql and
+  // statement.
+  static absl::Status ExpandStatements(
+      const ResolvedResource& resolved,
+      google::protobuf::RepeatedPtrField<v1::Operation>* ops);
+
   // Calls every adapter's CancelInFlight().
   void CancelInFlight() const;
 
  private:
+  struct Route {
+    std::unique_ptr<StorageAdapter> adapter;
+    absl::flat_hash_map<std::string, std::string> statements;
+  };
   Router() = default;
-  absl::flat_hash_map<std::string, std::unique_ptr<StorageAdapter>> routes_;
+  absl::flat_hash_map<std::string, Route> routes_;
 };
 
 }  // namespace fencegate

@@ -41,15 +41,20 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "client/tls.h"
 #include "absl/time/time.h"
 
 namespace fencegate::client {
 
 struct EtcdFenceWatcherOptions {
-  // etcd client endpoint, "host:port"; "http://host:port" is accepted too.
-  // TLS ("https://") is not supported.
+  // etcd client endpoint, "host:port"; "http://host:port" and, with `tls`,
+  // "https://host:port" are accepted too.
   // Default: "127.0.0.1:2379".
   std::string endpoint = "127.0.0.1:2379";
+  // TLS to etcd: its CA bundle, and a client certificate for an etcd that
+  // requires one (--client-cert-auth). Default: plaintext.
+  TlsFiles tls;
   // The lock prefix, the same as the workers' EtcdTokenSourceOptions::prefix.
   // A trailing "/" is ignored.
   // Default: "fencegate/locks".
@@ -91,6 +96,15 @@ class EtcdFenceWatcher {
   // Cancels the watch, stops and joins the thread. No callback runs after
   // Stop() returns. Idempotent; a stopped watcher cannot be restarted.
   void Stop();
+
+  // The newest etcd revision the watcher has seen in any response. Never
+  // blocks; thread safe.
+  uint64_t SeenRevision() const;
+
+  // etcd's current revision, read now (one Range of the prefix, up to
+  // rpc_timeout). FAILED_PRECONDITION before Start(); UNAVAILABLE if etcd
+  // cannot be reached. Thread safe; blocks.
+  absl::StatusOr<uint64_t> CurrentRevision();
 
  private:
   class Impl;  // client/etcd/etcd_fence_watcher.cc

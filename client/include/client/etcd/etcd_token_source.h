@@ -43,6 +43,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "client/tls.h"
 #include "client/token_source.h"
 
 namespace fencegate::client {
@@ -52,10 +53,13 @@ class EtcdConnection;
 }  // namespace etcd_internal
 
 struct EtcdTokenSourceOptions {
-  // etcd client endpoint, "host:port"; "http://host:port" is accepted too.
-  // TLS ("https://") is not supported.
+  // etcd client endpoint, "host:port"; "http://host:port" and, with `tls`,
+  // "https://host:port" are accepted too.
   // Default: "127.0.0.1:2379".
   std::string endpoint = "127.0.0.1:2379";
+  // TLS to etcd: its CA bundle, and a client certificate for an etcd that
+  // requires one (--client-cert-auth). Default: plaintext.
+  TlsFiles tls;
   // Where the locks live: lock `name` is the keys under "<prefix>/<name>/".
   // Must be the prefix the gateway's EtcdFenceWatcher watches. A trailing
   // "/" is ignored.
@@ -69,8 +73,9 @@ struct EtcdTokenSourceOptions {
 
 class EtcdTokenSource final : public TokenSource {
  public:
-  // INVALID_ARGUMENT for an empty or https endpoint, an empty prefix or a
-  // non-positive rpc_timeout. Does not contact etcd.
+  // INVALID_ARGUMENT for an empty endpoint, an https endpoint without
+  // `tls`, unreadable TLS files, an empty prefix or a non-positive
+  // rpc_timeout. Does not contact etcd.
   static absl::StatusOr<std::unique_ptr<EtcdTokenSource>> Create(
       const EtcdTokenSourceOptions& options);
   ~EtcdTokenSource() override;

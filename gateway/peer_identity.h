@@ -1,0 +1,20 @@
+// Copyright fencegate authors.
+//
+// The caller's identity, from the client certificate gRPC verified (mTLS):
+// its first URI SAN (e.g. a SPIFFE ID), else its first DNS SAN, else its
+// subject CN. Empty for a caller without a certificate.
+
+#ifndef GATEWAY_PEER_IDENTITY_H_
+#define GATEWAY_PEER_IDENTITY_H_
+
+#include <string>
+
+#include "grpcpp/security/auth_context.h"
+
+namespace fencegate {
+
+std::string PeerIdentity(const grpc::AuthContext& auth);
+
+}  // namespace fencegate
+
+#endif  // GATEWAY_PEER_IDENTITY_H_

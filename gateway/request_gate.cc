@@ -1,0 +1,270 @@
+// Copyright fencegate authors.
+
+#include "gateway/request_gate.h"
+
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "fencing/stale_token.h"
+#include "gateway/log.h"
+#include "gateway/peer_identity.h"
+#include "gateway/token_refused.h"
+
+namespace fencegate {
+namespace {
+
+using Rule = v1::Policy::Rule;
+
+constexpr char kWrite[] = "/fencegate.v1.Gateway/Write";
+constexpr char kFence[] = "/fencegate.v1.Gateway/Fence";
+constexpr char kGetFence[] = "/fencegate.v1.Gateway/GetFence";
+constexpr char kAcquire[] = "/fencegate.v1.Lease/Acquire";
+constexpr char kKeepAlive[] = "/fencegate.v1.Lease/KeepAlive";
+constexpr char kRelease[] = "/fencegate.v1.Lease/Release";
+
+}  // namespace
+
+std::optional<Permission> PermissionOf(absl::string_view method) {
+  static const auto* const kTable =
+      new absl::flat_hash_map<absl::string_view, Permission>{
+          {kWrite, Rule::WRITE},       {kFence, Rule::FENCE},
+          {kGetFence, Rule::GET_FENCE}, {kAcquire, Rule::LEASE},
+          {kKeepAlive, Rule::LEASE},   {kRelease, Rule::LEASE},
+      };
+  auto it = kTable->find(method);
+  if (it == kTable->end()) return std::nullopt;
+  return it->second;
+}
+
+CallFacts CallFactsOf(const v1::WriteRequest& request) {
+  CallFacts facts;
+  facts.method = kWrite;
+  facts.domain =
+      request.domain().empty() ? request.resource() : request.domain();
+  facts.token = request.token();
+  facts.resource = request.resource();
+  facts.request_id = request.request_id();
+  for (const v1::Operation& op : request.ops()) {
+    if (op.has_sql() && op.sql().has_statement() && !op.sql().has_sql()) {
+      facts.statements.push_back(op.sql().statement());
+    } else {
+      facts.ad_hoc = true;
+    }
+  }
+  return facts;
+}
+
+CallFacts CallFactsOf(const v1::FenceRequest& request) {
+  CallFacts facts;
+  facts.method = kFence;
+  facts.domain = request.domain();
+  facts.token = request.token();
+  facts.request_id = request.request_id();
+  return facts;
+}
+
+CallFacts CallFactsOf(const v1::GetFenceRequest& request) {
+  CallFacts facts;
+  facts.method = kGetFence;
+  facts.domain = request.domain();
+  return facts;
+}
+
+CallFacts CallFactsOf(const v1::AcquireRequest& request) {
+  CallFacts facts;
+  facts.method = kAcquire;
+  facts.domain = request.name();
+  return facts;
+}
+
+CallFacts CallFactsOf(const v1::KeepAliveRequest& request) {
+  CallFacts facts;
+  facts.method = kKeepAlive;
+  facts.domain = request.name();
+  return facts;
+}
+
+CallFacts CallFactsOf(const v1::ReleaseRequest& request) {
+  CallFacts facts;
+  facts.method = kRelease;
+  facts.domain = request.name();
+  return facts;
+}
+
+RequestGate::RequestGate(RequestGateOptions options)
+    : options_(std::move(options)) {}
+
+void RequestGate::SetPolicy(std::shared_ptr<const Policy> policy) {
+  absl::MutexLock lock(&mu_);
+  policy_ = std::move(policy);
+}
+
+bool RequestGate::has_policy() const {
+  absl::MutexLock lock(&mu_);
+  return policy_ != nullptr;
+}
+
+absl::StatusOr<std::unique_ptr<Admission>> RequestGate::Admit(
+    const grpc::ServerContextBase& context, const CallFacts& facts) const {
+  std::shared_ptr<const Policy> policy;
+  {
+    absl::MutexLock lock(&mu_);
+    policy = policy_;
+  }
+  std::unique_ptr<Admission> admission(new Admission());
+  admission->gate_ = this;
+  admission->facts_ = facts;
+  if (std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
+      auth != nullptr) {
+    admission->identity_ = PeerIdentity(*auth);
+  }
+  if (policy == nullptr) return admission;
+
+  auto deny = [&](absl::Status status) {
+    Log(LogSeverity::kWarning,
+        absl::StrCat(facts.method, " denied: ", status.message()));
+    Record(admission->identity_, facts, "denied", facts.token,
+           status.message());
+    return status;
+  };
+  if (admission->identity_.empty()) {
+    return deny(absl::UnauthenticatedError(
+        "no client identity: a certificate with a URI SAN, DNS SAN or CN is "
+        "required"));
+  }
+  std::optional<Permission> permission = PermissionOf(facts.method);
+  if (!permission.has_value()) {
+    return deny(absl::PermissionDeniedError(absl::StrCat(
+        "identity \"", absl::CHexEscape(admission->identity_),
+        "\" may not call ", facts.method, ": the method has no permission")));
+  }
+  admission->binding_ = policy->BindingOf(facts.domain);
+  if (*permission == Rule::FENCE &&
+      admission->binding_.source == v1::Policy::Domain::LEASE) {
+    // The lease service's grants raise such a fence; only an operator
+    // overrides them.
+    permission = Rule::ADMIN;
+    admission->admin_ = true;
+  }
+  PolicyRequest request;
+  request.identity = admission->identity_;
+  request.permission = *permission;
+  request.domain = facts.domain;
+  request.resource = facts.resource;
+  request.ad_hoc = facts.ad_hoc;
+  request.statements = facts.statements;
+  if (absl::Status s = policy->Authorize(request); !s.ok()) {
+    return deny(std::move(s));
+  }
+  return admission;
+}
+
+void RequestGate::AuditInternalAdvance(absl::string_view source,
+                                       absl::string_view domain,
+                                       uint64_t token) const {
+  CallFacts facts;
+  facts.domain = domain;
+  Record(source, facts, "fence_advanced", token, "");
+}
+
+void RequestGate::Record(absl::string_view identity, const CallFacts& facts,
+                         absl::string_view outcome, uint64_t token,
+                         absl::string_view reason) const {
+  if (options_.audit == nullptr) return;
+  v1::AuditRecord record;
+  record.set_identity(std::string(identity));
+  record.set_rpc(std::string(facts.method));
+  record.set_domain(std::string(facts.domain));
+  record.set_token(token);
+  record.set_resource(std::string(facts.resource));
+  record.set_outcome(std::string(outcome));
+  record.set_request_id(std::string(facts.request_id));
+  record.set_reason(std::string(reason));
+  options_.audit->Record(std::move(record));
+}
+
+const AdvanceCheck* Admission::advance_check() const {
+  const bool leased =
+      binding_.source == v1::Policy::Domain::LEASE && !admin_;
+  if (!leased && binding_.source != v1::Policy::Domain::ETCD &&
+      binding_.max_advance == 0) {
+    return nullptr;
+  }
+  return this;
+}
+
+std::optional<absl::Status> Admission::Check(const FenceState& current,
+                                             uint64_t token,
+                                             bool may_block) const {
+  const absl::string_view domain = facts_.domain;
+  const uint64_t highest = current.highest_token;
+  if (binding_.max_advance != 0 && current.advanced_at != absl::InfinitePast() &&
+      token - highest > binding_.max_advance) {
+    const uint64_t limit = highest > UINT64_MAX - binding_.max_advance
+                               ? UINT64_MAX
+                               : highest + binding_.max_advance;
+    return TokenRefusedError(domain, token, highest,
+                             v1::TokenRefused::ABOVE_MAX_ADVANCE, limit);
+  }
+  switch (binding_.source) {
+    case v1::Policy::Domain::LEASE:
+      if (admin_) break;
+      // Grants raise the fence to their token before the holder hears of
+      // it: a token above the fence was never granted.
+      return TokenRefusedError(domain, token, highest,
+                               v1::TokenRefused::NOT_GRANTED_BY_LEASE,
+                               highest);
+    case v1::Policy::Domain::ETCD: {
+      const RequestGateOptions& options = gate_->options_;
+      if (!options.etcd_seen_revision || !options.etcd_current_revision) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "domain \"", absl::CHexEscape(domain),
+            "\" is bound to etcd, but the gateway follows no etcd"));
+      }
+      if (token <= options.etcd_seen_revision()) break;
+      // Newer than anything the watcher has seen: ask etcd itself, so that
+      // a holder writing right after taking its lock is not refused.
+      if (!may_block) return std::nullopt;
+      absl::StatusOr<uint64_t> revision = options.etcd_current_revision();
+      if (!revision.ok()) {
+        return absl::UnavailableError(absl::StrCat(
+            "cannot check token ", token, " against etcd's revision: ",
+            revision.status().message()));
+      }
+      if (token > *revision) {
+        return TokenRefusedError(domain, token, highest,
+                                 v1::TokenRefused::ABOVE_ETCD_REVISION,
+                                 *revision);
+      }
+      break;
+    }
+    default:
+      break;
+  }
+  return absl::OkStatus();
+}
+
+void Admission::Audit(const absl::StatusOr<FenceDecision>& decision) const {
+  if (decision.ok()) {
+    if (decision->advanced) AuditAdvance(decision->fence.highest_token);
+    return;
+  }
+  if (std::optional<v1::TokenRefused> refused =
+          GetTokenRefused(decision.status());
+      refused.has_value()) {
+    Log(LogSeverity::kWarning,
+        absl::StrCat(facts_.method, " identity=\"",
+                     absl::CHexEscape(identity_), "\": ",
+                     decision.status().message()));
+    gate_->Record(identity_, facts_, "token_refused", refused->token(),
+                  decision.status().message());
+  }
+}
+
+void Admission::AuditAdvance(uint64_t token) const {
+  gate_->Record(identity_, facts_, "fence_advanced", token, "");
+}
+
+}  // namespace fencegate

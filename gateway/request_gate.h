@@ -1,0 +1,149 @@
+// Copyright fencegate authors.
+//
+// RequestGate: the one place every RPC of the Gateway and Lease services
+// passes, right after its request is parsed and before it takes its
+// domain's lane or touches a fence. It establishes the caller's identity
+// (peer_identity.h), authorizes the request against the policy in force
+// (policy.h), and hands back an Admission that carries the policy's token
+// rules for the domain (an AdvanceCheck for the Fencer) and audits the
+// outcome. Each RPC's facts come from its request through CallFactsOf(),
+// whose table names every method's permission; a method missing from it is
+// denied.
+//
+// Without a policy every request is admitted and no token rule applies (as
+// for loopback development); denials and advances are still audited.
+
+#ifndef GATEWAY_REQUEST_GATE_H_
+#define GATEWAY_REQUEST_GATE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "fencegate/v1/gateway.pb.h"
+#include "fencegate/v1/lease.pb.h"
+#include "fencing/advance_check.h"
+#include "fencing/fencer.h"
+#include "gateway/audit_log.h"
+#include "gateway/policy.h"
+#include "grpcpp/server_context.h"
+
+namespace fencegate {
+
+// What the gate needs of one request. Views into the request, which must
+// outlive the Admission.
+struct CallFacts {
+  // Full method name, e.g. "/fencegate.v1.Gateway/Write".
+  absl::string_view method;
+  // The domain (the lock's name for Lease calls).
+  absl::string_view domain;
+  uint64_t token = 0;
+  // Write only.
+  absl::string_view resource;
+  bool ad_hoc = false;
+  std::vector<absl::string_view> statements;
+  absl::string_view request_id;
+};
+
+// The permission a method needs, from the one table; nullopt for a method
+// not in it.
+std::optional<Permission> PermissionOf(absl::string_view method);
+
+// The facts of each request type. For a Write, `domain` is the request's
+// domain, or its resource when that is empty.
+CallFacts CallFactsOf(const v1::WriteRequest& request);
+CallFacts CallFactsOf(const v1::FenceRequest& request);
+CallFacts CallFactsOf(const v1::GetFenceRequest& request);
+CallFacts CallFactsOf(const v1::AcquireRequest& request);
+CallFacts CallFactsOf(const v1::KeepAliveRequest& request);
+CallFacts CallFactsOf(const v1::ReleaseRequest& request);
+
+struct RequestGateOptions {
+  // Where denials, refused tokens and advances are recorded; may be null.
+  AuditLog* audit = nullptr;
+  // The newest etcd revision the gateway has seen (never blocks), and
+  // etcd's current revision (asks etcd, may block). Needed for domains bound
+  // to ETCD; a policy binding one is refused without them.
+  std::function<uint64_t()> etcd_seen_revision;
+  std::function<absl::StatusOr<uint64_t>()> etcd_current_revision;
+};
+
+class RequestGate;
+
+// One admitted request. Thread safety: used by one request at a time.
+class Admission final : public AdvanceCheck {
+ public:
+  const std::string& identity() const { return identity_; }
+
+  // The Fencer's check for this request's token, or null if no token rule
+  // applies (no policy, or a domain bound to nothing and without
+  // max_advance).
+  const AdvanceCheck* advance_check() const;
+
+  // Audits the fencing outcome: a refused token, or an advance.
+  void Audit(const absl::StatusOr<FenceDecision>& decision) const;
+  // Audits an advance to `token` this request made another way (a grant).
+  void AuditAdvance(uint64_t token) const;
+
+  // AdvanceCheck: the domain's binding (policy.proto, Domain).
+  std::optional<absl::Status> Check(const FenceState& current, uint64_t token,
+                                    bool may_block) const override;
+
+ private:
+  friend class RequestGate;
+  Admission() = default;
+
+  const RequestGate* gate_ = nullptr;
+  std::string identity_;
+  CallFacts facts_;
+  DomainBinding binding_;
+  // May advance a domain bound to LEASE (Fence with ADMIN).
+  bool admin_ = false;
+};
+
+// Thread safe.
+class RequestGate {
+ public:
+  explicit RequestGate(RequestGateOptions options);
+
+  // Puts `policy` in force for requests admitted from now on; null removes
+  // the policy.
+  void SetPolicy(std::shared_ptr<const Policy> policy);
+  bool has_policy() const;
+  // Whether the gate can serve a policy binding a domain to ETCD.
+  bool has_etcd() const { return bool(options_.etcd_current_revision); }
+
+  // Admits the request, or returns the error to answer it with, having
+  // logged and audited it: PERMISSION_DENIED naming the identity, the
+  // permission and the domain (and resource); UNAUTHENTICATED for a caller
+  // without an identity while a policy is in force. Never blocks.
+  absl::StatusOr<std::unique_ptr<Admission>> Admit(
+      const grpc::ServerContextBase& context, const CallFacts& facts) const;
+
+  // Audits an advance the gateway made by itself, with `source` as the
+  // identity (e.g. "etcd-watcher").
+  void AuditInternalAdvance(absl::string_view source, absl::string_view domain,
+                            uint64_t token) const;
+
+ private:
+  friend class Admission;
+  void Record(absl::string_view identity, const CallFacts& facts,
+              absl::string_view outcome, uint64_t token,
+              absl::string_view reason) const;
+
+  const RequestGateOptions options_;
+  mutable absl::Mutex mu_;
+  std::shared_ptr<const Policy> policy_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace fencegate
+
+#endif  // GATEWAY_REQUEST_GATE_H_

@@ -1,0 +1,72 @@
+// Copyright fencegate authors.
+
+#include "gateway/server_tls.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "grpcpp/security/tls_certificate_provider.h"
+#include "grpcpp/security/tls_credentials_options.h"
+
+namespace fencegate {
+namespace {
+
+absl::Status CheckPem(const std::string& path, absl::string_view what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": \"", path, "\" cannot be read"));
+  }
+  std::ostringstream data;
+  data << in.rdbuf();
+  if (!absl::StrContains(data.str(), "-----BEGIN ")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": \"", path, "\" holds no PEM block"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
+    const ServerTlsOptions& options) {
+  if (!options.enabled()) {
+    if (!options.client_ca.empty()) {
+      return absl::InvalidArgumentError(
+          "tls.client_ca: needs tls.cert and tls.key (mTLS is TLS first)");
+    }
+    return grpc::InsecureServerCredentials();
+  }
+  if (options.cert.empty() || options.key.empty()) {
+    return absl::InvalidArgumentError(
+        "tls: the certificate and its key go together; give both");
+  }
+  if (absl::Status s = CheckPem(options.cert, "tls.cert"); !s.ok()) return s;
+  if (absl::Status s = CheckPem(options.key, "tls.key"); !s.ok()) return s;
+  if (!options.client_ca.empty()) {
+    if (absl::Status s = CheckPem(options.client_ca, "tls.client_ca");
+        !s.ok()) {
+      return s;
+    }
+  }
+  const unsigned refresh_seconds = static_cast<unsigned>(
+      std::max<int64_t>(1, absl::ToInt64Seconds(options.refresh)));
+  auto provider =
+      std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+          options.key, options.cert, options.client_ca, refresh_seconds);
+  grpc::experimental::TlsServerCredentialsOptions tls(provider);
+  tls.watch_identity_key_cert_pairs();
+  if (!options.client_ca.empty()) {
+    tls.watch_root_certs();
+    tls.set_cert_request_type(
+        GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  } else {
+    tls.set_cert_request_type(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  }
+  return grpc::experimental::TlsServerCredentials(tls);
+}
+
+}  // namespace fencegate
