@@ -4,7 +4,8 @@
 // of its interface, for shell scripts:
 //   0 success; 1 other error; 2 usage error; 3 stale token;
 //   4 request refused as invalid; 5 gateway or storage unavailable, or
-//   deadline exceeded.
+//   deadline exceeded; 6 lock not acquired or lost; 7 permission denied or
+//   not authenticated; 8 token refused (no lock service granted it).
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -29,10 +30,12 @@
 #include "absl/strings/str_join.h"
 #include "client/etcd/etcd_token_source.h"
 #include "client/lease_token_source.h"
+#include "client/tls.h"
 #include "fencegate/v1/gateway.grpc.pb.h"
 #include "fencing/stale_token.h"
 #include "gateway/flags.h"
 #include "gateway/status.h"
+#include "gateway/token_refused.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
@@ -48,6 +51,8 @@ constexpr int kExitStale = 3;
 constexpr int kExitInvalid = 4;
 constexpr int kExitUnavailable = 5;
 constexpr int kExitLock = 6;
+constexpr int kExitDenied = 7;
+constexpr int kExitTokenRefused = 8;
 
 constexpr char kUsage[] =
     "Usage: fencectl [--addr=HOST:PORT] [--timeout=SECONDS] [--json] COMMAND "
@@ -58,7 +63,8 @@ constexpr char kUsage[] =
     "        OPERATION is one of --put=DATA, --put-file=PATH, --append=DATA,\n"
     "        --append-file=PATH (PATH '-' reads stdin), --delete, or\n"
     "        --sql=STATEMENT with --param=TYPE:VALUE for $1, $2, ... in order\n"
-    "        (TYPE: text, int64, float64, bool, bytes (hex), null)\n"
+    "        (TYPE: text, int64, float64, bool, bytes (hex), null), or\n"
+    "        --statement=NAME with --param: a statement declared on the route\n"
     "  fence --domain=D --token=T    raise the domain's fence to T\n"
     "  get --domain=D                print the domain's fence\n"
     "  lock [--ttl-ms=N] [--wait-ms=N] [--etcd-endpoint=H:P] NAME -- COMMAND\n"
@@ -73,9 +79,12 @@ constexpr char kUsage[] =
     "        the fence schema, its owner role, the fence table and function,\n"
     "        and the grants to the route's role ROLE (docs/postgres.md)\n"
     "\n"
-    "The address defaults to $FENCEGATE_ADDR, else 127.0.0.1:7070.\n"
+    "The address defaults to $FENCEGATE_ADDR, else 127.0.0.1:7070. TLS files\n"
+    "default to $FENCEGATE_TLS_CA, $FENCEGATE_TLS_CERT, $FENCEGATE_TLS_KEY.\n"
     "Exit codes: 0 ok, 1 error, 2 usage, 3 stale token, 4 invalid request,\n"
-    "5 unavailable or deadline exceeded, 6 lock not acquired or lost.\n"
+    "5 unavailable or deadline exceeded, 6 lock not acquired or lost,\n"
+    "7 permission denied or not authenticated, 8 token refused (no lock\n"
+    "service granted it).\n"
     "\n"
     "Flags:\n";
 
@@ -90,7 +99,10 @@ struct Flags {
   std::string put, put_file, append, append_file;
   bool del = false;
   std::string sql;
+  std::string statement;
   std::vector<std::string> params;
+  client::TlsFiles tls;
+  client::TlsFiles etcd_tls;
   uint64_t ttl_ms = 10000;
   std::string etcd_endpoint;
   std::string etcd_lock_prefix;
@@ -171,10 +183,13 @@ int ReportError(const grpc::Status& grpc_status) {
   }
   std::cerr << "fencectl: " << absl::StatusCodeToString(status.code()) << ": "
             << status.message() << "\n";
+  if (GetTokenRefused(status).has_value()) return kExitTokenRefused;
   switch (status.code()) {
+    case absl::StatusCode::kPermissionDenied:
+    case absl::StatusCode::kUnauthenticated:
+      return kExitDenied;
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kFailedPrecondition:
-    case absl::StatusCode::kPermissionDenied:
     case absl::StatusCode::kOutOfRange:
       return kExitInvalid;
     case absl::StatusCode::kUnavailable:
@@ -222,11 +237,17 @@ int RunLocked(const Flags& f, const std::string& name,
   }
   std::unique_ptr<client::TokenSource> source;
   if (f.etcd_endpoint.empty()) {
+    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+        client::ChannelCredentials(f.tls);
+    if (!credentials.ok()) {
+      return UsageError(std::string(credentials.status().message()));
+    }
     source = std::make_unique<client::LeaseTokenSource>(
-        grpc::CreateChannel(f.addr, grpc::InsecureChannelCredentials()));
+        grpc::CreateChannel(f.addr, *credentials));
   } else {
     client::EtcdTokenSourceOptions etcd;
     etcd.endpoint = f.etcd_endpoint;
+    etcd.tls = f.etcd_tls;
     if (!f.etcd_lock_prefix.empty()) etcd.prefix = f.etcd_lock_prefix;
     absl::StatusOr<std::unique_ptr<client::EtcdTokenSource>> created =
         client::EtcdTokenSource::Create(etcd);
@@ -338,8 +359,22 @@ int Run(int argc, char** argv) {
   set.String("append_file", &f.append_file, "write: append a file's bytes");
   set.Bool("delete", &f.del, "write: delete the file");
   set.String("sql", &f.sql, "write: one SQL statement (postgres routes)");
+  set.String("statement", &f.statement,
+             "write: a statement declared on the route, by name");
   set.StringList("param", &f.params,
-                 "write: TYPE:VALUE parameter of --sql, repeatable, in order");
+                 "write: TYPE:VALUE parameter of --sql or --statement, "
+                 "repeatable, in order");
+  set.String("tls_ca", &f.tls.ca,
+             "CA bundle (PEM) of the gateway's certificate: use TLS");
+  set.String("tls_cert", &f.tls.cert,
+             "client certificate (PEM), for a gateway that requires one");
+  set.String("tls_key", &f.tls.key, "private key (PEM) of --tls_cert");
+  set.String("etcd_tls_ca", &f.etcd_tls.ca,
+             "lock: CA bundle (PEM) of etcd's certificate");
+  set.String("etcd_tls_cert", &f.etcd_tls.cert,
+             "lock: client certificate (PEM) for etcd");
+  set.String("etcd_tls_key", &f.etcd_tls.key,
+             "lock: private key (PEM) of --etcd_tls_cert");
   set.Uint("ttl_ms", &f.ttl_ms, "lock: lease time to live (default 10000)");
   set.Uint("wait_ms", &f.wait_ms,
            "lock: how long to wait for the lock; 0 tries once (default 30000)");
@@ -370,6 +405,7 @@ int Run(int argc, char** argv) {
     const char* env = std::getenv("FENCEGATE_ADDR");
     f.addr = env != nullptr && *env != '\0' ? env : "127.0.0.1:7070";
   }
+  f.tls = client::WithTlsEnvironment(f.tls);
   if (command == "lock") {
     if (args.size() < 3) {
       return UsageError("lock takes NAME -- COMMAND [ARGS...]");
@@ -396,8 +432,12 @@ int Run(int argc, char** argv) {
     return UsageError("--domain is required");
   }
 
-  auto channel =
-      grpc::CreateChannel(f.addr, grpc::InsecureChannelCredentials());
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      client::ChannelCredentials(f.tls);
+  if (!credentials.ok()) {
+    return UsageError(std::string(credentials.status().message()));
+  }
+  auto channel = grpc::CreateChannel(f.addr, *credentials);
   auto stub = v1::Gateway::NewStub(channel);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() +
@@ -407,14 +447,15 @@ int Run(int argc, char** argv) {
     if (f.resource.empty()) return UsageError("--resource is required");
     int ops = set.WasSet("put") + set.WasSet("put_file") +
               set.WasSet("append") + set.WasSet("append_file") + f.del +
-              set.WasSet("sql");
+              set.WasSet("sql") + set.WasSet("statement");
     if (ops != 1) {
       return UsageError(
           "write takes exactly one of --put, --put-file, --append, "
-          "--append-file, --delete, --sql");
+          "--append-file, --delete, --sql, --statement");
     }
-    if (!f.params.empty() && !set.WasSet("sql")) {
-      return UsageError("--param goes with --sql");
+    const bool sql = set.WasSet("sql") || set.WasSet("statement");
+    if (!f.params.empty() && !sql) {
+      return UsageError("--param goes with --sql or --statement");
     }
     v1::WriteRequest request;
     request.set_domain(f.domain);
@@ -429,8 +470,12 @@ int Run(int argc, char** argv) {
       op->mutable_append()->set_data(f.append);
     } else if (f.del) {
       op->mutable_delete_();
-    } else if (set.WasSet("sql")) {
-      op->mutable_sql()->set_sql(f.sql);
+    } else if (sql) {
+      if (set.WasSet("sql")) {
+        op->mutable_sql()->set_sql(f.sql);
+      } else {
+        op->mutable_sql()->set_statement(f.statement);
+      }
       for (const std::string& spec : f.params) {
         if (!ParseParam(spec, op->mutable_sql()->add_params(), &error)) {
           return UsageError(error);

@@ -44,11 +44,28 @@ absl::Status ToStatus(const grpc::Status& status, const char* what) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<EtcdServer>> EtcdServer::Start() {
+absl::StatusOr<std::unique_ptr<EtcdServer>> EtcdServer::Start(
+    const EtcdTls& tls) {
   if (::access(kEtcdBinary, X_OK) != 0) {
     return absl::UnavailableError("no /usr/bin/etcd: run scripts/setup.sh");
   }
   std::unique_ptr<EtcdServer> server(new EtcdServer());
+  server->tls_ = tls;
+  std::shared_ptr<grpc::ChannelCredentials> credentials =
+      grpc::InsecureChannelCredentials();
+  if (!tls.ca.empty()) {
+    grpc::SslCredentialsOptions ssl;
+    absl::StatusOr<std::string> ca = ReadFile(tls.ca);
+    absl::StatusOr<std::string> cert = ReadFile(tls.client_cert);
+    absl::StatusOr<std::string> key = ReadFile(tls.client_key);
+    if (!ca.ok() || !cert.ok() || !key.ok()) {
+      return absl::InvalidArgumentError("etcd TLS files cannot be read");
+    }
+    ssl.pem_root_certs = *ca;
+    ssl.pem_cert_chain = *cert;
+    ssl.pem_private_key = *key;
+    credentials = grpc::SslCredentials(ssl);
+  }
   const char* base = std::getenv("TMPDIR");
   std::string tmpl =
       absl::StrCat(base != nullptr && *base ? base : "/tmp", "/fgetcd-XXXXXX");
@@ -68,7 +85,7 @@ absl::StatusOr<std::unique_ptr<EtcdServer>> EtcdServer::Start() {
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
     std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
-        server->endpoint(), grpc::InsecureChannelCredentials(), args);
+        server->endpoint(), credentials, args);
     server->kv_ = etcdserverpb::KV::NewStub(channel);
     server->lease_ = etcdserverpb::Lease::NewStub(channel);
     launched = server->Launch();
@@ -79,7 +96,8 @@ absl::StatusOr<std::unique_ptr<EtcdServer>> EtcdServer::Start() {
 }
 
 absl::Status EtcdServer::Launch() {
-  const std::string client_url = absl::StrCat("http://", endpoint());
+  const std::string client_url =
+      absl::StrCat(tls_.ca.empty() ? "http://" : "https://", endpoint());
   const std::string peer_url = absl::StrCat("http://127.0.0.1:", peer_port_);
   std::vector<std::string> argv = {
       kEtcdBinary,
@@ -94,6 +112,12 @@ absl::Status EtcdServer::Launch() {
       "--logger=zap",
       "--log-outputs=stderr",
   };
+  if (!tls_.ca.empty()) {
+    argv.push_back(absl::StrCat("--cert-file=", tls_.cert));
+    argv.push_back(absl::StrCat("--key-file=", tls_.key));
+    argv.push_back(absl::StrCat("--trusted-ca-file=", tls_.ca));
+    argv.push_back("--client-cert-auth");
+  }
   const std::string log_path = absl::StrCat(dir_, "/etcd.log");
   // Everything the child needs is prepared before fork(): between fork and
   // exec only async-signal-safe calls are allowed in a threaded process.

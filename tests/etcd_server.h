@@ -22,11 +22,24 @@
 
 namespace fencegate::testing {
 
+// TLS for the client port (PEM paths): etcd's certificate and key, and the
+// CA bundle client certificates must chain to (--client-cert-auth). The
+// fixture's own calls present `client_cert`.
+struct EtcdTls {
+  std::string ca;
+  std::string cert;
+  std::string key;
+  std::string client_cert;
+  std::string client_key;
+};
+
 class EtcdServer {
  public:
-  // Starts etcd and waits until it serves. UNAVAILABLE with etcd's log if
-  // it exits or does not answer within 60 s.
-  static absl::StatusOr<std::unique_ptr<EtcdServer>> Start();
+  // Starts etcd and waits until it serves; with `tls`, over https only and
+  // requiring client certificates. UNAVAILABLE with etcd's log if it exits
+  // or does not answer within 60 s.
+  static absl::StatusOr<std::unique_ptr<EtcdServer>> Start(
+      const EtcdTls& tls = {});
   ~EtcdServer();  // SIGKILLs etcd if running and removes its directory.
 
   EtcdServer(const EtcdServer&) = delete;
@@ -59,6 +72,7 @@ class EtcdServer {
   absl::Status WaitUntilServing();
 
   std::string dir_;
+  EtcdTls tls_;
   int client_port_ = 0;
   int peer_port_ = 0;
   pid_t pid_ = -1;
