@@ -16,3 +16,6 @@ fencegate_test(etcd_token_source_test fencegate_etcd fencegate_etcd_test_util
                absl::synchronization)
 fencegate_test(etcd_fence_watcher_test fencegate_etcd fencegate_etcd_test_util
                fencegate_fencing absl::synchronization)
+fencegate_test(trust_etcd_test fencegate_etcd fencegate_etcd_test_util
+               fencegate_gateway fencegate_client)
+add_dependencies(trust_etcd_test fencegate fencectl)
