@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "bench/cpu_meter.h"
 #include "bench/run_stats.h"
+#include "client/tls.h"
 #include "tests/etcd_server.h"
 #include "tests/fixtures.h"
 #include "tests/postgres_server.h"
@@ -38,6 +39,10 @@ struct EnvironmentOptions {
   // Start a throwaway etcd (if /usr/bin/etcd exists) and have the gateway
   // follow its locks.
   bool start_etcd = true;
+  // Also start a second gateway with the same routes serving mTLS with a
+  // policy (certificates made with openssl in work_dir), for the -mtls
+  // targets.
+  bool start_mtls_gateway = false;
 };
 
 class Environment {
@@ -53,22 +58,33 @@ class Environment {
   // Empty if pgbouncer is not available.
   const std::string& pgbouncer_dsn() const { return pgbouncer_dsn_; }
   std::string gateway_address() const { return gateway_->address(); }
+  // The mTLS gateway, and the client files that reach it; empty if not
+  // started.
+  std::string mtls_gateway_address() const {
+    return mtls_gateway_ != nullptr ? mtls_gateway_->address() : "";
+  }
+  const client::TlsFiles& mtls_client() const { return mtls_client_; }
   // Empty if etcd is not available.
   std::string etcd_endpoint() const {
     return etcd_ != nullptr ? etcd_->endpoint() : "";
   }
   const std::string& data_dir() const { return data_dir_; }
   // Meters the CPU of the processes the environment started (PostgreSQL
-  // only when it started it) and of the harness.
-  CpuMeter cpu_meter() const;
+  // only when it started it) and of the harness; of the mTLS gateway rather
+  // than the plaintext one if `mtls`.
+  CpuMeter cpu_meter(bool mtls = false) const;
 
  private:
   Environment() = default;
   absl::Status StartPgbouncer(int pg_port);
+  absl::Status StartMtlsGateway(const std::string& work_dir,
+                                const std::vector<std::string>& flags);
 
   std::unique_ptr<testing::PostgresServer> pg_;
   std::unique_ptr<testing::EtcdServer> etcd_;
   std::unique_ptr<testing::GatewayProcess> gateway_;
+  std::unique_ptr<testing::GatewayProcess> mtls_gateway_;
+  client::TlsFiles mtls_client_;
   std::string pg_dsn_, pg_uri_, pgbouncer_dsn_, data_dir_;
   std::string pgbouncer_dir_;
   int pgbouncer_pid_ = 0;

@@ -10,12 +10,14 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "bench/bench.h"
 #include "pqxx/pqxx"
 #include "storage_adapters/postgres/fence_schema.h"
+#include "tests/test_certs.h"
 
 namespace fencegate::bench {
 absl::StatusOr<std::unique_ptr<Environment>> Environment::Start(
@@ -78,11 +80,64 @@ absl::StatusOr<std::unique_ptr<Environment>> Environment::Start(
       testing::GatewayProcess::Start(env->data_dir_, flags);
   if (!gateway.ok()) return gateway.status();
   env->gateway_ = *std::move(gateway);
+  if (options.start_mtls_gateway) {
+    if (absl::Status s = env->StartMtlsGateway(options.work_dir, flags);
+        !s.ok()) {
+      return s;
+    }
+  }
   return env;
 }
 
-CpuMeter Environment::cpu_meter() const {
-  return CpuMeter(gateway_->pid(), pg_ != nullptr ? pg_->postmaster_pid() : 0,
+absl::Status Environment::StartMtlsGateway(
+    const std::string& work_dir, const std::vector<std::string>& flags) {
+  const std::string pki_dir = work_dir + "/pki";
+  const std::string data_dir = work_dir + "/gateway-mtls";
+  std::filesystem::create_directories(pki_dir);
+  absl::StatusOr<std::unique_ptr<testing::TestPki>> pki =
+      testing::TestPki::Create(pki_dir, "bench-ca");
+  if (!pki.ok()) return pki.status();
+  absl::StatusOr<testing::CertFiles> server = (*pki)->IssueServer("server");
+  if (!server.ok()) return server.status();
+  absl::StatusOr<testing::CertFiles> client =
+      (*pki)->Issue("client", "bench", "URI:spiffe://fencegate.bench/client");
+  if (!client.ok()) return client.status();
+  // A policy in force, as on a real network: its check is part of the cost.
+  const std::string policy = pki_dir + "/policy.textproto";
+  std::ofstream(policy) << R"pb(
+    rule {
+      identities: "spiffe://fencegate.bench/*"
+      domain_prefixes: ""
+      resource_prefixes: ""
+      permissions: [ WRITE, FENCE, GET_FENCE, LEASE ]
+    }
+  )pb";
+  std::vector<std::string> mtls_flags;
+  for (const std::string& f : flags) {
+    // Its own file route and no etcd watcher: only the transport differs.
+    if (absl::StartsWith(f, "--route=files=") ||
+        absl::StartsWith(f, "--etcd_endpoint=")) {
+      continue;
+    }
+    mtls_flags.push_back(f);
+  }
+  mtls_flags.push_back(absl::StrCat("--route=files=file://", data_dir, "/files"));
+  mtls_flags.push_back("--tls_cert=" + server->cert);
+  mtls_flags.push_back("--tls_key=" + server->key);
+  mtls_flags.push_back("--tls_client_ca=" + (*pki)->ca());
+  mtls_flags.push_back("--policy=" + policy);
+  absl::StatusOr<std::unique_ptr<testing::GatewayProcess>> gateway =
+      testing::GatewayProcess::Start(data_dir, mtls_flags);
+  if (!gateway.ok()) return gateway.status();
+  mtls_gateway_ = *std::move(gateway);
+  mtls_client_ = client::TlsFiles{(*pki)->ca(), client->cert, client->key};
+  return absl::OkStatus();
+}
+
+CpuMeter Environment::cpu_meter(bool mtls) const {
+  const testing::GatewayProcess* gateway =
+      mtls && mtls_gateway_ != nullptr ? mtls_gateway_.get() : gateway_.get();
+  return CpuMeter(gateway->pid(), pg_ != nullptr ? pg_->postmaster_pid() : 0,
                   pgbouncer_pid_);
 }
 

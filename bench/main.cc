@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -49,11 +50,11 @@ void PrintThroughput(const std::vector<RunStats>& runs, int rounds) {
   // With rounds, a column says which round a run belongs to.
   const std::string round_head = rounds > 1 ? "  r" : "";
   std::printf(
-      "\n%-13s %-9s %4s%s %8s %7s %7s %8s %6s %6s | %-27s | %-11s %4s\n", "",
+      "\n%-17s %-9s %4s%s %8s %7s %7s %8s %6s %6s | %-27s | %-11s %4s\n", "",
       "", "", std::string(round_head.size(), ' ').c_str(), "", "", "", "", "",
       "", "CPU us per write", "switches/w", "");
   std::printf(
-      "%-13s %-9s %4s%s %8s %7s %7s %8s %6s %6s | %6s %6s %6s %6s | %5s %5s "
+      "%-17s %-9s %4s%s %8s %7s %7s %8s %6s %6s | %6s %6s %6s %6s | %5s %5s "
       "%4s\n",
       "target", "pattern", "N", round_head.c_str(), "ops/s", "p50 us", "p99 us",
       "p99.9 us", "errors", "vs dir", "server", "gw", "pg", "client", "gw",
@@ -61,7 +62,7 @@ void PrintThroughput(const std::vector<RunStats>& runs, int rounds) {
   for (const RunStats& r : runs) {
     const double vs_direct = VsDirect(runs, r);
     std::printf(
-        "%-13s %-9s %4d%s %8.0f %7.0f %7.0f %8.0f %6llu %6s | %6s %6s %6s %6s "
+        "%-17s %-9s %4d%s %8.0f %7.0f %7.0f %8.0f %6llu %6s | %6s %6s %6s %6s "
         "| "
         "%5s %5s %3.0f%%\n",
         r.target.c_str(), r.pattern.c_str(), r.clients,
@@ -84,15 +85,15 @@ void PrintThroughput(const std::vector<RunStats>& runs, int rounds) {
       "\nMedians over %d rounds (vs dir: each round against its own "
       "direct run; lowest and highest alongside)\n",
       rounds);
-  std::printf("%-13s %-9s %4s %8s %7s %7s %6s %11s | %-27s | %5s %4s\n", "", "",
+  std::printf("%-17s %-9s %4s %8s %7s %7s %6s %11s | %-27s | %5s %4s\n", "", "",
               "", "", "", "", "", "", "CPU us per write", "sw/w", "");
   std::printf(
-      "%-13s %-9s %4s %8s %7s %7s %6s %11s | %6s %6s %6s %6s | %5s %4s\n",
+      "%-17s %-9s %4s %8s %7s %7s %6s %11s | %6s %6s %6s %6s | %5s %4s\n",
       "target", "pattern", "N", "ops/s", "p50 us", "p99 us", "vs dir", "range",
       "server", "gw", "pg", "client", "gw", "busy");
   for (const RoundsSummary& m : SummarizeRounds(runs)) {
     std::printf(
-        "%-13s %-9s %4d %8.0f %7.0f %7.0f %6s %11s | %6s %6s %6s %6s | %5s "
+        "%-17s %-9s %4d %8.0f %7.0f %7.0f %6s %11s | %6s %6s %6s %6s | %5s "
         "%4s\n",
         m.target.c_str(), m.pattern.c_str(), m.clients, m.ops_per_s, m.p50_us,
         m.p99_us, Cell(m.vs_direct, "%.2fx").c_str(),
@@ -145,7 +146,8 @@ int Run(int argc, char** argv) {
   FlagSet set;
   set.String("targets", &targets,
              "comma list of direct, direct-fenced, pgbouncer, gateway-pg, "
-             "gateway-file, gateway-noop, grpc-floor (default all)");
+             "gateway-file, gateway-noop, grpc-floor, gateway-pg-mtls, "
+             "gateway-noop-mtls (default all but the -mtls ones)");
   set.String("clients", &clients,
              "comma list of client counts (default 1,16,64)");
   set.String("patterns", &patterns, "steady,advancing (default both)");
@@ -271,6 +273,9 @@ int Run(int argc, char** argv) {
   }
   EnvironmentOptions eopts{pg_dsn, pgbouncer_dsn, dir, gateway_flags};
   eopts.pg_pool_size = pg_pool_size;
+  for (const std::string& t : topts.targets) {
+    eopts.start_mtls_gateway |= absl::EndsWith(t, "-mtls");
+  }
   std::fprintf(stderr, "fencegate-bench: starting servers in %s\n",
                dir.c_str());
   absl::StatusOr<std::unique_ptr<Environment>> env = Environment::Start(eopts);

@@ -13,8 +13,11 @@
 #include <thread>
 #include <tuple>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
+#include "client/tls.h"
 #include "fencegate/v1/gateway.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/create_channel.h"
@@ -335,7 +338,7 @@ RunStats RunOne(const std::string& target, const std::string& pattern,
     const uint64_t o = ops.load();
     std::fprintf(
         stderr,
-        "\r  %-13s %-9s N=%-3d r%-2d %9.0f ops/s  errors=%-6llu %4.1f/%.0fs ",
+        "\r  %-17s %-9s N=%-3d r%-2d %9.0f ops/s  errors=%-6llu %4.1f/%.0fs ",
         target.c_str(), pattern.c_str(), clients, round + 1,
         (o - last_ops) / absl::ToDoubleSeconds(now - last),
         static_cast<unsigned long long>(errors.load()),
@@ -392,17 +395,29 @@ absl::StatusOr<std::vector<RunStats>> RunThroughput(
         return std::make_unique<DirectClient>(env.pgbouncer_dsn(), i);
       };
     } else if (target == "gateway-pg" || target == "gateway-file" ||
-               target == "gateway-noop" || target == "grpc-floor") {
-      make = [&, target](int i) -> std::unique_ptr<Client> {
+               target == "gateway-noop" || target == "grpc-floor" ||
+               target == "gateway-pg-mtls" || target == "gateway-noop-mtls") {
+      const bool mtls = absl::EndsWith(target, "-mtls");
+      if (mtls && env.mtls_gateway_address().empty()) {
+        return absl::FailedPreconditionError("the mTLS gateway is not running");
+      }
+      absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+          client::ChannelCredentials(mtls ? env.mtls_client()
+                                          : client::TlsFiles{});
+      if (!credentials.ok()) return credentials.status();
+      make = [&env, target, mtls,
+              credentials = *credentials](int i) -> std::unique_ptr<Client> {
         // One channel per 8 clients: gRPC multiplexes, but one HTTP/2
         // connection would serialize its frames on one thread.
         grpc::ChannelArguments args;
         args.SetInt("grpc.channel_id", i / 8);  // Distinct subchannels.
         auto ch = grpc::CreateCustomChannel(
-            env.gateway_address(), grpc::InsecureChannelCredentials(), args);
+            mtls ? env.mtls_gateway_address() : env.gateway_address(),
+            credentials, args);
         if (target == "grpc-floor") return std::make_unique<HealthClient>(ch);
+        const std::string kind(absl::StripSuffix(target, "-mtls"));
         return std::make_unique<GatewayClient>(
-            ch, target, absl::StrCat("bench-", target, "-", i), i);
+            ch, kind, absl::StrCat("bench-", target, "-", i), i);
       };
     } else {
       return absl::InvalidArgumentError(
@@ -416,6 +431,7 @@ absl::StatusOr<std::vector<RunStats>> RunThroughput(
   // together -- a target against direct, advancing against steady, in the
   // same round -- are the ones to trust.
   const CpuMeter meter = env.cpu_meter();
+  const CpuMeter mtls_meter = env.cpu_meter(/*mtls=*/true);
   std::vector<RunStats> runs;
   for (int clients : options.clients) {
     for (int round = 0; round < options.rounds; ++round) {
@@ -424,7 +440,10 @@ absl::StatusOr<std::vector<RunStats>> RunThroughput(
           // A health check carries no token.
           if (target == "grpc-floor" && pattern != "steady") continue;
           runs.push_back(RunOne(target, pattern, clients, round,
-                                options.duration, meter, make));
+                                options.duration,
+                                absl::EndsWith(target, "-mtls") ? mtls_meter
+                                                                : meter,
+                                make));
         }
       }
     }

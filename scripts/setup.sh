@@ -11,6 +11,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev
   libpq-dev libpqxx-dev postgresql pgbouncer
   etcd-server etcd-client
+  openssl
 )
 
 missing=()

@@ -10,6 +10,8 @@
 #include <string>
 
 #include "absl/strings/match.h"
+#include "client/lease_token_source.h"
+#include "client/run_exclusive.h"
 #include "fencegate/v1/errors.pb.h"
 #include "gateway/status.h"
 #include "gateway/token_refused.h"
@@ -155,6 +157,31 @@ TEST_F(TokenAuthenticityTest, AuditRecordsDenialsRefusalsAndAdvances) {
                r.domain() == "billing/audit" && r.token() == token;
   }
   EXPECT_TRUE(granted);
+}
+
+// The client library over mTLS: LeaseTokenSource on a channel made from
+// client::ChannelCredentials, under RunExclusive.
+TEST_F(TokenAuthenticityTest, TheClientLibraryHoldsLocksOverMtls) {
+  auto channel = Channel(billing_);
+  client::LeaseTokenSource source(channel);
+  uint64_t held = 0;
+  absl::Status s = client::RunExclusive(
+      source, "billing/run", {}, [&](const client::LockContext& lock) {
+        held = lock.token;
+        grpc::Status put = Put(channel, lock.name, lock.token,
+                               "files/billing/run", "once");
+        return put.ok() ? absl::OkStatus()
+                        : absl::InternalError(put.error_message());
+      });
+  ASSERT_OK(s);
+  EXPECT_GT(held, 0u);
+  EXPECT_EQ(Highest("billing/run"), held);
+  EXPECT_EQ(*ReadFile(FilePath("billing/run")), "once");
+  // An identity without LEASE on the name cannot take it.
+  client::LeaseTokenSource denied(Channel(reporter_));
+  absl::StatusOr<std::unique_ptr<client::HeldLock>> lock =
+      denied.Acquire("billing/run", {}, [] {});
+  EXPECT_EQ(lock.status().code(), absl::StatusCode::kPermissionDenied);
 }
 
 TEST_F(TokenAuthenticityTest, FencectlSpeaksMtlsAndNamesRefusalsByExitCode) {
