@@ -13,6 +13,7 @@
 #include "fencing/stale_token.h"
 #include "gateway/log.h"
 #include "gateway/status.h"
+#include "gateway/token_refused.h"
 #include "gateway/write_request.h"
 
 namespace fencegate {
@@ -49,6 +50,9 @@ void LogOutcome(absl::string_view tag, absl::string_view domain, uint64_t token,
                 const absl::StatusOr<FenceDecision>& decision,
                 bool log_accepted) {
   if (!decision.ok()) {
+    // A refused token is logged with the caller's identity by the request's
+    // Admission (request_gate.h).
+    if (GetTokenRefused(decision.status()).has_value()) return;
     if (std::optional<StaleTokenInfo> stale =
             GetStaleToken(decision.status())) {
       Log(LogSeverity::kWarning,

@@ -157,9 +157,9 @@ absl::Status Policy::Authorize(const PolicyRequest& request) const {
   if (request.permission == Rule::WRITE) {
     absl::StrAppend(&what, " resource \"", absl::CHexEscape(request.resource),
                     "\"");
-    if (request.ad_hoc) {
-      absl::StrAppend(&what, " with SQL text or file operations");
-    } else if (!request.statements.empty()) {
+    if (request.sql_text) {
+      absl::StrAppend(&what, " with SQL text");
+    } else if (!request.ad_hoc && !request.statements.empty()) {
       absl::StrAppend(
           &what, " with statements \"",
           absl::StrJoin(request.statements, "\", \"",

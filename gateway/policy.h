@@ -46,6 +46,8 @@ struct PolicyRequest {
   absl::string_view resource;
   bool ad_hoc = false;
   std::vector<absl::string_view> statements;
+  // Whether any operation is SQL text (for the denial's message only).
+  bool sql_text = false;
 };
 
 struct DomainBinding {

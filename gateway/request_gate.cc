@@ -51,6 +51,7 @@ CallFacts CallFactsOf(const v1::WriteRequest& request) {
       facts.statements.push_back(op.sql().statement());
     } else {
       facts.ad_hoc = true;
+      facts.sql_text |= op.has_sql();
     }
   }
   return facts;
@@ -155,6 +156,7 @@ absl::StatusOr<std::unique_ptr<Admission>> RequestGate::Admit(
   request.resource = facts.resource;
   request.ad_hoc = facts.ad_hoc;
   request.statements = facts.statements;
+  request.sql_text = facts.sql_text;
   if (absl::Status s = policy->Authorize(request); !s.ok()) {
     return deny(std::move(s));
   }

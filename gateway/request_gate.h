@@ -50,6 +50,7 @@ struct CallFacts {
   absl::string_view resource;
   bool ad_hoc = false;
   std::vector<absl::string_view> statements;
+  bool sql_text = false;
   absl::string_view request_id;
 };
 
