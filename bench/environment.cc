@@ -121,7 +121,8 @@ absl::Status Environment::StartMtlsGateway(
     }
     mtls_flags.push_back(f);
   }
-  mtls_flags.push_back(absl::StrCat("--route=files=file://", data_dir, "/files"));
+  mtls_flags.push_back(
+      absl::StrCat("--route=files=file://", data_dir, "/files"));
   mtls_flags.push_back("--tls_cert=" + server->cert);
   mtls_flags.push_back("--tls_key=" + server->key);
   mtls_flags.push_back("--tls_client_ca=" + (*pki)->ca());

@@ -12,8 +12,7 @@
 namespace fencegate::client {
 namespace {
 
-absl::StatusOr<std::string> ReadPem(const std::string& path,
-                                    const char* what) {
+absl::StatusOr<std::string> ReadPem(const std::string& path, const char* what) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     return absl::InvalidArgumentError(

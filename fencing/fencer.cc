@@ -70,8 +70,7 @@ absl::StatusOr<FenceDecision> Fencer::Execute(
     absl::FunctionRef<absl::Status()> apply, const AdvanceCheck* check) {
   KeyedMutex::Lock domain_lock(&domain_locks_, domain,
                                "Fencer::Execute:BeforeDomainLock");
-  absl::StatusOr<FenceDecision> decision =
-      CheckAndRecord(domain, token, check);
+  absl::StatusOr<FenceDecision> decision = CheckAndRecord(domain, token, check);
   if (!decision.ok()) return decision;
   FENCEGATE_SYNC_POINT_ARG("Fencer::Execute:BeforeApply", &token);
   if (absl::Status s = apply(); !s.ok()) return s;
@@ -84,8 +83,7 @@ void Fencer::ExecuteAsync(absl::string_view domain, uint64_t token,
                           const AdvanceCheck* check) {
   KeyedMutex::Lock domain_lock(&domain_locks_, domain,
                                "Fencer::Execute:BeforeDomainLock");
-  absl::StatusOr<FenceDecision> decision =
-      CheckAndRecord(domain, token, check);
+  absl::StatusOr<FenceDecision> decision = CheckAndRecord(domain, token, check);
   if (!decision.ok()) {
     domain_lock.Release();
     std::move(done)(std::move(decision));

@@ -14,8 +14,8 @@
 #include <sstream>
 #include <thread>
 
-#include "absl/strings/match.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -185,8 +185,9 @@ absl::StatusOr<GatewayOptions> ResolveOptions(const v1::GatewayConfig& config) {
   if (config.shutdown_grace_seconds() != 0) {
     options.shutdown_grace = absl::Seconds(config.shutdown_grace_seconds());
   }
-  options.etcd_tls = client::TlsFiles{
-      config.etcd().tls_ca(), config.etcd().tls_cert(), config.etcd().tls_key()};
+  options.etcd_tls =
+      client::TlsFiles{config.etcd().tls_ca(), config.etcd().tls_cert(),
+                       config.etcd().tls_key()};
   options.tls.cert = config.tls().cert();
   options.tls.key = config.tls().key();
   options.tls.client_ca = config.tls().client_ca();
@@ -216,8 +217,7 @@ absl::StatusOr<GatewayOptions> ResolveOptions(const v1::GatewayConfig& config) {
 
 bool IsLoopbackAddress(absl::string_view listen_address) {
   if (absl::StartsWith(listen_address, "unix:")) return true;
-  absl::string_view host =
-      listen_address.substr(0, listen_address.rfind(':'));
+  absl::string_view host = listen_address.substr(0, listen_address.rfind(':'));
   if (absl::ConsumePrefix(&host, "[")) absl::ConsumeSuffix(&host, "]");
   if (host == "localhost" || host == "::1") return true;
   // 127.0.0.0/8, written out as four numbers.

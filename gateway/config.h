@@ -14,10 +14,10 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "google/protobuf/message.h"
 #include "client/tls.h"
 #include "fencegate/v1/config.pb.h"
 #include "gateway/server_tls.h"
+#include "google/protobuf/message.h"
 #include "storage_adapters/router.h"
 
 namespace fencegate {

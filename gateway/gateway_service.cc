@@ -282,8 +282,7 @@ grpc::ServerUnaryReactor* GatewayService::Fence(
     return FinishNow(context, s);
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  executor_->Post(request->domain(), [this, context, reactor, request,
-                                      response,
+  executor_->Post(request->domain(), [this, context, reactor, request, response,
                                       admission = *std::move(admitted)]() {
     if (context->IsCancelled()) {
       reactor->Finish(grpc::Status(grpc::StatusCode::CANCELLED,

@@ -70,10 +70,10 @@ LineWriter* Logger() {
   static LineWriter* const writer = new LineWriter(LineWriterOptions{
       "log-writer", [](absl::string_view data) { return WriteAll(data); },
       [](uint64_t n) {
-        return Line(LogSeverity::kWarning,
-                    absl::StrCat("log: ", n,
-                                 " lines dropped: stderr fell more than ",
-                                 kMaxQueuedBytes >> 20, " MiB behind"));
+        return Line(
+            LogSeverity::kWarning,
+            absl::StrCat("log: ", n, " lines dropped: stderr fell more than ",
+                         kMaxQueuedBytes >> 20, " MiB behind"));
       },
       kMaxQueuedBytes});
   return writer;

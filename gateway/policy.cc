@@ -17,8 +17,7 @@ using Rule = v1::Policy::Rule;
 
 bool IdentityMatches(absl::string_view pattern, absl::string_view identity) {
   if (absl::EndsWith(pattern, "*")) {
-    return absl::StartsWith(identity,
-                            pattern.substr(0, pattern.size() - 1));
+    return absl::StartsWith(identity, pattern.substr(0, pattern.size() - 1));
   }
   return pattern == identity;
 }
@@ -51,9 +50,9 @@ absl::StatusOr<std::shared_ptr<const Policy>> Policy::Load(
   absl::StatusOr<std::shared_ptr<const Policy>> policy =
       Create(std::move(proto), env);
   if (!policy.ok()) {
-    return absl::Status(policy.status().code(),
-                        absl::StrCat("policy \"", path,
-                                     "\": ", policy.status().message()));
+    return absl::Status(
+        policy.status().code(),
+        absl::StrCat("policy \"", path, "\": ", policy.status().message()));
   }
   return policy;
 }
@@ -63,7 +62,8 @@ absl::StatusOr<std::shared_ptr<const Policy>> Policy::Create(
   for (int i = 0; i < proto.rule_size(); ++i) {
     const Rule& rule = proto.rule(i);
     auto bad = [i](absl::string_view why) {
-      return absl::InvalidArgumentError(absl::StrCat("rule ", i + 1, ": ", why));
+      return absl::InvalidArgumentError(
+          absl::StrCat("rule ", i + 1, ": ", why));
     };
     if (rule.identities().empty()) return bad("identities: at least one");
     for (const std::string& id : rule.identities()) {
@@ -82,8 +82,7 @@ absl::StatusOr<std::shared_ptr<const Policy>> Policy::Create(
       writes |= p == Rule::WRITE;
     }
     if (rule.domain_prefixes().empty()) {
-      return bad(
-          "domain_prefixes: at least one (\"\" matches every domain)");
+      return bad("domain_prefixes: at least one (\"\" matches every domain)");
     }
     if (writes && rule.resource_prefixes().empty()) {
       return bad(
@@ -150,10 +149,10 @@ absl::Status Policy::Authorize(const PolicyRequest& request) const {
   for (const Rule& rule : proto_.rule()) {
     if (RuleAllows(rule, request)) return absl::OkStatus();
   }
-  std::string what = absl::StrCat(
-      "identity \"", absl::CHexEscape(request.identity), "\" may not ",
-      Rule::Permission_Name(request.permission), " domain \"",
-      absl::CHexEscape(request.domain), "\"");
+  std::string what =
+      absl::StrCat("identity \"", absl::CHexEscape(request.identity),
+                   "\" may not ", Rule::Permission_Name(request.permission),
+                   " domain \"", absl::CHexEscape(request.domain), "\"");
   if (request.permission == Rule::WRITE) {
     absl::StrAppend(&what, " resource \"", absl::CHexEscape(request.resource),
                     "\"");

@@ -29,9 +29,9 @@ constexpr char kRelease[] = "/fencegate.v1.Lease/Release";
 std::optional<Permission> PermissionOf(absl::string_view method) {
   static const auto* const kTable =
       new absl::flat_hash_map<absl::string_view, Permission>{
-          {kWrite, Rule::WRITE},       {kFence, Rule::FENCE},
+          {kWrite, Rule::WRITE},        {kFence, Rule::FENCE},
           {kGetFence, Rule::GET_FENCE}, {kAcquire, Rule::LEASE},
-          {kKeepAlive, Rule::LEASE},   {kRelease, Rule::LEASE},
+          {kKeepAlive, Rule::LEASE},    {kRelease, Rule::LEASE},
       };
   auto it = kTable->find(method);
   if (it == kTable->end()) return std::nullopt;
@@ -188,8 +188,7 @@ void RequestGate::Record(absl::string_view identity, const CallFacts& facts,
 }
 
 const AdvanceCheck* Admission::advance_check() const {
-  const bool leased =
-      binding_.source == v1::Policy::Domain::LEASE && !admin_;
+  const bool leased = binding_.source == v1::Policy::Domain::LEASE && !admin_;
   if (!leased && binding_.source != v1::Policy::Domain::ETCD &&
       binding_.max_advance == 0) {
     return nullptr;
@@ -202,7 +201,8 @@ std::optional<absl::Status> Admission::Check(const FenceState& current,
                                              bool may_block) const {
   const absl::string_view domain = facts_.domain;
   const uint64_t highest = current.highest_token;
-  if (binding_.max_advance != 0 && current.advanced_at != absl::InfinitePast() &&
+  if (binding_.max_advance != 0 &&
+      current.advanced_at != absl::InfinitePast() &&
       token - highest > binding_.max_advance) {
     const uint64_t limit = highest > UINT64_MAX - binding_.max_advance
                                ? UINT64_MAX
@@ -216,8 +216,7 @@ std::optional<absl::Status> Admission::Check(const FenceState& current,
       // Grants raise the fence to their token before the holder hears of
       // it: a token above the fence was never granted.
       return TokenRefusedError(domain, token, highest,
-                               v1::TokenRefused::NOT_GRANTED_BY_LEASE,
-                               highest);
+                               v1::TokenRefused::NOT_GRANTED_BY_LEASE, highest);
     case v1::Policy::Domain::ETCD: {
       const RequestGateOptions& options = gate_->options_;
       if (!options.etcd_seen_revision || !options.etcd_current_revision) {
@@ -232,8 +231,8 @@ std::optional<absl::Status> Admission::Check(const FenceState& current,
       absl::StatusOr<uint64_t> revision = options.etcd_current_revision();
       if (!revision.ok()) {
         return absl::UnavailableError(absl::StrCat(
-            "cannot check token ", token, " against etcd's revision: ",
-            revision.status().message()));
+            "cannot check token ", token,
+            " against etcd's revision: ", revision.status().message()));
       }
       if (token > *revision) {
         return TokenRefusedError(domain, token, highest,
@@ -257,9 +256,8 @@ void Admission::Audit(const absl::StatusOr<FenceDecision>& decision) const {
           GetTokenRefused(decision.status());
       refused.has_value()) {
     Log(LogSeverity::kWarning,
-        absl::StrCat(facts_.method, " identity=\"",
-                     absl::CHexEscape(identity_), "\": ",
-                     decision.status().message()));
+        absl::StrCat(facts_.method, " identity=\"", absl::CHexEscape(identity_),
+                     "\": ", decision.status().message()));
     gate_->Record(identity_, facts_, "token_refused", refused->token(),
                   decision.status().message());
   }

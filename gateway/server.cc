@@ -196,8 +196,8 @@ absl::StatusOr<std::shared_ptr<const Policy>> GatewayServer::LoadPolicy()
       Policy::Load(policy_path_, policy_env_);
   if (policy.ok()) {
     Log(LogSeverity::kInfo,
-        absl::StrCat("policy \"", policy_path_, "\" in force: ",
-                     (*policy)->rule_count(), " rules"));
+        absl::StrCat("policy \"", policy_path_,
+                     "\" in force: ", (*policy)->rule_count(), " rules"));
   }
   return policy;
 }

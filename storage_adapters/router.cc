@@ -111,9 +111,9 @@ absl::Status Router::ExpandStatements(
     if (!sql->has_statement()) continue;
     auto it = resolved.statements->find(sql->statement());
     if (it == resolved.statements->end()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "ops[", i, "].sql.statement: route \"", resolved.route,
-          "\" has no statement \"", sql->statement(), "\""));
+      return absl::InvalidArgumentError(
+          absl::StrCat("ops[", i, "].sql.statement: route \"", resolved.route,
+                       "\" has no statement \"", sql->statement(), "\""));
     }
     sql->set_sql(it->second);
   }

@@ -4,12 +4,13 @@
 // raises a fence, through every entry point, and a refusal moves nothing
 // and applies nothing.
 
+#include "fencing/advance_check.h"
+
 #include <atomic>
 #include <memory>
 #include <optional>
 #include <vector>
 
-#include "fencing/advance_check.h"
 #include "fencing/clock.h"
 #include "fencing/fencer.h"
 #include "tests/fence_store_fixture.h"

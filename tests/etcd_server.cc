@@ -84,8 +84,8 @@ absl::StatusOr<std::unique_ptr<EtcdServer>> EtcdServer::Start(
     grpc::ChannelArguments args;
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
-    std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
-        server->endpoint(), credentials, args);
+    std::shared_ptr<grpc::Channel> channel =
+        grpc::CreateCustomChannel(server->endpoint(), credentials, args);
     server->kv_ = etcdserverpb::KV::NewStub(channel);
     server->lease_ = etcdserverpb::Lease::NewStub(channel);
     launched = server->Launch();

@@ -72,8 +72,9 @@ class NamedStatementTest : public testing::TrustFixture {
     return r;
   }
   std::string Done() {
-    pqxx::result r = Exec("SELECT string_agg(done::text, ',' ORDER BY id) "
-                          "FROM jobs");
+    pqxx::result r = Exec(
+        "SELECT string_agg(done::text, ',' ORDER BY id) "
+        "FROM jobs");
     return r[0][0].c_str();
   }
 
@@ -87,8 +88,8 @@ class NamedStatementTest : public testing::TrustFixture {
     v1::WriteResponse response;
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
-    return v1::Gateway::NewStub(Channel(who))->Write(&context, request,
-                                                     &response);
+    return v1::Gateway::NewStub(Channel(who))
+        ->Write(&context, request, &response);
   }
   static v1::SqlStatement Named(const std::string& name, int64_t id) {
     v1::SqlStatement s;
@@ -106,7 +107,8 @@ class NamedStatementTest : public testing::TrustFixture {
   CertFiles jobs_, dba_;
 };
 
-TEST_F(NamedStatementTest, AStatementOnlyIdentityRunsItsStatementsAndNothingElse) {
+TEST_F(NamedStatementTest,
+       AStatementOnlyIdentityRunsItsStatementsAndNothingElse) {
   ASSERT_TRUE(Run(jobs_, 1, Named("complete_job", 1)).ok());
   EXPECT_EQ(Done(), "true,false");
   // SQL text, a statement not in its rule, an undeclared name: refused
@@ -121,8 +123,8 @@ TEST_F(NamedStatementTest, AStatementOnlyIdentityRunsItsStatementsAndNothingElse
   EXPECT_EQ(Done(), "true,false");
 
   // A rule without sql_statements: SQL text and any declared statement.
-  ASSERT_TRUE(Run(dba_, 2, Text("UPDATE jobs SET done = true WHERE id = 2"))
-                  .ok());
+  ASSERT_TRUE(
+      Run(dba_, 2, Text("UPDATE jobs SET done = true WHERE id = 2")).ok());
   EXPECT_EQ(Done(), "true,true");
   ASSERT_TRUE(Run(dba_, 2, Named("reset_job", 1)).ok());
   EXPECT_EQ(Done(), "false,true");
@@ -132,18 +134,17 @@ TEST_F(NamedStatementTest, AStatementOnlyIdentityRunsItsStatementsAndNothingElse
 }
 
 TEST_F(NamedStatementTest, FencectlCallsAStatementByName) {
-  const std::vector<std::string> argv = {
-      FENCECTL_BIN,
-      "--addr=" + gateway_->address(),
-      "--tls_ca=" + pki_->ca(),
-      "--tls_cert=" + jobs_.cert,
-      "--tls_key=" + jobs_.key,
-      "write",
-      "--domain=jobs/2",
-      "--token=4",
-      "--resource=db/jobs",
-      "--statement=complete_job",
-      "--param=int64:2"};
+  const std::vector<std::string> argv = {FENCECTL_BIN,
+                                         "--addr=" + gateway_->address(),
+                                         "--tls_ca=" + pki_->ca(),
+                                         "--tls_cert=" + jobs_.cert,
+                                         "--tls_key=" + jobs_.key,
+                                         "write",
+                                         "--domain=jobs/2",
+                                         "--token=4",
+                                         "--resource=db/jobs",
+                                         "--statement=complete_job",
+                                         "--param=int64:2"};
   std::string out, err;
   EXPECT_EQ(RunCommand(argv, &out, &err), 0) << err;
   EXPECT_THAT(out, HasSubstr("rows_affected=1"));

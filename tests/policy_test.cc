@@ -48,11 +48,7 @@ constexpr char kPolicy[] = R"pb(
     permissions: GET_FENCE
     permissions: FENCE
   }
-  rule {
-    identities: "admin"
-    domain_prefixes: "billing/"
-    permissions: ADMIN
-  }
+  rule { identities: "admin" domain_prefixes: "billing/" permissions: ADMIN }
   domain { prefix: "billing/" token_source: LEASE }
   domain { prefix: "billing/etcd/" token_source: ETCD }
   domain { prefix: "jobs/" max_advance: 1000 }
@@ -89,7 +85,8 @@ PolicyRequest Request(absl::string_view identity, Permission permission,
 class PolicyTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    absl::StatusOr<std::shared_ptr<const Policy>> policy = Parse(kPolicy, Env());
+    absl::StatusOr<std::shared_ptr<const Policy>> policy =
+        Parse(kPolicy, Env());
     ASSERT_TRUE(policy.ok()) << policy.status();
     policy_ = *std::move(policy);
   }
@@ -136,9 +133,9 @@ TEST_F(PolicyTest, EachPermissionAndPrefixAllowsAndRefusesAsWritten) {
 }
 
 TEST_F(PolicyTest, DenialNamesTheRequestNotTheRules) {
-  absl::Status denied = Authorize(
-      Request("spiffe://example.org/billing-worker", Rule::WRITE,
-              "billing/june", "files/secret"));
+  absl::Status denied =
+      Authorize(Request("spiffe://example.org/billing-worker", Rule::WRITE,
+                        "billing/june", "files/secret"));
   ASSERT_THAT(denied, StatusIs(absl::StatusCode::kPermissionDenied));
   EXPECT_THAT(denied.message(),
               HasSubstr("\"spiffe://example.org/billing-worker\""));
@@ -150,8 +147,8 @@ TEST_F(PolicyTest, DenialNamesTheRequestNotTheRules) {
 }
 
 TEST_F(PolicyTest, NamedStatementOnlyIdentities) {
-  PolicyRequest named = Request("spiffe://example.org/jobs", Rule::WRITE,
-                                "jobs/7", "db/jobs");
+  PolicyRequest named =
+      Request("spiffe://example.org/jobs", Rule::WRITE, "jobs/7", "db/jobs");
   named.ad_hoc = false;
   named.statements = {"complete_job", "complete_job"};
   EXPECT_OK(Authorize(named));
@@ -188,26 +185,31 @@ TEST(PolicyLoadTest, BadPoliciesAreRefusedWithTheReason) {
            Case{R"pb(rule { identities: "a" permissions: GET_FENCE })pb",
                 "domain_prefixes"},
            Case{R"pb(rule {
-                  identities: "a"
-                  domain_prefixes: ""
-                  permissions: WRITE
-                })pb",
+                       identities: "a"
+                       domain_prefixes: ""
+                       permissions: WRITE
+                     })pb",
                 "resource_prefixes"},
            Case{R"pb(rule { domain_prefixes: "" permissions: GET_FENCE })pb",
                 "identities"},
-           Case{R"pb(rule { identities: "a*b" domain_prefixes: "" permissions: LEASE })pb",
+           Case{R"pb(rule {
+                       identities: "a*b"
+                       domain_prefixes: ""
+                       permissions: LEASE
+                     })pb",
                 "'*'"},
            Case{R"pb(rule { identities: "a" domain_prefixes: "" })pb",
                 "permissions"},
            Case{R"pb(rule {
-                  identities: "a"
-                  domain_prefixes: ""
-                  resource_prefixes: ""
-                  permissions: WRITE
-                  sql_statements: "nope"
-                })pb",
+                       identities: "a"
+                       domain_prefixes: ""
+                       resource_prefixes: ""
+                       permissions: WRITE
+                       sql_statements: "nope"
+                     })pb",
                 "nope"},
-           Case{R"pb(domain { prefix: "x" } domain { prefix: "x" })pb",
+           Case{R"pb(domain { prefix: "x" }
+                     domain { prefix: "x" })pb",
                 "twice"},
        }) {
     SCOPED_TRACE(c.text);

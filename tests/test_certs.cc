@@ -27,10 +27,10 @@ absl::StatusOr<std::unique_ptr<TestPki>> TestPki::Create(
     const std::string& dir, const std::string& name) {
   CertFiles ca{absl::StrCat(dir, "/", name, ".pem"),
                absl::StrCat(dir, "/", name, ".key")};
-  if (absl::Status s = Openssl(
-          {"req", "-x509", "-newkey", "ec", "-pkeyopt",
-           "ec_paramgen_curve:P-256", "-nodes", "-keyout", ca.key, "-out",
-           ca.cert, "-days", "30", "-subj", absl::StrCat("/CN=", name)});
+  if (absl::Status s = Openssl({"req", "-x509", "-newkey", "ec", "-pkeyopt",
+                                "ec_paramgen_curve:P-256", "-nodes", "-keyout",
+                                ca.key, "-out", ca.cert, "-days", "30", "-subj",
+                                absl::StrCat("/CN=", name)});
       !s.ok()) {
     return s;
   }
@@ -43,17 +43,26 @@ absl::StatusOr<CertFiles> TestPki::Issue(const std::string& file,
                                          int days) const {
   const std::string base = absl::StrCat(dir_, "/", file);
   const std::string tmp = absl::StrCat(base, ".new");
-  if (absl::Status s = Openssl({"req", "-newkey", "ec", "-pkeyopt",
-                                "ec_paramgen_curve:P-256", "-nodes", "-keyout",
-                                tmp + ".key", "-out", tmp + ".csr", "-subj",
-                                absl::StrCat("/CN=", cn)});
+  if (absl::Status s =
+          Openssl({"req", "-newkey", "ec", "-pkeyopt",
+                   "ec_paramgen_curve:P-256", "-nodes", "-keyout", tmp + ".key",
+                   "-out", tmp + ".csr", "-subj", absl::StrCat("/CN=", cn)});
       !s.ok()) {
     return s;
   }
-  std::vector<std::string> sign = {
-      "x509",  "-req",        "-in",        tmp + ".csr", "-CA",
-      ca_.cert, "-CAkey",     ca_.key,      "-CAcreateserial",
-      "-out",  tmp + ".pem", "-days",      absl::StrCat(days)};
+  std::vector<std::string> sign = {"x509",
+                                   "-req",
+                                   "-in",
+                                   tmp + ".csr",
+                                   "-CA",
+                                   ca_.cert,
+                                   "-CAkey",
+                                   ca_.key,
+                                   "-CAcreateserial",
+                                   "-out",
+                                   tmp + ".pem",
+                                   "-days",
+                                   absl::StrCat(days)};
   if (!san.empty()) {
     WriteFileOrDie(tmp + ".ext", absl::StrCat("subjectAltName=", san, "\n"));
     sign.push_back("-extfile");

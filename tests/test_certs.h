@@ -34,8 +34,8 @@ class TestPki {
   // <file>.key. Re-issuing to the same file replaces it atomically (a new
   // file renamed over the old), as certificate rotation should.
   absl::StatusOr<CertFiles> Issue(const std::string& file,
-                                  const std::string& cn,
-                                  const std::string& san, int days = 2) const;
+                                  const std::string& cn, const std::string& san,
+                                  int days = 2) const;
 
   // A server certificate for 127.0.0.1 and localhost.
   absl::StatusOr<CertFiles> IssueServer(const std::string& file) const {

@@ -69,7 +69,8 @@ TEST_F(TokenAuthenticityTest, LeaseBoundDomainRefusesTokensItNeverGranted) {
   const uint64_t token = Acquire(billing_, "billing/june");
   ASSERT_GT(token, 0u);
   ASSERT_TRUE(
-      Put(billing, "billing/june", token, "files/billing/june", "granted").ok());
+      Put(billing, "billing/june", token, "files/billing/june", "granted")
+          .ok());
   // A buggy worker skips ahead of the real holder.
   grpc::Status forged =
       Put(billing, "billing/june", token + 5, "files/billing/june", "forged");
@@ -82,9 +83,9 @@ TEST_F(TokenAuthenticityTest, LeaseBoundDomainRefusesTokensItNeverGranted) {
   EXPECT_EQ(Highest("billing/june"), token);
   EXPECT_EQ(*ReadFile(FilePath("billing/june")), "granted");
   // Never fenced and never granted: refused too.
-  EXPECT_TRUE(Refusal(Put(billing, "billing/july", 1, "files/billing/july",
-                          "forged"))
-                  .has_value());
+  EXPECT_TRUE(
+      Refusal(Put(billing, "billing/july", 1, "files/billing/july", "forged"))
+          .has_value());
   EXPECT_EQ(Highest("billing/july"), 0u);
 
   // Fence needs ADMIN on such a domain: even a FENCE rule is not enough
@@ -118,10 +119,10 @@ TEST_F(TokenAuthenticityTest, AuditRecordsDenialsRefusalsAndAdvances) {
   ASSERT_TRUE(Put(billing, "billing/audit", token + 1, "files/billing/a", "x",
                   "req-refused")
                   .error_code() == grpc::StatusCode::PERMISSION_DENIED);
-  ASSERT_EQ(Put(billing, "billing/audit", token, "files/reports/a", "x",
-                "req-denied")
-                .error_code(),
-            grpc::StatusCode::PERMISSION_DENIED);
+  ASSERT_EQ(
+      Put(billing, "billing/audit", token, "files/reports/a", "x", "req-denied")
+          .error_code(),
+      grpc::StatusCode::PERMISSION_DENIED);
   ASSERT_TRUE(
       Put(Channel(reporter_), "reports/a", 3, "files/reports/a", "x", "req-ok")
           .ok());
@@ -168,8 +169,8 @@ TEST_F(TokenAuthenticityTest, TheClientLibraryHoldsLocksOverMtls) {
   absl::Status s = client::RunExclusive(
       source, "billing/run", {}, [&](const client::LockContext& lock) {
         held = lock.token;
-        grpc::Status put = Put(channel, lock.name, lock.token,
-                               "files/billing/run", "once");
+        grpc::Status put =
+            Put(channel, lock.name, lock.token, "files/billing/run", "once");
         return put.ok() ? absl::OkStatus()
                         : absl::InternalError(put.error_message());
       });
@@ -213,15 +214,14 @@ TEST_F(TokenAuthenticityTest, FencectlSpeaksMtlsAndNamesRefusalsByExitCode) {
                       "--domain=reports/c"}),
             5);
   // The same files from the environment.
-  std::vector<std::string> argv = {
-      "/usr/bin/env",
-      "FENCEGATE_TLS_CA=" + pki_->ca(),
-      "FENCEGATE_TLS_CERT=" + admin_.cert,
-      "FENCEGATE_TLS_KEY=" + admin_.key,
-      FENCECTL_BIN,
-      "--addr=" + gateway_->address(),
-      "get",
-      "--domain=reports/c"};
+  std::vector<std::string> argv = {"/usr/bin/env",
+                                   "FENCEGATE_TLS_CA=" + pki_->ca(),
+                                   "FENCEGATE_TLS_CERT=" + admin_.cert,
+                                   "FENCEGATE_TLS_KEY=" + admin_.key,
+                                   FENCECTL_BIN,
+                                   "--addr=" + gateway_->address(),
+                                   "get",
+                                   "--domain=reports/c"};
   std::string out;
   EXPECT_EQ(RunCommand(argv, &out), 0);
   EXPECT_THAT(out, HasSubstr("highest_token=10"));

@@ -11,8 +11,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/synchronization/notification.h"
-#include "gateway/request_gate.h"
 #include "fencegate/v1/lease.pb.h"
+#include "gateway/request_gate.h"
 #include "google/protobuf/descriptor.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/security/credentials.h"
@@ -50,37 +50,37 @@ TEST_F(TrustE2eTest, OnlyCallersWithAGoodCertificateConnect) {
 
   testing::TempDir other_dir;
   ASSERT_OK_AND_ASSIGN(other, TestPki::Create(other_dir.path(), "other-ca"));
-  ASSERT_OK_AND_ASSIGN(
-      stranger, other->Issue("billing", "billing",
-                             "URI:" + std::string(testing::kBilling)));
+  ASSERT_OK_AND_ASSIGN(stranger,
+                       other->Issue("billing", "billing",
+                                    "URI:" + std::string(testing::kBilling)));
   EXPECT_EQ(GetFence(Channel(stranger), "billing/x").error_code(),
             grpc::StatusCode::UNAVAILABLE);
 
-  ASSERT_OK_AND_ASSIGN(expired,
-                       pki_->Issue("expired", "billing",
-                                   "URI:" + std::string(testing::kBilling),
-                                   /*days=*/-1));
+  ASSERT_OK_AND_ASSIGN(
+      expired,
+      pki_->Issue("expired", "billing", "URI:" + std::string(testing::kBilling),
+                  /*days=*/-1));
   EXPECT_EQ(GetFence(Channel(expired), "billing/x").error_code(),
             grpc::StatusCode::UNAVAILABLE);
 }
 
 TEST_F(TrustE2eTest, IdentityIsTheUriSanThenTheDnsSanThenTheCn) {
-  EXPECT_TRUE(GetFence(Channel(billing_), "billing/x").ok());     // URI SAN
-  EXPECT_TRUE(Fence(Channel(reporter_), "reports/x", 1).ok());    // DNS SAN
-  EXPECT_TRUE(GetFence(Channel(admin_), "anything").ok());        // CN
+  EXPECT_TRUE(GetFence(Channel(billing_), "billing/x").ok());   // URI SAN
+  EXPECT_TRUE(Fence(Channel(reporter_), "reports/x", 1).ok());  // DNS SAN
+  EXPECT_TRUE(GetFence(Channel(admin_), "anything").ok());      // CN
   // A URI SAN wins over a DNS SAN the policy would allow.
-  ASSERT_OK_AND_ASSIGN(
-      both, pki_->Issue("both", "admin",
-                        "URI:spiffe://example.org/nobody,DNS:" +
-                            std::string(testing::kReporterDns)));
+  ASSERT_OK_AND_ASSIGN(both,
+                       pki_->Issue("both", "admin",
+                                   "URI:spiffe://example.org/nobody,DNS:" +
+                                       std::string(testing::kReporterDns)));
   grpc::Status uri_first = Fence(Channel(both), "reports/x", 2);
   EXPECT_EQ(uri_first.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_THAT(uri_first.error_message(),
               HasSubstr("spiffe://example.org/nobody"));
   // A DNS SAN wins over the CN the policy would allow.
   ASSERT_OK_AND_ASSIGN(
-      dns, pki_->Issue("dns", "admin",
-                       "DNS:" + std::string(testing::kReporterDns)));
+      dns,
+      pki_->Issue("dns", "admin", "DNS:" + std::string(testing::kReporterDns)));
   EXPECT_EQ(GetFence(Channel(dns), "anything").error_code(),
             grpc::StatusCode::PERMISSION_DENIED);
 }
@@ -101,21 +101,20 @@ TEST_F(TrustE2eTest, EveryRpcOfEveryServiceIsDeniedToAnUnknownIdentity) {
   ASSERT_EQ(services.size(), 2u);
   for (const google::protobuf::ServiceDescriptor* descriptor : services) {
     for (int i = 0; i < descriptor->method_count(); ++i) {
-      const std::string method = absl::StrCat("/", descriptor->full_name(),
-                                              "/", descriptor->method(i)->name());
+      const std::string method = absl::StrCat("/", descriptor->full_name(), "/",
+                                              descriptor->method(i)->name());
       SCOPED_TRACE(method);
       // The one table names it.
       EXPECT_TRUE(PermissionOf(method).has_value());
       grpc::ClientContext context;
-      context.set_deadline(
-          absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+      context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
       grpc::ByteBuffer request, response;
       grpc::Slice empty("");
       request = grpc::ByteBuffer(&empty, 1);
       absl::Notification done;
       grpc::Status status;
-      stub.UnaryCall(&context, method, grpc::StubOptions(), &request,
-                     &response, [&](grpc::Status s) {
+      stub.UnaryCall(&context, method, grpc::StubOptions(), &request, &response,
+                     [&](grpc::Status s) {
                        status = std::move(s);
                        done.Notify();
                      });
@@ -142,8 +141,8 @@ TEST_F(TrustE2eTest, EveryRpcOfEveryServiceIsDeniedToAnUnknownIdentity) {
 TEST_F(TrustE2eTest, ADeniedRequestChangesNothing) {
   auto billing = Channel(billing_);
   // Outside its resources, and outside its domains.
-  grpc::Status s = Put(billing, "billing/june", 7, "files/reports/june",
-                       "forged");
+  grpc::Status s =
+      Put(billing, "billing/june", 7, "files/reports/june", "forged");
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_THAT(s.error_message(), HasSubstr("files/reports/june"));
   EXPECT_EQ(Put(billing, "reports/june", 7, "files/billing/june", "forged")

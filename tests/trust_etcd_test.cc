@@ -48,9 +48,9 @@ class TrustEtcdTest : public testing::TrustFixture {
     ASSERT_OK_AND_ASSIGN(worker, pki_->Issue("worker", "etcd-worker", ""));
     etcd_client_ = etcd_client;
     worker_ = worker;
-    auto etcd = EtcdServer::Start(testing::EtcdTls{
-        pki_->ca(), etcd_cert.cert, etcd_cert.key, etcd_client.cert,
-        etcd_client.key});
+    auto etcd = EtcdServer::Start(
+        testing::EtcdTls{pki_->ca(), etcd_cert.cert, etcd_cert.key,
+                         etcd_client.cert, etcd_client.key});
     ASSERT_TRUE(etcd.ok()) << etcd.status();
     etcd_ = *std::move(etcd);
     StartGateway({"--etcd_endpoint=https://" + etcd_->endpoint(),

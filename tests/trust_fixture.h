@@ -33,16 +33,18 @@ class TrustFixture : public ::testing::Test {
     pki_ = std::move(pki);
     ASSERT_OK_AND_ASSIGN(server, pki_->IssueServer("server"));
     server_ = server;
-    ASSERT_OK_AND_ASSIGN(billing,
-                         pki_->Issue("billing", "billing", "URI:" + std::string(kBilling)));
+    ASSERT_OK_AND_ASSIGN(billing, pki_->Issue("billing", "billing",
+                                              "URI:" + std::string(kBilling)));
     billing_ = billing;
-    ASSERT_OK_AND_ASSIGN(
-        reporter, pki_->Issue("reporter", "reporter", "DNS:" + std::string(kReporterDns)));
+    ASSERT_OK_AND_ASSIGN(reporter,
+                         pki_->Issue("reporter", "reporter",
+                                     "DNS:" + std::string(kReporterDns)));
     reporter_ = reporter;
     ASSERT_OK_AND_ASSIGN(admin, pki_->Issue("admin", "admin", ""));
     admin_ = admin;
     ASSERT_OK_AND_ASSIGN(
-        nobody, pki_->Issue("nobody", "nobody", "URI:spiffe://example.org/nobody"));
+        nobody,
+        pki_->Issue("nobody", "nobody", "URI:spiffe://example.org/nobody"));
     nobody_ = nobody;
     policy_path_ = dir_.path() + "/policy.textproto";
     audit_path_ = dir_.path() + "/audit.log";
@@ -52,22 +54,23 @@ class TrustFixture : public ::testing::Test {
   // The policy every test starts with.
   virtual std::string Policy() const {
     return absl::StrCat(R"pb(
-      rule {
-        identities: ")pb", kBilling, R"pb("
+                          rule { identities: ")pb",
+                        kBilling, R"pb(                                       "
         domain_prefixes: "billing/"
         resource_prefixes: "files/billing/"
         permissions: WRITE
         permissions: LEASE
         permissions: GET_FENCE
       }
-      rule {
-        identities: ")pb", kReporterDns, R"pb("
+                                                                              rule {
+        identities: ")pb",
+                        kReporterDns, R"pb(                                           "
         domain_prefixes: "reports/"
         resource_prefixes: "files/reports/"
         permissions: WRITE
         permissions: FENCE
       }
-      rule {
+                                                                                      rule {
         identities: "admin"
         domain_prefixes: ""
         permissions: ADMIN
@@ -80,9 +83,9 @@ class TrustFixture : public ::testing::Test {
 
   // The flags of an mTLS gateway with the policy and the audit log.
   std::vector<std::string> TrustFlags() const {
-    return {"--tls_cert=" + server_.cert, "--tls_key=" + server_.key,
+    return {"--tls_cert=" + server_.cert,    "--tls_key=" + server_.key,
             "--tls_client_ca=" + pki_->ca(), "--tls_refresh_seconds=1",
-            "--policy=" + policy_path_, "--audit_log=" + audit_path_};
+            "--policy=" + policy_path_,      "--audit_log=" + audit_path_};
   }
 
   void StartGateway(std::vector<std::string> extra = {}) {
@@ -98,8 +101,7 @@ class TrustFixture : public ::testing::Test {
   // (the test CA if empty).
   std::shared_ptr<grpc::Channel> Channel(const CertFiles& client,
                                          std::string ca = "") const {
-    client::TlsFiles tls{ca.empty() ? pki_->ca() : ca, client.cert,
-                         client.key};
+    client::TlsFiles tls{ca.empty() ? pki_->ca() : ca, client.cert, client.key};
     absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds =
         client::ChannelCredentials(tls);
     EXPECT_TRUE(creds.ok()) << creds.status();
@@ -167,8 +169,8 @@ class TrustFixture : public ::testing::Test {
     for (absl::string_view line : absl::StrSplit(*text, '\n')) {
       if (line.empty()) continue;
       v1::AuditRecord record;
-      EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(
-                      std::string(line), &record)
+      EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(std::string(line),
+                                                              &record)
                       .ok())
           << line;
       records.push_back(std::move(record));

@@ -17,9 +17,9 @@ absl::StatusOr<std::shared_ptr<EtcdConnection>> EtcdConnection::Create(
     absl::string_view endpoint, absl::Duration rpc_timeout,
     const TlsFiles& tls) {
   if (absl::StartsWith(endpoint, "https://") && !tls.enabled()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "etcd endpoint \"", endpoint,
-        "\": https needs the CA bundle of etcd's certificate"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("etcd endpoint \"", endpoint,
+                     "\": https needs the CA bundle of etcd's certificate"));
   }
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
       ChannelCredentials(tls);
@@ -52,8 +52,8 @@ absl::StatusOr<std::shared_ptr<EtcdConnection>> EtcdConnection::Create(
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
-  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
-      std::string(target), *credentials, args);
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateCustomChannel(std::string(target), *credentials, args);
   return std::shared_ptr<EtcdConnection>(
       new EtcdConnection(std::string(target), rpc_timeout, std::move(channel)));
 }

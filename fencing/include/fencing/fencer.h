@@ -59,10 +59,10 @@ class Fencer {
   // apply's error otherwise (the fence stays as recorded). The caller must
   // have validated domain and token (fencing/limits.h). `check`, if not
   // null, must admit an advance (rule 6); it must outlive the call.
-  absl::StatusOr<FenceDecision> Execute(
-      absl::string_view domain, uint64_t token,
-      absl::FunctionRef<absl::Status()> apply,
-      const AdvanceCheck* check = nullptr);
+  absl::StatusOr<FenceDecision> Execute(absl::string_view domain,
+                                        uint64_t token,
+                                        absl::FunctionRef<absl::Status()> apply,
+                                        const AdvanceCheck* check = nullptr);
 
   // Execute() for an apply that completes later, on any thread. `apply` is
   // called (or not, as in Execute) with a callback that it, or whatever it

@@ -42,8 +42,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "client/tls.h"
 #include "absl/time/time.h"
+#include "client/tls.h"
 
 namespace fencegate::client {
 
