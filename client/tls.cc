@@ -10,9 +10,8 @@
 #include "absl/strings/str_cat.h"
 
 namespace fencegate::client {
-namespace {
-
-absl::StatusOr<std::string> ReadPem(const std::string& path, const char* what) {
+absl::StatusOr<std::string> ReadPemFile(const std::string& path,
+                                        absl::string_view what) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     return absl::InvalidArgumentError(
@@ -22,12 +21,10 @@ absl::StatusOr<std::string> ReadPem(const std::string& path, const char* what) {
   data << in.rdbuf();
   if (!absl::StrContains(data.str(), "-----BEGIN ")) {
     return absl::InvalidArgumentError(
-        absl::StrCat(what, " \"", path, "\" is not a PEM file"));
+        absl::StrCat(what, " \"", path, "\" holds no PEM block"));
   }
   return data.str();
 }
-
-}  // namespace
 
 TlsFiles WithTlsEnvironment(TlsFiles files) {
   auto fill = [](std::string* field, const char* name) {
@@ -53,14 +50,14 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(
         "TLS: the CA bundle that signed the server's certificate is required");
   }
   grpc::SslCredentialsOptions options;
-  absl::StatusOr<std::string> ca = ReadPem(files.ca, "TLS CA bundle");
+  absl::StatusOr<std::string> ca = ReadPemFile(files.ca, "TLS CA bundle");
   if (!ca.ok()) return ca.status();
   options.pem_root_certs = *std::move(ca);
   if (!files.cert.empty()) {
     absl::StatusOr<std::string> cert =
-        ReadPem(files.cert, "TLS client certificate");
+        ReadPemFile(files.cert, "TLS client certificate");
     if (!cert.ok()) return cert.status();
-    absl::StatusOr<std::string> key = ReadPem(files.key, "TLS client key");
+    absl::StatusOr<std::string> key = ReadPemFile(files.key, "TLS client key");
     if (!key.ok()) return key.status();
     options.pem_cert_chain = *std::move(cert);
     options.pem_private_key = *std::move(key);

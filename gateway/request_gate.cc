@@ -66,32 +66,32 @@ CallFacts CallFactsOf(const v1::FenceRequest& request) {
   return facts;
 }
 
-CallFacts CallFactsOf(const v1::GetFenceRequest& request) {
+namespace {
+
+// A call that names only a domain (or a lock).
+CallFacts DomainFacts(absl::string_view method, absl::string_view domain) {
   CallFacts facts;
-  facts.method = kGetFence;
-  facts.domain = request.domain();
+  facts.method = method;
+  facts.domain = domain;
   return facts;
+}
+
+}  // namespace
+
+CallFacts CallFactsOf(const v1::GetFenceRequest& request) {
+  return DomainFacts(kGetFence, request.domain());
 }
 
 CallFacts CallFactsOf(const v1::AcquireRequest& request) {
-  CallFacts facts;
-  facts.method = kAcquire;
-  facts.domain = request.name();
-  return facts;
+  return DomainFacts(kAcquire, request.name());
 }
 
 CallFacts CallFactsOf(const v1::KeepAliveRequest& request) {
-  CallFacts facts;
-  facts.method = kKeepAlive;
-  facts.domain = request.name();
-  return facts;
+  return DomainFacts(kKeepAlive, request.name());
 }
 
 CallFacts CallFactsOf(const v1::ReleaseRequest& request) {
-  CallFacts facts;
-  facts.method = kRelease;
-  facts.domain = request.name();
-  return facts;
+  return DomainFacts(kRelease, request.name());
 }
 
 RequestGate::RequestGate(RequestGateOptions options)

@@ -3,11 +3,9 @@
 #include "gateway/server_tls.h"
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "client/tls.h"
 #include "grpcpp/security/tls_certificate_provider.h"
 #include "grpcpp/security/tls_credentials_options.h"
 
@@ -15,18 +13,7 @@ namespace fencegate {
 namespace {
 
 absl::Status CheckPem(const std::string& path, absl::string_view what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": \"", path, "\" cannot be read"));
-  }
-  std::ostringstream data;
-  data << in.rdbuf();
-  if (!absl::StrContains(data.str(), "-----BEGIN ")) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": \"", path, "\" holds no PEM block"));
-  }
-  return absl::OkStatus();
+  return client::ReadPemFile(path, what).status();
 }
 
 }  // namespace

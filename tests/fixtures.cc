@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -58,6 +59,9 @@ absl::StatusOr<std::unique_ptr<GatewayProcess>> GatewayProcess::Start(
   pid_t pid = ::fork();
   if (pid < 0) return absl::InternalError("fork failed");
   if (pid == 0) {
+    // Never outlive the test (or harness) that started it, even one that
+    // crashed: an orphaned gateway would hold its pipes open.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     FILE* log = std::fopen(process->log_path_.c_str(), "a");
     if (log != nullptr) ::dup2(fileno(log), STDERR_FILENO);
     std::vector<char*> c_argv;

@@ -20,7 +20,6 @@
 namespace fencegate {
 namespace {
 
-using ::fencegate::testing::ReadFile;
 using ::fencegate::testing::RunCommand;
 using ::fencegate::testing::WaitFor;
 using ::testing::HasSubstr;
@@ -81,7 +80,7 @@ TEST_F(TokenAuthenticityTest, LeaseBoundDomainRefusesTokensItNeverGranted) {
   EXPECT_EQ(refused->token(), token + 5);
   EXPECT_EQ(refused->highest_token(), token);
   EXPECT_EQ(Highest("billing/june"), token);
-  EXPECT_EQ(*ReadFile(FilePath("billing/june")), "granted");
+  EXPECT_EQ(FileText("billing/june"), "granted");
   // Never fenced and never granted: refused too.
   EXPECT_TRUE(
       Refusal(Put(billing, "billing/july", 1, "files/billing/july", "forged"))
@@ -108,7 +107,7 @@ TEST_F(TokenAuthenticityTest, MaxAdvanceRefusesTokensFarAboveTheFence) {
   EXPECT_EQ(refused->limit(), 6000u);
   EXPECT_TRUE(Refusal(Fence(reporter, "reports/q1", UINT64_MAX)).has_value());
   EXPECT_EQ(Highest("reports/q1"), 5000u);
-  EXPECT_EQ(*ReadFile(FilePath("reports/q1")), "a");
+  EXPECT_EQ(FileText("reports/q1"), "a");
   ASSERT_TRUE(Put(reporter, "reports/q1", 6000, "files/reports/q1", "b").ok());
   EXPECT_EQ(Highest("reports/q1"), 6000u);
 }
@@ -177,7 +176,7 @@ TEST_F(TokenAuthenticityTest, TheClientLibraryHoldsLocksOverMtls) {
   ASSERT_OK(s);
   EXPECT_GT(held, 0u);
   EXPECT_EQ(Highest("billing/run"), held);
-  EXPECT_EQ(*ReadFile(FilePath("billing/run")), "once");
+  EXPECT_EQ(FileText("billing/run"), "once");
   // An identity without LEASE on the name cannot take it.
   client::LeaseTokenSource denied(Channel(reporter_));
   absl::StatusOr<std::unique_ptr<client::HeldLock>> lock =
@@ -196,7 +195,7 @@ TEST_F(TokenAuthenticityTest, FencectlSpeaksMtlsAndNamesRefusalsByExitCode) {
   EXPECT_EQ(Fencectl(with({"write", "--domain=reports/c", "--token=10",
                            "--resource=files/reports/c", "--put=ok"})),
             0);
-  EXPECT_EQ(*ReadFile(FilePath("reports/c")), "ok");
+  EXPECT_EQ(FileText("reports/c"), "ok");
   std::string err;
   EXPECT_EQ(Fencectl(with({"write", "--domain=reports/c", "--token=5000",
                            "--resource=files/reports/c", "--put=far"}),
@@ -225,7 +224,7 @@ TEST_F(TokenAuthenticityTest, FencectlSpeaksMtlsAndNamesRefusalsByExitCode) {
   std::string out;
   EXPECT_EQ(RunCommand(argv, &out), 0);
   EXPECT_THAT(out, HasSubstr("highest_token=10"));
-  EXPECT_EQ(*ReadFile(FilePath("reports/c")), "ok");
+  EXPECT_EQ(FileText("reports/c"), "ok");
 }
 
 }  // namespace

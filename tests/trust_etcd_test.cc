@@ -128,7 +128,7 @@ TEST_F(TrustEtcdTest, FencectlLockTakesTheLockFromEtcdOverTls) {
   std::string out, err;
   EXPECT_EQ(RunCommand(argv, &out, &err), 0) << err;
   EXPECT_THAT(out, HasSubstr("ok:"));
-  EXPECT_EQ(*testing::ReadFile(FilePath("etcd/nightly")), "done");
+  EXPECT_EQ(FileText("etcd/nightly"), "done");
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "client/tls.h"
 #include "fencegate/v1/audit.pb.h"
@@ -53,32 +54,29 @@ class TrustFixture : public ::testing::Test {
 
   // The policy every test starts with.
   virtual std::string Policy() const {
-    return absl::StrCat(R"pb(
-                          rule { identities: ")pb",
-                        kBilling, R"pb(                                       "
+    return absl::StrReplaceAll(
+        R"(
+      rule {
+        identities: "$BILLING"
         domain_prefixes: "billing/"
         resource_prefixes: "files/billing/"
-        permissions: WRITE
-        permissions: LEASE
-        permissions: GET_FENCE
+        permissions: [ WRITE, LEASE, GET_FENCE ]
       }
-                                                                              rule {
-        identities: ")pb",
-                        kReporterDns, R"pb(                                           "
+      rule {
+        identities: "$REPORTER"
         domain_prefixes: "reports/"
         resource_prefixes: "files/reports/"
-        permissions: WRITE
-        permissions: FENCE
+        permissions: [ WRITE, FENCE ]
       }
-                                                                                      rule {
+      rule {
         identities: "admin"
         domain_prefixes: ""
-        permissions: ADMIN
-        permissions: GET_FENCE
+        permissions: [ ADMIN, GET_FENCE ]
       }
       domain { prefix: "billing/" token_source: LEASE }
       domain { prefix: "reports/" max_advance: 1000 }
-    )pb");
+    )",
+        {{"$BILLING", kBilling}, {"$REPORTER", kReporterDns}});
   }
 
   // The flags of an mTLS gateway with the policy and the audit log.
@@ -159,6 +157,11 @@ class TrustFixture : public ::testing::Test {
 
   std::string FilePath(const std::string& rel) const {
     return dir_.path() + "/data/files/" + rel;
+  }
+  // The file's contents, or "(missing)".
+  std::string FileText(const std::string& rel) const {
+    absl::StatusOr<std::string> text = ReadFile(FilePath(rel));
+    return text.ok() ? *text : "(missing)";
   }
 
   // The audit log's records so far.

@@ -18,6 +18,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "grpcpp/security/credentials.h"
 
 namespace fencegate::client {
@@ -32,6 +33,12 @@ struct TlsFiles {
 
   bool enabled() const { return !ca.empty() || !cert.empty() || !key.empty(); }
 };
+
+// The contents of a PEM file. INVALID_ARGUMENT naming `what` and the path if
+// it cannot be read or holds no PEM block. Also used by the gateway for its
+// own certificate files.
+absl::StatusOr<std::string> ReadPemFile(const std::string& path,
+                                        absl::string_view what);
 
 // TlsFiles from the environment: FENCEGATE_TLS_CA, FENCEGATE_TLS_CERT and
 // FENCEGATE_TLS_KEY, each only where `files` leaves the field empty.
