@@ -202,5 +202,54 @@ TEST_F(TrustE2eTest, CertificateRotatedWhileAClientStaysConnected) {
   EXPECT_TRUE(GetFence(connected, "billing/x").ok());
 }
 
+// The client CA bundle is re-read too: clients of a CA added to it connect
+// without a restart.
+TEST_F(TrustE2eTest, ClientCaBundleRotatedWithoutARestart) {
+  testing::TempDir next_dir;
+  ASSERT_OK_AND_ASSIGN(next, TestPki::Create(next_dir.path(), "next-ca"));
+  ASSERT_OK_AND_ASSIGN(newcomer,
+                       next->Issue("billing", "billing",
+                                   "URI:" + std::string(testing::kBilling)));
+  ASSERT_EQ(GetFence(Channel(newcomer), "billing/x").error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+  absl::StatusOr<std::string> old_ca = ReadFile(pki_->ca());
+  absl::StatusOr<std::string> new_ca = ReadFile(next->ca());
+  ASSERT_TRUE(old_ca.ok() && new_ca.ok());
+  const std::string bundle = dir_.path() + "/bundle.pem";
+  WriteFileOrDie(bundle + ".tmp", *old_ca + *new_ca);
+  ASSERT_EQ(std::rename((bundle + ".tmp").c_str(), pki_->ca().c_str()), 0);
+  EXPECT_TRUE(
+      WaitFor([&] { return GetFence(Channel(newcomer), "billing/x").ok(); }));
+  EXPECT_TRUE(GetFence(Channel(billing_), "billing/x").ok());
+}
+
+// SIGHUP reopens the audit log: after the file is renamed away (log
+// rotation), new records go to a new file at the configured path.
+TEST_F(TrustE2eTest, SighupReopensTheAuditLog) {
+  auto nobody = Channel(nobody_);
+  ASSERT_EQ(GetFence(nobody, "one").error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  ASSERT_TRUE(WaitFor([&] { return AuditRecords().size() == 1; }));
+  const std::string rotated = audit_path_ + ".1";
+  ASSERT_EQ(std::rename(audit_path_.c_str(), rotated.c_str()), 0);
+  ::kill(gateway_->pid(), SIGHUP);
+  ASSERT_TRUE(WaitFor([&] {
+    absl::StatusOr<std::string> log = ReadFile(gateway_->log_path());
+    return log.ok() && absl::StrContains(*log, "reopening the audit log");
+  }));
+  // The reopen follows the log line on the same thread: wait for the file.
+  ASSERT_TRUE(WaitFor([&] { return ReadFile(audit_path_).ok(); }));
+  ASSERT_EQ(GetFence(nobody, "two").error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_TRUE(WaitFor([&] { return AuditRecords().size() == 1; }));
+  std::vector<v1::AuditRecord> records = AuditRecords();
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0].domain(), "two");
+  absl::StatusOr<std::string> old_file = ReadFile(rotated);
+  ASSERT_TRUE(old_file.ok());
+  EXPECT_THAT(*old_file, HasSubstr("\"one\""));
+  EXPECT_THAT(*old_file, ::testing::Not(HasSubstr("\"two\"")));
+}
+
 }  // namespace
 }  // namespace fencegate
