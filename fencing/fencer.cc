@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <optional>
 
+#include "absl/strings/cord.h"
+#include "fencegate/v1/gateway.pb.h"
 #include "fencing/stale_token.h"
 #include "fencing/sync_point.h"
 
@@ -32,7 +34,29 @@ void CheckRaised(absl::string_view domain, uint64_t token,
   std::abort();
 }
 
+constexpr char kAdvancedTypeUrl[] =
+    "type.googleapis.com/fencegate.v1.FenceState";
+
+// Rule 5: an apply error after an advance says the fence moved.
+absl::Status Failed(absl::Status error, const FenceDecision& decision) {
+  if (decision.advanced) {
+    v1::FenceState fence;
+    fence.set_domain(decision.fence.domain);
+    fence.set_highest_token(decision.fence.highest_token);
+    error.SetPayload(kAdvancedTypeUrl, absl::Cord(fence.SerializeAsString()));
+  }
+  return error;
+}
+
 }  // namespace
+
+std::optional<uint64_t> Fencer::AdvancedBeforeError(const absl::Status& error) {
+  absl::optional<absl::Cord> payload = error.GetPayload(kAdvancedTypeUrl);
+  if (!payload.has_value()) return std::nullopt;
+  v1::FenceState fence;
+  if (!fence.ParseFromString(std::string(*payload))) return std::nullopt;
+  return fence.highest_token();
+}
 
 absl::StatusOr<FenceDecision> Fencer::CheckAndRecord(
     absl::string_view domain, uint64_t token, const AdvanceCheck* check) {
@@ -73,7 +97,7 @@ absl::StatusOr<FenceDecision> Fencer::Execute(
   absl::StatusOr<FenceDecision> decision = CheckAndRecord(domain, token, check);
   if (!decision.ok()) return decision;
   FENCEGATE_SYNC_POINT_ARG("Fencer::Execute:BeforeApply", &token);
-  if (absl::Status s = apply(); !s.ok()) return s;
+  if (absl::Status s = apply(); !s.ok()) return Failed(std::move(s), *decision);
   FENCEGATE_SYNC_POINT_ARG("Fencer::Execute:AfterApply", &token);
   return decision;
 }
@@ -166,7 +190,7 @@ void Fencer::ApplyHolding(KeyedMutex::Lock domain_lock, uint64_t token,
     if (s.ok()) {
       std::move(done)(std::move(decision));
     } else {
-      std::move(done)(std::move(s));
+      std::move(done)(Failed(std::move(s), decision));
     }
   });
 }

@@ -142,6 +142,14 @@ absl::StatusOr<std::unique_ptr<Admission>> RequestGate::Admit(
         "\" may not call ", facts.method, ": the method has no permission")));
   }
   admission->binding_ = policy->BindingOf(facts.domain);
+  if (*permission == Rule::LEASE &&
+      admission->binding_.source == v1::Policy::Domain::ETCD) {
+    // A grant raises the fence by itself, unchecked: it would put a token
+    // etcd never granted above the etcd holder's.
+    return deny(absl::PermissionDeniedError(absl::StrCat(
+        "lock \"", absl::CHexEscape(facts.domain),
+        "\" takes its tokens from etcd; the lease service does not grant it")));
+  }
   if (*permission == Rule::FENCE &&
       admission->binding_.source == v1::Policy::Domain::LEASE) {
     // The lease service's grants raise such a fence; only an operator
@@ -219,25 +227,31 @@ std::optional<absl::Status> Admission::Check(const FenceState& current,
                                v1::TokenRefused::NOT_GRANTED_BY_LEASE, highest);
     case v1::Policy::Domain::ETCD: {
       const RequestGateOptions& options = gate_->options_;
-      if (!options.etcd_seen_revision || !options.etcd_current_revision) {
+      if (!options.etcd_holder) {
         return absl::FailedPreconditionError(absl::StrCat(
             "domain \"", absl::CHexEscape(domain),
             "\" is bound to etcd, but the gateway follows no etcd"));
       }
-      if (token <= options.etcd_seen_revision()) break;
-      // Newer than anything the watcher has seen: ask etcd itself, so that
-      // a holder writing right after taking its lock is not refused.
+      // The watcher raises the fence to each new holder's token, so a
+      // holder's writes are rarely advances; the few that are (a write that
+      // beat the watcher) are worth a question to etcd.
       if (!may_block) return std::nullopt;
-      absl::StatusOr<uint64_t> revision = options.etcd_current_revision();
-      if (!revision.ok()) {
-        return absl::UnavailableError(absl::StrCat(
-            "cannot check token ", token,
-            " against etcd's revision: ", revision.status().message()));
+      absl::StatusOr<EtcdHolder> holder =
+          options.etcd_holder(std::string(domain));
+      if (!holder.ok()) {
+        return absl::UnavailableError(
+            absl::StrCat("cannot check token ", token,
+                         " against etcd: ", holder.status().message()));
       }
-      if (token > *revision) {
+      if (token > holder->revision) {
         return TokenRefusedError(domain, token, highest,
                                  v1::TokenRefused::ABOVE_ETCD_REVISION,
-                                 *revision);
+                                 holder->revision);
+      }
+      if (token != holder->token) {
+        return TokenRefusedError(domain, token, highest,
+                                 v1::TokenRefused::NOT_ETCD_HOLDER,
+                                 holder->token);
       }
       break;
     }
@@ -250,6 +264,12 @@ std::optional<absl::Status> Admission::Check(const FenceState& current,
 void Admission::Audit(const absl::StatusOr<FenceDecision>& decision) const {
   if (decision.ok()) {
     if (decision->advanced) AuditAdvance(decision->fence.highest_token);
+    return;
+  }
+  if (std::optional<uint64_t> advanced =
+          Fencer::AdvancedBeforeError(decision.status());
+      advanced.has_value()) {
+    AuditAdvance(*advanced);  // The write failed, but the fence moved.
     return;
   }
   if (std::optional<v1::TokenRefused> refused =

@@ -39,7 +39,7 @@
 namespace fencegate {
 
 // What the gate needs of one request. Views into the request, which must
-// outlive the Admission.
+// outlive every use of the Admission (its destruction reads none of them).
 struct CallFacts {
   // Full method name, e.g. "/fencegate.v1.Gateway/Write".
   absl::string_view method;
@@ -67,14 +67,21 @@ CallFacts CallFactsOf(const v1::AcquireRequest& request);
 CallFacts CallFactsOf(const v1::KeepAliveRequest& request);
 CallFacts CallFactsOf(const v1::ReleaseRequest& request);
 
+// An etcd lock's holder as etcd has it now.
+struct EtcdHolder {
+  // The create_revision of the lock's oldest key; 0 if nobody holds it.
+  uint64_t token = 0;
+  // etcd's revision when it answered.
+  uint64_t revision = 0;
+};
+
 struct RequestGateOptions {
   // Where denials, refused tokens and advances are recorded; may be null.
   AuditLog* audit = nullptr;
-  // The newest etcd revision the gateway has seen (never blocks), and
-  // etcd's current revision (asks etcd, may block). Needed for domains bound
-  // to ETCD; a policy binding one is refused without them.
-  std::function<uint64_t()> etcd_seen_revision;
-  std::function<absl::StatusOr<uint64_t>()> etcd_current_revision;
+  // Asks etcd who holds the lock named like a domain (blocks). Needed for
+  // domains bound to ETCD; a policy binding one is refused without it.
+  std::function<absl::StatusOr<EtcdHolder>(const std::string& domain)>
+      etcd_holder;
 };
 
 class RequestGate;
@@ -120,12 +127,13 @@ class RequestGate {
   void SetPolicy(std::shared_ptr<const Policy> policy);
   bool has_policy() const;
   // Whether the gate can serve a policy binding a domain to ETCD.
-  bool has_etcd() const { return bool(options_.etcd_current_revision); }
+  bool has_etcd() const { return bool(options_.etcd_holder); }
 
   // Admits the request, or returns the error to answer it with, having
   // logged and audited it: PERMISSION_DENIED naming the identity, the
-  // permission and the domain (and resource); UNAUTHENTICATED for a caller
-  // without an identity while a policy is in force. Never blocks.
+  // permission and the domain (and resource), or saying that the lease
+  // service cannot grant a domain bound to etcd; UNAUTHENTICATED for a
+  // caller without an identity while a policy is in force. Never blocks.
   absl::StatusOr<std::unique_ptr<Admission>> Admit(
       const grpc::ServerContextBase& context, const CallFacts& facts) const;
 

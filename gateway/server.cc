@@ -122,11 +122,12 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
     };
     Fencer* fencer = s->fencer_.get();
     GatewayServer* server = s.get();
-    gate_options.etcd_seen_revision = [server] {
-      return server->etcd_watcher_->SeenRevision();
-    };
-    gate_options.etcd_current_revision = [server] {
-      return server->etcd_watcher_->CurrentRevision();
+    gate_options.etcd_holder =
+        [server](const std::string& domain) -> absl::StatusOr<EtcdHolder> {
+      absl::StatusOr<client::EtcdLockOwner> owner =
+          server->etcd_watcher_->OwnerOf(domain);
+      if (!owner.ok()) return owner.status();
+      return EtcdHolder{owner->create_revision, owner->revision};
     };
     // The gate exists before the watcher reports its first owner.
     s->gate_ = std::make_unique<RequestGate>(std::move(gate_options));

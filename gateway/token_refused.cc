@@ -25,6 +25,15 @@ absl::Status TokenRefusedError(absl::string_view domain, uint64_t token,
           "the domain takes its tokens from etcd, whose newest revision is ",
           limit);
       break;
+    case v1::TokenRefused::NOT_ETCD_HOLDER:
+      why = limit == 0 ? std::string(
+                             "the domain takes its tokens from etcd, "
+                             "where nobody holds its lock")
+                       : absl::StrCat(
+                             "the domain takes its tokens from etcd, where "
+                             "its lock's holder has token ",
+                             limit);
+      break;
     case v1::TokenRefused::ABOVE_MAX_ADVANCE:
       why = absl::StrCat("the domain's max_advance admits at most ", limit);
       break;

@@ -204,6 +204,14 @@ TEST_F(FencerTest, FailedApplyKeepsAdvanceAndAllowsRetry) {
   absl::StatusOr<FenceDecision> failed = fencer_->Execute(
       "jobs", 9, [] { return absl::UnavailableError("storage down"); });
   EXPECT_THAT(failed, StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_EQ(Fencer::AdvancedBeforeError(failed.status()), 9u);
+  EXPECT_EQ(
+      Fencer::AdvancedBeforeError(
+          fencer_
+              ->Execute("jobs", 9,
+                        [] { return absl::UnavailableError("still down"); })
+              .status()),
+      std::nullopt);  // Equal: nothing advanced.
   ASSERT_OK_AND_ASSIGN(state, fencer_->Get("jobs"));
   EXPECT_EQ(state.highest_token, 9u);
   EXPECT_THAT(Write("jobs", 8),

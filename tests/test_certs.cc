@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "tests/fixtures.h"
 
 namespace fencegate::testing {
@@ -43,10 +44,10 @@ absl::StatusOr<CertFiles> TestPki::Issue(const std::string& file,
                                          int days) const {
   const std::string base = absl::StrCat(dir_, "/", file);
   const std::string tmp = absl::StrCat(base, ".new");
-  if (absl::Status s =
-          Openssl({"req", "-newkey", "ec", "-pkeyopt",
-                   "ec_paramgen_curve:P-256", "-nodes", "-keyout", tmp + ".key",
-                   "-out", tmp + ".csr", "-subj", absl::StrCat("/CN=", cn)});
+  if (absl::Status s = Openssl(
+          {"req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+           "-nodes", "-keyout", tmp + ".key", "-out", tmp + ".csr", "-subj",
+           absl::StrCat("/CN=", absl::StrReplaceAll(cn, {{"/", "\\/"}}))});
       !s.ok()) {
     return s;
   }

@@ -125,6 +125,16 @@ TEST_F(TokenAuthenticityTest, AuditRecordsDenialsRefusalsAndAdvances) {
   ASSERT_TRUE(
       Put(Channel(reporter_), "reports/a", 3, "files/reports/a", "x", "req-ok")
           .ok());
+  // An advance whose write then fails (the path is a directory) is an
+  // advance all the same.
+  ASSERT_TRUE(
+      Put(Channel(reporter_), "reports/dir", 4, "files/reports/dir/f", "x")
+          .ok());
+  ASSERT_EQ(Put(Channel(reporter_), "reports/dir", 5, "files/reports/dir", "x",
+                "req-failed")
+                .error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  ASSERT_EQ(Highest("reports/dir"), 5u);
   auto find = [&](const std::string& outcome, const std::string& request_id) {
     for (const v1::AuditRecord& r : AuditRecords()) {
       if (r.outcome() == outcome && r.request_id() == request_id) return r;
@@ -132,7 +142,8 @@ TEST_F(TokenAuthenticityTest, AuditRecordsDenialsRefusalsAndAdvances) {
     return v1::AuditRecord();
   };
   ASSERT_TRUE(WaitFor(
-      [&] { return find("fence_advanced", "req-ok").outcome() != ""; }));
+      [&] { return find("fence_advanced", "req-failed").outcome() != ""; }));
+  EXPECT_EQ(find("fence_advanced", "req-failed").token(), 5u);
   const v1::AuditRecord refused = find("token_refused", "req-refused");
   EXPECT_EQ(refused.identity(), testing::kBilling);
   EXPECT_EQ(refused.rpc(), "/fencegate.v1.Gateway/Write");

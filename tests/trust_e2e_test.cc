@@ -83,6 +83,11 @@ TEST_F(TrustE2eTest, IdentityIsTheUriSanThenTheDnsSanThenTheCn) {
       pki_->Issue("dns", "admin", "DNS:" + std::string(testing::kReporterDns)));
   EXPECT_EQ(GetFence(Channel(dns), "anything").error_code(),
             grpc::StatusCode::PERMISSION_DENIED);
+  // A CN spelled like a URI is no identity.
+  ASSERT_OK_AND_ASSIGN(
+      spelled, pki_->Issue("spelled", std::string(testing::kBilling), ""));
+  EXPECT_EQ(GetFence(Channel(spelled), "billing/x").error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
 }
 
 // Authorization runs for every method of both services: an identity no rule

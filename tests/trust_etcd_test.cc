@@ -3,8 +3,9 @@
 // etcd over TLS, and domains bound to etcd (docs/security.md, rule 15): an
 // etcd started with --client-cert-auth; workers lock through EtcdTokenSource
 // and `fencectl lock` over TLS; the gateway's watcher follows the locks over
-// TLS; and a token above etcd's newest revision (a token from the future)
-// is refused while a fresh one the watcher has not seen yet is not.
+// TLS; and only the lock holder's token advances a domain bound to etcd: a
+// token from the future, or a real revision that is not the holder's, is
+// refused, and the lease service does not grant such a domain.
 
 #include <memory>
 #include <string>
@@ -33,8 +34,7 @@ class TrustEtcdTest : public testing::TrustFixture {
         identities: "etcd-worker"
         domain_prefixes: "etcd/"
         resource_prefixes: "files/etcd/"
-        permissions: WRITE
-        permissions: GET_FENCE
+        permissions: [ WRITE, GET_FENCE, LEASE ]
       }
       domain { prefix: "etcd/" token_source: ETCD }
     )pb";
@@ -96,12 +96,45 @@ TEST_F(TrustEtcdTest, TokensFromEtcdOverTlsAndNotFromTheFuture) {
   EXPECT_LT(refused->limit(), token + 1000000);
   EXPECT_EQ(Highest("etcd/jobs"), token);
 
-  // A revision the watcher never sees (a key outside the lock prefix) is
-  // still a real one: the gateway asks etcd before refusing.
-  ASSERT_OK_AND_ASSIGN(revision, etcd_->Put("elsewhere/key", "v"));
-  EXPECT_TRUE(Put(worker, "etcd/other", static_cast<uint64_t>(revision),
-                  "files/etcd/other", "fresh")
+  // A real revision, but not a lock holder's token: a key outside the lock
+  // prefix, and a waiter's key behind the holder's.
+  ASSERT_OK_AND_ASSIGN(elsewhere, etcd_->Put("elsewhere/key", "v"));
+  refused = GetTokenRefused(
+      FromGrpcStatus(Put(worker, "etcd/other", static_cast<uint64_t>(elsewhere),
+                         "files/etcd/other", "forged")));
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_EQ(refused->reason(), v1::TokenRefused::NOT_ETCD_HOLDER);
+  EXPECT_EQ(refused->limit(), 0u);  // Nobody holds etcd/other.
+
+  // A holder writing at once, maybe before the watcher raised its fence:
+  // admitted either way.
+  ASSERT_OK_AND_ASSIGN(holder,
+                       etcd_->Put("fencegate/locks/etcd/direct/a", "holder"));
+  ASSERT_TRUE(Put(worker, "etcd/direct", static_cast<uint64_t>(holder),
+                  "files/etcd/direct", "holder")
                   .ok());
+  ASSERT_OK_AND_ASSIGN(waiter,
+                       etcd_->Put("fencegate/locks/etcd/direct/b", "waiter"));
+  refused = GetTokenRefused(
+      FromGrpcStatus(Put(worker, "etcd/direct", static_cast<uint64_t>(waiter),
+                         "files/etcd/direct", "waiter")));
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_EQ(refused->reason(), v1::TokenRefused::NOT_ETCD_HOLDER);
+  EXPECT_EQ(refused->limit(), static_cast<uint64_t>(holder));
+  EXPECT_EQ(Highest("etcd/direct"), static_cast<uint64_t>(holder));
+  EXPECT_EQ(FileText("etcd/direct"), "holder");
+
+  // The lease service does not grant a domain bound to etcd.
+  v1::AcquireRequest acquire;
+  acquire.set_name("etcd/jobs");
+  acquire.set_ttl_ms(10000);
+  v1::AcquireResponse acquired;
+  grpc::ClientContext context;
+  EXPECT_EQ(v1::Lease::NewStub(Channel(worker_))
+                ->Acquire(&context, acquire, &acquired)
+                .error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Highest("etcd/jobs"), token);
   ASSERT_OK(lock->Release());
 }
 

@@ -143,12 +143,13 @@ class EtcdFenceWatcher::Impl {
 
   absl::Status Start();
   void Stop();
-  uint64_t SeenRevision() const {
-    return static_cast<uint64_t>(seen_revision_.load());
-  }
-  absl::StatusOr<uint64_t> CurrentRevision();
+  absl::StatusOr<EtcdLockOwner> OwnerOf(const std::string& name);
 
  private:
+  std::shared_ptr<EtcdConnection> Connection() {
+    absl::MutexLock lock(&mu_);
+    return connection_;
+  }
   // Keys of one lock name: key -> create_revision.
   using Keys = absl::flat_hash_map<std::string, int64_t>;
   using Call = std::function<grpc::Status(grpc::ClientContext*)>;
@@ -182,14 +183,6 @@ class EtcdFenceWatcher::Impl {
   absl::flat_hash_map<std::string, Keys> names_;
   absl::flat_hash_map<std::string, int64_t> reported_;
   int64_t revision_ = 0;
-  // The newest revision any etcd response carried; read by any thread.
-  std::atomic<int64_t> seen_revision_{0};
-  void Saw(int64_t revision) {
-    int64_t seen = seen_revision_.load();
-    while (revision > seen &&
-           !seen_revision_.compare_exchange_weak(seen, revision)) {
-    }
-  }
 
   absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
@@ -222,11 +215,11 @@ absl::Status EtcdFenceWatcher::Impl::Start() {
       EtcdConnection::Create(options_.endpoint, options_.rpc_timeout,
                              options_.tls);
   if (!connection.ok()) return connection.status();
+  dir_ = absl::StrCat(prefix, "/");
   {
     absl::MutexLock lock(&mu_);
     connection_ = *std::move(connection);
   }
-  dir_ = absl::StrCat(prefix, "/");
 
   thread_ = std::thread([this] { Run(); });
   absl::Status first;
@@ -329,7 +322,6 @@ absl::Status EtcdFenceWatcher::Impl::Sync() {
         });
     if (!status.ok()) return status;
     if (revision == 0) revision = response.header().revision();
-    Saw(response.header().revision());
     std::string name;
     for (const mvccpb::KeyValue& kv : response.kvs()) {
       if (NameOf(kv.key(), &name)) names[name][kv.key()] = kv.create_revision();
@@ -375,7 +367,6 @@ absl::Status EtcdFenceWatcher::Impl::Watch(bool* resync, bool* progressed) {
             break;
           }
           *progressed = true;
-          Saw(response.header().revision());
           absl::flat_hash_set<std::string> changed;
           std::string name;
           for (const mvccpb::Event& event : response.events()) {
@@ -403,24 +394,31 @@ absl::Status EtcdFenceWatcher::Impl::Watch(bool* resync, bool* progressed) {
       absl::StrCat("etcd at ", connection_->endpoint(), " ended the watch"));
 }
 
-absl::StatusOr<uint64_t> EtcdFenceWatcher::Impl::CurrentRevision() {
-  std::shared_ptr<EtcdConnection> connection;
-  {
-    absl::MutexLock lock(&mu_);
-    connection = connection_;
-  }
+absl::StatusOr<EtcdLockOwner> EtcdFenceWatcher::Impl::OwnerOf(
+    const std::string& name) {
+  std::shared_ptr<EtcdConnection> connection = Connection();
   if (connection == nullptr) {
     return absl::FailedPreconditionError("the etcd watcher is not started");
   }
+  // The lock's keys, oldest first: the oldest is the holder.
+  const std::string keys = absl::StrCat(dir_, name, "/");
   etcdserverpb::RangeRequest request;
-  request.set_key(dir_);
-  request.set_range_end(PrefixEnd(dir_));
-  request.set_count_only(true);
+  request.set_key(keys);
+  request.set_range_end(PrefixEnd(keys));
+  request.set_keys_only(true);
+  request.set_limit(1);
+  request.set_sort_order(etcdserverpb::RangeRequest::ASCEND);
+  request.set_sort_target(etcdserverpb::RangeRequest::CREATE);
   absl::StatusOr<etcdserverpb::RangeResponse> response =
       connection->Range(request);
   if (!response.ok()) return response.status();
-  Saw(response->header().revision());
-  return static_cast<uint64_t>(response->header().revision());
+  EtcdLockOwner owner;
+  owner.revision = static_cast<uint64_t>(response->header().revision());
+  if (response->kvs_size() > 0) {
+    owner.create_revision =
+        static_cast<uint64_t>(response->kvs(0).create_revision());
+  }
+  return owner;
 }
 
 void EtcdFenceWatcher::Impl::Report(
@@ -472,12 +470,9 @@ absl::Status EtcdFenceWatcher::Start() { return impl_->Start(); }
 
 void EtcdFenceWatcher::Stop() { impl_->Stop(); }
 
-uint64_t EtcdFenceWatcher::SeenRevision() const {
-  return impl_->SeenRevision();
-}
-
-absl::StatusOr<uint64_t> EtcdFenceWatcher::CurrentRevision() {
-  return impl_->CurrentRevision();
+absl::StatusOr<EtcdLockOwner> EtcdFenceWatcher::OwnerOf(
+    const std::string& name) {
+  return impl_->OwnerOf(name);
 }
 
 }  // namespace fencegate::client

@@ -11,7 +11,8 @@
 //      so once a token T is accepted no lower token is applied after it, even
 //      a request that arrived earlier. Different domains run in parallel.
 //   5. If apply fails after the fence advanced, the fence stays advanced and
-//      the apply error is returned; retrying with the same token is allowed.
+//      the apply error is returned, marked with the new fence
+//      (AdvancedBeforeError); retrying with the same token is allowed.
 //   6. With an AdvanceCheck (advance_check.h), a token that would raise the
 //      fence is first put to it, under the domain's lock; if it refuses,
 //      nothing moves and nothing is applied.
@@ -21,6 +22,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/functional/any_invocable.h"
@@ -102,6 +104,11 @@ class Fencer {
 
   // The domain's current fence.
   absl::StatusOr<FenceState> Get(absl::string_view domain);
+
+  // The fence a failed call advanced to before its apply failed (rule 5),
+  // read from the error's payload (a fencegate.v1.FenceState, which the
+  // gateway passes on as an error detail); nullopt if it did not advance.
+  static std::optional<uint64_t> AdvancedBeforeError(const absl::Status& error);
 
   // Runs `fn` under the domain's lock, serialized with Execute() and
   // Fence(): for callers that advance the fence through another path (the

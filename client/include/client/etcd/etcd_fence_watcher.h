@@ -72,6 +72,15 @@ struct EtcdFenceWatcherOptions {
   std::function<void(const absl::Status&)> on_error;
 };
 
+// A lock's holder as etcd has it now.
+struct EtcdLockOwner {
+  // The create_revision of the lock's oldest key (its holder's token); 0
+  // if nobody holds it.
+  uint64_t create_revision = 0;
+  // etcd's revision when it answered.
+  uint64_t revision = 0;
+};
+
 class EtcdFenceWatcher {
  public:
   // `domain` is the lock name, already checked with ValidateDomain
@@ -97,14 +106,10 @@ class EtcdFenceWatcher {
   // Stop() returns. Idempotent; a stopped watcher cannot be restarted.
   void Stop();
 
-  // The newest etcd revision the watcher has seen in any response. Never
-  // blocks; thread safe.
-  uint64_t SeenRevision() const;
-
-  // etcd's current revision, read now (one Range of the prefix, up to
+  // Lock `name`'s holder, read now (one Range of "<prefix>/<name>/", up to
   // rpc_timeout). FAILED_PRECONDITION before Start(); UNAVAILABLE if etcd
   // cannot be reached. Thread safe; blocks.
-  absl::StatusOr<uint64_t> CurrentRevision();
+  absl::StatusOr<EtcdLockOwner> OwnerOf(const std::string& name);
 
  private:
   class Impl;  // client/etcd/etcd_fence_watcher.cc
