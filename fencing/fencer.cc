@@ -4,9 +4,11 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <optional>
 
 #include "absl/strings/cord.h"
+#include "absl/strings/str_cat.h"
 #include "fencegate/v1/gateway.pb.h"
 #include "fencing/stale_token.h"
 #include "fencing/sync_point.h"
@@ -200,6 +202,20 @@ absl::StatusOr<FenceDecision> Fencer::Fence(absl::string_view domain,
                                             const AdvanceCheck* check) {
   return Execute(
       domain, token, [] { return absl::OkStatus(); }, check);
+}
+
+absl::StatusOr<FenceDecision> Fencer::Sequence(absl::string_view domain,
+                                               const AdvanceCheck* check) {
+  KeyedMutex::Lock domain_lock(&domain_locks_, domain,
+                               "Fencer::Execute:BeforeDomainLock");
+  absl::StatusOr<FenceState> current = store_->Get(domain);
+  if (!current.ok()) return current.status();
+  if (current->highest_token == std::numeric_limits<uint64_t>::max()) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "domain \"", domain,
+        "\": its fence is at 2^64-1, no higher token can be issued"));
+  }
+  return CheckAndRecord(domain, current->highest_token + 1, check);
 }
 
 absl::StatusOr<FenceState> Fencer::Get(absl::string_view domain) {

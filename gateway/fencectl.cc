@@ -67,6 +67,8 @@ constexpr char kUsage[] =
     "        --statement=NAME with --param: a statement declared on the route\n"
     "  fence --domain=D --token=T    raise the domain's fence to T\n"
     "  get --domain=D                print the domain's fence\n"
+    "  sequence --domain=D           raise the fence by one and print the new\n"
+    "        token (the gateway as the sequencer of a lock without tokens)\n"
     "  lock [--ttl-ms=N] [--wait-ms=N] [--etcd-endpoint=H:P] NAME -- COMMAND\n"
     "        take lock NAME from the gateway's lease service (or etcd), run\n"
     "        COMMAND with FENCEGATE_DOMAIN=NAME and FENCEGATE_TOKEN=<token> "
@@ -428,7 +430,8 @@ int Run(int argc, char** argv) {
   if (f.timeout_seconds == 0 || f.timeout_seconds > 86400) {
     return UsageError("--timeout: must be from 1 to 86400 seconds");
   }
-  if ((command == "fence" || command == "get") && !set.WasSet("domain")) {
+  if ((command == "fence" || command == "get" || command == "sequence") &&
+      !set.WasSet("domain")) {
     return UsageError("--domain is required");
   }
 
@@ -525,6 +528,16 @@ int Run(int argc, char** argv) {
     grpc::Status status = stub->Fence(&context, request, &response);
     if (!status.ok()) return ReportError(status);
     Print(response, f.json, absl::StrCat("ok: ", Describe(response)));
+    return kExitOk;
+  }
+  if (command == "sequence") {
+    v1::SequenceRequest request;
+    request.set_domain(f.domain);
+    request.set_request_id(f.request_id);
+    v1::FenceState response;
+    grpc::Status status = stub->Sequence(&context, request, &response);
+    if (!status.ok()) return ReportError(status);
+    Print(response, f.json, absl::StrCat(response.highest_token()));
     return kExitOk;
   }
   if (command == "get") {

@@ -320,4 +320,38 @@ grpc::ServerUnaryReactor* GatewayService::GetFence(
   return reactor;
 }
 
+grpc::ServerUnaryReactor* GatewayService::Sequence(
+    grpc::CallbackServerContext* context, const v1::SequenceRequest* request,
+    v1::FenceState* response) {
+  absl::StatusOr<std::unique_ptr<Admission>> admitted =
+      gate_->Admit(*context, CallFactsOf(*request));
+  if (!admitted.ok()) return FinishNow(context, admitted.status());
+  if (absl::Status s = ValidateDomain(request->domain()); !s.ok()) {
+    return FinishNow(context, s);
+  }
+  if (absl::Status s = ValidateRequestId(request->request_id()); !s.ok()) {
+    return FinishNow(context, s);
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  executor_->Post(request->domain(), [this, context, reactor, request,
+                                      response,
+                                      admission = *std::move(admitted)]() {
+    if (context->IsCancelled()) {
+      reactor->Finish(grpc::Status(grpc::StatusCode::CANCELLED,
+                                   "cancelled before a token was issued"));
+      return;
+    }
+    absl::StatusOr<FenceDecision> decision =
+        fencer_->Sequence(request->domain(), admission->advance_check());
+    LogOutcome(RequestTag("Sequence", request->request_id()),
+               request->domain(),
+               decision.ok() ? decision->fence.highest_token : 0, decision,
+               options_.log_writes);
+    admission->Audit(decision);
+    if (decision.ok()) ToProto(decision->fence, response);
+    reactor->Finish(ToGrpcStatus(decision.status()));
+  });
+  return reactor;
+}
+
 }  // namespace fencegate

@@ -47,6 +47,9 @@ class GatewayService final : public v1::Gateway::WithRawCallbackMethod_Write<
   grpc::ServerUnaryReactor* GetFence(grpc::CallbackServerContext* context,
                                      const v1::GetFenceRequest* request,
                                      v1::FenceState* response) override;
+  grpc::ServerUnaryReactor* Sequence(grpc::CallbackServerContext* context,
+                                     const v1::SequenceRequest* request,
+                                     v1::FenceState* response) override;
 
  private:
   struct PendingWrite;

@@ -20,6 +20,7 @@ using Rule = v1::Policy::Rule;
 constexpr char kWrite[] = "/fencegate.v1.Gateway/Write";
 constexpr char kFence[] = "/fencegate.v1.Gateway/Fence";
 constexpr char kGetFence[] = "/fencegate.v1.Gateway/GetFence";
+constexpr char kSequence[] = "/fencegate.v1.Gateway/Sequence";
 constexpr char kAcquire[] = "/fencegate.v1.Lease/Acquire";
 constexpr char kKeepAlive[] = "/fencegate.v1.Lease/KeepAlive";
 constexpr char kRelease[] = "/fencegate.v1.Lease/Release";
@@ -30,7 +31,8 @@ std::optional<Permission> PermissionOf(absl::string_view method) {
   static const auto* const kTable =
       new absl::flat_hash_map<absl::string_view, Permission>{
           {kWrite, Rule::WRITE},        {kFence, Rule::FENCE},
-          {kGetFence, Rule::GET_FENCE}, {kAcquire, Rule::LEASE},
+          {kGetFence, Rule::GET_FENCE}, {kSequence, Rule::FENCE},
+          {kAcquire, Rule::LEASE},
           {kKeepAlive, Rule::LEASE},    {kRelease, Rule::LEASE},
       };
   auto it = kTable->find(method);
@@ -80,6 +82,12 @@ CallFacts DomainFacts(absl::string_view method, absl::string_view domain) {
 
 CallFacts CallFactsOf(const v1::GetFenceRequest& request) {
   return DomainFacts(kGetFence, request.domain());
+}
+
+CallFacts CallFactsOf(const v1::SequenceRequest& request) {
+  CallFacts facts = DomainFacts(kSequence, request.domain());
+  facts.request_id = request.request_id();
+  return facts;
 }
 
 CallFacts CallFactsOf(const v1::AcquireRequest& request) {
@@ -150,7 +158,7 @@ absl::StatusOr<std::unique_ptr<Admission>> RequestGate::Admit(
         "lock \"", absl::CHexEscape(facts.domain),
         "\" takes its tokens from etcd; the lease service does not grant it")));
   }
-  if (*permission == Rule::FENCE &&
+  if (*permission == Rule::FENCE &&  // Fence and Sequence.
       admission->binding_.source == v1::Policy::Domain::LEASE) {
     // The lease service's grants raise such a fence; only an operator
     // overrides them.

@@ -63,6 +63,7 @@ std::optional<Permission> PermissionOf(absl::string_view method);
 CallFacts CallFactsOf(const v1::WriteRequest& request);
 CallFacts CallFactsOf(const v1::FenceRequest& request);
 CallFacts CallFactsOf(const v1::GetFenceRequest& request);
+CallFacts CallFactsOf(const v1::SequenceRequest& request);
 CallFacts CallFactsOf(const v1::AcquireRequest& request);
 CallFacts CallFactsOf(const v1::KeepAliveRequest& request);
 CallFacts CallFactsOf(const v1::ReleaseRequest& request);

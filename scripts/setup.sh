@@ -12,6 +12,7 @@ PACKAGES=(
   libpq-dev libpqxx-dev postgresql pgbouncer
   etcd-server etcd-client
   openssl
+  libhiredis-dev redis-server
 )
 
 missing=()

@@ -7,6 +7,7 @@
 #include <sys/resource.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <atomic>
 #include <fstream>
 #include <memory>
@@ -387,6 +388,49 @@ TEST_F(GatewayE2eTest, ManyEmptyOperationsAreRefusedBeforeTheyAreBuilt) {
   EXPECT_GT(peak, 0);
   EXPECT_LT(peak, 200) << "peak RSS " << peak << " MiB";
   EXPECT_EQ(Highest("many"), 0u);
+}
+
+// Sequence hands out each token once, rising, and raises the fence to it.
+TEST_F(GatewayE2eTest, SequenceIssuesUniqueRisingTokens) {
+  ASSERT_TRUE(Fence("seq", 100).ok());
+  constexpr int kThreads = 8, kEach = 10;
+  std::vector<std::vector<uint64_t>> issued(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      auto stub = v1::Gateway::NewStub(channel_);
+      uint64_t last = 0;
+      for (int i = 0; i < kEach; ++i) {
+        v1::SequenceRequest request;
+        request.set_domain("seq");
+        v1::FenceState state;
+        grpc::ClientContext context;
+        grpc::Status s = stub->Sequence(&context, request, &state);
+        EXPECT_TRUE(s.ok()) << s.error_message();
+        EXPECT_GT(state.highest_token(), last);  // Rising for each caller.
+        last = state.highest_token();
+        issued[t].push_back(last);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::vector<uint64_t> all;
+  for (const auto& v : issued) all.insert(all.end(), v.begin(), v.end());
+  std::sort(all.begin(), all.end());
+  EXPECT_EQ(std::adjacent_find(all.begin(), all.end()), all.end());
+  ASSERT_EQ(all.size(), size_t{kThreads * kEach});
+  EXPECT_EQ(all.front(), 101u);
+  EXPECT_EQ(all.back(), 100u + kThreads * kEach);
+  EXPECT_EQ(Highest("seq"), all.back());
+  // An earlier token is stale now; fencectl prints the next one.
+  EXPECT_EQ(Write("seq", all.front(), "files/seq", "late").error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  std::string out;
+  EXPECT_EQ(RunCommand({FENCECTL_BIN, "--addr=" + gateway_->address(),
+                        "sequence", "--domain=seq"},
+                       &out),
+            0);
+  EXPECT_EQ(out, absl::StrCat(all.back() + 1, "\n"));
 }
 
 TEST_F(GatewayE2eTest, HealthAndReflectionAnswer) {

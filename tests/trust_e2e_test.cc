@@ -129,7 +129,7 @@ TEST_F(TrustE2eTest, EveryRpcOfEveryServiceIsDeniedToAnUnknownIdentity) {
       ++methods;
     }
   }
-  EXPECT_EQ(methods, 6);
+  EXPECT_EQ(methods, 7);
   // Each denial is audited (the writer thread writes within milliseconds).
   auto denied = [&] {
     int n = 0;

@@ -102,6 +102,12 @@ class Fencer {
   absl::StatusOr<FenceDecision> Fence(absl::string_view domain, uint64_t token,
                                       const AdvanceCheck* check = nullptr);
 
+  // Fence() with the domain's highest token + 1, read and raised under the
+  // domain's lock: the new token is unique to this call. OUT_OF_RANGE at
+  // 2^64-1.
+  absl::StatusOr<FenceDecision> Sequence(absl::string_view domain,
+                                         const AdvanceCheck* check = nullptr);
+
   // The domain's current fence.
   absl::StatusOr<FenceState> Get(absl::string_view domain);
 
