@@ -30,6 +30,7 @@
 #include "absl/strings/str_join.h"
 #include "client/etcd/etcd_token_source.h"
 #include "client/lease_token_source.h"
+#include "client/redis/redis_token_source.h"
 #include "client/tls.h"
 #include "fencegate/v1/gateway.grpc.pb.h"
 #include "fencing/stale_token.h"
@@ -69,8 +70,10 @@ constexpr char kUsage[] =
     "  get --domain=D                print the domain's fence\n"
     "  sequence --domain=D           raise the fence by one and print the new\n"
     "        token (the gateway as the sequencer of a lock without tokens)\n"
-    "  lock [--ttl-ms=N] [--wait-ms=N] [--etcd-endpoint=H:P] NAME -- COMMAND\n"
-    "        take lock NAME from the gateway's lease service (or etcd), run\n"
+    "  lock [--ttl-ms=N] [--wait-ms=N] [--etcd-endpoint=H:P | --redis=H:P]\n"
+    "        NAME -- COMMAND\n"
+    "        take lock NAME from the gateway's lease service (or etcd, or\n"
+    "        Redis), run\n"
     "        COMMAND with FENCEGATE_DOMAIN=NAME and FENCEGATE_TOKEN=<token> "
     "in\n"
     "        its environment, keep the lease alive, release it afterwards;\n"
@@ -108,6 +111,8 @@ struct Flags {
   uint64_t ttl_ms = 10000;
   std::string etcd_endpoint;
   std::string etcd_lock_prefix;
+  std::string redis;
+  std::string redis_prefix;
   uint64_t wait_ms = 30000;
   std::string admin_dsn;
   std::string role;
@@ -237,15 +242,30 @@ int RunLocked(const Flags& f, const std::string& name,
         "--ttl-ms must be 100..3600000 and --wait-ms at most "
         "3600000");
   }
+  if (!f.etcd_endpoint.empty() && !f.redis.empty()) {
+    return UsageError("lock takes one of --etcd-endpoint and --redis");
+  }
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      client::ChannelCredentials(f.tls);
+  if (!credentials.ok()) {
+    return UsageError(std::string(credentials.status().message()));
+  }
+  std::shared_ptr<grpc::Channel> gateway =
+      grpc::CreateChannel(f.addr, *credentials);
   std::unique_ptr<client::TokenSource> source;
-  if (f.etcd_endpoint.empty()) {
-    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
-        client::ChannelCredentials(f.tls);
-    if (!credentials.ok()) {
-      return UsageError(std::string(credentials.status().message()));
+  if (!f.redis.empty()) {
+    client::RedisTokenSourceOptions redis;
+    redis.endpoint = f.redis;
+    if (!f.redis_prefix.empty()) redis.prefix = f.redis_prefix;
+    redis.gateway = gateway;
+    absl::StatusOr<std::unique_ptr<client::RedisTokenSource>> created =
+        client::RedisTokenSource::Create(std::move(redis));
+    if (!created.ok()) {
+      return UsageError(std::string(created.status().message()));
     }
-    source = std::make_unique<client::LeaseTokenSource>(
-        grpc::CreateChannel(f.addr, *credentials));
+    source = *std::move(created);
+  } else if (f.etcd_endpoint.empty()) {
+    source = std::make_unique<client::LeaseTokenSource>(gateway);
   } else {
     client::EtcdTokenSourceOptions etcd;
     etcd.endpoint = f.etcd_endpoint;
@@ -385,6 +405,11 @@ int Run(int argc, char** argv) {
              "gateway's lease service");
   set.String("etcd_lock_prefix", &f.etcd_lock_prefix,
              "lock: etcd key prefix (default fencegate/locks)");
+  set.String("redis", &f.redis,
+             "lock: take the lock from Redis at host:port (its token from a "
+             "counter beside the lock; the gateway's fence is raised to it)");
+  set.String("redis_prefix", &f.redis_prefix,
+             "lock: Redis key prefix (default fencegate)");
   set.String("admin_dsn", &f.admin_dsn,
              "pg-setup: libpq DSN or URI of a role that may create roles and "
              "schemas");

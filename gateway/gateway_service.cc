@@ -333,8 +333,7 @@ grpc::ServerUnaryReactor* GatewayService::Sequence(
     return FinishNow(context, s);
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  executor_->Post(request->domain(), [this, context, reactor, request,
-                                      response,
+  executor_->Post(request->domain(), [this, context, reactor, request, response,
                                       admission = *std::move(admitted)]() {
     if (context->IsCancelled()) {
       reactor->Finish(grpc::Status(grpc::StatusCode::CANCELLED,
@@ -343,8 +342,7 @@ grpc::ServerUnaryReactor* GatewayService::Sequence(
     }
     absl::StatusOr<FenceDecision> decision =
         fencer_->Sequence(request->domain(), admission->advance_check());
-    LogOutcome(RequestTag("Sequence", request->request_id()),
-               request->domain(),
+    LogOutcome(RequestTag("Sequence", request->request_id()), request->domain(),
                decision.ok() ? decision->fence.highest_token : 0, decision,
                options_.log_writes);
     admission->Audit(decision);
