@@ -7,12 +7,7 @@
 //   deadline exceeded; 6 lock not acquired or lost; 7 permission denied or
 //   not authenticated; 8 token refused (no lock service granted it).
 
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <fstream>
@@ -28,12 +23,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "client/etcd/etcd_token_source.h"
-#include "client/lease_token_source.h"
-#include "client/redis/redis_token_source.h"
 #include "client/tls.h"
 #include "fencegate/v1/gateway.grpc.pb.h"
 #include "fencing/stale_token.h"
+#include "gateway/fencectl_lock.h"
 #include "gateway/flags.h"
 #include "gateway/status.h"
 #include "gateway/token_refused.h"
@@ -51,7 +44,6 @@ constexpr int kExitUsage = 2;
 constexpr int kExitStale = 3;
 constexpr int kExitInvalid = 4;
 constexpr int kExitUnavailable = 5;
-constexpr int kExitLock = 6;
 constexpr int kExitDenied = 7;
 constexpr int kExitTokenRefused = 8;
 
@@ -70,10 +62,10 @@ constexpr char kUsage[] =
     "  get --domain=D                print the domain's fence\n"
     "  sequence --domain=D           raise the fence by one and print the new\n"
     "        token (the gateway as the sequencer of a lock without tokens)\n"
-    "  lock [--ttl-ms=N] [--wait-ms=N] [--etcd-endpoint=H:P | --redis=H:P]\n"
-    "        NAME -- COMMAND\n"
-    "        take lock NAME from the gateway's lease service (or etcd, or\n"
-    "        Redis), run\n"
+    "  lock [--ttl-ms=N] [--wait-ms=N] [--etcd-endpoint=H:P | --redis=H:P |\n"
+    "        --redlock=H:P,H:P,H:P] NAME -- COMMAND\n"
+    "        take lock NAME from the gateway's lease service (or etcd, Redis,\n"
+    "        Redlock), run\n"
     "        COMMAND with FENCEGATE_DOMAIN=NAME and FENCEGATE_TOKEN=<token> "
     "in\n"
     "        its environment, keep the lease alive, release it afterwards;\n"
@@ -112,6 +104,7 @@ struct Flags {
   std::string etcd_endpoint;
   std::string etcd_lock_prefix;
   std::string redis;
+  std::string redlock;
   std::string redis_prefix;
   uint64_t wait_ms = 30000;
   std::string admin_dsn;
@@ -228,117 +221,6 @@ std::string Describe(const v1::FenceState& state) {
                       " highest_token=", state.highest_token());
 }
 
-// The lease being lost: the child's process group gets SIGTERM.
-std::atomic<pid_t> g_child{0};
-
-void ForwardSignal(int sig) {
-  if (pid_t child = g_child.load(); child > 0) ::kill(-child, sig);
-}
-
-int RunLocked(const Flags& f, const std::string& name,
-              const std::vector<std::string>& command) {
-  if (f.ttl_ms < 100 || f.ttl_ms > 3600000 || f.wait_ms > 3600000) {
-    return UsageError(
-        "--ttl-ms must be 100..3600000 and --wait-ms at most "
-        "3600000");
-  }
-  if (!f.etcd_endpoint.empty() && !f.redis.empty()) {
-    return UsageError("lock takes one of --etcd-endpoint and --redis");
-  }
-  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
-      client::ChannelCredentials(f.tls);
-  if (!credentials.ok()) {
-    return UsageError(std::string(credentials.status().message()));
-  }
-  std::shared_ptr<grpc::Channel> gateway =
-      grpc::CreateChannel(f.addr, *credentials);
-  std::unique_ptr<client::TokenSource> source;
-  if (!f.redis.empty()) {
-    client::RedisTokenSourceOptions redis;
-    redis.endpoint = f.redis;
-    if (!f.redis_prefix.empty()) redis.prefix = f.redis_prefix;
-    redis.gateway = gateway;
-    absl::StatusOr<std::unique_ptr<client::RedisTokenSource>> created =
-        client::RedisTokenSource::Create(std::move(redis));
-    if (!created.ok()) {
-      return UsageError(std::string(created.status().message()));
-    }
-    source = *std::move(created);
-  } else if (f.etcd_endpoint.empty()) {
-    source = std::make_unique<client::LeaseTokenSource>(gateway);
-  } else {
-    client::EtcdTokenSourceOptions etcd;
-    etcd.endpoint = f.etcd_endpoint;
-    etcd.tls = f.etcd_tls;
-    if (!f.etcd_lock_prefix.empty()) etcd.prefix = f.etcd_lock_prefix;
-    absl::StatusOr<std::unique_ptr<client::EtcdTokenSource>> created =
-        client::EtcdTokenSource::Create(etcd);
-    if (!created.ok())
-      return UsageError(std::string(created.status().message()));
-    source = *std::move(created);
-  }
-  client::LockOptions options;
-  options.ttl = absl::Milliseconds(f.ttl_ms);
-  options.wait = absl::Milliseconds(f.wait_ms);
-  std::atomic<bool> lost{false};
-  absl::StatusOr<std::unique_ptr<client::HeldLock>> lock =
-      source->Acquire(name, options, [&lost] {
-        lost = true;
-        std::cerr << "fencectl: lock lost; stopping the command\n";
-        if (pid_t child = g_child.load(); child > 0) ::kill(-child, SIGTERM);
-      });
-  if (!lock.ok()) {
-    std::cerr << "fencectl: lock \"" << name
-              << "\" not acquired: " << lock.status().message() << "\n";
-    return absl::IsDeadlineExceeded(lock.status()) ? kExitLock
-           : absl::IsUnavailable(lock.status())    ? kExitUnavailable
-                                                   : kExitError;
-  }
-  std::string token = absl::StrCat((*lock)->token());
-  pid_t pid = ::fork();
-  if (pid < 0) {
-    std::cerr << "fencectl: fork failed\n";
-    return kExitError;
-  }
-  if (pid == 0) {
-    ::setpgid(0, 0);
-    ::setenv("FENCEGATE_DOMAIN", name.c_str(), 1);
-    ::setenv("FENCEGATE_TOKEN", token.c_str(), 1);
-    ::setenv("FENCEGATE_ADDR", f.addr.c_str(), 1);
-    std::vector<char*> argv;
-    for (const std::string& a : command)
-      argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    ::execvp(argv[0], argv.data());
-    std::cerr << "fencectl: cannot run \"" << command[0] << "\"\n";
-    ::_exit(127);
-  }
-  ::setpgid(pid, pid);
-  g_child = pid;
-  // Signals meant for fencectl reach the command too, so that it never runs
-  // on unsupervised after fencectl is gone.
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
-    struct sigaction action = {};
-    action.sa_handler = ForwardSignal;
-    ::sigaction(sig, &action, nullptr);
-  }
-  if (lost) ::kill(-pid, SIGTERM);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  g_child = 0;
-  // Read before releasing: a release may end the lease, which some sources
-  // report as lost.
-  const bool was_lost = lost || (*lock)->lost();
-  absl::Status released = (*lock)->Release();
-  if (was_lost) return kExitLock;
-  if (!released.ok()) {
-    std::cerr << "fencectl: release failed: " << released.message() << "\n";
-  }
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-}
-
 int RunPgSetup(const Flags& f) {
   if (f.admin_dsn.empty()) return UsageError("--admin_dsn is required");
   if (f.role.empty()) return UsageError("--role is required");
@@ -408,6 +290,10 @@ int Run(int argc, char** argv) {
   set.String("redis", &f.redis,
              "lock: take the lock from Redis at host:port (its token from a "
              "counter beside the lock; the gateway's fence is raised to it)");
+  set.String("redlock", &f.redlock,
+             "lock: take the lock from a majority of these independent Redis "
+             "servers, host:port,host:port,... (Redlock; the token from the "
+             "gateway's Sequence)");
   set.String("redis_prefix", &f.redis_prefix,
              "lock: Redis key prefix (default fencegate)");
   set.String("admin_dsn", &f.admin_dsn,
@@ -437,7 +323,11 @@ int Run(int argc, char** argv) {
     if (args.size() < 3) {
       return UsageError("lock takes NAME -- COMMAND [ARGS...]");
     }
-    return RunLocked(f, args[1], {args.begin() + 2, args.end()});
+    LockFlags lock{f.addr,        f.tls,           f.ttl_ms,
+                   f.wait_ms,     f.etcd_endpoint, f.etcd_lock_prefix,
+                   f.etcd_tls,    f.redis,         f.redlock,
+                   f.redis_prefix};
+    return RunLocked(lock, args[1], {args.begin() + 2, args.end()});
   }
   if (args.size() != 1) return UsageError("exactly one command is expected");
   if (command == "pg-setup") return RunPgSetup(f);

@@ -2,11 +2,8 @@
 
 #include "client/redis/redis_token_source.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
-#include <random>
 #include <thread>
 #include <utility>
 
@@ -14,12 +11,18 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "client/redis/lock_scripts.h"
 #include "client/redis/redis_connection.h"
 #include "fencegate/v1/gateway.grpc.pb.h"
 
 namespace fencegate::client {
 namespace {
 
+using redis_internal::CounterKey;
+using redis_internal::HolderId;
+using redis_internal::kReleaseScript;
+using redis_internal::kRenewScript;
+using redis_internal::LockKey;
 using redis_internal::RedisConnection;
 
 // KEYS: lock, counter. ARGV: holder id, ttl ms. The token, or 0 if held.
@@ -41,34 +44,9 @@ if count < floor then redis.call('SET', KEYS[2], ARGV[2]) end
 return redis.call('INCR', KEYS[2])
 )lua";
 
-// KEYS: lock. ARGV: holder id, ttl ms. 1 if renewed, 0 if not ours.
-constexpr char kRenew[] = R"lua(
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return 0
-)lua";
-
-// KEYS: lock. ARGV: holder id. 1 if released, 0 if not ours.
-constexpr char kRelease[] = R"lua(
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0
-)lua";
-
 // The gateway's fence may be at most 2^53 for the raise script, whose Lua
 // numbers are doubles.
 constexpr uint64_t kMaxLuaExact = uint64_t{1} << 53;
-
-std::string HolderId(const std::string& owner) {
-  std::random_device random;
-  const uint64_t nonce = (uint64_t{random()} << 32) | random();
-  if (!owner.empty()) return absl::StrFormat("%s/%016x", owner, nonce);
-  char host[256] = {0};
-  ::gethostname(host, sizeof(host) - 1);
-  return absl::StrFormat("%s:%d/%016x", host, ::getpid(), nonce);
-}
 
 absl::Status FromGrpc(const grpc::Status& s, absl::string_view what) {
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
@@ -104,7 +82,7 @@ class RedisLock final : public HeldLock {
     released_ = true;
     absl::MutexLock lock(&mu_);
     absl::StatusOr<int64_t> released =
-        connection_->EvalInt(kRelease, {lock_key_}, {id_});
+        connection_->EvalInt(kReleaseScript, {lock_key_}, {id_});
     lost_ = true;
     if (!released.ok()) return released.status();
     if (*released != 1) {
@@ -122,7 +100,7 @@ class RedisLock final : public HeldLock {
       {
         absl::MutexLock lock(&mu_);
         renewed = connection_->EvalInt(
-            kRenew, {lock_key_},
+            kRenewScript, {lock_key_},
             {id_, absl::StrCat(absl::ToInt64Milliseconds(ttl_))});
       }
       if (renewed.ok() && *renewed == 1) {
@@ -200,9 +178,8 @@ absl::StatusOr<std::unique_ptr<HeldLock>> RedisTokenSource::Acquire(
   absl::StatusOr<std::unique_ptr<RedisConnection>> connection =
       RedisConnection::Connect(options_.endpoint, options_.rpc_timeout);
   if (!connection.ok()) return connection.status();
-  const std::string slot = absl::StrCat("{", options_.prefix, ":", name, "}");
-  const std::string lock_key = slot + ":lock";
-  const std::string counter_key = slot + ":token";
+  const std::string lock_key = LockKey(options_.prefix, name);
+  const std::string counter_key = CounterKey(options_.prefix, name);
   const std::string id = HolderId(options.owner);
   const std::string ttl_ms =
       absl::StrCat(absl::ToInt64Milliseconds(options.ttl));
@@ -225,7 +202,7 @@ absl::StatusOr<std::unique_ptr<HeldLock>> RedisTokenSource::Acquire(
     absl::SleepFor(std::min(absl::Milliseconds(50), deadline - absl::Now()));
   }
   auto give_up = [&](absl::Status why) {
-    (*connection)->EvalInt(kRelease, {lock_key}, {id}).IgnoreError();
+    (*connection)->EvalInt(kReleaseScript, {lock_key}, {id}).IgnoreError();
     return why;
   };
 

@@ -1,0 +1,160 @@
+// Copyright fencegate authors.
+
+#include "gateway/fencectl_lock.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <iostream>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "client/etcd/etcd_token_source.h"
+#include "client/lease_token_source.h"
+#include "client/redis/redis_token_source.h"
+#include "client/redis/redlock_token_source.h"
+#include "grpcpp/create_channel.h"
+
+namespace fencegate {
+namespace {
+
+constexpr int kExitError = 1;
+constexpr int kExitUsage = 2;
+constexpr int kExitUnavailable = 5;
+constexpr int kExitLock = 6;
+
+int UsageError(const std::string& message) {
+  std::cerr << "fencectl: " << message << " (see fencectl --help)\n";
+  return kExitUsage;
+}
+
+// The lease being lost: the child's process group gets SIGTERM.
+std::atomic<pid_t> g_child{0};
+
+void ForwardSignal(int sig) {
+  if (pid_t child = g_child.load(); child > 0) ::kill(-child, sig);
+}
+
+}  // namespace
+
+int RunLocked(const LockFlags& f, const std::string& name,
+              const std::vector<std::string>& command) {
+  if (f.ttl_ms < 100 || f.ttl_ms > 3600000 || f.wait_ms > 3600000) {
+    return UsageError(
+        "--ttl-ms must be 100..3600000 and --wait-ms at most "
+        "3600000");
+  }
+  if (!f.etcd_endpoint.empty() + !f.redis.empty() + !f.redlock.empty() > 1) {
+    return UsageError(
+        "lock takes one of --etcd-endpoint, --redis and --redlock");
+  }
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      client::ChannelCredentials(f.tls);
+  if (!credentials.ok()) {
+    return UsageError(std::string(credentials.status().message()));
+  }
+  std::shared_ptr<grpc::Channel> gateway =
+      grpc::CreateChannel(f.addr, *credentials);
+  std::unique_ptr<client::TokenSource> source;
+  if (!f.redis.empty()) {
+    client::RedisTokenSourceOptions redis;
+    redis.endpoint = f.redis;
+    if (!f.redis_prefix.empty()) redis.prefix = f.redis_prefix;
+    redis.gateway = gateway;
+    absl::StatusOr<std::unique_ptr<client::RedisTokenSource>> created =
+        client::RedisTokenSource::Create(std::move(redis));
+    if (!created.ok()) {
+      return UsageError(std::string(created.status().message()));
+    }
+    source = *std::move(created);
+  } else if (!f.redlock.empty()) {
+    client::RedlockTokenSourceOptions redlock;
+    redlock.endpoints = absl::StrSplit(f.redlock, ',');
+    if (!f.redis_prefix.empty()) redlock.prefix = f.redis_prefix;
+    redlock.gateway = gateway;
+    absl::StatusOr<std::unique_ptr<client::RedlockTokenSource>> created =
+        client::RedlockTokenSource::Create(std::move(redlock));
+    if (!created.ok()) {
+      return UsageError(std::string(created.status().message()));
+    }
+    source = *std::move(created);
+  } else if (f.etcd_endpoint.empty()) {
+    source = std::make_unique<client::LeaseTokenSource>(gateway);
+  } else {
+    client::EtcdTokenSourceOptions etcd;
+    etcd.endpoint = f.etcd_endpoint;
+    etcd.tls = f.etcd_tls;
+    if (!f.etcd_lock_prefix.empty()) etcd.prefix = f.etcd_lock_prefix;
+    absl::StatusOr<std::unique_ptr<client::EtcdTokenSource>> created =
+        client::EtcdTokenSource::Create(etcd);
+    if (!created.ok())
+      return UsageError(std::string(created.status().message()));
+    source = *std::move(created);
+  }
+  client::LockOptions options;
+  options.ttl = absl::Milliseconds(f.ttl_ms);
+  options.wait = absl::Milliseconds(f.wait_ms);
+  std::atomic<bool> lost{false};
+  absl::StatusOr<std::unique_ptr<client::HeldLock>> lock =
+      source->Acquire(name, options, [&lost] {
+        lost = true;
+        std::cerr << "fencectl: lock lost; stopping the command\n";
+        if (pid_t child = g_child.load(); child > 0) ::kill(-child, SIGTERM);
+      });
+  if (!lock.ok()) {
+    std::cerr << "fencectl: lock \"" << name
+              << "\" not acquired: " << lock.status().message() << "\n";
+    return absl::IsDeadlineExceeded(lock.status()) ? kExitLock
+           : absl::IsUnavailable(lock.status())    ? kExitUnavailable
+                                                   : kExitError;
+  }
+  std::string token = absl::StrCat((*lock)->token());
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    std::cerr << "fencectl: fork failed\n";
+    return kExitError;
+  }
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    ::setenv("FENCEGATE_DOMAIN", name.c_str(), 1);
+    ::setenv("FENCEGATE_TOKEN", token.c_str(), 1);
+    ::setenv("FENCEGATE_ADDR", f.addr.c_str(), 1);
+    std::vector<char*> argv;
+    for (const std::string& a : command)
+      argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execvp(argv[0], argv.data());
+    std::cerr << "fencectl: cannot run \"" << command[0] << "\"\n";
+    ::_exit(127);
+  }
+  ::setpgid(pid, pid);
+  g_child = pid;
+  // Signals meant for fencectl reach the command too, so that it never runs
+  // on unsupervised after fencectl is gone.
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    struct sigaction action = {};
+    action.sa_handler = ForwardSignal;
+    ::sigaction(sig, &action, nullptr);
+  }
+  if (lost) ::kill(-pid, SIGTERM);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  g_child = 0;
+  // Read before releasing: a release may end the lease, which some sources
+  // report as lost.
+  const bool was_lost = lost || (*lock)->lost();
+  absl::Status released = (*lock)->Release();
+  if (was_lost) return kExitLock;
+  if (!released.ok()) {
+    std::cerr << "fencectl: release failed: " << released.message() << "\n";
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+}  // namespace fencegate
