@@ -15,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "client/etcd/etcd_token_source.h"
 #include "client/lease_token_source.h"
+#include "client/postgres/postgres_token_source.h"
 #include "client/redis/redis_token_source.h"
 #include "client/redis/redlock_token_source.h"
 #include "grpcpp/create_channel.h"
@@ -48,9 +49,12 @@ int RunLocked(const LockFlags& f, const std::string& name,
         "--ttl-ms must be 100..3600000 and --wait-ms at most "
         "3600000");
   }
-  if (!f.etcd_endpoint.empty() + !f.redis.empty() + !f.redlock.empty() > 1) {
+  if (!f.etcd_endpoint.empty() + !f.redis.empty() + !f.redlock.empty() +
+          !f.postgres.empty() >
+      1) {
     return UsageError(
-        "lock takes one of --etcd-endpoint, --redis and --redlock");
+        "lock takes one of --etcd-endpoint, --redis, --redlock and "
+        "--postgres");
   }
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
       client::ChannelCredentials(f.tls);
@@ -78,6 +82,16 @@ int RunLocked(const LockFlags& f, const std::string& name,
     redlock.gateway = gateway;
     absl::StatusOr<std::unique_ptr<client::RedlockTokenSource>> created =
         client::RedlockTokenSource::Create(std::move(redlock));
+    if (!created.ok()) {
+      return UsageError(std::string(created.status().message()));
+    }
+    source = *std::move(created);
+  } else if (!f.postgres.empty()) {
+    client::PostgresTokenSourceOptions postgres;
+    postgres.dsn = f.postgres;
+    postgres.gateway = gateway;
+    absl::StatusOr<std::unique_ptr<client::PostgresTokenSource>> created =
+        client::PostgresTokenSource::Create(std::move(postgres));
     if (!created.ok()) {
       return UsageError(std::string(created.status().message()));
     }

@@ -1,6 +1,6 @@
 // Copyright fencegate authors.
 //
-// The Lua scripts and holder ids the Redis and Redlock token sources share.
+// The Lua scripts and key names the Redis and Redlock token sources share.
 // Each script checks the holder's id before it touches a lock key. Private
 // to client/redis/.
 
@@ -32,10 +32,6 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0
 )lua";
-
-// A holder id unique to one acquisition: `owner` (or "<host>:<pid>") and
-// 64 random bits.
-std::string HolderId(const std::string& owner);
 
 // The lock's key: "{<prefix>:<name>}:lock" (its hash slot shared with the
 // token counter's, "{<prefix>:<name>}:token").

@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "client/holder_id.h"
 #include "client/redis/lock_scripts.h"
 #include "client/redis/redis_connection.h"
 #include "fencegate/v1/gateway.grpc.pb.h"
@@ -19,7 +20,7 @@ namespace fencegate::client {
 namespace {
 
 using redis_internal::CounterKey;
-using redis_internal::HolderId;
+using internal::HolderId;
 using redis_internal::kReleaseScript;
 using redis_internal::kRenewScript;
 using redis_internal::LockKey;

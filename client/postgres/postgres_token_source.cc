@@ -1,0 +1,278 @@
+// Copyright fencegate authors.
+
+#include "client/postgres/postgres_token_source.h"
+
+#include <libpq-fe.h>
+
+#include <algorithm>
+#include <atomic>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "client/holder_id.h"
+#include "fencegate/v1/gateway.grpc.pb.h"
+#include "pqxx/pqxx"
+
+namespace fencegate::client {
+namespace {
+
+using internal::HolderId;
+
+bool IsPlainIdentifier(const std::string& name) {
+  if (name.empty() || name.size() > 63) return false;
+  if (!absl::ascii_islower(static_cast<unsigned char>(name[0])) &&
+      name[0] != '_') {
+    return false;
+  }
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return absl::ascii_islower(static_cast<unsigned char>(c)) ||
+           absl::ascii_isdigit(static_cast<unsigned char>(c)) || c == '_';
+  });
+}
+
+// The statements, for one table and sequence.
+struct Statements {
+  explicit Statements(const PostgresTokenSourceOptions& o)
+      : create(absl::StrCat(
+            "CREATE SEQUENCE IF NOT EXISTS ", o.sequence,
+            "; CREATE TABLE IF NOT EXISTS ", o.table,
+            " (name text PRIMARY KEY, owner text NOT NULL, token bigint NOT "
+            "NULL, expires_at timestamptz NOT NULL)")),
+        acquire(absl::StrCat(
+            "INSERT INTO ", o.table,
+            " AS l (name, owner, token, expires_at) VALUES ($1, $2, nextval('",
+            o.sequence,
+            "'), now() + $3::bigint * interval '1 millisecond') ON CONFLICT "
+            "(name) DO UPDATE SET owner = excluded.owner, token = "
+            "excluded.token, expires_at = excluded.expires_at WHERE "
+            "l.expires_at < now() RETURNING token")),
+        holder(absl::StrCat("SELECT owner, token FROM ", o.table,
+                            " WHERE name = $1")),
+        renew(absl::StrCat(
+            "UPDATE ", o.table,
+            " SET expires_at = now() + $3::bigint * interval '1 millisecond' "
+            "WHERE name = $1 AND owner = $2 AND expires_at >= now()")),
+        release(absl::StrCat("DELETE FROM ", o.table,
+                             " WHERE name = $1 AND owner = $2")) {}
+  const std::string create, acquire, holder, renew, release;
+};
+
+absl::Status PgError(const std::exception& e, absl::string_view what) {
+  if (dynamic_cast<const pqxx::broken_connection*>(&e) != nullptr) {
+    return absl::UnavailableError(
+        absl::StrCat("postgres ", what, ": ", e.what()));
+  }
+  return absl::InternalError(absl::StrCat("postgres ", what, ": ", e.what()));
+}
+
+// Runs `statement` with `args` in autocommit; the affected or returned
+// rows.
+template <typename... Args>
+absl::StatusOr<pqxx::result> Exec(pqxx::connection& c,
+                                  const std::string& statement,
+                                  Args&&... args) {
+  try {
+    pqxx::nontransaction tx(c);
+    return tx.exec_params(statement, std::forward<Args>(args)...);
+  } catch (const std::exception& e) {
+    return PgError(e, "statement");
+  }
+}
+
+absl::StatusOr<std::unique_ptr<pqxx::connection>> Connect(
+    const std::string& dsn) {
+  try {
+    return std::make_unique<pqxx::connection>(dsn);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat("postgres: ", e.what()));
+  }
+}
+
+class PostgresLock final : public HeldLock {
+ public:
+  PostgresLock(std::unique_ptr<pqxx::connection> connection,
+               std::shared_ptr<const Statements> statements, std::string name,
+               uint64_t token, std::string id, absl::Duration ttl,
+               std::function<void()> on_lost)
+      : connection_(std::move(connection)),
+        statements_(std::move(statements)),
+        name_(std::move(name)),
+        token_(token),
+        id_(std::move(id)),
+        ttl_(ttl),
+        on_lost_(std::move(on_lost)) {
+    keepalive_ = std::thread([this] { KeepAliveLoop(); });
+  }
+
+  ~PostgresLock() override {
+    if (!released_) Release().IgnoreError();  // Best effort; it expires too.
+    StopKeepAlive();
+  }
+
+  const std::string& name() const override { return name_; }
+  uint64_t token() const override { return token_; }
+  bool lost() const override { return lost_.load(); }
+
+  absl::Status Release() override {
+    StopKeepAlive();
+    released_ = true;
+    absl::MutexLock lock(&mu_);
+    absl::StatusOr<pqxx::result> r =
+        Exec(*connection_, statements_->release, name_, id_);
+    lost_ = true;
+    if (!r.ok()) return r.status();
+    if (r->affected_rows() != 1) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "lock \"", name_, "\" is no longer held by this holder"));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  void KeepAliveLoop() {
+    absl::Time last_renewed = absl::Now();
+    const int64_t ttl_ms = absl::ToInt64Milliseconds(ttl_);
+    while (!stop_.WaitForNotificationWithTimeout(ttl_ / 3)) {
+      absl::StatusOr<pqxx::result> r;
+      {
+        absl::MutexLock lock(&mu_);
+        // After a broken connection, libpqxx reconnects on the next try.
+        r = Exec(*connection_, statements_->renew, name_, id_, ttl_ms);
+      }
+      if (r.ok() && r->affected_rows() == 1) {
+        last_renewed = absl::Now();
+        continue;
+      }
+      // The row is gone, someone else's or expired: lost. An error: keep
+      // trying until the ttl since the last renewal has run out.
+      if (r.ok() || absl::Now() - last_renewed >= ttl_) {
+        if (!lost_.exchange(true) && on_lost_) on_lost_();
+        return;
+      }
+    }
+  }
+
+  void StopKeepAlive() {
+    if (!stop_.HasBeenNotified()) stop_.Notify();
+    if (keepalive_.joinable()) keepalive_.join();
+  }
+
+  absl::Mutex mu_;
+  const std::unique_ptr<pqxx::connection> connection_ ABSL_PT_GUARDED_BY(mu_);
+  const std::shared_ptr<const Statements> statements_;
+  const std::string name_;
+  const uint64_t token_;
+  const std::string id_;
+  const absl::Duration ttl_;
+  std::function<void()> on_lost_;
+  std::atomic<bool> lost_{false};
+  bool released_ = false;
+  absl::Notification stop_;
+  std::thread keepalive_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<PostgresTokenSource>>
+PostgresTokenSource::Create(PostgresTokenSourceOptions options) {
+  char* error = nullptr;
+  PQconninfoOption* parsed = PQconninfoParse(options.dsn.c_str(), &error);
+  if (parsed == nullptr) {
+    std::string why = error != nullptr ? error : "out of memory";
+    PQfreemem(error);
+    return absl::InvalidArgumentError(absl::StrCat(
+        "postgres DSN: ", absl::StripTrailingAsciiWhitespace(why)));
+  }
+  PQconninfoFree(parsed);
+  for (const std::string* name : {&options.table, &options.sequence}) {
+    if (!IsPlainIdentifier(*name)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("postgres lock table or sequence \"", *name,
+                       "\": a plain identifier, [a-z_][a-z0-9_]*"));
+    }
+  }
+  if (options.gateway == nullptr) {
+    return absl::InvalidArgumentError(
+        "the postgres token source needs the gateway's channel");
+  }
+  return std::unique_ptr<PostgresTokenSource>(
+      new PostgresTokenSource(std::move(options)));
+}
+
+PostgresTokenSource::PostgresTokenSource(PostgresTokenSourceOptions options)
+    : options_(std::move(options)) {}
+
+PostgresTokenSource::~PostgresTokenSource() = default;
+
+absl::StatusOr<std::unique_ptr<HeldLock>> PostgresTokenSource::Acquire(
+    const std::string& name, const LockOptions& options,
+    std::function<void()> on_lost) {
+  if (name.empty() || name.size() > 512 ||
+      name.find('\0') != std::string::npos) {
+    return absl::InvalidArgumentError(
+        "lock name: 1 to 512 bytes, no NUL (it is the fencing domain)");
+  }
+  if (options.ttl < absl::Milliseconds(100) ||
+      options.wait < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "ttl must be at least 100 ms and wait not negative");
+  }
+  absl::StatusOr<std::unique_ptr<pqxx::connection>> connection =
+      Connect(options_.dsn);
+  if (!connection.ok()) return connection.status();
+  auto statements = std::make_shared<const Statements>(options_);
+  try {
+    pqxx::nontransaction tx(**connection);
+    tx.exec(statements->create);
+  } catch (const std::exception& e) {
+    return PgError(e, "creating the lock table");
+  }
+  const std::string id = HolderId(options.owner);
+  const int64_t ttl_ms = absl::ToInt64Milliseconds(options.ttl);
+  const absl::Time deadline = absl::Now() + options.wait;
+  uint64_t token = 0;
+  for (;;) {
+    absl::StatusOr<pqxx::result> r =
+        Exec(**connection, statements->acquire, name, id, ttl_ms);
+    if (!r.ok()) return r.status();
+    if (!r->empty()) {
+      token = (*r)[0][0].as<uint64_t>();
+      break;
+    }
+    if (absl::Now() >= deadline) {
+      absl::StatusOr<pqxx::result> holder =
+          Exec(**connection, statements->holder, name);
+      std::string who = "(unknown)";
+      if (holder.ok() && !holder->empty()) {
+        who = absl::StrCat((*holder)[0][0].c_str(), "\" (token ",
+                           (*holder)[0][1].c_str(), ")");
+      }
+      return absl::DeadlineExceededError(
+          absl::StrCat("lock \"", name, "\" is held by \"", who));
+    }
+    absl::SleepFor(std::min(absl::Milliseconds(50), deadline - absl::Now()));
+  }
+  // Raise the fence before the holder works.
+  v1::FenceRequest request;
+  request.set_domain(name);
+  request.set_token(token);
+  v1::FenceState fence;
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  grpc::Status s =
+      v1::Gateway::NewStub(options_.gateway)->Fence(&context, request, &fence);
+  if (!s.ok()) {
+    Exec(**connection, statements->release, name, id).IgnoreError();
+    return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                        absl::StrCat("gateway Fence: ", s.error_message()));
+  }
+  return std::unique_ptr<HeldLock>(
+      new PostgresLock(*std::move(connection), std::move(statements), name,
+                       token, id, options.ttl, std::move(on_lost)));
+}
+
+}  // namespace fencegate::client
