@@ -19,6 +19,7 @@
 #include "tests/etcd_server.h"
 #include "tests/fixtures.h"
 #include "tests/postgres_server.h"
+#include "tests/redis_server.h"
 
 namespace fencegate::bench {
 
@@ -43,6 +44,9 @@ struct EnvironmentOptions {
   // policy (certificates made with openssl in work_dir), for the -mtls
   // targets.
   bool start_mtls_gateway = false;
+  // Start three throwaway redis-servers (if /usr/bin/redis-server exists),
+  // for the safety scenario's Redis and Redlock sources.
+  bool start_redis = true;
 };
 
 class Environment {
@@ -64,6 +68,8 @@ class Environment {
     return mtls_gateway_ != nullptr ? mtls_gateway_->address() : "";
   }
   const client::TlsFiles& mtls_client() const { return mtls_client_; }
+  // "host:port" of each redis-server started; empty if none.
+  std::vector<std::string> redis_endpoints() const;
   // Empty if etcd is not available.
   std::string etcd_endpoint() const {
     return etcd_ != nullptr ? etcd_->endpoint() : "";
@@ -82,6 +88,7 @@ class Environment {
 
   std::unique_ptr<testing::PostgresServer> pg_;
   std::unique_ptr<testing::EtcdServer> etcd_;
+  std::vector<std::unique_ptr<testing::RedisServer>> redis_;
   std::unique_ptr<testing::GatewayProcess> gateway_;
   std::unique_ptr<testing::GatewayProcess> mtls_gateway_;
   client::TlsFiles mtls_client_;

@@ -67,6 +67,19 @@ absl::StatusOr<std::unique_ptr<Environment>> Environment::Start(
                    std::string(etcd.status().message()).c_str());
     }
   }
+  if (options.start_redis && std::filesystem::exists("/usr/bin/redis-server")) {
+    for (int i = 0; i < 3; ++i) {
+      absl::StatusOr<std::unique_ptr<testing::RedisServer>> redis =
+          testing::RedisServer::Start();
+      if (!redis.ok()) {
+        std::fprintf(stderr, "bench: redis-server not started: %s\n",
+                     std::string(redis.status().message()).c_str());
+        env->redis_.clear();
+        break;
+      }
+      env->redis_.push_back(*std::move(redis));
+    }
+  }
   std::vector<std::string> flags = {
       "--route=db=" + env->pg_uri_,
       absl::StrCat("--route=files=file://", env->data_dir_, "/files"),
@@ -133,6 +146,12 @@ absl::Status Environment::StartMtlsGateway(
   mtls_gateway_ = *std::move(gateway);
   mtls_client_ = client::TlsFiles{(*pki)->ca(), client->cert, client->key};
   return absl::OkStatus();
+}
+
+std::vector<std::string> Environment::redis_endpoints() const {
+  std::vector<std::string> endpoints;
+  for (const auto& r : redis_) endpoints.push_back(r->endpoint());
+  return endpoints;
 }
 
 CpuMeter Environment::cpu_meter(bool mtls) const {

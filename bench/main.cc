@@ -299,6 +299,11 @@ int Run(int argc, char** argv) {
   if (args[0] != "throughput") {
     std::vector<std::string> sources = {"lease"};
     if (!(*env)->etcd_endpoint().empty()) sources.push_back("etcd");
+    if (!(*env)->redis_endpoints().empty()) {
+      sources.push_back("redis");
+      sources.push_back("redlock");
+    }
+    sources.push_back("postgres");
     for (const std::string& source : sources) {
       SafetyOptions sopts;
       sopts.source = source;
@@ -326,12 +331,12 @@ int Run(int argc, char** argv) {
         safety.push_back(*r);
       }
     }
-    std::printf("\n%-6s %-8s %8s %6s %9s %6s %7s %8s %8s %8s %8s\n", "source",
+    std::printf("\n%-8s %-8s %8s %6s %9s %6s %7s %8s %8s %8s %8s\n", "source",
                 "mode", "holdings", "pauses", "attempted", "acked", "refused",
                 "pg_viol", "pg_miss", "file_vio", "file_mis");
     for (const SafetyResult& r : safety) {
       std::printf(
-          "%-6s %-8s %8llu %6llu %9llu %6llu %7llu %8llu %8llu %8llu %8llu\n",
+          "%-8s %-8s %8llu %6llu %9llu %6llu %7llu %8llu %8llu %8llu %8llu\n",
           r.source.c_str(), r.mode.c_str(), (unsigned long long)r.holdings,
           (unsigned long long)r.pauses, (unsigned long long)r.attempted,
           (unsigned long long)r.acknowledged,

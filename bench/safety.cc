@@ -15,9 +15,13 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/etcd/etcd_token_source.h"
 #include "client/lease_token_source.h"
+#include "client/postgres/postgres_token_source.h"
+#include "client/redis/redis_token_source.h"
+#include "client/redis/redlock_token_source.h"
 #include "fencegate/v1/gateway.grpc.pb.h"
 #include "gateway/flags.h"
 #include "grpcpp/create_channel.h"
@@ -47,7 +51,8 @@ void PauseWholeProcess(absl::Duration d) {
 }
 
 struct WorkerConfig {
-  std::string source, mode, gateway, pg_dsn, etcd, lock, run, log_path, out;
+  std::string source, mode, gateway, pg_dsn, etcd, redis, lock, run, log_path,
+      out;
   uint64_t id = 0, ttl_ms = 300, pause_ttls = 4, writes = 4, until_ms = 0;
   std::string pause_fraction = "0.5";
 };
@@ -64,7 +69,38 @@ class Worker {
 
   absl::Status Run() {
     std::unique_ptr<client::TokenSource> source;
-    if (c_.source == "etcd") {
+    auto gateway =
+        grpc::CreateChannel(c_.gateway, grpc::InsecureChannelCredentials());
+    if (c_.source == "redis" || c_.source == "redlock") {
+      const std::vector<std::string> endpoints =
+          absl::StrSplit(c_.redis, ',', absl::SkipEmpty());
+      if (endpoints.empty()) return absl::InvalidArgumentError("no --redis");
+      if (c_.source == "redis") {
+        client::RedisTokenSourceOptions options;
+        options.endpoint = endpoints[0];
+        options.gateway = gateway;
+        absl::StatusOr<std::unique_ptr<client::RedisTokenSource>> redis =
+            client::RedisTokenSource::Create(options);
+        if (!redis.ok()) return redis.status();
+        source = *std::move(redis);
+      } else {
+        client::RedlockTokenSourceOptions options;
+        options.endpoints = endpoints;
+        options.gateway = gateway;
+        absl::StatusOr<std::unique_ptr<client::RedlockTokenSource>> redlock =
+            client::RedlockTokenSource::Create(options);
+        if (!redlock.ok()) return redlock.status();
+        source = *std::move(redlock);
+      }
+    } else if (c_.source == "postgres") {
+      client::PostgresTokenSourceOptions options;
+      options.dsn = c_.pg_dsn;
+      options.gateway = gateway;
+      absl::StatusOr<std::unique_ptr<client::PostgresTokenSource>> postgres =
+          client::PostgresTokenSource::Create(options);
+      if (!postgres.ok()) return postgres.status();
+      source = *std::move(postgres);
+    } else if (c_.source == "etcd") {
       client::EtcdTokenSourceOptions options;
       options.endpoint = c_.etcd;
       absl::StatusOr<std::unique_ptr<client::EtcdTokenSource>> etcd =
@@ -72,8 +108,7 @@ class Worker {
       if (!etcd.ok()) return etcd.status();
       source = *std::move(etcd);
     } else {
-      source = std::make_unique<client::LeaseTokenSource>(
-          grpc::CreateChannel(c_.gateway, grpc::InsecureChannelCredentials()));
+      source = std::make_unique<client::LeaseTokenSource>(gateway);
     }
     client::LockOptions lock_options;
     lock_options.ttl = absl::Milliseconds(c_.ttl_ms);
@@ -209,11 +244,12 @@ struct History {
 int SafetyWorkerMain(int argc, char** argv) {
   WorkerConfig c;
   FlagSet set;
-  set.String("source", &c.source, "lease or etcd");
+  set.String("source", &c.source, "lease, etcd, redis, redlock or postgres");
   set.String("mode", &c.mode, "gateway or direct");
   set.String("gateway", &c.gateway, "gateway address");
   set.String("pg_dsn", &c.pg_dsn, "PostgreSQL DSN");
   set.String("etcd", &c.etcd, "etcd endpoint");
+  set.String("redis", &c.redis, "redis endpoints, comma separated");
   set.String("lock", &c.lock, "lock name (and fencing domain)");
   set.String("run", &c.run, "run id");
   set.String("log_path", &c.log_path, "direct mode: the file");
@@ -277,6 +313,7 @@ absl::StatusOr<SafetyResult> RunSafety(Environment& env,
         "--gateway=" + env.gateway_address(),
         "--pg_dsn=" + env.pg_dsn(),
         "--etcd=" + env.etcd_endpoint(),
+        "--redis=" + absl::StrJoin(env.redis_endpoints(), ","),
         "--lock=" + run,
         "--run=" + run,
         "--log_path=" + log_path,

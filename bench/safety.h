@@ -21,7 +21,8 @@
 namespace fencegate::bench {
 
 struct SafetyOptions {
-  // "lease" (built-in lease service) or "etcd".
+  // "lease" (built-in lease service), "etcd", "redis", "redlock" or
+  // "postgres" (a lock table in the environment's PostgreSQL).
   std::string source = "lease";
   int workers = 4;
   // Lease ttl. etcd rounds it up to whole seconds and to its minimum.

@@ -60,6 +60,10 @@ std::optional<uint64_t> Fencer::AdvancedBeforeError(const absl::Status& error) {
   return fence.highest_token();
 }
 
+void Fencer::ForgetAdvance(absl::Status& error) {
+  error.ErasePayload(kAdvancedTypeUrl);
+}
+
 absl::StatusOr<FenceDecision> Fencer::CheckAndRecord(
     absl::string_view domain, uint64_t token, const AdvanceCheck* check) {
   absl::StatusOr<FenceState> current = store_->Get(domain);

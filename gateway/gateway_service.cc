@@ -249,6 +249,13 @@ void GatewayService::Reply(std::unique_ptr<PendingWrite> write,
   LogOutcome(RequestTag("Write", write->request->request_id()), write->domain,
              write->request->token(), decision, options_.log_writes);
   write->admission->Audit(decision);
+  if (!decision.ok() && GetStaleToken(decision.status()).has_value()) {
+    // The database's fence found the token stale after this gateway's own
+    // fence rose to it: the client hears of the stale token only.
+    absl::Status stale = decision.status();
+    Fencer::ForgetAdvance(stale);
+    decision = std::move(stale);
+  }
   if (decision.ok()) {
     ToProto(decision->fence, write->response->mutable_fence());
     write->response->set_fence_advanced(decision->advanced);

@@ -115,6 +115,9 @@ class Fencer {
   // read from the error's payload (a fencegate.v1.FenceState, which the
   // gateway passes on as an error detail); nullopt if it did not advance.
   static std::optional<uint64_t> AdvancedBeforeError(const absl::Status& error);
+  // Removes that mark (e.g. from a stale-token error the storage raised,
+  // whose one detail clients expect to be the StaleToken).
+  static void ForgetAdvance(absl::Status& error);
 
   // Runs `fn` under the domain's lock, serialized with Execute() and
   // Fence(): for callers that advance the fence through another path (the
