@@ -20,6 +20,7 @@
 #include "tests/fixtures.h"
 #include "tests/postgres_server.h"
 #include "tests/redis_server.h"
+#include "tests/zookeeper_server.h"
 
 namespace fencegate::bench {
 
@@ -47,6 +48,9 @@ struct EnvironmentOptions {
   // Start three throwaway redis-servers (if /usr/bin/redis-server exists),
   // for the safety scenario's Redis and Redlock sources.
   bool start_redis = true;
+  // Start a throwaway ZooKeeper (if Debian's zookeeper and java are there),
+  // for the safety scenario's ZooKeeper source.
+  bool start_zookeeper = true;
 };
 
 class Environment {
@@ -70,6 +74,10 @@ class Environment {
   const client::TlsFiles& mtls_client() const { return mtls_client_; }
   // "host:port" of each redis-server started; empty if none.
   std::vector<std::string> redis_endpoints() const;
+  // Empty if ZooKeeper is not available.
+  std::string zookeeper_endpoint() const {
+    return zookeeper_ != nullptr ? zookeeper_->endpoint() : "";
+  }
   // Empty if etcd is not available.
   std::string etcd_endpoint() const {
     return etcd_ != nullptr ? etcd_->endpoint() : "";
@@ -89,6 +97,7 @@ class Environment {
   std::unique_ptr<testing::PostgresServer> pg_;
   std::unique_ptr<testing::EtcdServer> etcd_;
   std::vector<std::unique_ptr<testing::RedisServer>> redis_;
+  std::unique_ptr<testing::ZooKeeperServer> zookeeper_;
   std::unique_ptr<testing::GatewayProcess> gateway_;
   std::unique_ptr<testing::GatewayProcess> mtls_gateway_;
   client::TlsFiles mtls_client_;

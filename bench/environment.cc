@@ -80,6 +80,17 @@ absl::StatusOr<std::unique_ptr<Environment>> Environment::Start(
       env->redis_.push_back(*std::move(redis));
     }
   }
+  if (options.start_zookeeper &&
+      std::filesystem::exists("/usr/share/java/zookeeper.jar")) {
+    absl::StatusOr<std::unique_ptr<testing::ZooKeeperServer>> zookeeper =
+        testing::ZooKeeperServer::Start();
+    if (zookeeper.ok()) {
+      env->zookeeper_ = *std::move(zookeeper);
+    } else {
+      std::fprintf(stderr, "bench: zookeeper not started: %s\n",
+                   std::string(zookeeper.status().message()).c_str());
+    }
+  }
   std::vector<std::string> flags = {
       "--route=db=" + env->pg_uri_,
       absl::StrCat("--route=files=file://", env->data_dir_, "/files"),

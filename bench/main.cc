@@ -304,6 +304,7 @@ int Run(int argc, char** argv) {
       sources.push_back("redlock");
     }
     sources.push_back("postgres");
+    if (!(*env)->zookeeper_endpoint().empty()) sources.push_back("zookeeper");
     for (const std::string& source : sources) {
       SafetyOptions sopts;
       sopts.source = source;
@@ -313,6 +314,10 @@ int Run(int argc, char** argv) {
         // etcd leases are whole seconds, at least its minimum.
         sopts.ttl = absl::Seconds(2);
         sopts.pause_ttls = 2;
+      } else if (source == "zookeeper") {
+        // The session timeout: at least the server's minimum (1 s here).
+        sopts.ttl = absl::Seconds(1);
+        sopts.pause_ttls = 3;
       } else {
         sopts.ttl = absl::Milliseconds(ttl_ms);
       }
@@ -331,12 +336,12 @@ int Run(int argc, char** argv) {
         safety.push_back(*r);
       }
     }
-    std::printf("\n%-8s %-8s %8s %6s %9s %6s %7s %8s %8s %8s %8s\n", "source",
+    std::printf("\n%-9s %-8s %8s %6s %9s %6s %7s %8s %8s %8s %8s\n", "source",
                 "mode", "holdings", "pauses", "attempted", "acked", "refused",
                 "pg_viol", "pg_miss", "file_vio", "file_mis");
     for (const SafetyResult& r : safety) {
       std::printf(
-          "%-8s %-8s %8llu %6llu %9llu %6llu %7llu %8llu %8llu %8llu %8llu\n",
+          "%-9s %-8s %8llu %6llu %9llu %6llu %7llu %8llu %8llu %8llu %8llu\n",
           r.source.c_str(), r.mode.c_str(), (unsigned long long)r.holdings,
           (unsigned long long)r.pauses, (unsigned long long)r.attempted,
           (unsigned long long)r.acknowledged,

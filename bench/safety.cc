@@ -22,6 +22,7 @@
 #include "client/postgres/postgres_token_source.h"
 #include "client/redis/redis_token_source.h"
 #include "client/redis/redlock_token_source.h"
+#include "client/zookeeper/zookeeper_token_source.h"
 #include "fencegate/v1/gateway.grpc.pb.h"
 #include "gateway/flags.h"
 #include "grpcpp/create_channel.h"
@@ -51,8 +52,8 @@ void PauseWholeProcess(absl::Duration d) {
 }
 
 struct WorkerConfig {
-  std::string source, mode, gateway, pg_dsn, etcd, redis, lock, run, log_path,
-      out;
+  std::string source, mode, gateway, pg_dsn, etcd, redis, zookeeper, lock, run,
+      log_path, out;
   uint64_t id = 0, ttl_ms = 300, pause_ttls = 4, writes = 4, until_ms = 0;
   std::string pause_fraction = "0.5";
 };
@@ -92,6 +93,15 @@ class Worker {
         if (!redlock.ok()) return redlock.status();
         source = *std::move(redlock);
       }
+    } else if (c_.source == "zookeeper") {
+      client::ZooKeeperTokenSourceOptions options;
+      options.hosts = c_.zookeeper;
+      options.lock_path = "/fencegate-safety";
+      options.gateway = gateway;
+      absl::StatusOr<std::unique_ptr<client::ZooKeeperTokenSource>> zk =
+          client::ZooKeeperTokenSource::Create(options);
+      if (!zk.ok()) return zk.status();
+      source = *std::move(zk);
     } else if (c_.source == "postgres") {
       client::PostgresTokenSourceOptions options;
       options.dsn = c_.pg_dsn;
@@ -250,6 +260,7 @@ int SafetyWorkerMain(int argc, char** argv) {
   set.String("pg_dsn", &c.pg_dsn, "PostgreSQL DSN");
   set.String("etcd", &c.etcd, "etcd endpoint");
   set.String("redis", &c.redis, "redis endpoints, comma separated");
+  set.String("zookeeper", &c.zookeeper, "zookeeper endpoint");
   set.String("lock", &c.lock, "lock name (and fencing domain)");
   set.String("run", &c.run, "run id");
   set.String("log_path", &c.log_path, "direct mode: the file");
@@ -314,6 +325,7 @@ absl::StatusOr<SafetyResult> RunSafety(Environment& env,
         "--pg_dsn=" + env.pg_dsn(),
         "--etcd=" + env.etcd_endpoint(),
         "--redis=" + absl::StrJoin(env.redis_endpoints(), ","),
+        "--zookeeper=" + env.zookeeper_endpoint(),
         "--lock=" + run,
         "--run=" + run,
         "--log_path=" + log_path,

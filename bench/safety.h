@@ -22,7 +22,8 @@ namespace fencegate::bench {
 
 struct SafetyOptions {
   // "lease" (built-in lease service), "etcd", "redis", "redlock" or
-  // "postgres" (a lock table in the environment's PostgreSQL).
+  // "postgres" (a lock table in the environment's PostgreSQL) or
+  // "zookeeper".
   std::string source = "lease";
   int workers = 4;
   // Lease ttl. etcd rounds it up to whole seconds and to its minimum.

@@ -63,9 +63,10 @@ constexpr char kUsage[] =
     "  sequence --domain=D           raise the fence by one and print the new\n"
     "        token (the gateway as the sequencer of a lock without tokens)\n"
     "  lock [--ttl-ms=N] [--wait-ms=N] [--etcd-endpoint=H:P | --redis=H:P |\n"
-    "        --redlock=H:P,H:P,H:P | --postgres=DSN] NAME -- COMMAND\n"
+    "        --redlock=H:P,H:P,H:P | --postgres=DSN | --zookeeper=H:P]\n"
+    "        NAME -- COMMAND\n"
     "        take lock NAME from the gateway's lease service (or etcd, Redis,\n"
-    "        Redlock, a PostgreSQL lock table), run\n"
+    "        Redlock, a PostgreSQL lock table, ZooKeeper), run\n"
     "        COMMAND with FENCEGATE_DOMAIN=NAME and FENCEGATE_TOKEN=<token> "
     "in\n"
     "        its environment, keep the lease alive, release it afterwards;\n"
@@ -107,6 +108,7 @@ struct Flags {
   std::string redlock;
   std::string redis_prefix;
   std::string postgres;
+  std::string zookeeper;
   uint64_t wait_ms = 30000;
   std::string admin_dsn;
   std::string role;
@@ -298,6 +300,10 @@ int Run(int argc, char** argv) {
   set.String("postgres", &f.postgres,
              "lock: take the lock from a lease table in PostgreSQL (libpq "
              "DSN; the token from a sequence)");
+  set.String("zookeeper", &f.zookeeper,
+             "lock: take the lock from ZooKeeper at host:port[,host:port] "
+             "(the token is the holder's znode's czxid; --ttl-ms is the "
+             "session timeout)");
   set.String("redis_prefix", &f.redis_prefix,
              "lock: Redis key prefix (default fencegate)");
   set.String("admin_dsn", &f.admin_dsn,
@@ -330,7 +336,7 @@ int Run(int argc, char** argv) {
     LockFlags lock{f.addr,         f.tls,           f.ttl_ms,
                    f.wait_ms,      f.etcd_endpoint, f.etcd_lock_prefix,
                    f.etcd_tls,     f.redis,         f.redlock,
-                   f.redis_prefix, f.postgres};
+                   f.redis_prefix, f.postgres,      f.zookeeper};
     return RunLocked(lock, args[1], {args.begin() + 2, args.end()});
   }
   if (args.size() != 1) return UsageError("exactly one command is expected");

@@ -18,6 +18,7 @@
 #include "client/postgres/postgres_token_source.h"
 #include "client/redis/redis_token_source.h"
 #include "client/redis/redlock_token_source.h"
+#include "client/zookeeper/zookeeper_token_source.h"
 #include "grpcpp/create_channel.h"
 
 namespace fencegate {
@@ -50,11 +51,11 @@ int RunLocked(const LockFlags& f, const std::string& name,
         "3600000");
   }
   if (!f.etcd_endpoint.empty() + !f.redis.empty() + !f.redlock.empty() +
-          !f.postgres.empty() >
+          !f.postgres.empty() + !f.zookeeper.empty() >
       1) {
     return UsageError(
-        "lock takes one of --etcd-endpoint, --redis, --redlock and "
-        "--postgres");
+        "lock takes one of --etcd-endpoint, --redis, --redlock, --postgres "
+        "and --zookeeper");
   }
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
       client::ChannelCredentials(f.tls);
@@ -82,6 +83,16 @@ int RunLocked(const LockFlags& f, const std::string& name,
     redlock.gateway = gateway;
     absl::StatusOr<std::unique_ptr<client::RedlockTokenSource>> created =
         client::RedlockTokenSource::Create(std::move(redlock));
+    if (!created.ok()) {
+      return UsageError(std::string(created.status().message()));
+    }
+    source = *std::move(created);
+  } else if (!f.zookeeper.empty()) {
+    client::ZooKeeperTokenSourceOptions zookeeper;
+    zookeeper.hosts = f.zookeeper;
+    zookeeper.gateway = gateway;
+    absl::StatusOr<std::unique_ptr<client::ZooKeeperTokenSource>> created =
+        client::ZooKeeperTokenSource::Create(std::move(zookeeper));
     if (!created.ok()) {
       return UsageError(std::string(created.status().message()));
     }

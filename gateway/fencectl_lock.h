@@ -1,9 +1,10 @@
 // Copyright fencegate authors.
 //
 // `fencectl lock`: take a lock from a token source (the gateway's lease
-// service, etcd, Redis, Redlock or a PostgreSQL lock table), run a command with
-// its domain and token in the environment, keep the lock alive, release it
-// afterwards. If the lock is lost, the command's process group gets SIGTERM.
+// service, etcd, Redis, Redlock, a PostgreSQL lock table or ZooKeeper), run a
+// command with its domain and token in the environment, keep the lock alive,
+// release it afterwards. If the lock is lost, the command's process group gets
+// SIGTERM.
 
 #ifndef GATEWAY_FENCECTL_LOCK_H_
 #define GATEWAY_FENCECTL_LOCK_H_
@@ -27,7 +28,8 @@ struct LockFlags {
   std::string redis;
   std::string redlock;  // host:port,host:port,...
   std::string redis_prefix;
-  std::string postgres;  // libpq DSN of a lock table's database.
+  std::string postgres;   // libpq DSN of a lock table's database.
+  std::string zookeeper;  // ZooKeeper connect string.
 };
 
 // Runs `command` under lock `name`; returns fencectl's exit code: the

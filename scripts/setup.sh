@@ -13,6 +13,7 @@ PACKAGES=(
   etcd-server etcd-client
   openssl
   libhiredis-dev redis-server
+  libzookeeper-mt-dev zookeeper
 )
 
 missing=()

@@ -1,0 +1,131 @@
+// Copyright fencegate authors.
+
+#include "tests/zookeeper_server.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "tests/fixtures.h"
+
+namespace fencegate::testing {
+namespace {
+
+constexpr char kJava[] = "/usr/bin/java";
+constexpr char kClassPath[] =
+    "/etc/zookeeper/conf:/usr/share/java/zookeeper.jar:/usr/share/java/*";
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ZooKeeperServer>> ZooKeeperServer::Start() {
+  if (::access(kJava, X_OK) != 0 ||
+      !std::filesystem::exists("/usr/share/java/zookeeper.jar")) {
+    return absl::UnavailableError(
+        "no java or /usr/share/java/zookeeper.jar: run scripts/setup.sh");
+  }
+  std::unique_ptr<ZooKeeperServer> server(new ZooKeeperServer());
+  const char* base = std::getenv("TMPDIR");
+  std::string tmpl =
+      absl::StrCat(base != nullptr && *base ? base : "/tmp", "/fgzk-XXXXXX");
+  if (::mkdtemp(tmpl.data()) == nullptr) {
+    return absl::UnavailableError("mkdtemp failed");
+  }
+  server->dir_ = tmpl;
+  const std::string log_path = server->dir_ + "/zookeeper.log";
+  server->port_ = FreeLoopbackPort();
+  const std::string cfg = server->dir_ + "/zoo.cfg";
+  WriteFileOrDie(cfg, absl::StrCat("tickTime=500\ndataDir=", server->dir_,
+                                   "/data\nclientPort=", server->port_,
+                                   "\nclientPortAddress=127.0.0.1\n"
+                                   "minSessionTimeout=1000\n"
+                                   "admin.enableServer=false\n"
+                                   "4lw.commands.whitelist=ruok\n"));
+  std::vector<std::string> argv = {kJava,
+                                   "-Xmx256m",
+                                   "-cp",
+                                   kClassPath,
+                                   "org.apache.zookeeper.server."
+                                   "ZooKeeperServerMain",
+                                   cfg};
+  std::vector<char*> c_argv;
+  for (std::string& a : argv) c_argv.push_back(a.data());
+  c_argv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) return absl::UnavailableError("fork failed");
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (log >= 0) {
+      ::dup2(log, STDOUT_FILENO);
+      ::dup2(log, STDERR_FILENO);
+    }
+    ::execv(c_argv[0], c_argv.data());
+    ::_exit(127);
+  }
+  server->pid_ = pid;
+  bool exited = false;
+  const bool up = WaitFor(
+      [&] {
+        int status;
+        if (::waitpid(pid, &status, WNOHANG) == pid) {
+          exited = true;
+          return true;
+        }
+        return server->Answers();
+      },
+      absl::Seconds(60));
+  if (!up || exited) {
+    if (exited) server->pid_ = -1;
+    absl::StatusOr<std::string> log = ReadFile(log_path);
+    return absl::UnavailableError(absl::StrCat("zookeeper did not start: ",
+                                               log.ok() ? *log : "(no log)"));
+  }
+  return server;
+}
+
+ZooKeeperServer::~ZooKeeperServer() {
+  if (pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir_, ec);
+}
+
+std::string ZooKeeperServer::endpoint() const {
+  return absl::StrCat("127.0.0.1:", port_);
+}
+
+void ZooKeeperServer::Pause() { ::kill(pid_, SIGSTOP); }
+void ZooKeeperServer::Resume() { ::kill(pid_, SIGCONT); }
+
+bool ZooKeeperServer::Answers() const {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port_));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  timeval timeout{1, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  bool ok = false;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::write(fd, "ruok", 4) == 4) {
+    char reply[8] = {0};
+    ok = ::read(fd, reply, 4) == 4 && std::string(reply, 4) == "imok";
+  }
+  ::close(fd);
+  return ok;
+}
+
+}  // namespace fencegate::testing
