@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "client/kept_lock.h"
 #include "fencegate/v1/lease.grpc.pb.h"
 
 namespace fencegate::client {
@@ -31,34 +32,37 @@ std::string DefaultOwner() {
   return absl::StrCat(host, ":", ::getpid());
 }
 
-class LeaseLock final : public HeldLock {
+class LeaseLock final : public internal::KeptLock {
  public:
   LeaseLock(std::unique_ptr<v1::Lease::Stub> stub, std::string name,
             uint64_t token, std::string lease_id, absl::Duration ttl,
             std::function<void()> on_lost)
-      : stub_(std::move(stub)),
-        name_(std::move(name)),
-        token_(token),
+      : KeptLock(std::move(name), token, ttl, std::move(on_lost)),
+        stub_(std::move(stub)),
         lease_id_(std::move(lease_id)),
-        ttl_(ttl),
-        on_lost_(std::move(on_lost)) {
-    keepalive_ = std::thread([this] { KeepAliveLoop(); });
+        ttl_(ttl) {
+    StartKeepAlive();
+  }
+  ~LeaseLock() override { Shutdown(); }
+
+ private:
+  Renewal Renew() override {
+    v1::KeepAliveRequest request;
+    request.set_name(name());
+    request.set_lease_id(lease_id_);
+    v1::KeepAliveResponse response;
+    grpc::ClientContext context;
+    SetDeadline(&context, ttl_ / 3);
+    grpc::Status s = stub_->KeepAlive(&context, request, &response);
+    if (s.ok()) return Renewal::kRenewed;
+    // NOT_FOUND: the service says the lease is gone.
+    return s.error_code() == grpc::StatusCode::NOT_FOUND ? Renewal::kGone
+                                                         : Renewal::kFailed;
   }
 
-  ~LeaseLock() override {
-    if (!released_) Release().IgnoreError();  // Best effort; it expires too.
-    StopKeepAlive();
-  }
-
-  const std::string& name() const override { return name_; }
-  uint64_t token() const override { return token_; }
-  bool lost() const override { return lost_.load(); }
-
-  absl::Status Release() override {
-    StopKeepAlive();
-    released_ = true;
+  absl::Status Remove() override {
     v1::ReleaseRequest request;
-    request.set_name(name_);
+    request.set_name(name());
     request.set_lease_id(lease_id_);
     v1::ReleaseResponse response;
     grpc::ClientContext context;
@@ -66,50 +70,9 @@ class LeaseLock final : public HeldLock {
     return FromGrpc(stub_->Release(&context, request, &response));
   }
 
- private:
-  void KeepAliveLoop() {
-    absl::Time last_renewed = absl::Now();
-    while (!stop_.WaitForNotificationWithTimeout(ttl_ / 3)) {
-      v1::KeepAliveRequest request;
-      request.set_name(name_);
-      request.set_lease_id(lease_id_);
-      v1::KeepAliveResponse response;
-      grpc::ClientContext context;
-      SetDeadline(&context, ttl_ / 3);
-      grpc::Status s = stub_->KeepAlive(&context, request, &response);
-      if (s.ok()) {
-        last_renewed = absl::Now();
-        continue;
-      }
-      // NOT_FOUND: the service says the lease is gone. Otherwise keep
-      // trying until the ttl since the last renewal has run out.
-      if (s.error_code() == grpc::StatusCode::NOT_FOUND ||
-          absl::Now() - last_renewed >= ttl_) {
-        MarkLost();
-        return;
-      }
-    }
-  }
-
-  void MarkLost() {
-    if (!lost_.exchange(true) && on_lost_) on_lost_();
-  }
-
-  void StopKeepAlive() {
-    if (!stop_.HasBeenNotified()) stop_.Notify();
-    if (keepalive_.joinable()) keepalive_.join();
-  }
-
   std::unique_ptr<v1::Lease::Stub> stub_;
-  const std::string name_;
-  const uint64_t token_;
   const std::string lease_id_;
   const absl::Duration ttl_;
-  std::function<void()> on_lost_;
-  std::atomic<bool> lost_{false};
-  bool released_ = false;
-  absl::Notification stop_;
-  std::thread keepalive_;
 };
 
 }  // namespace

@@ -5,16 +5,13 @@
 #include <libpq-fe.h>
 
 #include <algorithm>
-#include <atomic>
-#include <thread>
 #include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
+#include "client/gateway_fence.h"
 #include "client/holder_id.h"
-#include "fencegate/v1/gateway.grpc.pb.h"
+#include "client/kept_lock.h"
 #include "pqxx/pqxx"
 
 namespace fencegate::client {
@@ -92,87 +89,48 @@ absl::StatusOr<std::unique_ptr<pqxx::connection>> Connect(
   }
 }
 
-class PostgresLock final : public HeldLock {
+class PostgresLock final : public internal::KeptLock {
  public:
   PostgresLock(std::unique_ptr<pqxx::connection> connection,
                std::shared_ptr<const Statements> statements, std::string name,
                uint64_t token, std::string id, absl::Duration ttl,
                std::function<void()> on_lost)
-      : connection_(std::move(connection)),
+      : KeptLock(std::move(name), token, ttl, std::move(on_lost)),
+        connection_(std::move(connection)),
         statements_(std::move(statements)),
-        name_(std::move(name)),
-        token_(token),
         id_(std::move(id)),
-        ttl_(ttl),
-        on_lost_(std::move(on_lost)) {
-    keepalive_ = std::thread([this] { KeepAliveLoop(); });
+        ttl_ms_(absl::ToInt64Milliseconds(ttl)) {
+    StartKeepAlive();
   }
+  ~PostgresLock() override { Shutdown(); }
 
-  ~PostgresLock() override {
-    if (!released_) Release().IgnoreError();  // Best effort; it expires too.
-    StopKeepAlive();
-  }
-
-  const std::string& name() const override { return name_; }
-  uint64_t token() const override { return token_; }
-  bool lost() const override { return lost_.load(); }
-
-  absl::Status Release() override {
-    StopKeepAlive();
-    released_ = true;
-    absl::MutexLock lock(&mu_);
+ private:
+  // The connection is the keep-alive thread's until Remove(), which runs
+  // after that thread has stopped. After a broken connection, libpqxx
+  // reconnects on the next statement.
+  Renewal Renew() override {
     absl::StatusOr<pqxx::result> r =
-        Exec(*connection_, statements_->release, name_, id_);
-    lost_ = true;
+        Exec(*connection_, statements_->renew, name(), id_, ttl_ms_);
+    if (!r.ok()) return Renewal::kFailed;
+    // No row: gone, someone else's or expired.
+    return r->affected_rows() == 1 ? Renewal::kRenewed : Renewal::kGone;
+  }
+
+  absl::Status Remove() override {
+    absl::StatusOr<pqxx::result> r =
+        Exec(*connection_, statements_->release, name(), id_);
     if (!r.ok()) return r.status();
     if (r->affected_rows() != 1) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "lock \"", name_, "\" is no longer held by this holder"));
+          "lock \"", name(), "\" is no longer held by this holder"));
     }
     return absl::OkStatus();
   }
 
- private:
-  void KeepAliveLoop() {
-    absl::Time last_renewed = absl::Now();
-    const int64_t ttl_ms = absl::ToInt64Milliseconds(ttl_);
-    while (!stop_.WaitForNotificationWithTimeout(ttl_ / 3)) {
-      absl::StatusOr<pqxx::result> r;
-      {
-        absl::MutexLock lock(&mu_);
-        // After a broken connection, libpqxx reconnects on the next try.
-        r = Exec(*connection_, statements_->renew, name_, id_, ttl_ms);
-      }
-      if (r.ok() && r->affected_rows() == 1) {
-        last_renewed = absl::Now();
-        continue;
-      }
-      // The row is gone, someone else's or expired: lost. An error: keep
-      // trying until the ttl since the last renewal has run out.
-      if (r.ok() || absl::Now() - last_renewed >= ttl_) {
-        if (!lost_.exchange(true) && on_lost_) on_lost_();
-        return;
-      }
-    }
-  }
-
-  void StopKeepAlive() {
-    if (!stop_.HasBeenNotified()) stop_.Notify();
-    if (keepalive_.joinable()) keepalive_.join();
-  }
-
-  absl::Mutex mu_;
-  const std::unique_ptr<pqxx::connection> connection_ ABSL_PT_GUARDED_BY(mu_);
+  const std::unique_ptr<pqxx::connection> connection_;
   const std::shared_ptr<const Statements> statements_;
-  const std::string name_;
-  const uint64_t token_;
   const std::string id_;
-  const absl::Duration ttl_;
-  std::function<void()> on_lost_;
-  std::atomic<bool> lost_{false};
-  bool released_ = false;
-  absl::Notification stop_;
-  std::thread keepalive_;
+  const int64_t ttl_ms_;
 };
 
 }  // namespace
@@ -211,15 +169,8 @@ PostgresTokenSource::~PostgresTokenSource() = default;
 absl::StatusOr<std::unique_ptr<HeldLock>> PostgresTokenSource::Acquire(
     const std::string& name, const LockOptions& options,
     std::function<void()> on_lost) {
-  if (name.empty() || name.size() > 512 ||
-      name.find('\0') != std::string::npos) {
-    return absl::InvalidArgumentError(
-        "lock name: 1 to 512 bytes, no NUL (it is the fencing domain)");
-  }
-  if (options.ttl < absl::Milliseconds(100) ||
-      options.wait < absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(
-        "ttl must be at least 100 ms and wait not negative");
+  if (absl::Status s = internal::CheckLockRequest(name, options); !s.ok()) {
+    return s;
   }
   absl::StatusOr<std::unique_ptr<pqxx::connection>> connection =
       Connect(options_.dsn);
@@ -257,18 +208,10 @@ absl::StatusOr<std::unique_ptr<HeldLock>> PostgresTokenSource::Acquire(
     absl::SleepFor(std::min(absl::Milliseconds(50), deadline - absl::Now()));
   }
   // Raise the fence before the holder works.
-  v1::FenceRequest request;
-  request.set_domain(name);
-  request.set_token(token);
-  v1::FenceState fence;
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
-  grpc::Status s =
-      v1::Gateway::NewStub(options_.gateway)->Fence(&context, request, &fence);
-  if (!s.ok()) {
+  if (absl::Status s = internal::RaiseFence(options_.gateway, name, token);
+      !s.ok()) {
     Exec(**connection, statements->release, name, id).IgnoreError();
-    return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                        absl::StrCat("gateway Fence: ", s.error_message()));
+    return s;
   }
   return std::unique_ptr<HeldLock>(
       new PostgresLock(*std::move(connection), std::move(statements), name,

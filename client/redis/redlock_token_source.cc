@@ -3,19 +3,16 @@
 #include "client/redis/redlock_token_source.h"
 
 #include <algorithm>
-#include <atomic>
 #include <random>
-#include <thread>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
+#include "client/gateway_fence.h"
 #include "client/holder_id.h"
+#include "client/kept_lock.h"
 #include "client/redis/lock_scripts.h"
 #include "client/redis/redis_connection.h"
-#include "fencegate/v1/gateway.grpc.pb.h"
 
 namespace fencegate::client {
 namespace {
@@ -72,89 +69,55 @@ class Nodes {
   const absl::Duration timeout_;
 };
 
-class RedlockLock final : public HeldLock {
+class RedlockLock final : public internal::KeptLock {
  public:
   RedlockLock(std::unique_ptr<Nodes> nodes, std::string name, std::string key,
               uint64_t token, std::string id, absl::Duration ttl,
               std::function<void()> on_lost)
-      : nodes_(std::move(nodes)),
-        name_(std::move(name)),
+      : KeptLock(std::move(name), token, ttl, std::move(on_lost)),
+        nodes_(std::move(nodes)),
         key_(std::move(key)),
-        token_(token),
         id_(std::move(id)),
         ttl_(ttl),
-        on_lost_(std::move(on_lost)) {
-    keepalive_ = std::thread([this] { KeepAliveLoop(); });
+        ttl_ms_(absl::StrCat(absl::ToInt64Milliseconds(ttl))) {
+    StartKeepAlive();
+  }
+  ~RedlockLock() override { Shutdown(); }
+
+ private:
+  // The servers are the keep-alive thread's until Remove(), which runs
+  // after that thread has stopped.
+  Renewal Renew() override {
+    const absl::Time start = absl::Now();
+    const Nodes::Tally tally =
+        nodes_->EvalAll(kRenewScript, key_, {id_, ttl_ms_});
+    if (tally.yes >= nodes_->quorum() && absl::Now() - start < ttl_) {
+      return Renewal::kRenewed;
+    }
+    // So many answered without our key that no majority can have it.
+    return tally.answered - tally.yes >= nodes_->size() - nodes_->quorum() + 1
+               ? Renewal::kGone
+               : Renewal::kFailed;
   }
 
-  ~RedlockLock() override {
-    if (!released_) Release().IgnoreError();  // Best effort; it expires too.
-    StopKeepAlive();
-  }
-
-  const std::string& name() const override { return name_; }
-  uint64_t token() const override { return token_; }
-  bool lost() const override { return lost_.load(); }
-
-  absl::Status Release() override {
-    StopKeepAlive();
-    released_ = true;
-    absl::MutexLock lock(&mu_);
+  absl::Status Remove() override {
     const Nodes::Tally tally = nodes_->EvalAll(kReleaseScript, key_, {id_});
-    lost_ = true;
     if (tally.yes >= nodes_->quorum()) return absl::OkStatus();
     if (tally.answered < nodes_->quorum()) {
       return absl::UnavailableError(
-          absl::StrCat("lock \"", name_, "\": only ", tally.answered, " of ",
+          absl::StrCat("lock \"", name(), "\": only ", tally.answered, " of ",
                        nodes_->size(), " redis servers answered the release"));
     }
-    return absl::FailedPreconditionError(absl::StrCat(
-        "lock \"", name_, "\" is no longer held by this holder on a majority"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("lock \"", name(),
+                     "\" is no longer held by this holder on a majority"));
   }
 
- private:
-  void KeepAliveLoop() {
-    absl::Time last_renewed = absl::Now();
-    const std::string ttl_ms = absl::StrCat(absl::ToInt64Milliseconds(ttl_));
-    while (!stop_.WaitForNotificationWithTimeout(ttl_ / 3)) {
-      const absl::Time start = absl::Now();
-      Nodes::Tally tally;
-      {
-        absl::MutexLock lock(&mu_);
-        tally = nodes_->EvalAll(kRenewScript, key_, {id_, ttl_ms});
-      }
-      if (tally.yes >= nodes_->quorum() && absl::Now() - start < ttl_) {
-        last_renewed = start;
-        continue;
-      }
-      // A majority that answered without our key: lost. Too few answers:
-      // keep trying until the ttl since the last renewal has run out.
-      const bool gone =
-          tally.answered - tally.yes >= nodes_->size() - nodes_->quorum() + 1;
-      if (gone || absl::Now() - last_renewed >= ttl_) {
-        if (!lost_.exchange(true) && on_lost_) on_lost_();
-        return;
-      }
-    }
-  }
-
-  void StopKeepAlive() {
-    if (!stop_.HasBeenNotified()) stop_.Notify();
-    if (keepalive_.joinable()) keepalive_.join();
-  }
-
-  absl::Mutex mu_;
-  const std::unique_ptr<Nodes> nodes_ ABSL_PT_GUARDED_BY(mu_);
-  const std::string name_;
+  const std::unique_ptr<Nodes> nodes_;
   const std::string key_;
-  const uint64_t token_;
   const std::string id_;
   const absl::Duration ttl_;
-  std::function<void()> on_lost_;
-  std::atomic<bool> lost_{false};
-  bool released_ = false;
-  absl::Notification stop_;
-  std::thread keepalive_;
+  const std::string ttl_ms_;
 };
 
 }  // namespace
@@ -198,15 +161,8 @@ RedlockTokenSource::~RedlockTokenSource() = default;
 absl::StatusOr<std::unique_ptr<HeldLock>> RedlockTokenSource::Acquire(
     const std::string& name, const LockOptions& options,
     std::function<void()> on_lost) {
-  if (name.empty() || name.size() > 512 ||
-      name.find('\0') != std::string::npos) {
-    return absl::InvalidArgumentError(
-        "lock name: 1 to 512 bytes, no NUL (it is the fencing domain)");
-  }
-  if (options.ttl < absl::Milliseconds(100) ||
-      options.wait < absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(
-        "ttl must be at least 100 ms and wait not negative");
+  if (absl::Status s = internal::CheckLockRequest(name, options); !s.ok()) {
+    return s;
   }
   auto nodes =
       std::make_unique<Nodes>(options_.endpoints, options_.node_timeout);
@@ -241,21 +197,14 @@ absl::StatusOr<std::unique_ptr<HeldLock>> RedlockTokenSource::Acquire(
   }
 
   // The token: the gateway's fence, raised by one.
-  v1::SequenceRequest request;
-  request.set_domain(name);
-  v1::FenceState fence;
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
-  grpc::Status s = v1::Gateway::NewStub(options_.gateway)
-                       ->Sequence(&context, request, &fence);
-  if (!s.ok()) {
+  absl::StatusOr<uint64_t> token = internal::NextToken(options_.gateway, name);
+  if (!token.ok()) {
     nodes->EvalAll(kReleaseScript, key, {id});
-    return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                        absl::StrCat("gateway Sequence: ", s.error_message()));
+    return token.status();
   }
-  return std::unique_ptr<HeldLock>(
-      new RedlockLock(std::move(nodes), name, key, fence.highest_token(), id,
-                      options.ttl, std::move(on_lost)));
+  return std::unique_ptr<HeldLock>(new RedlockLock(std::move(nodes), name, key,
+                                                   *token, id, options.ttl,
+                                                   std::move(on_lost)));
 }
 
 }  // namespace fencegate::client

@@ -16,7 +16,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
-#include "fencegate/v1/gateway.grpc.pb.h"
+#include "client/gateway_fence.h"
+#include "client/kept_lock.h"
 
 namespace fencegate::client {
 namespace {
@@ -257,10 +258,8 @@ ZooKeeperTokenSource::~ZooKeeperTokenSource() = default;
 absl::StatusOr<std::unique_ptr<HeldLock>> ZooKeeperTokenSource::Acquire(
     const std::string& name, const LockOptions& options,
     std::function<void()> on_lost) {
-  if (name.empty() || name.size() > 512 ||
-      name.find('\0') != std::string::npos) {
-    return absl::InvalidArgumentError(
-        "lock name: 1 to 512 bytes, no NUL (it is the fencing domain)");
+  if (absl::Status s = internal::CheckLockRequest(name, options); !s.ok()) {
+    return s;
   }
   for (absl::string_view part : absl::StrSplit(name, '/')) {
     if (part.empty() || part == "." || part == "..") {
@@ -268,11 +267,6 @@ absl::StatusOr<std::unique_ptr<HeldLock>> ZooKeeperTokenSource::Acquire(
           "lock name \"", name,
           "\": its '/'-separated parts must not be empty, '.' or '..'"));
     }
-  }
-  if (options.ttl < absl::Milliseconds(100) ||
-      options.wait < absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(
-        "ttl must be at least 100 ms and wait not negative");
   }
   absl::StatusOr<std::unique_ptr<Session>> session =
       Session::Open(options_.hosts, options.ttl, options_.connect_timeout);
@@ -324,18 +318,9 @@ absl::StatusOr<std::unique_ptr<HeldLock>> ZooKeeperTokenSource::Acquire(
   }
 
   // Raise the fence before the holder works.
-  v1::FenceRequest request;
-  request.set_domain(name);
-  request.set_token(token);
-  v1::FenceState fence;
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
-  grpc::Status s =
-      v1::Gateway::NewStub(options_.gateway)->Fence(&context, request, &fence);
-  if (!s.ok()) {
-    return give_up(
-        absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                     absl::StrCat("gateway Fence: ", s.error_message())));
+  if (absl::Status s = internal::RaiseFence(options_.gateway, name, token);
+      !s.ok()) {
+    return give_up(s);
   }
   return std::unique_ptr<HeldLock>(new ZooKeeperLock(
       *std::move(session), name, node, token, options.ttl, std::move(on_lost)));
