@@ -2,11 +2,9 @@
 
 #include "tests/etcd_server.h"
 
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -119,26 +117,10 @@ absl::Status EtcdServer::Launch() {
     argv.push_back("--client-cert-auth");
   }
   const std::string log_path = absl::StrCat(dir_, "/etcd.log");
-  // Everything the child needs is prepared before fork(): between fork and
-  // exec only async-signal-safe calls are allowed in a threaded process.
-  std::vector<char*> c_argv;
-  c_argv.reserve(argv.size() + 1);
-  for (std::string& a : argv) c_argv.push_back(a.data());
-  c_argv.push_back(nullptr);
-  pid_t pid = ::fork();
+  // Never outlive a killed test (nor the forking thread: the test's main
+  // thread, which starts and restarts etcd).
+  const pid_t pid = SpawnServer(argv, log_path);
   if (pid < 0) return absl::UnavailableError("fork failed");
-  if (pid == 0) {
-    // Never outlive a killed test (nor the forking thread: the test's main
-    // thread, which starts and restarts etcd).
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (log >= 0) {
-      ::dup2(log, STDOUT_FILENO);
-      ::dup2(log, STDERR_FILENO);
-    }
-    ::execv(c_argv[0], c_argv.data());
-    ::_exit(127);
-  }
   pid_ = pid;
   if (absl::Status s = WaitUntilServing(); !s.ok()) {
     Kill();

@@ -2,6 +2,7 @@
 
 #include "tests/fixtures.h"
 
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -137,6 +138,25 @@ int FreeLoopbackPort() {
   }
   ::close(fd);
   return port;
+}
+
+pid_t SpawnServer(std::vector<std::string> argv, const std::string& log_path) {
+  // Everything the child needs is prepared before fork(): between fork and
+  // exec only async-signal-safe calls are allowed in a threaded process.
+  std::vector<char*> c_argv;
+  c_argv.reserve(argv.size() + 1);
+  for (std::string& a : argv) c_argv.push_back(a.data());
+  c_argv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid != 0) return pid;
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  const int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  if (log >= 0) {
+    ::dup2(log, STDOUT_FILENO);
+    ::dup2(log, STDERR_FILENO);
+  }
+  ::execv(c_argv[0], c_argv.data());
+  ::_exit(127);
 }
 
 int RunCommand(const std::vector<std::string>& argv, std::string* out,

@@ -62,6 +62,11 @@ int FreeLoopbackPort();
 // process), or -1 if it cannot be read.
 int64_t ProcStatusKb(pid_t pid, const std::string& field);
 
+// Starts a server process: `argv` (argv[0] a path) with stdout and stderr
+// appended to `log_path`, killed with SIGKILL should the calling thread
+// die. Returns its pid, or -1 if fork failed.
+pid_t SpawnServer(std::vector<std::string> argv, const std::string& log_path);
+
 // Runs a command (argv[0] is a path), capturing stdout; returns the exit
 // code, or -1 if it did not exit normally.
 int RunCommand(const std::vector<std::string>& argv, std::string* out,

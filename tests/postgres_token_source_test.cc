@@ -17,19 +17,19 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "pqxx/pqxx"
+#include "tests/gateway_fixture.h"
 #include "tests/postgres_server.h"
 #include "tests/test_util.h"
 
 namespace fencegate {
 namespace {
 
-using ::fencegate::testing::GatewayProcess;
 using ::fencegate::testing::PostgresServer;
 using ::fencegate::testing::RunCommand;
 using ::fencegate::testing::StatusIs;
 using ::fencegate::testing::WaitFor;
 
-class PostgresTokenSourceTest : public ::testing::Test {
+class PostgresTokenSourceTest : public testing::GatewayFixture {
  protected:
   static void SetUpTestSuite() {
     auto server = PostgresServer::Start();
@@ -42,14 +42,11 @@ class PostgresTokenSourceTest : public ::testing::Test {
   }
 
   void SetUp() override {
+    GatewayFixture::SetUp();
+    if (HasFatalFailure()) return;
     ASSERT_NE(server_, nullptr);
     Exec("DROP TABLE IF EXISTS fencegate_locks");
     Exec("DROP SEQUENCE IF EXISTS fencegate_lock_tokens");
-    auto gateway = GatewayProcess::Start(dir_.path() + "/data");
-    ASSERT_TRUE(gateway.ok()) << gateway.status();
-    gateway_ = *std::move(gateway);
-    channel_ = grpc::CreateChannel(gateway_->address(),
-                                   grpc::InsecureChannelCredentials());
     client::PostgresTokenSourceOptions options;
     options.dsn = server_->Conninfo();
     options.gateway = channel_;
@@ -63,21 +60,7 @@ class PostgresTokenSourceTest : public ::testing::Test {
     return tx.exec(sql);
   }
 
-  uint64_t Highest(const std::string& domain) {
-    v1::GetFenceRequest request;
-    request.set_domain(domain);
-    v1::FenceState state;
-    grpc::ClientContext context;
-    EXPECT_TRUE(v1::Gateway::NewStub(channel_)
-                    ->GetFence(&context, request, &state)
-                    .ok());
-    return state.highest_token();
-  }
-
   static PostgresServer* server_;
-  testing::TempDir dir_;
-  std::unique_ptr<GatewayProcess> gateway_;
-  std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<client::PostgresTokenSource> source_;
 };
 

@@ -2,10 +2,8 @@
 
 #include "tests/redis_server.h"
 
-#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -47,21 +45,8 @@ absl::StatusOr<std::unique_ptr<RedisServer>> RedisServer::Start() {
                                      "no",
                                      "--dir",
                                      server->dir_};
-    std::vector<char*> c_argv;
-    for (std::string& a : argv) c_argv.push_back(a.data());
-    c_argv.push_back(nullptr);
-    pid_t pid = ::fork();
+    const pid_t pid = SpawnServer(argv, log_path);
     if (pid < 0) return absl::UnavailableError("fork failed");
-    if (pid == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-      if (log >= 0) {
-        ::dup2(log, STDOUT_FILENO);
-        ::dup2(log, STDERR_FILENO);
-      }
-      ::execv(c_argv[0], c_argv.data());
-      ::_exit(127);
-    }
     server->pid_ = pid;
     bool exited = false;
     const bool up = WaitFor([&] {

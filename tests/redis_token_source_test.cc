@@ -16,29 +16,26 @@
 #include "fencegate/v1/gateway.grpc.pb.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
+#include "tests/gateway_fixture.h"
 #include "tests/redis_server.h"
 #include "tests/test_util.h"
 
 namespace fencegate {
 namespace {
 
-using ::fencegate::testing::GatewayProcess;
 using ::fencegate::testing::RedisServer;
 using ::fencegate::testing::RunCommand;
 using ::fencegate::testing::StatusIs;
 using ::fencegate::testing::WaitFor;
 
-class RedisTokenSourceTest : public ::testing::Test {
+class RedisTokenSourceTest : public testing::GatewayFixture {
  protected:
   void SetUp() override {
+    GatewayFixture::SetUp();
+    if (HasFatalFailure()) return;
     auto redis = RedisServer::Start();
     ASSERT_TRUE(redis.ok()) << redis.status();
     redis_ = *std::move(redis);
-    auto gateway = GatewayProcess::Start(dir_.path() + "/data");
-    ASSERT_TRUE(gateway.ok()) << gateway.status();
-    gateway_ = *std::move(gateway);
-    channel_ = grpc::CreateChannel(gateway_->address(),
-                                   grpc::InsecureChannelCredentials());
     client::RedisTokenSourceOptions options;
     options.endpoint = redis_->endpoint();
     options.gateway = channel_;
@@ -46,21 +43,7 @@ class RedisTokenSourceTest : public ::testing::Test {
     source_ = std::move(source);
   }
 
-  uint64_t Highest(const std::string& domain) {
-    v1::GetFenceRequest request;
-    request.set_domain(domain);
-    v1::FenceState state;
-    grpc::ClientContext context;
-    EXPECT_TRUE(v1::Gateway::NewStub(channel_)
-                    ->GetFence(&context, request, &state)
-                    .ok());
-    return state.highest_token();
-  }
-
-  testing::TempDir dir_;
   std::unique_ptr<RedisServer> redis_;
-  std::unique_ptr<GatewayProcess> gateway_;
-  std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<client::RedisTokenSource> source_;
 };
 

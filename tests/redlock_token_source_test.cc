@@ -18,32 +18,29 @@
 #include "fencegate/v1/gateway.grpc.pb.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
+#include "tests/gateway_fixture.h"
 #include "tests/redis_server.h"
 #include "tests/test_util.h"
 
 namespace fencegate {
 namespace {
 
-using ::fencegate::testing::GatewayProcess;
 using ::fencegate::testing::RedisServer;
 using ::fencegate::testing::RunCommand;
 using ::fencegate::testing::StatusIs;
 using ::fencegate::testing::WaitFor;
 
-class RedlockTokenSourceTest : public ::testing::Test {
+class RedlockTokenSourceTest : public testing::GatewayFixture {
  protected:
   void SetUp() override {
+    GatewayFixture::SetUp();
+    if (HasFatalFailure()) return;
     for (int i = 0; i < 3; ++i) {
       auto redis = RedisServer::Start();
       ASSERT_TRUE(redis.ok()) << redis.status();
       endpoints_.push_back((*redis)->endpoint());
       servers_.push_back(*std::move(redis));
     }
-    auto gateway = GatewayProcess::Start(dir_.path() + "/data");
-    ASSERT_TRUE(gateway.ok()) << gateway.status();
-    gateway_ = *std::move(gateway);
-    channel_ = grpc::CreateChannel(gateway_->address(),
-                                   grpc::InsecureChannelCredentials());
     source_ = Source();
   }
 
@@ -56,22 +53,8 @@ class RedlockTokenSourceTest : public ::testing::Test {
     return source.ok() ? *std::move(source) : nullptr;
   }
 
-  uint64_t Highest(const std::string& domain) {
-    v1::GetFenceRequest request;
-    request.set_domain(domain);
-    v1::FenceState state;
-    grpc::ClientContext context;
-    EXPECT_TRUE(v1::Gateway::NewStub(channel_)
-                    ->GetFence(&context, request, &state)
-                    .ok());
-    return state.highest_token();
-  }
-
-  testing::TempDir dir_;
   std::vector<std::unique_ptr<RedisServer>> servers_;
   std::vector<std::string> endpoints_;
-  std::unique_ptr<GatewayProcess> gateway_;
-  std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<client::RedlockTokenSource> source_;
 };
 

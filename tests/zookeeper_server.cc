@@ -3,11 +3,9 @@
 #include "tests/zookeeper_server.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -57,21 +55,8 @@ absl::StatusOr<std::unique_ptr<ZooKeeperServer>> ZooKeeperServer::Start() {
                                    "org.apache.zookeeper.server."
                                    "ZooKeeperServerMain",
                                    cfg};
-  std::vector<char*> c_argv;
-  for (std::string& a : argv) c_argv.push_back(a.data());
-  c_argv.push_back(nullptr);
-  const pid_t pid = ::fork();
+  const pid_t pid = SpawnServer(argv, log_path);
   if (pid < 0) return absl::UnavailableError("fork failed");
-  if (pid == 0) {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (log >= 0) {
-      ::dup2(log, STDOUT_FILENO);
-      ::dup2(log, STDERR_FILENO);
-    }
-    ::execv(c_argv[0], c_argv.data());
-    ::_exit(127);
-  }
   server->pid_ = pid;
   bool exited = false;
   const bool up = WaitFor(

@@ -17,19 +17,19 @@
 #include "fencegate/v1/gateway.grpc.pb.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
+#include "tests/gateway_fixture.h"
 #include "tests/test_util.h"
 #include "tests/zookeeper_server.h"
 
 namespace fencegate {
 namespace {
 
-using ::fencegate::testing::GatewayProcess;
 using ::fencegate::testing::RunCommand;
 using ::fencegate::testing::StatusIs;
 using ::fencegate::testing::WaitFor;
 using ::fencegate::testing::ZooKeeperServer;
 
-class ZooKeeperTokenSourceTest : public ::testing::Test {
+class ZooKeeperTokenSourceTest : public testing::GatewayFixture {
  protected:
   static void SetUpTestSuite() {
     auto server = ZooKeeperServer::Start();
@@ -42,12 +42,9 @@ class ZooKeeperTokenSourceTest : public ::testing::Test {
   }
 
   void SetUp() override {
+    GatewayFixture::SetUp();
+    if (HasFatalFailure()) return;
     ASSERT_NE(server_, nullptr);
-    auto gateway = GatewayProcess::Start(dir_.path() + "/data");
-    ASSERT_TRUE(gateway.ok()) << gateway.status();
-    gateway_ = *std::move(gateway);
-    channel_ = grpc::CreateChannel(gateway_->address(),
-                                   grpc::InsecureChannelCredentials());
     source_ = Source();
   }
 
@@ -63,21 +60,7 @@ class ZooKeeperTokenSourceTest : public ::testing::Test {
     return source.ok() ? *std::move(source) : nullptr;
   }
 
-  uint64_t Highest(const std::string& domain) {
-    v1::GetFenceRequest request;
-    request.set_domain(domain);
-    v1::FenceState state;
-    grpc::ClientContext context;
-    EXPECT_TRUE(v1::Gateway::NewStub(channel_)
-                    ->GetFence(&context, request, &state)
-                    .ok());
-    return state.highest_token();
-  }
-
   static ZooKeeperServer* server_;
-  testing::TempDir dir_;
-  std::unique_ptr<GatewayProcess> gateway_;
-  std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<client::ZooKeeperTokenSource> source_;
 };
 
