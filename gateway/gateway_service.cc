@@ -276,30 +276,45 @@ void GatewayService::Reply(std::unique_ptr<PendingWrite> write,
 grpc::ServerUnaryReactor* GatewayService::Fence(
     grpc::CallbackServerContext* context, const v1::FenceRequest* request,
     v1::FenceState* response) {
+  return RaiseInLane(context, CallFactsOf(*request), /*has_token=*/true,
+                     response, [this, request](const AdvanceCheck* check) {
+                       return fencer_->Fence(request->domain(),
+                                             request->token(), check);
+                     });
+}
+
+grpc::ServerUnaryReactor* GatewayService::RaiseInLane(
+    grpc::CallbackServerContext* context, const CallFacts& facts,
+    bool has_token, v1::FenceState* response, RaiseFn raise) {
   absl::StatusOr<std::unique_ptr<Admission>> admitted =
-      gate_->Admit(*context, CallFactsOf(*request));
+      gate_->Admit(*context, facts);
   if (!admitted.ok()) return FinishNow(context, admitted.status());
-  if (absl::Status s = ValidateDomain(request->domain()); !s.ok()) {
+  const std::string domain(facts.domain);
+  if (absl::Status s = ValidateDomain(domain); !s.ok()) {
     return FinishNow(context, s);
   }
-  if (absl::Status s = ValidateToken(request->token()); !s.ok()) {
+  if (absl::Status s = ValidateToken(facts.token); has_token && !s.ok()) {
     return FinishNow(context, s);
   }
-  if (absl::Status s = ValidateRequestId(request->request_id()); !s.ok()) {
+  if (absl::Status s = ValidateRequestId(facts.request_id); !s.ok()) {
     return FinishNow(context, s);
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  executor_->Post(request->domain(), [this, context, reactor, request, response,
-                                      admission = *std::move(admitted)]() {
+  executor_->Post(domain, [this, context, reactor, response, domain,
+                           method = facts.method, request_id = facts.request_id,
+                           token = facts.token, raise = std::move(raise),
+                           admission = *std::move(admitted)]() mutable {
     if (context->IsCancelled()) {
       reactor->Finish(grpc::Status(grpc::StatusCode::CANCELLED,
                                    "cancelled before the fence was raised"));
       return;
     }
-    absl::StatusOr<FenceDecision> decision = fencer_->Fence(
-        request->domain(), request->token(), admission->advance_check());
-    LogOutcome(RequestTag("Fence", request->request_id()), request->domain(),
-               request->token(), decision, options_.log_writes);
+    absl::StatusOr<FenceDecision> decision =
+        std::move(raise)(admission->advance_check());
+    const absl::string_view rpc = method.substr(method.rfind('/') + 1);
+    LogOutcome(RequestTag(rpc, request_id), domain,
+               decision.ok() ? decision->fence.highest_token : token, decision,
+               options_.log_writes);
     admission->Audit(decision);
     if (decision.ok()) ToProto(decision->fence, response);
     reactor->Finish(ToGrpcStatus(decision.status()));
@@ -330,33 +345,10 @@ grpc::ServerUnaryReactor* GatewayService::GetFence(
 grpc::ServerUnaryReactor* GatewayService::Sequence(
     grpc::CallbackServerContext* context, const v1::SequenceRequest* request,
     v1::FenceState* response) {
-  absl::StatusOr<std::unique_ptr<Admission>> admitted =
-      gate_->Admit(*context, CallFactsOf(*request));
-  if (!admitted.ok()) return FinishNow(context, admitted.status());
-  if (absl::Status s = ValidateDomain(request->domain()); !s.ok()) {
-    return FinishNow(context, s);
-  }
-  if (absl::Status s = ValidateRequestId(request->request_id()); !s.ok()) {
-    return FinishNow(context, s);
-  }
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  executor_->Post(request->domain(), [this, context, reactor, request, response,
-                                      admission = *std::move(admitted)]() {
-    if (context->IsCancelled()) {
-      reactor->Finish(grpc::Status(grpc::StatusCode::CANCELLED,
-                                   "cancelled before a token was issued"));
-      return;
-    }
-    absl::StatusOr<FenceDecision> decision =
-        fencer_->Sequence(request->domain(), admission->advance_check());
-    LogOutcome(RequestTag("Sequence", request->request_id()), request->domain(),
-               decision.ok() ? decision->fence.highest_token : 0, decision,
-               options_.log_writes);
-    admission->Audit(decision);
-    if (decision.ok()) ToProto(decision->fence, response);
-    reactor->Finish(ToGrpcStatus(decision.status()));
-  });
-  return reactor;
+  return RaiseInLane(context, CallFactsOf(*request), /*has_token=*/false,
+                     response, [this, request](const AdvanceCheck* check) {
+                       return fencer_->Sequence(request->domain(), check);
+                     });
 }
 
 }  // namespace fencegate

@@ -64,6 +64,16 @@ class GatewayService final : public v1::Gateway::WithRawCallbackMethod_Write<
       std::unique_ptr<PendingWrite> write);
   // The write's apply for the Fencer: its adapter's ApplyAsync.
   static Fencer::AsyncApply ApplyOf(PendingWrite* w);
+  // Fence and Sequence: admits the call, validates its domain, token (if
+  // `has_token`) and request_id, then runs `raise` in the domain's lane with
+  // the call's AdvanceCheck, logs, audits and replies with the fence. The facts
+  // view the request, which outlives the call.
+  using RaiseFn =
+      absl::AnyInvocable<absl::StatusOr<FenceDecision>(const AdvanceCheck*) &&>;
+  grpc::ServerUnaryReactor* RaiseInLane(grpc::CallbackServerContext* context,
+                                        const CallFacts& facts, bool has_token,
+                                        v1::FenceState* response,
+                                        RaiseFn raise);
   // Releases the write's domain, then finishes the RPC (after which the
   // server may be destroyed).
   void Reply(std::unique_ptr<PendingWrite> write,
