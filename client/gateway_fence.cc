@@ -15,32 +15,34 @@ absl::Status FromGrpc(const grpc::Status& s, absl::string_view what) {
                       absl::StrCat("gateway ", what, ": ", s.error_message()));
 }
 
-void SetDeadline(grpc::ClientContext* context) {
-  context->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
+  context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
 }
 
 }  // namespace
 
 absl::Status RaiseFence(const std::shared_ptr<grpc::Channel>& gateway,
-                        const std::string& name, uint64_t token) {
+                        const std::string& name, uint64_t token,
+                        absl::Duration timeout) {
   v1::FenceRequest request;
   request.set_domain(name);
   request.set_token(token);
   v1::FenceState fence;
   grpc::ClientContext context;
-  SetDeadline(&context);
+  SetDeadline(&context, timeout);
   grpc::Status s =
       v1::Gateway::NewStub(gateway)->Fence(&context, request, &fence);
   return s.ok() ? absl::OkStatus() : FromGrpc(s, "Fence");
 }
 
 absl::StatusOr<uint64_t> ReadFence(
-    const std::shared_ptr<grpc::Channel>& gateway, const std::string& name) {
+    const std::shared_ptr<grpc::Channel>& gateway, const std::string& name,
+    absl::Duration timeout) {
   v1::GetFenceRequest request;
   request.set_domain(name);
   v1::FenceState fence;
   grpc::ClientContext context;
-  SetDeadline(&context);
+  SetDeadline(&context, timeout);
   grpc::Status s =
       v1::Gateway::NewStub(gateway)->GetFence(&context, request, &fence);
   if (!s.ok()) return FromGrpc(s, "GetFence");
@@ -48,12 +50,13 @@ absl::StatusOr<uint64_t> ReadFence(
 }
 
 absl::StatusOr<uint64_t> NextToken(
-    const std::shared_ptr<grpc::Channel>& gateway, const std::string& name) {
+    const std::shared_ptr<grpc::Channel>& gateway, const std::string& name,
+    absl::Duration timeout) {
   v1::SequenceRequest request;
   request.set_domain(name);
   v1::FenceState fence;
   grpc::ClientContext context;
-  SetDeadline(&context);
+  SetDeadline(&context, timeout);
   grpc::Status s =
       v1::Gateway::NewStub(gateway)->Sequence(&context, request, &fence);
   if (!s.ok()) return FromGrpc(s, "Sequence");

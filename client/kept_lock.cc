@@ -4,13 +4,16 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+
 namespace fencegate::client::internal {
 
 KeptLock::KeptLock(std::string name, uint64_t token, absl::Duration ttl,
-                   std::function<void()> on_lost)
+                   absl::Time granted, std::function<void()> on_lost)
     : name_(std::move(name)),
       token_(token),
       ttl_(ttl),
+      granted_(granted),
       on_lost_(std::move(on_lost)) {}
 
 KeptLock::~KeptLock() { StopKeepAlive(); }
@@ -28,16 +31,21 @@ absl::Status KeptLock::Release() {
   StopKeepAlive();
   released_ = true;
   absl::Status removed = Remove();
-  lost_ = true;
+  if (lost_.exchange(true) && removed.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("lock \"", name_, "\" was lost before its release"));
+  }
   return removed;
 }
 
 void KeptLock::KeepAliveLoop() {
-  absl::Time last_renewed = absl::Now();
+  absl::Time last_renewed = granted_;
   while (!stop_.WaitForNotificationWithTimeout(ttl_ / 3)) {
+    // A renewal extends the lock from when it was sent, not answered.
+    const absl::Time sent = absl::Now();
     const Renewal renewal = Renew();
     if (renewal == Renewal::kRenewed) {
-      last_renewed = absl::Now();
+      last_renewed = sent;
       continue;
     }
     if (renewal == Renewal::kGone || absl::Now() - last_renewed >= ttl_) {

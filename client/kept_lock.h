@@ -4,7 +4,9 @@
 // the lost flag and `on_lost`, and a keep-alive thread that renews every
 // ttl/3. A renewal that finds the lock gone marks it lost at once; renewals
 // that fail (the source unreachable) mark it lost once the ttl since the
-// last good one has run out. Private to client/.
+// start of the last good one (or the grant) has run out. `on_lost` must not
+// call Release() or destroy the lock: it runs on the keep-alive thread,
+// which both join. Private to client/.
 
 #ifndef CLIENT_KEPT_LOCK_H_
 #define CLIENT_KEPT_LOCK_H_
@@ -28,14 +30,17 @@ class KeptLock : public HeldLock {
   uint64_t token() const final { return token_; }
   bool lost() const final { return lost_.load(); }
 
-  // Stops the keep-alive, then Remove(). After it, lost() is true.
+  // Stops the keep-alive, then Remove(). FAILED_PRECONDITION if the lock
+  // was lost before (Remove() is tried all the same). After it, lost() is
+  // true.
   absl::Status Release() final;
 
  protected:
   enum class Renewal { kRenewed, kGone, kFailed };
 
+  // `granted`: when the lock was taken (its ttl runs from then).
   KeptLock(std::string name, uint64_t token, absl::Duration ttl,
-           std::function<void()> on_lost);
+           absl::Time granted, std::function<void()> on_lost);
   ~KeptLock() override;
 
   // The subclass's constructor calls it last: Renew() may run from then on.
@@ -57,6 +62,7 @@ class KeptLock : public HeldLock {
   const std::string name_;
   const uint64_t token_;
   const absl::Duration ttl_;
+  const absl::Time granted_;
   std::function<void()> on_lost_;
   std::atomic<bool> lost_{false};
   bool released_ = false;

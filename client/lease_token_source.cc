@@ -36,8 +36,8 @@ class LeaseLock final : public internal::KeptLock {
  public:
   LeaseLock(std::unique_ptr<v1::Lease::Stub> stub, std::string name,
             uint64_t token, std::string lease_id, absl::Duration ttl,
-            std::function<void()> on_lost)
-      : KeptLock(std::move(name), token, ttl, std::move(on_lost)),
+            absl::Time granted, std::function<void()> on_lost)
+      : KeptLock(std::move(name), token, ttl, granted, std::move(on_lost)),
         stub_(std::move(stub)),
         lease_id_(std::move(lease_id)),
         ttl_(ttl) {
@@ -105,7 +105,7 @@ absl::StatusOr<std::unique_ptr<HeldLock>> LeaseTokenSource::Acquire(
   }
   return std::unique_ptr<HeldLock>(new LeaseLock(
       std::move(stub), name, response.token(), response.lease_id(),
-      absl::Milliseconds(response.ttl_ms()), std::move(on_lost)));
+      absl::Milliseconds(response.ttl_ms()), absl::Now(), std::move(on_lost)));
 }
 
 }  // namespace fencegate::client

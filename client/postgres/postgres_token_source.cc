@@ -34,7 +34,10 @@ bool IsPlainIdentifier(const std::string& name) {
 // The statements, for one table and sequence.
 struct Statements {
   explicit Statements(const PostgresTokenSourceOptions& o)
-      : create(absl::StrCat(
+      : missing(absl::StrCat("SELECT to_regclass('", o.sequence,
+                             "') IS NULL OR to_regclass('", o.table,
+                             "') IS NULL")),
+        create(absl::StrCat(
             "CREATE SEQUENCE IF NOT EXISTS ", o.sequence,
             "; CREATE TABLE IF NOT EXISTS ", o.table,
             " (name text PRIMARY KEY, owner text NOT NULL, token bigint NOT "
@@ -55,7 +58,7 @@ struct Statements {
             "WHERE name = $1 AND owner = $2 AND expires_at >= now()")),
         release(absl::StrCat("DELETE FROM ", o.table,
                              " WHERE name = $1 AND owner = $2")) {}
-  const std::string create, acquire, holder, renew, release;
+  const std::string missing, create, acquire, holder, renew, release;
 };
 
 absl::Status PgError(const std::exception& e, absl::string_view what) {
@@ -80,12 +83,34 @@ absl::StatusOr<pqxx::result> Exec(pqxx::connection& c,
   }
 }
 
+// A connection whose statements (and waits for row locks) give up after
+// `limit`, so that a renewal never outlasts the lease it renews; libpqxx
+// sets the limits again when it reconnects.
 absl::StatusOr<std::unique_ptr<pqxx::connection>> Connect(
-    const std::string& dsn) {
+    const std::string& dsn, absl::Duration limit) {
   try {
-    return std::make_unique<pqxx::connection>(dsn);
+    auto c = std::make_unique<pqxx::connection>(dsn);
+    const std::string ms = absl::StrCat(absl::ToInt64Milliseconds(limit));
+    c->set_variable("statement_timeout", ms);
+    c->set_variable("lock_timeout", ms);
+    return c;
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat("postgres: ", e.what()));
+  }
+}
+
+// Creates the table and sequence if missing; two clients racing to create
+// them is fine (the loser finds them there).
+absl::Status CreateIfMissing(pqxx::connection& c, const Statements& st) {
+  for (int attempt = 0;; ++attempt) {
+    try {
+      pqxx::nontransaction tx(c);
+      if (!tx.exec(st.missing)[0][0].as<bool>()) return absl::OkStatus();
+      tx.exec(st.create);
+      return absl::OkStatus();
+    } catch (const std::exception& e) {
+      if (attempt >= 2) return PgError(e, "creating the lock table");
+    }
   }
 }
 
@@ -94,8 +119,8 @@ class PostgresLock final : public internal::KeptLock {
   PostgresLock(std::unique_ptr<pqxx::connection> connection,
                std::shared_ptr<const Statements> statements, std::string name,
                uint64_t token, std::string id, absl::Duration ttl,
-               std::function<void()> on_lost)
-      : KeptLock(std::move(name), token, ttl, std::move(on_lost)),
+               absl::Time granted, std::function<void()> on_lost)
+      : KeptLock(std::move(name), token, ttl, granted, std::move(on_lost)),
         connection_(std::move(connection)),
         statements_(std::move(statements)),
         id_(std::move(id)),
@@ -173,20 +198,19 @@ absl::StatusOr<std::unique_ptr<HeldLock>> PostgresTokenSource::Acquire(
     return s;
   }
   absl::StatusOr<std::unique_ptr<pqxx::connection>> connection =
-      Connect(options_.dsn);
+      Connect(options_.dsn, std::max(absl::Milliseconds(100), options.ttl / 3));
   if (!connection.ok()) return connection.status();
   auto statements = std::make_shared<const Statements>(options_);
-  try {
-    pqxx::nontransaction tx(**connection);
-    tx.exec(statements->create);
-  } catch (const std::exception& e) {
-    return PgError(e, "creating the lock table");
+  if (absl::Status s = CreateIfMissing(**connection, *statements); !s.ok()) {
+    return s;
   }
   const std::string id = HolderId(options.owner);
   const int64_t ttl_ms = absl::ToInt64Milliseconds(options.ttl);
   const absl::Time deadline = absl::Now() + options.wait;
   uint64_t token = 0;
+  absl::Time granted;
   for (;;) {
+    granted = absl::Now();
     absl::StatusOr<pqxx::result> r =
         Exec(**connection, statements->acquire, name, id, ttl_ms);
     if (!r.ok()) return r.status();
@@ -215,7 +239,7 @@ absl::StatusOr<std::unique_ptr<HeldLock>> PostgresTokenSource::Acquire(
   }
   return std::unique_ptr<HeldLock>(
       new PostgresLock(*std::move(connection), std::move(statements), name,
-                       token, id, options.ttl, std::move(on_lost)));
+                       token, id, options.ttl, granted, std::move(on_lost)));
 }
 
 }  // namespace fencegate::client

@@ -50,11 +50,13 @@ constexpr uint64_t kMaxLuaExact = uint64_t{1} << 53;
 
 class RedisLock final : public internal::KeptLock {
  public:
-  RedisLock(std::unique_ptr<RedisConnection> connection, std::string name,
-            std::string lock_key, uint64_t token, std::string id,
-            absl::Duration ttl, std::function<void()> on_lost)
-      : KeptLock(std::move(name), token, ttl, std::move(on_lost)),
+  RedisLock(std::unique_ptr<RedisConnection> connection, absl::Duration timeout,
+            std::string name, std::string lock_key, uint64_t token,
+            std::string id, absl::Duration ttl, absl::Time granted,
+            std::function<void()> on_lost)
+      : KeptLock(std::move(name), token, ttl, granted, std::move(on_lost)),
         connection_(std::move(connection)),
+        timeout_(timeout),
         lock_key_(std::move(lock_key)),
         id_(std::move(id)),
         ttl_ms_(absl::StrCat(absl::ToInt64Milliseconds(ttl))) {
@@ -67,14 +69,13 @@ class RedisLock final : public internal::KeptLock {
   // after that thread has stopped.
   Renewal Renew() override {
     absl::StatusOr<int64_t> renewed =
-        connection_->EvalInt(kRenewScript, {lock_key_}, {id_, ttl_ms_});
+        Eval(kRenewScript, {lock_key_}, {id_, ttl_ms_});
     if (!renewed.ok()) return Renewal::kFailed;
     return *renewed == 1 ? Renewal::kRenewed : Renewal::kGone;
   }
 
   absl::Status Remove() override {
-    absl::StatusOr<int64_t> released =
-        connection_->EvalInt(kReleaseScript, {lock_key_}, {id_});
+    absl::StatusOr<int64_t> released = Eval(kReleaseScript, {lock_key_}, {id_});
     if (!released.ok()) return released.status();
     if (*released != 1) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -83,7 +84,25 @@ class RedisLock final : public internal::KeptLock {
     return absl::OkStatus();
   }
 
-  const std::unique_ptr<RedisConnection> connection_;
+  // A connection that failed cannot be used again: the next call opens a
+  // new one.
+  absl::StatusOr<int64_t> Eval(const char* script,
+                               const std::vector<std::string>& keys,
+                               const std::vector<std::string>& args) {
+    if (connection_ == nullptr) {
+      absl::StatusOr<std::unique_ptr<RedisConnection>> c =
+          RedisConnection::Connect(endpoint_, timeout_);
+      if (!c.ok()) return c.status();
+      connection_ = *std::move(c);
+    }
+    absl::StatusOr<int64_t> r = connection_->EvalInt(script, keys, args);
+    if (!r.ok() && absl::IsUnavailable(r.status())) connection_.reset();
+    return r;
+  }
+
+  std::unique_ptr<RedisConnection> connection_;
+  const std::string endpoint_ = connection_->endpoint();
+  const absl::Duration timeout_;
   const std::string lock_key_;
   const std::string id_;
   const std::string ttl_ms_;
@@ -134,7 +153,9 @@ absl::StatusOr<std::unique_ptr<HeldLock>> RedisTokenSource::Acquire(
   // Take the lock, polling while someone else holds it.
   const absl::Time deadline = absl::Now() + options.wait;
   int64_t token = 0;
+  absl::Time granted;
   for (;;) {
+    granted = absl::Now();
     absl::StatusOr<int64_t> taken =
         (*connection)->EvalInt(kAcquire, {lock_key, counter_key}, {id, ttl_ms});
     if (!taken.ok()) return taken.status();
@@ -178,13 +199,26 @@ absl::StatusOr<std::unique_ptr<HeldLock>> RedisTokenSource::Acquire(
     }
     absl::Status s = internal::RaiseFence(options_.gateway, name,
                                           static_cast<uint64_t>(token));
-    if (s.ok()) break;
+    if (s.ok()) {
+      // Still ours? A failover that lost our key (and its increment) can
+      // have handed the lock, and the same token, to another meanwhile:
+      // of two such holders only the one whose id the key holds goes on.
+      absl::StatusOr<int64_t> ours =
+          (*connection)->EvalInt(kRenewScript, {lock_key}, {id, ttl_ms});
+      if (!ours.ok()) return give_up(ours.status());
+      if (*ours != 1) {
+        return absl::UnavailableError(absl::StrCat(
+            "lock \"", name, "\" was lost while it was being taken"));
+      }
+      break;
+    }
     // Raised past us meanwhile (another source): go round once more.
     if (!absl::IsFailedPrecondition(s) || attempt >= 3) return give_up(s);
   }
-  return std::unique_ptr<HeldLock>(new RedisLock(
-      *std::move(connection), name, lock_key, static_cast<uint64_t>(token), id,
-      options.ttl, std::move(on_lost)));
+  return std::unique_ptr<HeldLock>(
+      new RedisLock(*std::move(connection), options_.rpc_timeout, name,
+                    lock_key, static_cast<uint64_t>(token), id, options.ttl,
+                    granted, std::move(on_lost)));
 }
 
 }  // namespace fencegate::client

@@ -73,8 +73,8 @@ class RedlockLock final : public internal::KeptLock {
  public:
   RedlockLock(std::unique_ptr<Nodes> nodes, std::string name, std::string key,
               uint64_t token, std::string id, absl::Duration ttl,
-              std::function<void()> on_lost)
-      : KeptLock(std::move(name), token, ttl, std::move(on_lost)),
+              absl::Time granted, std::function<void()> on_lost)
+      : KeptLock(std::move(name), token, ttl, granted, std::move(on_lost)),
         nodes_(std::move(nodes)),
         key_(std::move(key)),
         id_(std::move(id)),
@@ -173,11 +173,13 @@ absl::StatusOr<std::unique_ptr<HeldLock>> RedlockTokenSource::Acquire(
   const absl::Time deadline = absl::Now() + options.wait;
   std::minstd_rand random(std::random_device{}());
   std::string id;
+  absl::Time granted;
   for (;;) {
     id = HolderId(options.owner);
-    const absl::Time start = absl::Now();
+    granted = absl::Now();
     const Nodes::Tally tally = nodes->EvalAll(kTakeScript, key, {id, ttl_ms});
-    const absl::Duration validity = options.ttl - (absl::Now() - start) - drift;
+    const absl::Duration validity =
+        options.ttl - (absl::Now() - granted) - drift;
     if (tally.yes >= nodes->quorum() && validity > absl::ZeroDuration()) break;
     nodes->EvalAll(kReleaseScript, key, {id});
     if (absl::Now() >= deadline) {
@@ -196,15 +198,28 @@ absl::StatusOr<std::unique_ptr<HeldLock>> RedlockTokenSource::Acquire(
     absl::SleepFor(std::min(pause, deadline - absl::Now()));
   }
 
-  // The token: the gateway's fence, raised by one.
-  absl::StatusOr<uint64_t> token = internal::NextToken(options_.gateway, name);
+  // The token: the gateway's fence, raised by one -- within what is left
+  // of the lock's validity, and the lock checked again afterwards. (A call
+  // the gateway completes after its deadline can still raise the fence past
+  // the next holder's token; that holder's writes are then refused as
+  // stale, which is safe.)
+  const absl::Duration left = options.ttl - (absl::Now() - granted) - drift;
+  absl::StatusOr<uint64_t> token =
+      left > absl::ZeroDuration()
+          ? internal::NextToken(options_.gateway, name, left)
+          : absl::DeadlineExceededError("no validity left for a token");
+  if (token.ok() &&
+      nodes->EvalAll(kRenewScript, key, {id, ttl_ms}).yes < nodes->quorum()) {
+    token = absl::UnavailableError(
+        absl::StrCat("lock \"", name, "\" expired while its token was issued"));
+  }
   if (!token.ok()) {
     nodes->EvalAll(kReleaseScript, key, {id});
     return token.status();
   }
-  return std::unique_ptr<HeldLock>(new RedlockLock(std::move(nodes), name, key,
-                                                   *token, id, options.ttl,
-                                                   std::move(on_lost)));
+  return std::unique_ptr<HeldLock>(
+      new RedlockLock(std::move(nodes), name, key, *token, id, options.ttl,
+                      granted, std::move(on_lost)));
 }
 
 }  // namespace fencegate::client

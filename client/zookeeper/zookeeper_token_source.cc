@@ -322,8 +322,11 @@ absl::StatusOr<std::unique_ptr<HeldLock>> ZooKeeperTokenSource::Acquire(
       !s.ok()) {
     return give_up(s);
   }
+  // The timeout the server agreed to (it bounds what was asked for), not
+  // the one asked for: the server expires the session by it.
+  const absl::Duration agreed = absl::Milliseconds(zoo_recv_timeout(zh));
   return std::unique_ptr<HeldLock>(new ZooKeeperLock(
-      *std::move(session), name, node, token, options.ttl, std::move(on_lost)));
+      *std::move(session), name, node, token, agreed, std::move(on_lost)));
 }
 
 }  // namespace fencegate::client

@@ -68,7 +68,8 @@ class TokenSource {
   // Acquires `name`. DEADLINE_EXCEEDED if it stays held by someone else for
   // options.wait (zero wait: at once); INVALID_ARGUMENT for a bad name or
   // ttl; UNAVAILABLE if the source cannot be reached. `on_lost` may be
-  // empty.
+  // empty; it runs on the lock's background thread and must not call
+  // Release() or destroy the lock (signal another thread instead).
   virtual absl::StatusOr<std::unique_ptr<HeldLock>> Acquire(
       const std::string& name, const LockOptions& options,
       std::function<void()> on_lost) = 0;

@@ -56,8 +56,9 @@ class PostgresTokenSource final : public TokenSource {
   // See TokenSource::Acquire. Polls every 50 ms while the lock is held and
   // not expired, up to options.wait: DEADLINE_EXCEEDED naming the holder.
   // UNAVAILABLE if PostgreSQL or the gateway cannot be reached. Renewals run
-  // every ttl/3 on a connection of the lock's own; one that finds the row
-  // gone, someone else's or expired calls `on_lost`.
+  // every ttl/3 on a connection of the lock's own, whose statements and
+  // row-lock waits give up after ttl/3; one that finds the row gone,
+  // someone else's or expired calls `on_lost`.
   absl::StatusOr<std::unique_ptr<HeldLock>> Acquire(
       const std::string& name, const LockOptions& options,
       std::function<void()> on_lost) override;
