@@ -32,8 +32,8 @@ std::optional<Permission> PermissionOf(absl::string_view method) {
       new absl::flat_hash_map<absl::string_view, Permission>{
           {kWrite, Rule::WRITE},        {kFence, Rule::FENCE},
           {kGetFence, Rule::GET_FENCE}, {kSequence, Rule::FENCE},
-          {kAcquire, Rule::LEASE},
-          {kKeepAlive, Rule::LEASE},    {kRelease, Rule::LEASE},
+          {kAcquire, Rule::LEASE},      {kKeepAlive, Rule::LEASE},
+          {kRelease, Rule::LEASE},
       };
   auto it = kTable->find(method);
   if (it == kTable->end()) return std::nullopt;
