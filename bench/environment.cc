@@ -98,6 +98,9 @@ absl::StatusOr<std::unique_ptr<Environment>> Environment::Start(
   if (env->etcd_ != nullptr) {
     flags.push_back("--etcd_endpoint=" + env->etcd_->endpoint());
   }
+  if (env->zookeeper_ != nullptr) {
+    flags.push_back("--zookeeper_endpoint=" + env->zookeeper_->endpoint());
+  }
   flags.insert(flags.end(), options.gateway_flags.begin(),
                options.gateway_flags.end());
   absl::StatusOr<std::unique_ptr<testing::GatewayProcess>> gateway =
@@ -138,9 +141,10 @@ absl::Status Environment::StartMtlsGateway(
   )pb";
   std::vector<std::string> mtls_flags;
   for (const std::string& f : flags) {
-    // Its own file route and no etcd watcher: only the transport differs.
+    // Its own file route and no watchers: only the transport differs.
     if (absl::StartsWith(f, "--route=files=") ||
-        absl::StartsWith(f, "--etcd_endpoint=")) {
+        absl::StartsWith(f, "--etcd_endpoint=") ||
+        absl::StartsWith(f, "--zookeeper_endpoint=")) {
       continue;
     }
     mtls_flags.push_back(f);

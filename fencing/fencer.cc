@@ -9,8 +9,8 @@
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "common/stale_token.h"
 #include "fencegate/v1/gateway.pb.h"
-#include "fencing/stale_token.h"
 #include "fencing/sync_point.h"
 
 namespace fencegate {

@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "boost/asio/post.hpp"
-#include "fencing/limits.h"
+#include "common/limits.h"
 
 namespace fencegate {
 namespace {

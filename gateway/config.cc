@@ -178,16 +178,31 @@ absl::StatusOr<GatewayOptions> ResolveOptions(const v1::GatewayConfig& config) {
   if (options.io_threads > 1024) {
     return absl::InvalidArgumentError("io_threads: at most 1024");
   }
-  options.etcd_endpoint = config.etcd().endpoint();
-  if (!config.etcd().lock_prefix().empty()) {
-    options.etcd_lock_prefix = config.etcd().lock_prefix();
+  if (!config.etcd().endpoint().empty()) {
+    TokenWatcherSpec etcd;
+    etcd.kind = "etcd";
+    etcd.endpoint = config.etcd().endpoint();
+    etcd.lock_path = config.etcd().lock_prefix();
+    etcd.tls =
+        client::TlsFiles{config.etcd().tls_ca(), config.etcd().tls_cert(),
+                         config.etcd().tls_key()};
+    options.watchers.push_back(std::move(etcd));
+  } else if (config.etcd().ByteSizeLong() != 0) {
+    return absl::InvalidArgumentError(
+        "etcd: lock_prefix and TLS files need an endpoint");
+  }
+  if (!config.zookeeper().endpoint().empty()) {
+    TokenWatcherSpec zookeeper;
+    zookeeper.kind = "zookeeper";
+    zookeeper.endpoint = config.zookeeper().endpoint();
+    zookeeper.lock_path = config.zookeeper().lock_path();
+    options.watchers.push_back(std::move(zookeeper));
+  } else if (config.zookeeper().ByteSizeLong() != 0) {
+    return absl::InvalidArgumentError("zookeeper: lock_path needs an endpoint");
   }
   if (config.shutdown_grace_seconds() != 0) {
     options.shutdown_grace = absl::Seconds(config.shutdown_grace_seconds());
   }
-  options.etcd_tls =
-      client::TlsFiles{config.etcd().tls_ca(), config.etcd().tls_cert(),
-                       config.etcd().tls_key()};
   options.tls.cert = config.tls().cert();
   options.tls.key = config.tls().key();
   options.tls.client_ca = config.tls().client_ca();

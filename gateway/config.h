@@ -19,6 +19,7 @@
 #include "gateway/server_tls.h"
 #include "google/protobuf/message.h"
 #include "storage_adapters/router.h"
+#include "token_watchers/registry.h"
 
 namespace fencegate {
 
@@ -58,13 +59,9 @@ struct GatewayOptions {
   // Log every accepted write, not only fence advances and errors.
   // Default: false.
   bool log_writes = false;
-  // etcd endpoint (host:port) whose locks the gateway follows, raising each
-  // lock's fence when a new holder takes it. Default: empty (off).
-  std::string etcd_endpoint;
-  // Prefix of the etcd lock keys. Default: "fencegate/locks".
-  std::string etcd_lock_prefix = "fencegate/locks";
-  // TLS to etcd. Default: plaintext.
-  client::TlsFiles etcd_tls;
+  // The lock services whose locks the gateway follows, raising each lock's
+  // fence to its new holder's token (token_watchers/). Default: none.
+  std::vector<TokenWatcherSpec> watchers;
   // TLS on the gRPC port. Default: plaintext.
   ServerTlsOptions tls;
   // Access policy file (needs mTLS); re-read by GatewayServer::Reload().

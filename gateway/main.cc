@@ -22,6 +22,7 @@
 #include "gateway/server.h"
 #include "storage_adapters/builtin.h"
 #include "storage_adapters/uri.h"
+#include "token_watchers/builtin.h"
 
 namespace fencegate {
 namespace {
@@ -57,6 +58,8 @@ struct Flags {
   std::string etcd_endpoint;
   std::string etcd_lock_prefix;
   std::string etcd_tls_ca, etcd_tls_cert, etcd_tls_key;
+  std::string zookeeper_endpoint;
+  std::string zookeeper_lock_path;
   std::string tls_cert, tls_key, tls_client_ca;
   uint64_t tls_refresh_seconds = 0;
   std::string policy;
@@ -84,6 +87,10 @@ absl::Status ApplyFlags(const Flags& flags, v1::GatewayConfig* config) {
                    config->mutable_etcd()->mutable_tls_cert()},
         StringFlag{flags.etcd_tls_key,
                    config->mutable_etcd()->mutable_tls_key()},
+        StringFlag{flags.zookeeper_endpoint,
+                   config->mutable_zookeeper()->mutable_endpoint()},
+        StringFlag{flags.zookeeper_lock_path,
+                   config->mutable_zookeeper()->mutable_lock_path()},
         StringFlag{flags.tls_cert, config->mutable_tls()->mutable_cert()},
         StringFlag{flags.tls_key, config->mutable_tls()->mutable_key()},
         StringFlag{flags.tls_client_ca,
@@ -254,6 +261,11 @@ int Run(int argc, char** argv) {
              "client certificate (PEM) for an etcd with --client-cert-auth");
   set.String("etcd_tls_key", &flags.etcd_tls_key,
              "private key (PEM) of --etcd_tls_cert");
+  set.String("zookeeper_endpoint", &flags.zookeeper_endpoint,
+             "ZooKeeper host:port[,host:port...] whose locks raise fences on "
+             "handover (default off)");
+  set.String("zookeeper_lock_path", &flags.zookeeper_lock_path,
+             "parent znode of the ZooKeeper locks (default /fencegate/locks)");
   set.String("tls_cert", &flags.tls_cert,
              "server certificate chain (PEM): serve TLS");
   set.String("tls_key", &flags.tls_key, "private key (PEM) of --tls_cert");
@@ -321,8 +333,13 @@ int Run(int argc, char** argv) {
     std::cerr << "fencegate: " << s.message() << "\n";
     return 1;
   }
+  TokenWatcherRegistry watchers;
+  if (absl::Status s = RegisterBuiltinWatchers(watchers); !s.ok()) {
+    std::cerr << "fencegate: " << s.message() << "\n";
+    return 1;
+  }
   absl::StatusOr<std::unique_ptr<GatewayServer>> server =
-      GatewayServer::Start(*options, registry);
+      GatewayServer::Start(*options, registry, watchers);
   if (!server.ok()) {
     std::cerr << "fencegate: " << server.status().message() << "\n";
     return absl::IsInvalidArgument(server.status()) ? 2 : 1;
@@ -332,10 +349,11 @@ int Run(int argc, char** argv) {
   Log(LogSeverity::kInfo,
       absl::StrCat("fencegate serving on ", host, ":", (*server)->port(),
                    " data_dir=", options->data_dir));
-  if (!options->etcd_endpoint.empty()) {
+  for (const TokenWatcherSpec& watcher : options->watchers) {
     Log(LogSeverity::kInfo,
-        absl::StrCat("following etcd locks under ", options->etcd_lock_prefix,
-                     "/ at ", options->etcd_endpoint));
+        absl::StrCat("following ", watcher.kind, " locks",
+                     watcher.lock_path.empty() ? "" : " under ",
+                     watcher.lock_path, " at ", watcher.endpoint));
   }
   for (const RouteSpec& route : options->routes) {
     Log(LogSeverity::kInfo,

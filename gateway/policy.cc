@@ -41,6 +41,17 @@ bool Grants(const Rule& rule, Permission wanted) {
 
 }  // namespace
 
+absl::string_view WatcherKindOf(TokenSourceKind source) {
+  switch (source) {
+    case v1::Policy::Domain::ETCD:
+      return "etcd";
+    case v1::Policy::Domain::ZOOKEEPER:
+      return "zookeeper";
+    default:
+      return "";
+  }
+}
+
 absl::StatusOr<std::shared_ptr<const Policy>> Policy::Load(
     const std::string& path, const PolicyEnvironment& env) {
   v1::Policy proto;
@@ -111,11 +122,13 @@ absl::StatusOr<std::shared_ptr<const Policy>> Policy::Create(
                          absl::CHexEscape(d.prefix()), "\" bound twice"));
       }
     }
-    if (d.token_source() == v1::Policy::Domain::ETCD && !env.etcd_configured) {
+    if (absl::string_view kind = WatcherKindOf(d.token_source());
+        !kind.empty() && !env.watched.contains(kind)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "domain ", i + 1, ": prefix \"", absl::CHexEscape(d.prefix()),
-          "\" is bound to ETCD, but the gateway follows no etcd "
-          "(--etcd_endpoint)"));
+          "\" is bound to ",
+          v1::Policy::Domain::TokenSource_Name(d.token_source()),
+          ", but the gateway follows no ", kind, " (--", kind, "_endpoint)"));
     }
   }
   return std::shared_ptr<const Policy>(new Policy(std::move(proto)));

@@ -27,9 +27,9 @@ using TokenSourceKind = v1::Policy::Domain::TokenSource;
 
 // What the policy is checked against when it is loaded.
 struct PolicyEnvironment {
-  // Whether the gateway follows etcd (--etcd_endpoint): a domain bound to
-  // ETCD needs it.
-  bool etcd_configured = false;
+  // The lock services the gateway follows ("etcd", "zookeeper"; see
+  // token_watchers/): a domain bound to ETCD or ZOOKEEPER needs its own.
+  absl::flat_hash_set<std::string> watched;
   // Every statement name declared on any route: a rule may only name these.
   absl::flat_hash_set<std::string> statement_names;
 };
@@ -55,6 +55,10 @@ struct DomainBinding {
   // 0: no limit.
   uint64_t max_advance = 0;
 };
+
+// The token watcher kind ("etcd", "zookeeper") that checks the tokens of a
+// domain bound to `source`; empty for ANY and LEASE.
+absl::string_view WatcherKindOf(TokenSourceKind source);
 
 // Immutable; safe for concurrent use.
 class Policy {

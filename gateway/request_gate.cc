@@ -7,7 +7,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "fencing/stale_token.h"
+#include "common/stale_token.h"
 #include "gateway/log.h"
 #include "gateway/peer_identity.h"
 #include "gateway/token_refused.h"
@@ -153,13 +153,13 @@ absl::StatusOr<std::unique_ptr<Admission>> RequestGate::Admit(
         "\" may not call ", facts.method, ": the method has no permission")));
   }
   admission->binding_ = policy->BindingOf(facts.domain);
-  if (*permission == Rule::LEASE &&
-      admission->binding_.source == v1::Policy::Domain::ETCD) {
+  if (absl::string_view watched = WatcherKindOf(admission->binding_.source);
+      *permission == Rule::LEASE && !watched.empty()) {
     // A grant raises the fence by itself, unchecked: it would put a token
-    // etcd never granted above the etcd holder's.
+    // the lock service never granted above its holder's.
     return deny(absl::PermissionDeniedError(absl::StrCat(
-        "lock \"", absl::CHexEscape(facts.domain),
-        "\" takes its tokens from etcd; the lease service does not grant it")));
+        "lock \"", absl::CHexEscape(facts.domain), "\" takes its tokens from ",
+        watched, "; the lease service does not grant it")));
   }
   if (*permission == Rule::FENCE &&  // Fence and Sequence.
       admission->binding_.source == v1::Policy::Domain::LEASE) {
@@ -208,7 +208,7 @@ void RequestGate::Record(absl::string_view identity, const CallFacts& facts,
 
 const AdvanceCheck* Admission::advance_check() const {
   const bool leased = binding_.source == v1::Policy::Domain::LEASE && !admin_;
-  if (!leased && binding_.source != v1::Policy::Domain::ETCD &&
+  if (!leased && WatcherKindOf(binding_.source).empty() &&
       binding_.max_advance == 0) {
     return nullptr;
   }
@@ -236,38 +236,47 @@ std::optional<absl::Status> Admission::Check(const FenceState& current,
       // it: a token above the fence was never granted.
       return TokenRefusedError(domain, token, highest,
                                v1::TokenRefused::NOT_GRANTED_BY_LEASE, highest);
-    case v1::Policy::Domain::ETCD: {
-      const RequestGateOptions& options = gate_->options_;
-      if (!options.etcd_holder) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "domain \"", absl::CHexEscape(domain),
-            "\" is bound to etcd, but the gateway follows no etcd"));
-      }
+    case v1::Policy::Domain::ETCD:
+    case v1::Policy::Domain::ZOOKEEPER:
       // The watcher raises the fence to each new holder's token, so a
       // holder's writes are rarely advances; the few that are (a write that
-      // beat the watcher) are worth a question to etcd.
+      // beat the watcher) are worth a question to the lock service.
       if (!may_block) return std::nullopt;
-      absl::StatusOr<EtcdHolder> holder =
-          options.etcd_holder(std::string(domain));
-      if (!holder.ok()) {
-        return absl::UnavailableError(
-            absl::StrCat("cannot check token ", token,
-                         " against etcd: ", holder.status().message()));
-      }
-      if (token > holder->revision) {
-        return TokenRefusedError(domain, token, highest,
-                                 v1::TokenRefused::ABOVE_ETCD_REVISION,
-                                 holder->revision);
-      }
-      if (token != holder->token) {
-        return TokenRefusedError(domain, token, highest,
-                                 v1::TokenRefused::NOT_ETCD_HOLDER,
-                                 holder->token);
-      }
-      break;
-    }
+      return CheckHolder(current, token);
     default:
       break;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Admission::CheckHolder(const FenceState& current,
+                                    uint64_t token) const {
+  const absl::string_view domain = facts_.domain;
+  const absl::string_view kind = WatcherKindOf(binding_.source);
+  const bool etcd = binding_.source == v1::Policy::Domain::ETCD;
+  auto it = gate_->options_.watchers.find(kind);
+  if (it == gate_->options_.watchers.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("domain \"", absl::CHexEscape(domain), "\" is bound to ",
+                     kind, ", but the gateway follows no ", kind));
+  }
+  absl::StatusOr<LockHolder> holder = it->second->HolderOf(std::string(domain));
+  if (!holder.ok()) {
+    return absl::UnavailableError(absl::StrCat("cannot check token ", token,
+                                               " against ", kind, ": ",
+                                               holder.status().message()));
+  }
+  if (token > holder->newest) {
+    return TokenRefusedError(domain, token, current.highest_token,
+                             etcd ? v1::TokenRefused::ABOVE_ETCD_REVISION
+                                  : v1::TokenRefused::ABOVE_ZOOKEEPER_ZXID,
+                             holder->newest);
+  }
+  if (token != holder->token) {
+    return TokenRefusedError(domain, token, current.highest_token,
+                             etcd ? v1::TokenRefused::NOT_ETCD_HOLDER
+                                  : v1::TokenRefused::NOT_ZOOKEEPER_HOLDER,
+                             holder->token);
   }
   return absl::OkStatus();
 }

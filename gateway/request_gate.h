@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -35,6 +36,7 @@
 #include "gateway/audit_log.h"
 #include "gateway/policy.h"
 #include "grpcpp/server_context.h"
+#include "token_watchers/token_watcher.h"
 
 namespace fencegate {
 
@@ -68,21 +70,14 @@ CallFacts CallFactsOf(const v1::AcquireRequest& request);
 CallFacts CallFactsOf(const v1::KeepAliveRequest& request);
 CallFacts CallFactsOf(const v1::ReleaseRequest& request);
 
-// An etcd lock's holder as etcd has it now.
-struct EtcdHolder {
-  // The create_revision of the lock's oldest key; 0 if nobody holds it.
-  uint64_t token = 0;
-  // etcd's revision when it answered.
-  uint64_t revision = 0;
-};
-
 struct RequestGateOptions {
   // Where denials, refused tokens and advances are recorded; may be null.
   AuditLog* audit = nullptr;
-  // Asks etcd who holds the lock named like a domain (blocks). Needed for
-  // domains bound to ETCD; a policy binding one is refused without it.
-  std::function<absl::StatusOr<EtcdHolder>(const std::string& domain)>
-      etcd_holder;
+  // The lock services the gateway follows, by kind ("etcd", "zookeeper";
+  // see WatcherKindOf): an advance on a domain bound to ETCD or ZOOKEEPER
+  // asks its watcher who holds the lock (HolderOf, which blocks). Not
+  // owned; each must outlive the gate.
+  absl::flat_hash_map<std::string, TokenWatcher*> watchers;
 };
 
 class RequestGate;
@@ -109,6 +104,8 @@ class Admission final : public AdvanceCheck {
  private:
   friend class RequestGate;
   Admission() = default;
+  // For a domain bound to a lock service: `token` must be its holder's.
+  absl::Status CheckHolder(const FenceState& current, uint64_t token) const;
 
   const RequestGate* gate_ = nullptr;
   std::string identity_;
@@ -127,14 +124,12 @@ class RequestGate {
   // the policy.
   void SetPolicy(std::shared_ptr<const Policy> policy);
   bool has_policy() const;
-  // Whether the gate can serve a policy binding a domain to ETCD.
-  bool has_etcd() const { return bool(options_.etcd_holder); }
 
   // Admits the request, or returns the error to answer it with, having
   // logged and audited it: PERMISSION_DENIED naming the identity, the
   // permission and the domain (and resource), or saying that the lease
-  // service cannot grant a domain bound to etcd; UNAUTHENTICATED for a
-  // caller without an identity while a policy is in force. Never blocks.
+  // service cannot grant a domain bound to etcd or ZooKeeper; UNAUTHENTICATED
+  // for a caller without an identity while a policy is in force. Never blocks.
   absl::StatusOr<std::unique_ptr<Admission>> Admit(
       const grpc::ServerContextBase& context, const CallFacts& facts) const;
 

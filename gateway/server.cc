@@ -10,10 +10,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
+#include "common/stale_token.h"
 #include "fencing/clock.h"
-#include "fencing/limits.h"
 #include "fencing/rocksdb_fence_store.h"
-#include "fencing/stale_token.h"
 #include "gateway/log.h"
 #include "gateway/server_tls.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -23,48 +22,44 @@
 #include "grpcpp/server_builder.h"
 
 namespace fencegate {
-namespace {
+namespace {}  // namespace
 
-// A new etcd lock owner: raise its domain's fence to the key's revision.
-void RaiseFenceForEtcdOwner(Fencer* fencer, const RequestGate* gate,
-                            const std::string& domain, uint64_t token) {
-  if (!ValidateDomain(domain).ok()) {
-    Log(LogSeverity::kWarning,
-        absl::StrCat("etcd watcher: lock name is not a valid domain: ",
-                     absl::CHexEscape(domain)));
-    return;
-  }
-  absl::StatusOr<FenceDecision> d = fencer->Fence(domain, token);
+void GatewayServer::RaiseFenceForHolder(absl::string_view kind,
+                                        const std::string& domain,
+                                        uint64_t token) const {
+  absl::StatusOr<FenceDecision> d = fencer_->Fence(domain, token);
   if (d.ok()) {
     if (d->advanced) {
-      gate->AuditInternalAdvance("etcd-watcher", domain, token);
+      gate_->AuditInternalAdvance(absl::StrCat(kind, "-watcher"), domain,
+                                  token);
       Log(LogSeverity::kInfo,
-          absl::StrFormat("etcd lock handover: fence of \"%s\" raised to %d",
-                          absl::CHexEscape(domain), token));
+          absl::StrFormat("%s lock handover: fence of \"%s\" raised to %d",
+                          kind, absl::CHexEscape(domain), token));
     }
   } else if (GetStaleToken(d.status()).has_value()) {
     // The fence is already higher (another source raised it): nothing to do.
   } else {
     Log(LogSeverity::kError,
-        absl::StrCat("etcd watcher: raising fence of \"",
+        absl::StrCat(kind, " watcher: raising fence of \"",
                      absl::CHexEscape(domain), "\": ", d.status().ToString()));
   }
 }
 
-}  // namespace
-
 absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
-    const GatewayOptions& options, const AdapterRegistry& registry) {
+    const GatewayOptions& options, const AdapterRegistry& adapters,
+    const TokenWatcherRegistry& watchers) {
   std::unique_ptr<GatewayServer> s(new GatewayServer());
   absl::StatusOr<std::unique_ptr<Router>> router =
-      Router::Create(registry, options.routes);
+      Router::Create(adapters, options.routes);
   if (!router.ok()) return router.status();
   s->router_ = *std::move(router);
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
       ServerCredentials(options.tls);
   if (!credentials.ok()) return credentials.status();
   s->policy_path_ = options.policy_path;
-  s->policy_env_.etcd_configured = !options.etcd_endpoint.empty();
+  for (const TokenWatcherSpec& spec : options.watchers) {
+    s->policy_env_.watched.insert(spec.kind);
+  }
   for (const RouteSpec& route : options.routes) {
     for (const auto& [name, sql] : route.statements) {
       s->policy_env_.statement_names.insert(name);
@@ -111,38 +106,34 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
   s->leases_ = *std::move(leases);
   RequestGateOptions gate_options;
   gate_options.audit = s->audit_.get();
-  if (!options.etcd_endpoint.empty()) {
-    client::EtcdFenceWatcherOptions watch;
-    watch.endpoint = options.etcd_endpoint;
-    watch.prefix = options.etcd_lock_prefix;
-    watch.tls = options.etcd_tls;
-    watch.on_error = [](const absl::Status& error) {
+  // Watchers are built first (the gate asks them about tokens) and started
+  // once the gate exists (their reports are audited through it).
+  for (const TokenWatcherSpec& spec : options.watchers) {
+    TokenWatcherContext context;
+    const std::string kind = spec.kind;
+    context.on_holder = [server = s.get(), kind](const std::string& domain,
+                                                 uint64_t token) {
+      server->RaiseFenceForHolder(kind, domain, token);
+    };
+    context.on_error = [kind](const absl::Status& error) {
       Log(LogSeverity::kWarning,
-          absl::StrCat("etcd watcher: ", error.ToString()));
+          absl::StrCat(kind, " watcher: ", error.ToString()));
     };
-    Fencer* fencer = s->fencer_.get();
-    GatewayServer* server = s.get();
-    gate_options.etcd_holder =
-        [server](const std::string& domain) -> absl::StatusOr<EtcdHolder> {
-      absl::StatusOr<client::EtcdLockOwner> owner =
-          server->etcd_watcher_->OwnerOf(domain);
-      if (!owner.ok()) return owner.status();
-      return EtcdHolder{owner->create_revision, owner->revision};
-    };
-    // The gate exists before the watcher reports its first owner.
-    s->gate_ = std::make_unique<RequestGate>(std::move(gate_options));
-    s->etcd_watcher_ = std::make_unique<client::EtcdFenceWatcher>(
-        std::move(watch),
-        [fencer, server = s.get()](const std::string& domain, uint64_t token) {
-          RaiseFenceForEtcdOwner(fencer, server->gate_.get(), domain, token);
-        });
-    if (absl::Status st = s->etcd_watcher_->Start(); !st.ok()) {
-      return absl::Status(st.code(),
-                          absl::StrCat("etcd watcher: ", st.message()));
+    absl::StatusOr<std::unique_ptr<TokenWatcher>> watcher =
+        watchers.Create(spec, std::move(context));
+    if (!watcher.ok()) return watcher.status();
+    if (!gate_options.watchers.try_emplace(kind, watcher->get()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("two ", kind, " watchers: at most one per kind"));
     }
+    s->watchers_.push_back(*std::move(watcher));
   }
-  if (s->gate_ == nullptr) {
-    s->gate_ = std::make_unique<RequestGate>(std::move(gate_options));
+  s->gate_ = std::make_unique<RequestGate>(std::move(gate_options));
+  for (const std::unique_ptr<TokenWatcher>& watcher : s->watchers_) {
+    if (absl::Status st = watcher->Start(); !st.ok()) {
+      return absl::Status(
+          st.code(), absl::StrCat(watcher->kind(), " watcher: ", st.message()));
+    }
   }
   s->gate_->SetPolicy(std::move(policy));
   s->service_ = std::make_unique<GatewayService>(
@@ -230,7 +221,9 @@ void GatewayServer::Shutdown(absl::Duration grace) {
   shut_down_ = true;
   if (server_ != nullptr) {
     server_->GetHealthCheckService()->SetServingStatus(false);
-    if (etcd_watcher_ != nullptr) etcd_watcher_->Stop();
+    for (const std::unique_ptr<TokenWatcher>& watcher : watchers_) {
+      watcher->Stop();
+    }
     // Waiting Acquire calls end now rather than hold shutdown up.
     if (leases_ != nullptr) leases_->Shutdown();
     // Returns once every started RPC has finished: in-flight writes run to

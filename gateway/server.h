@@ -13,7 +13,6 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "client/etcd/etcd_fence_watcher.h"
 #include "fencing/fence_store.h"
 #include "fencing/fencer.h"
 #include "fencing/lease_manager.h"
@@ -28,6 +27,8 @@
 #include "grpcpp/server.h"
 #include "storage_adapters/registry.h"
 #include "storage_adapters/router.h"
+#include "token_watchers/registry.h"
+#include "token_watchers/token_watcher.h"
 
 namespace fencegate {
 
@@ -35,13 +36,16 @@ namespace fencegate {
 class GatewayServer {
  public:
   // Opens the fence store in <data_dir>/fence, builds the routes' adapters
-  // from `registry`, loads the policy and opens the audit log if
-  // configured, starts the etcd watcher if configured, and starts serving.
-  // INVALID_ARGUMENT for a bad route, URI, policy, TLS file or audit log
-  // path; UNAVAILABLE if the store is locked by another process, etcd
-  // cannot be read, or the address cannot be bound.
+  // from `adapters`, loads the policy and opens the audit log if
+  // configured, builds and starts the configured token watchers from
+  // `watchers` (each has reported every current lock holder when this
+  // returns), and starts serving. INVALID_ARGUMENT for a bad route, URI,
+  // policy, watcher, TLS file or audit log path; UNAVAILABLE if the store is
+  // locked by another process, a lock service cannot be read, or the
+  // address cannot be bound.
   static absl::StatusOr<std::unique_ptr<GatewayServer>> Start(
-      const GatewayOptions& options, const AdapterRegistry& registry);
+      const GatewayOptions& options, const AdapterRegistry& adapters,
+      const TokenWatcherRegistry& watchers);
 
   GatewayServer(const GatewayServer&) = delete;
   GatewayServer& operator=(const GatewayServer&) = delete;
@@ -63,6 +67,11 @@ class GatewayServer {
  private:
   GatewayServer() = default;
 
+  // A watcher reported `token` as the new holder of lock `domain`: raise
+  // that domain's fence to it. On the watcher's thread.
+  void RaiseFenceForHolder(absl::string_view kind, const std::string& domain,
+                           uint64_t token) const;
+
   // The policy as loaded from `path`.
   absl::StatusOr<std::shared_ptr<const Policy>> LoadPolicy() const;
 
@@ -73,7 +82,7 @@ class GatewayServer {
   std::unique_ptr<RocksDbStore> store_;
   std::unique_ptr<Fencer> fencer_;
   std::unique_ptr<LeaseManager> leases_;
-  std::unique_ptr<client::EtcdFenceWatcher> etcd_watcher_;
+  std::vector<std::unique_ptr<TokenWatcher>> watchers_;
   std::unique_ptr<Router> router_;
   std::unique_ptr<DomainExecutor> executor_;
   std::unique_ptr<GatewayService> service_;

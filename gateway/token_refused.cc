@@ -25,15 +25,23 @@ absl::Status TokenRefusedError(absl::string_view domain, uint64_t token,
           "the domain takes its tokens from etcd, whose newest revision is ",
           limit);
       break;
-    case v1::TokenRefused::NOT_ETCD_HOLDER:
-      why = limit == 0 ? std::string(
-                             "the domain takes its tokens from etcd, "
-                             "where nobody holds its lock")
-                       : absl::StrCat(
-                             "the domain takes its tokens from etcd, where "
-                             "its lock's holder has token ",
-                             limit);
+    case v1::TokenRefused::ABOVE_ZOOKEEPER_ZXID:
+      why = absl::StrCat(
+          "the domain takes its tokens from ZooKeeper, whose newest zxid "
+          "seen is ",
+          limit);
       break;
+    case v1::TokenRefused::NOT_ETCD_HOLDER:
+    case v1::TokenRefused::NOT_ZOOKEEPER_HOLDER: {
+      const char* source =
+          reason == v1::TokenRefused::NOT_ETCD_HOLDER ? "etcd" : "ZooKeeper";
+      why = limit == 0
+                ? absl::StrCat("the domain takes its tokens from ", source,
+                               ", where nobody holds its lock")
+                : absl::StrCat("the domain takes its tokens from ", source,
+                               ", where its lock's holder has token ", limit);
+      break;
+    }
     case v1::TokenRefused::ABOVE_MAX_ADVANCE:
       why = absl::StrCat("the domain's max_advance admits at most ", limit);
       break;

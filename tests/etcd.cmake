@@ -1,4 +1,4 @@
-# etcd integration tests: EtcdTokenSource and EtcdFenceWatcher against a real
+# etcd integration tests: EtcdTokenSource and the etcd token watcher against a real
 # /usr/bin/etcd started by tests/etcd_server.cc. Included from
 # tests/CMakeLists.txt.
 
@@ -14,8 +14,8 @@ target_link_libraries(fencegate_etcd_test_util
 
 fencegate_test(etcd_token_source_test fencegate_etcd fencegate_etcd_test_util
                absl::synchronization)
-fencegate_test(etcd_fence_watcher_test fencegate_etcd fencegate_etcd_test_util
-               fencegate_fencing absl::synchronization)
+fencegate_test(etcd_watcher_test fencegate_etcd fencegate_token_watchers
+               fencegate_etcd_test_util fencegate_fencing absl::synchronization)
 fencegate_test(trust_etcd_test fencegate_etcd fencegate_etcd_test_util
                fencegate_gateway fencegate_client)
 add_dependencies(trust_etcd_test fencegate fencectl)

@@ -15,10 +15,10 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "common/limits.h"
+#include "common/stale_token.h"
 #include "fencing/clock.h"
-#include "fencing/limits.h"
 #include "fencing/rocksdb_fence_store.h"
-#include "fencing/stale_token.h"
 #include "fencing/sync_point.h"
 #include "tests/fencer_fixture.h"
 #include "tests/fixtures.h"

@@ -13,8 +13,8 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "common/stale_token.h"
 #include "fencing/fencer.h"
-#include "fencing/stale_token.h"
 #include "fencing/sync_point.h"
 #include "tests/fencer_fixture.h"
 #include "tests/test_util.h"

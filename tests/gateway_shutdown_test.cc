@@ -50,7 +50,9 @@ TEST(GatewayShutdownTest, InFlightWriteFinishesAndNewOnesAreRefused) {
   options.routes = {{"slow", "block://"},
                     {"files", "file://" + dir.path() + "/files"}};
   options.io_threads = 4;
-  ASSERT_OK_AND_ASSIGN(server, GatewayServer::Start(options, registry));
+  TokenWatcherRegistry watchers;  // None configured.
+  ASSERT_OK_AND_ASSIGN(server,
+                       GatewayServer::Start(options, registry, watchers));
   auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server->port()),
                                      grpc::InsecureChannelCredentials());
   auto stub = v1::Gateway::NewStub(channel);

@@ -56,7 +56,7 @@ constexpr char kPolicy[] = R"pb(
 
 PolicyEnvironment Env() {
   PolicyEnvironment env;
-  env.etcd_configured = true;
+  env.watched = {"etcd", "zookeeper"};
   env.statement_names = {"complete_job", "other_job"};
   return env;
 }
@@ -218,11 +218,20 @@ TEST(PolicyLoadTest, BadPoliciesAreRefusedWithTheReason) {
     EXPECT_THAT(policy.status().message(), HasSubstr(c.reason));
   }
   PolicyEnvironment no_etcd = Env();
-  no_etcd.etcd_configured = false;
+  no_etcd.watched = {"zookeeper"};
   absl::StatusOr<std::shared_ptr<const Policy>> etcd =
       Parse(R"pb(domain { prefix: "e/" token_source: ETCD })pb", no_etcd);
   EXPECT_THAT(etcd, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(etcd.status().message(), HasSubstr("etcd_endpoint"));
+  EXPECT_OK(
+      Parse(R"pb(domain { prefix: "z/" token_source: ZOOKEEPER })pb", no_etcd)
+          .status());
+  PolicyEnvironment no_zookeeper = Env();
+  no_zookeeper.watched = {"etcd"};
+  absl::StatusOr<std::shared_ptr<const Policy>> zookeeper = Parse(
+      R"pb(domain { prefix: "z/" token_source: ZOOKEEPER })pb", no_zookeeper);
+  EXPECT_THAT(zookeeper, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(zookeeper.status().message(), HasSubstr("zookeeper_endpoint"));
 
   testing::TempDir dir;
   const std::string path = dir.path() + "/policy.textproto";

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/stale_token.h"
 #include "fencegate/v1/errors.pb.h"
 #include "fencegate/v1/gateway.grpc.pb.h"
-#include "fencing/stale_token.h"
 #include "google/rpc/status.pb.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"

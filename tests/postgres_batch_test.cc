@@ -14,7 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
-#include "fencing/stale_token.h"
+#include "common/stale_token.h"
 #include "fencing/sync_point.h"
 #include "tests/postgres_adapter_fixture.h"
 

@@ -16,8 +16,8 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "common/stale_token.h"
 #include "fencegate/v1/gateway.grpc.pb.h"
-#include "fencing/stale_token.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "storage_adapters/postgres/fence_schema.h"

@@ -12,8 +12,8 @@
 #include "absl/strings/strip.h"
 #include "client/etcd/etcd_connection.h"
 #include "client/etcd/lease_keeper.h"
+#include "common/limits.h"
 #include "etcdserverpb/rpc.grpc.pb.h"
-#include "fencing/limits.h"
 
 namespace fencegate::client {
 namespace {

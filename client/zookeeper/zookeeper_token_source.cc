@@ -2,8 +2,6 @@
 
 #include "client/zookeeper/zookeeper_token_source.h"
 
-#include <zookeeper/zookeeper.h>
-
 #include <algorithm>
 #include <atomic>
 #include <thread>
@@ -18,113 +16,14 @@
 #include "absl/synchronization/notification.h"
 #include "client/gateway_fence.h"
 #include "client/kept_lock.h"
+#include "client/zookeeper/zookeeper_session.h"
 
 namespace fencegate::client {
 namespace {
 
-constexpr char kNodePrefix[] = "lock-";
-
-// One ZooKeeper session: its handle, and its state as the C client's
-// completion thread reports it. Watch events on znodes bump `changes`.
-class Session {
- public:
-  static absl::StatusOr<std::unique_ptr<Session>> Open(
-      const std::string& hosts, absl::Duration timeout,
-      absl::Duration connect_timeout) {
-    // The client's own log would go to stderr; its errors reach the caller
-    // as statuses instead.
-    zoo_set_debug_level(static_cast<ZooLogLevel>(0));
-    std::unique_ptr<Session> s(new Session());
-    s->handle_ =
-        zookeeper_init(hosts.c_str(), &Session::OnEvent,
-                       static_cast<int>(absl::ToInt64Milliseconds(timeout)),
-                       nullptr, s.get(), 0);
-    if (s->handle_ == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("zookeeper \"", hosts, "\": cannot start a client"));
-    }
-    absl::MutexLock lock(&s->mu_);
-    auto connected = [&s]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
-      return s->connected_ || s->expired_;
-    };
-    if (!s->mu_.AwaitWithTimeout(absl::Condition(&connected),
-                                 connect_timeout) ||
-        s->expired_) {
-      return absl::UnavailableError(
-          absl::StrCat("zookeeper at ", hosts, ": no session within ",
-                       absl::FormatDuration(connect_timeout)));
-    }
-    return s;
-  }
-
-  ~Session() {
-    if (handle_ != nullptr) zookeeper_close(handle_);
-  }
-
-  zhandle_t* handle() const { return handle_; }
-
-  // Waits until a watch fires (or the session changes) after `seen`
-  // changes, or until `deadline`.
-  void WaitForChange(uint64_t seen, absl::Time deadline) {
-    absl::MutexLock lock(&mu_);
-    auto changed = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return changes_ != seen;
-    };
-    mu_.AwaitWithDeadline(absl::Condition(&changed), deadline);
-  }
-  uint64_t changes() {
-    absl::MutexLock lock(&mu_);
-    return changes_;
-  }
-  // Wakes WaitForChange().
-  void Poke() {
-    absl::MutexLock lock(&mu_);
-    ++changes_;
-  }
-  // True once the session expired, or was disconnected for `ttl`.
-  bool Gone(absl::Duration ttl) {
-    absl::MutexLock lock(&mu_);
-    return expired_ ||
-           (!connected_ && absl::Now() - disconnected_since_ >= ttl);
-  }
-
-  static void OnEvent(zhandle_t*, int type, int state, const char*,
-                      void* context) {
-    auto* s = static_cast<Session*>(context);
-    absl::MutexLock lock(&s->mu_);
-    ++s->changes_;
-    if (type != ZOO_SESSION_EVENT) return;
-    if (state == ZOO_CONNECTED_STATE) {
-      s->connected_ = true;
-    } else if (state == ZOO_EXPIRED_SESSION_STATE ||
-               state == ZOO_AUTH_FAILED_STATE) {
-      s->connected_ = false;
-      s->expired_ = true;
-    } else if (s->connected_) {
-      s->connected_ = false;
-      s->disconnected_since_ = absl::Now();
-    }
-  }
-
- private:
-  Session() = default;
-  zhandle_t* handle_ = nullptr;
-  absl::Mutex mu_;
-  bool connected_ ABSL_GUARDED_BY(mu_) = false;
-  bool expired_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Time disconnected_since_ ABSL_GUARDED_BY(mu_);
-  uint64_t changes_ ABSL_GUARDED_BY(mu_) = 0;
-};
-
-absl::Status ZkError(int rc, absl::string_view what, absl::string_view path) {
-  const std::string message =
-      absl::StrCat("zookeeper ", what, " \"", path, "\": ", zerror(rc));
-  if (rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT ||
-      rc == ZSESSIONEXPIRED || rc == ZCLOSING) {
-    return absl::UnavailableError(message);
-  }
-  return absl::InternalError(message);
-}
+using zookeeper_internal::kLockNodePrefix;
+using zookeeper_internal::ZkError;
+using Session = zookeeper_internal::ZooKeeperSession;
 
 // Creates `path` and its parents as persistent znodes where missing.
 absl::Status CreatePath(zhandle_t* zh, const std::string& path) {
@@ -144,15 +43,8 @@ absl::StatusOr<std::vector<std::string>> LockNodes(zhandle_t* zh,
   String_vector children{0, nullptr};
   const int rc = zoo_get_children(zh, parent.c_str(), 0, &children);
   if (rc != ZOK) return ZkError(rc, "list", parent);
-  std::vector<std::string> nodes;
-  for (int i = 0; i < children.count; ++i) {
-    if (absl::StartsWith(children.data[i], kNodePrefix)) {
-      nodes.emplace_back(children.data[i]);
-    }
-  }
+  std::vector<std::string> nodes = zookeeper_internal::LockNodes(children);
   deallocate_String_vector(&children);
-  // The sequence suffix has a fixed width: text order is creation order.
-  std::sort(nodes.begin(), nodes.end());
   return nodes;
 }
 
@@ -279,7 +171,7 @@ absl::StatusOr<std::unique_ptr<HeldLock>> ZooKeeperTokenSource::Acquire(
   const std::string owner = options.owner;
   char created[1024];
   Stat stat;
-  const std::string prefix = absl::StrCat(parent, "/", kNodePrefix);
+  const std::string prefix = absl::StrCat(parent, "/", kLockNodePrefix);
   int rc =
       zoo_create2(zh, prefix.c_str(), owner.data(),
                   static_cast<int>(owner.size()), &ZOO_OPEN_ACL_UNSAFE,
@@ -324,7 +216,7 @@ absl::StatusOr<std::unique_ptr<HeldLock>> ZooKeeperTokenSource::Acquire(
   }
   // The timeout the server agreed to (it bounds what was asked for), not
   // the one asked for: the server expires the session by it.
-  const absl::Duration agreed = absl::Milliseconds(zoo_recv_timeout(zh));
+  const absl::Duration agreed = (*session)->agreed_timeout();
   return std::unique_ptr<HeldLock>(new ZooKeeperLock(
       *std::move(session), name, node, token, agreed, std::move(on_lost)));
 }

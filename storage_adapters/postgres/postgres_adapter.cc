@@ -14,7 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
-#include "fencing/limits.h"
+#include "common/limits.h"
 #include "fencing/sync_point.h"
 #include "storage_adapters/postgres/fence_schema.h"
 #include "storage_adapters/postgres/role_check.h"

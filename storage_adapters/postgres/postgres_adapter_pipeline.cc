@@ -15,7 +15,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "fencing/stale_token.h"
+#include "common/stale_token.h"
 #include "fencing/sync_point.h"
 #include "storage_adapters/postgres/fence_schema.h"
 #include "storage_adapters/postgres/postgres_adapter.h"

@@ -59,7 +59,7 @@ class Fencer {
   // runs `apply`, all under the domain's lock. Returns the decision if apply
   // succeeded; the stale-token error if the token is stale (apply not run);
   // apply's error otherwise (the fence stays as recorded). The caller must
-  // have validated domain and token (fencing/limits.h). `check`, if not
+  // have validated domain and token (common/limits.h). `check`, if not
   // null, must admit an advance (rule 6); it must outlive the call.
   absl::StatusOr<FenceDecision> Execute(absl::string_view domain,
                                         uint64_t token,

@@ -81,7 +81,7 @@ class EtcdTokenSource final : public TokenSource {
   ~EtcdTokenSource() override;
 
   // See TokenSource::Acquire. The name must be a valid fencing domain
-  // (fencing/limits.h): INVALID_ARGUMENT otherwise, or for ttl <= 0 or
+  // (common/limits.h): INVALID_ARGUMENT otherwise, or for ttl <= 0 or
   // wait < 0. DEADLINE_EXCEEDED if an older key still holds the name when
   // options.wait ends; this waiter's key and lease are then removed.
   // UNAVAILABLE if etcd cannot be reached, or if this waiter's lease ended

@@ -1,10 +1,8 @@
 // Copyright fencegate authors.
 //
-// EtcdFenceWatcher against a real etcd: it reports each lock's owner (the
+// The etcd token watcher against a real etcd: it reports each lock's owner (the
 // key with the lowest create_revision), never a waiter, catches up on
 // start, and follows etcd across a restart.
-
-#include "client/etcd/etcd_fence_watcher.h"
 
 #include <atomic>
 #include <memory>
@@ -21,9 +19,16 @@
 #include "fencing/sync_point.h"
 #include "tests/etcd_server.h"
 #include "tests/test_util.h"
+#include "token_watchers/builtin.h"
+#include "token_watchers/registry.h"
 
-namespace fencegate::client {
+namespace fencegate {
 namespace {
+
+using client::EtcdTokenSource;
+using client::EtcdTokenSourceOptions;
+using client::HeldLock;
+using client::LockOptions;
 
 using ::fencegate::testing::EtcdServer;
 using ::fencegate::testing::StatusIs;
@@ -34,11 +39,13 @@ using ::testing::HasSubstr;
 // What the watcher reported, in order (the gateway would Fence() these).
 class Recorder {
  public:
-  EtcdFenceWatcher::OwnerCallback Callback() {
-    return [this](const std::string& domain, uint64_t token) {
+  TokenWatcherContext Context() {
+    TokenWatcherContext context;
+    context.on_holder = [this](const std::string& domain, uint64_t token) {
       absl::MutexLock lock(&mu_);
       calls_.emplace_back(domain, token);
     };
+    return context;
   }
   std::vector<uint64_t> TokensOf(const std::string& domain) {
     absl::MutexLock lock(&mu_);
@@ -80,13 +87,30 @@ class EtcdFenceWatcherTest : public ::testing::Test {
     source_ = *std::move(source);
   }
 
-  std::unique_ptr<EtcdFenceWatcher> NewWatcher(
+  TokenWatcherSpec Spec() {
+    TokenWatcherSpec spec;
+    spec.kind = "etcd";
+    spec.endpoint = etcd_->endpoint();
+    return spec;
+  }
+
+  absl::StatusOr<std::unique_ptr<TokenWatcher>> Create(
+      const TokenWatcherSpec& spec, TokenWatcherContext context) {
+    TokenWatcherRegistry registry;
+    if (absl::Status s = RegisterBuiltinWatchers(registry); !s.ok()) return s;
+    return registry.Create(spec, std::move(context));
+  }
+
+  std::unique_ptr<TokenWatcher> NewWatcher(
       absl::Duration rpc_timeout = absl::Seconds(5)) {
-    EtcdFenceWatcherOptions options;
-    options.endpoint = etcd_->endpoint();
-    options.rpc_timeout = rpc_timeout;
-    options.on_error = [this](const absl::Status&) { errors_.fetch_add(1); };
-    return std::make_unique<EtcdFenceWatcher>(options, recorder_.Callback());
+    TokenWatcherSpec spec = Spec();
+    spec.rpc_timeout = rpc_timeout;
+    TokenWatcherContext context = recorder_.Context();
+    context.on_error = [this](const absl::Status&) { errors_.fetch_add(1); };
+    absl::StatusOr<std::unique_ptr<TokenWatcher>> watcher =
+        Create(spec, std::move(context));
+    EXPECT_TRUE(watcher.ok()) << watcher.status();
+    return watcher.ok() ? *std::move(watcher) : nullptr;
   }
 
   // The create_revisions of the "jobs" lock keys, oldest first.
@@ -110,7 +134,7 @@ class EtcdFenceWatcherTest : public ::testing::Test {
 };
 
 TEST_F(EtcdFenceWatcherTest, ReportsANewHoldersRevision) {
-  std::unique_ptr<EtcdFenceWatcher> watcher = NewWatcher();
+  std::unique_ptr<TokenWatcher> watcher = NewWatcher();
   ASSERT_OK(watcher->Start());
   ASSERT_OK_AND_ASSIGN(
       lock, source_->Acquire("jobs", Options(absl::ZeroDuration()), nullptr));
@@ -126,7 +150,7 @@ TEST_F(EtcdFenceWatcherTest, ReportsANewHoldersRevision) {
 }
 
 TEST_F(EtcdFenceWatcherTest, WaitersKeyDoesNotRaiseTheFence) {
-  std::unique_ptr<EtcdFenceWatcher> watcher = NewWatcher();
+  std::unique_ptr<TokenWatcher> watcher = NewWatcher();
   ASSERT_OK(watcher->Start());
   ASSERT_OK_AND_ASSIGN(
       holder, source_->Acquire("jobs", Options(absl::ZeroDuration()), nullptr));
@@ -168,7 +192,7 @@ TEST_F(EtcdFenceWatcherTest, StartReportsTheCurrentOwnerButNotWaiters) {
   });
   ASSERT_TRUE(WaitFor([&] { return JobsRevisions().size() == 2; }));
 
-  std::unique_ptr<EtcdFenceWatcher> watcher = NewWatcher();
+  std::unique_ptr<TokenWatcher> watcher = NewWatcher();
   ASSERT_OK(watcher->Start());
   // Start() returns after the catch-up: no waiting needed.
   EXPECT_THAT(recorder_.TokensOf("jobs"), ElementsAre(holder->token()));
@@ -179,7 +203,7 @@ TEST_F(EtcdFenceWatcherTest, StartReportsTheCurrentOwnerButNotWaiters) {
 }
 
 TEST_F(EtcdFenceWatcherTest, ExpiredHoldersSuccessorIsReported) {
-  std::unique_ptr<EtcdFenceWatcher> watcher = NewWatcher();
+  std::unique_ptr<TokenWatcher> watcher = NewWatcher();
   ASSERT_OK(watcher->Start());
   ASSERT_OK_AND_ASSIGN(
       holder, source_->Acquire("jobs", Options(absl::ZeroDuration()), nullptr));
@@ -204,7 +228,7 @@ TEST_F(EtcdFenceWatcherTest, ExpiredHoldersSuccessorIsReported) {
 }
 
 TEST_F(EtcdFenceWatcherTest, FollowsEtcdAcrossARestart) {
-  std::unique_ptr<EtcdFenceWatcher> watcher = NewWatcher();
+  std::unique_ptr<TokenWatcher> watcher = NewWatcher();
   ASSERT_OK(watcher->Start());
   ASSERT_OK_AND_ASSIGN(
       before, source_->Acquire("jobs", Options(absl::ZeroDuration()), nullptr));
@@ -213,6 +237,7 @@ TEST_F(EtcdFenceWatcherTest, FollowsEtcdAcrossARestart) {
 
   etcd_->Kill();
   ASSERT_TRUE(WaitFor([&] { return errors_.load() > 0; }));  // Noticed.
+  EXPECT_FALSE(watcher->connected());
   ASSERT_OK(etcd_->Restart());
 
   ASSERT_OK_AND_ASSIGN(
@@ -221,12 +246,12 @@ TEST_F(EtcdFenceWatcherTest, FollowsEtcdAcrossARestart) {
   EXPECT_TRUE(WaitFor([&] { return recorder_.Has("jobs", after->token()); }));
   EXPECT_THAT(recorder_.TokensOf("jobs"),
               ElementsAre(before->token(), after->token()));
+  EXPECT_TRUE(WaitFor([&] { return watcher->connected(); }));
 }
 
 TEST_F(EtcdFenceWatcherTest, StartFailsWhileEtcdIsDownAndCanBeRetried) {
   etcd_->Kill();
-  std::unique_ptr<EtcdFenceWatcher> watcher =
-      NewWatcher(absl::Milliseconds(500));
+  std::unique_ptr<TokenWatcher> watcher = NewWatcher(absl::Milliseconds(500));
   EXPECT_THAT(watcher->Start(), StatusIs(absl::StatusCode::kUnavailable));
 
   ASSERT_OK(etcd_->Restart());
@@ -237,7 +262,7 @@ TEST_F(EtcdFenceWatcherTest, StartFailsWhileEtcdIsDownAndCanBeRetried) {
 }
 
 TEST_F(EtcdFenceWatcherTest, StopEndsTheWatcherForGood) {
-  std::unique_ptr<EtcdFenceWatcher> watcher = NewWatcher();
+  std::unique_ptr<TokenWatcher> watcher = NewWatcher();
   ASSERT_OK(watcher->Start());
   EXPECT_THAT(watcher->Start(),
               StatusIs(absl::StatusCode::kFailedPrecondition));
@@ -255,21 +280,20 @@ TEST_F(EtcdFenceWatcherTest, StopEndsTheWatcherForGood) {
 TEST_F(EtcdFenceWatcherTest, ReadsThePrefixAgainAfterItsHistoryWasCompacted) {
   absl::Notification at_watch, go;
   std::atomic<int> watches{0};
-  SyncPoint::Get()->SetCallback("EtcdFenceWatcher::Watch:Start", [&](void*) {
+  SyncPoint::Get()->SetCallback("EtcdWatcher::Watch:Start", [&](void*) {
     if (watches.fetch_add(1) != 0) return;
     at_watch.Notify();
     go.WaitForNotification();
   });
   absl::Mutex mu;
   std::vector<absl::Status> errors;
-  EtcdFenceWatcherOptions options;
-  options.endpoint = etcd_->endpoint();
-  options.on_error = [&](const absl::Status& s) {
+  TokenWatcherContext context = recorder_.Context();
+  context.on_error = [&](const absl::Status& s) {
     absl::MutexLock lock(&mu);
     errors.push_back(s);
   };
-  EtcdFenceWatcher watcher(options, recorder_.Callback());
-  ASSERT_OK(watcher.Start());
+  ASSERT_OK_AND_ASSIGN(watcher, Create(Spec(), std::move(context)));
+  ASSERT_OK(watcher->Start());
   ASSERT_TRUE(at_watch.WaitForNotificationWithTimeout(absl::Seconds(30)));
 
   absl::StatusOr<std::unique_ptr<HeldLock>> lock =
@@ -282,7 +306,7 @@ TEST_F(EtcdFenceWatcherTest, ReadsThePrefixAgainAfterItsHistoryWasCompacted) {
 
   EXPECT_TRUE(WaitFor([&] { return recorder_.Has("jobs", (*lock)->token()); }));
   EXPECT_GE(watches.load(), 2);  // The refused watch, then a new one.
-  watcher.Stop();
+  watcher->Stop();
   SyncPoint::Get()->ClearAll();
   absl::MutexLock l(&mu);
   ASSERT_FALSE(errors.empty());
@@ -291,18 +315,44 @@ TEST_F(EtcdFenceWatcherTest, ReadsThePrefixAgainAfterItsHistoryWasCompacted) {
 }
 #endif  // FENCEGATE_SYNC_POINTS
 
-TEST_F(EtcdFenceWatcherTest, InvalidOptionsAreRejected) {
-  EtcdFenceWatcherOptions no_prefix;
-  no_prefix.endpoint = etcd_->endpoint();
-  no_prefix.prefix = "";
-  EtcdFenceWatcher a(no_prefix, recorder_.Callback());
-  EXPECT_THAT(a.Start(), StatusIs(absl::StatusCode::kInvalidArgument));
+TEST_F(EtcdFenceWatcherTest, InvalidSpecsAreRejected) {
+  TokenWatcherSpec no_prefix = Spec();
+  no_prefix.lock_path = "/";
+  EXPECT_THAT(Create(no_prefix, recorder_.Context()).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 
-  EtcdFenceWatcherOptions https;
-  https.endpoint = "https://127.0.0.1:2379";
-  EtcdFenceWatcher b(https, recorder_.Callback());
-  EXPECT_THAT(b.Start(), StatusIs(absl::StatusCode::kInvalidArgument));
+  TokenWatcherSpec https = Spec();
+  https.endpoint = "https://127.0.0.1:2379";  // TLS without a CA.
+  EXPECT_THAT(Create(https, recorder_.Context()).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+
+  TokenWatcherSpec no_endpoint = Spec();
+  no_endpoint.endpoint = "";
+  EXPECT_THAT(Create(no_endpoint, recorder_.Context()).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+
+  TokenWatcherSpec unknown = Spec();
+  unknown.kind = "consul";
+  absl::Status status = Create(unknown, recorder_.Context()).status();
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(std::string(status.message()), HasSubstr("etcd, zookeeper"));
+
+  EXPECT_THAT(Create(Spec(), TokenWatcherContext{}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST_F(EtcdFenceWatcherTest, HolderOfAsksEtcd) {
+  std::unique_ptr<TokenWatcher> watcher = NewWatcher();
+  ASSERT_OK(watcher->Start());
+  EXPECT_TRUE(WaitFor([&] { return watcher->connected(); }));
+  ASSERT_OK_AND_ASSIGN(nobody, watcher->HolderOf("jobs"));
+  EXPECT_EQ(nobody.token, 0u);
+  ASSERT_OK_AND_ASSIGN(
+      lock, source_->Acquire("jobs", Options(absl::ZeroDuration()), nullptr));
+  ASSERT_OK_AND_ASSIGN(holder, watcher->HolderOf("jobs"));
+  EXPECT_EQ(holder.token, lock->token());
+  EXPECT_GE(holder.newest, lock->token());
 }
 
 }  // namespace
-}  // namespace fencegate::client
+}  // namespace fencegate

@@ -4,8 +4,8 @@
 // fencegate.v1.StaleToken payload, which the gateway turns into a
 // google.rpc.Status detail.
 
-#ifndef FENCING_STALE_TOKEN_H_
-#define FENCING_STALE_TOKEN_H_
+#ifndef COMMON_STALE_TOKEN_H_
+#define COMMON_STALE_TOKEN_H_
 
 #include <cstdint>
 #include <optional>
@@ -35,4 +35,4 @@ std::optional<StaleTokenInfo> GetStaleToken(const absl::Status& status);
 
 }  // namespace fencegate
 
-#endif  // FENCING_STALE_TOKEN_H_
+#endif  // COMMON_STALE_TOKEN_H_

@@ -1,8 +1,9 @@
 // Copyright fencegate authors.
 
-#include "client/etcd/etcd_fence_watcher.h"
+#include "token_watchers/etcd/etcd_watcher.h"
 
 #include <algorithm>
+#include <atomic>
 #include <thread>
 #include <utility>
 
@@ -15,18 +16,20 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "client/etcd/etcd_connection.h"
+#include "common/limits.h"
 #include "etcdserverpb/rpc.grpc.pb.h"
-#include "fencing/limits.h"
 #include "fencing/sync_point.h"
 #include "grpcpp/support/client_callback.h"
 
-namespace fencegate::client {
+namespace fencegate {
 namespace {
 
-using etcd_internal::EtcdConnection;
-using etcd_internal::PrefixEnd;
+using client::etcd_internal::EtcdConnection;
+using client::etcd_internal::PrefixEnd;
 
 constexpr absl::Duration kFirstBackoff = absl::Milliseconds(100);
+// Longest pause between reconnection attempts.
+constexpr absl::Duration kMaxBackoff = absl::Seconds(2);
 // Keys per Range page while reading the prefix.
 constexpr int64_t kPageSize = 1000;
 
@@ -133,17 +136,30 @@ class WatchStream final
   absl::Notification done_;
 };
 
-}  // namespace
-
-class EtcdFenceWatcher::Impl {
+// The etcd lock recipe's view of the locks under a prefix. The keys of lock
+// `name` are "<prefix>/<name>/<lease hex>" (EtcdTokenSource and `etcdctl
+// lock` write them); the holder is the key with the LOWEST create_revision
+// -- the rule the recipe uses -- and its token is that create_revision. Keys
+// with higher revisions are waiters and are never reported: raising the
+// fence to a waiter's revision would refuse the real holder's writes.
+//
+// Start() reads the whole prefix (Range) and reports every holder, then
+// follows changes with a Watch from the revision after that read. After an
+// error it reconnects with backoff and resumes from the last revision it
+// applied; if etcd compacted that history away, it reads the prefix again.
+// A holder that came and went inside one batch of changes may be skipped:
+// the one after it has a higher token anyway.
+class EtcdWatcher final : public TokenWatcher {
  public:
-  Impl(EtcdFenceWatcherOptions options, OwnerCallback on_owner)
-      : options_(std::move(options)), on_owner_(std::move(on_owner)) {}
-  ~Impl() { Stop(); }
+  EtcdWatcher(TokenWatcherSpec spec, TokenWatcherContext context)
+      : spec_(std::move(spec)), context_(std::move(context)) {}
+  ~EtcdWatcher() override { Stop(); }
 
-  absl::Status Start();
-  void Stop();
-  absl::StatusOr<EtcdLockOwner> OwnerOf(const std::string& name);
+  absl::string_view kind() const override { return "etcd"; }
+  absl::Status Start() override;
+  void Stop() override;
+  absl::StatusOr<LockHolder> HolderOf(const std::string& name) override;
+  bool connected() const override { return connected_.load(); }
 
  private:
   std::shared_ptr<EtcdConnection> Connection() {
@@ -165,8 +181,8 @@ class EtcdFenceWatcher::Impl {
   // Runs `call` with a context that Stop() cancels.
   absl::Status Cancellable(absl::Time deadline, absl::string_view what,
                            const Call& call);
-  // Calls on_owner_ for each of `changed` whose owner differs from the last
-  // one reported.
+  // Calls on_holder for each of `changed` whose holder differs from the
+  // last one reported.
   void Report(const absl::flat_hash_set<std::string>& changed);
   // The lock name of "<prefix>/<name>/<id>"; false for any other key.
   bool NameOf(absl::string_view key, std::string* name) const;
@@ -174,8 +190,12 @@ class EtcdFenceWatcher::Impl {
   // Waits for `pause` or Stop(); true if stopped.
   bool WaitStopped(absl::Duration pause);
 
-  const EtcdFenceWatcherOptions options_;
-  const OwnerCallback on_owner_;
+  void OnError(const absl::Status& error) {
+    if (context_.on_error) context_.on_error(error);
+  }
+
+  const TokenWatcherSpec spec_;
+  const TokenWatcherContext context_;
   std::string dir_;  // "<prefix>/"
   std::shared_ptr<EtcdConnection> connection_;
 
@@ -190,10 +210,11 @@ class EtcdFenceWatcher::Impl {
   bool first_sync_done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status first_sync_ ABSL_GUARDED_BY(mu_);
   grpc::ClientContext* active_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::atomic<bool> connected_{false};
   std::thread thread_;
 };
 
-absl::Status EtcdFenceWatcher::Impl::Start() {
+absl::Status EtcdWatcher::Start() {
   {
     absl::MutexLock lock(&mu_);
     if (stop_) return absl::FailedPreconditionError("watcher was stopped");
@@ -201,20 +222,11 @@ absl::Status EtcdFenceWatcher::Impl::Start() {
   if (thread_.joinable()) {
     return absl::FailedPreconditionError("watcher already started");
   }
-  absl::string_view prefix = options_.prefix;
-  absl::ConsumeSuffix(&prefix, "/");
-  if (prefix.empty()) {
-    return absl::InvalidArgumentError("etcd lock prefix must not be empty");
-  }
-  if (options_.max_backoff <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("etcd watcher max_backoff must be positive, not ",
-                     absl::FormatDuration(options_.max_backoff)));
-  }
   absl::StatusOr<std::shared_ptr<EtcdConnection>> connection =
-      EtcdConnection::Create(options_.endpoint, options_.rpc_timeout,
-                             options_.tls);
+      EtcdConnection::Create(spec_.endpoint, spec_.rpc_timeout, spec_.tls);
   if (!connection.ok()) return connection.status();
+  absl::string_view prefix = spec_.lock_path;
+  absl::ConsumeSuffix(&prefix, "/");
   dir_ = absl::StrCat(prefix, "/");
   {
     absl::MutexLock lock(&mu_);
@@ -233,7 +245,7 @@ absl::Status EtcdFenceWatcher::Impl::Start() {
   return first;
 }
 
-void EtcdFenceWatcher::Impl::Stop() {
+void EtcdWatcher::Stop() {
   {
     absl::MutexLock lock(&mu_);
     stop_ = true;
@@ -242,18 +254,18 @@ void EtcdFenceWatcher::Impl::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-bool EtcdFenceWatcher::Impl::Stopping() {
+bool EtcdWatcher::Stopping() {
   absl::MutexLock lock(&mu_);
   return stop_;
 }
 
-bool EtcdFenceWatcher::Impl::WaitStopped(absl::Duration pause) {
+bool EtcdWatcher::WaitStopped(absl::Duration pause) {
   absl::MutexLock lock(&mu_);
   mu_.AwaitWithTimeout(absl::Condition(&stop_), pause);
   return stop_;
 }
 
-void EtcdFenceWatcher::Impl::Run() {
+void EtcdWatcher::Run() {
   absl::Status first = Sync();
   {
     absl::MutexLock lock(&mu_);
@@ -278,15 +290,16 @@ void EtcdFenceWatcher::Impl::Run() {
       if (progressed) backoff = kFirstBackoff;
     }
     if (Stopping()) return;
-    if (options_.on_error) options_.on_error(status);
+    connected_ = false;
+    OnError(status);
     if (WaitStopped(backoff)) return;
-    backoff = std::min(backoff * 2, options_.max_backoff);
+    backoff = std::min(backoff * 2, kMaxBackoff);
   }
 }
 
-absl::Status EtcdFenceWatcher::Impl::Cancellable(absl::Time deadline,
-                                                 absl::string_view what,
-                                                 const Call& call) {
+absl::Status EtcdWatcher::Cancellable(absl::Time deadline,
+                                      absl::string_view what,
+                                      const Call& call) {
   grpc::ClientContext context;
   EtcdConnection::Prepare(&context, deadline);
   {
@@ -302,7 +315,7 @@ absl::Status EtcdFenceWatcher::Impl::Cancellable(absl::Time deadline,
   return connection_->ToStatus(status, what);
 }
 
-absl::Status EtcdFenceWatcher::Impl::Sync() {
+absl::Status EtcdWatcher::Sync() {
   absl::flat_hash_map<std::string, Keys> names;
   int64_t revision = 0;
   std::string start = dir_;
@@ -316,7 +329,7 @@ absl::Status EtcdFenceWatcher::Impl::Sync() {
     request.set_revision(revision);  // 0 on the first page: the newest.
     etcdserverpb::RangeResponse response;
     absl::Status status = Cancellable(
-        absl::Now() + options_.rpc_timeout, "Range",
+        absl::Now() + spec_.rpc_timeout, "Range",
         [&](grpc::ClientContext* context) {
           return RangeAndWait(connection_->kv(), context, request, &response);
         });
@@ -339,7 +352,7 @@ absl::Status EtcdFenceWatcher::Impl::Sync() {
   return absl::OkStatus();
 }
 
-absl::Status EtcdFenceWatcher::Impl::Watch(bool* resync, bool* progressed) {
+absl::Status EtcdWatcher::Watch(bool* resync, bool* progressed) {
   absl::Status ended;
   absl::Status status = Cancellable(
       absl::InfiniteFuture(), "Watch", [&](grpc::ClientContext* context) {
@@ -349,7 +362,7 @@ absl::Status EtcdFenceWatcher::Impl::Watch(bool* resync, bool* progressed) {
         create->set_key(dir_);
         create->set_range_end(PrefixEnd(dir_));
         create->set_start_revision(revision_ + 1);
-        FENCEGATE_SYNC_POINT("EtcdFenceWatcher::Watch:Start");
+        FENCEGATE_SYNC_POINT("EtcdWatcher::Watch:Start");
         WatchStream stream(connection_->watch(), context, std::move(request));
         etcdserverpb::WatchResponse response;
         while (stream.Read(&response)) {
@@ -367,6 +380,7 @@ absl::Status EtcdFenceWatcher::Impl::Watch(bool* resync, bool* progressed) {
             break;
           }
           *progressed = true;
+          connected_ = true;
           absl::flat_hash_set<std::string> changed;
           std::string name;
           for (const mvccpb::Event& event : response.events()) {
@@ -394,8 +408,7 @@ absl::Status EtcdFenceWatcher::Impl::Watch(bool* resync, bool* progressed) {
       absl::StrCat("etcd at ", connection_->endpoint(), " ended the watch"));
 }
 
-absl::StatusOr<EtcdLockOwner> EtcdFenceWatcher::Impl::OwnerOf(
-    const std::string& name) {
+absl::StatusOr<LockHolder> EtcdWatcher::HolderOf(const std::string& name) {
   std::shared_ptr<EtcdConnection> connection = Connection();
   if (connection == nullptr) {
     return absl::FailedPreconditionError("the etcd watcher is not started");
@@ -412,17 +425,15 @@ absl::StatusOr<EtcdLockOwner> EtcdFenceWatcher::Impl::OwnerOf(
   absl::StatusOr<etcdserverpb::RangeResponse> response =
       connection->Range(request);
   if (!response.ok()) return response.status();
-  EtcdLockOwner owner;
-  owner.revision = static_cast<uint64_t>(response->header().revision());
+  LockHolder holder;
+  holder.newest = static_cast<uint64_t>(response->header().revision());
   if (response->kvs_size() > 0) {
-    owner.create_revision =
-        static_cast<uint64_t>(response->kvs(0).create_revision());
+    holder.token = static_cast<uint64_t>(response->kvs(0).create_revision());
   }
-  return owner;
+  return holder;
 }
 
-void EtcdFenceWatcher::Impl::Report(
-    const absl::flat_hash_set<std::string>& changed) {
+void EtcdWatcher::Report(const absl::flat_hash_set<std::string>& changed) {
   for (const std::string& name : changed) {
     auto it = names_.find(name);
     if (it == names_.end()) {
@@ -432,7 +443,7 @@ void EtcdFenceWatcher::Impl::Report(
     if (absl::Status valid = ValidateDomain(name, "lock name"); !valid.ok()) {
       // A key no EtcdTokenSource would write (e.g. by hand): the gateway
       // could not fence it anyway.
-      if (options_.on_error) options_.on_error(valid);
+      OnError(valid);
       continue;
     }
     int64_t owner = 0;
@@ -444,12 +455,11 @@ void EtcdFenceWatcher::Impl::Report(
       if (last->second == owner) continue;
       last->second = owner;
     }
-    on_owner_(name, static_cast<uint64_t>(owner));
+    context_.on_holder(name, static_cast<uint64_t>(owner));
   }
 }
 
-bool EtcdFenceWatcher::Impl::NameOf(absl::string_view key,
-                                    std::string* name) const {
+bool EtcdWatcher::NameOf(absl::string_view key, std::string* name) const {
   if (!absl::ConsumePrefix(&key, dir_)) return false;
   size_t slash = key.rfind('/');
   if (slash == absl::string_view::npos || slash == 0 ||
@@ -460,19 +470,28 @@ bool EtcdFenceWatcher::Impl::NameOf(absl::string_view key,
   return true;
 }
 
-EtcdFenceWatcher::EtcdFenceWatcher(EtcdFenceWatcherOptions options,
-                                   OwnerCallback on_owner)
-    : impl_(std::make_unique<Impl>(std::move(options), std::move(on_owner))) {}
+}  // namespace
 
-EtcdFenceWatcher::~EtcdFenceWatcher() = default;
-
-absl::Status EtcdFenceWatcher::Start() { return impl_->Start(); }
-
-void EtcdFenceWatcher::Stop() { impl_->Stop(); }
-
-absl::StatusOr<EtcdLockOwner> EtcdFenceWatcher::OwnerOf(
-    const std::string& name) {
-  return impl_->OwnerOf(name);
+absl::StatusOr<std::unique_ptr<TokenWatcher>> CreateEtcdWatcher(
+    const TokenWatcherSpec& spec, TokenWatcherContext context) {
+  TokenWatcherSpec checked = spec;
+  if (checked.lock_path.empty()) checked.lock_path = "fencegate/locks";
+  absl::string_view prefix = checked.lock_path;
+  absl::ConsumeSuffix(&prefix, "/");
+  if (prefix.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "etcd watcher: lock prefix \"", checked.lock_path, "\" is empty"));
+  }
+  // Checks the endpoint and reads the TLS files now, not at Start().
+  absl::StatusOr<std::shared_ptr<EtcdConnection>> connection =
+      EtcdConnection::Create(checked.endpoint, checked.rpc_timeout,
+                             checked.tls);
+  if (!connection.ok()) {
+    return absl::Status(
+        connection.status().code(),
+        absl::StrCat("etcd watcher: ", connection.status().message()));
+  }
+  return std::make_unique<EtcdWatcher>(std::move(checked), std::move(context));
 }
 
-}  // namespace fencegate::client
+}  // namespace fencegate

@@ -1,6 +1,6 @@
 // Copyright fencegate authors.
 
-#include "fencing/stale_token.h"
+#include "common/stale_token.h"
 
 #include <string>
 

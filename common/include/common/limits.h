@@ -4,8 +4,8 @@
 // token. Shared by the gateway and the token sources so that all of them
 // accept exactly the same values.
 
-#ifndef FENCING_LIMITS_H_
-#define FENCING_LIMITS_H_
+#ifndef COMMON_LIMITS_H_
+#define COMMON_LIMITS_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -44,4 +44,4 @@ absl::Status ValidateToken(uint64_t token, absl::string_view field = "token");
 
 }  // namespace fencegate
 
-#endif  // FENCING_LIMITS_H_
+#endif  // COMMON_LIMITS_H_

@@ -1,6 +1,6 @@
 // Copyright fencegate authors.
 
-#include "fencing/limits.h"
+#include "common/limits.h"
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/stubs/common.h"
