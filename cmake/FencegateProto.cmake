@@ -24,7 +24,10 @@ function(fencegate_proto_library name root)
     list(APPEND _srcs ${_out})
   endforeach()
   add_library(${name} STATIC ${_srcs})
-  target_include_directories(${name} PUBLIC ${_gen_dir})
+  # Installed (cmake/FencegateInstall.cmake) under include/fencegate.
+  target_include_directories(${name} PUBLIC $<BUILD_INTERFACE:${_gen_dir}>
+                                            $<INSTALL_INTERFACE:include/fencegate>)
+  set_target_properties(${name} PROPERTIES FENCEGATE_GENERATED_DIR ${_gen_dir})
   target_link_libraries(${name} PUBLIC protobuf::libprotobuf gRPC::grpc++)
   target_compile_options(${name} PRIVATE -w)
 endfunction()
