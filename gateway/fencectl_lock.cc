@@ -10,7 +10,10 @@
 #include <cerrno>
 #include <iostream>
 #include <memory>
+#include <string>
+#include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "client/etcd/etcd_token_source.h"
@@ -137,7 +140,31 @@ int RunLocked(const LockFlags& f, const std::string& name,
            : absl::IsUnavailable(lock.status())    ? kExitUnavailable
                                                    : kExitError;
   }
-  std::string token = absl::StrCat((*lock)->token());
+  // Everything the child needs is built before fork(): between fork() and
+  // exec() a multi-threaded process may only make async-signal-safe calls
+  // (no allocation, no setenv, no iostreams).
+  const std::vector<std::string> ours = {
+      absl::StrCat("FENCEGATE_DOMAIN=", name),
+      absl::StrCat("FENCEGATE_TOKEN=", (*lock)->token()),
+      absl::StrCat("FENCEGATE_ADDR=", f.addr)};
+  std::vector<char*> envp;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (!absl::StartsWith(*e, "FENCEGATE_DOMAIN=") &&
+        !absl::StartsWith(*e, "FENCEGATE_TOKEN=") &&
+        !absl::StartsWith(*e, "FENCEGATE_ADDR=")) {
+      envp.push_back(*e);
+    }
+  }
+  for (const std::string& e : ours)
+    envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  std::vector<char*> argv;
+  for (const std::string& a : command) {
+    argv.push_back(const_cast<char*>(a.c_str()));
+  }
+  argv.push_back(nullptr);
+  const std::string cannot_run =
+      absl::StrCat("fencectl: cannot run \"", command[0], "\"\n");
   pid_t pid = ::fork();
   if (pid < 0) {
     std::cerr << "fencectl: fork failed\n";
@@ -145,15 +172,10 @@ int RunLocked(const LockFlags& f, const std::string& name,
   }
   if (pid == 0) {
     ::setpgid(0, 0);
-    ::setenv("FENCEGATE_DOMAIN", name.c_str(), 1);
-    ::setenv("FENCEGATE_TOKEN", token.c_str(), 1);
-    ::setenv("FENCEGATE_ADDR", f.addr.c_str(), 1);
-    std::vector<char*> argv;
-    for (const std::string& a : command)
-      argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    ::execvp(argv[0], argv.data());
-    std::cerr << "fencectl: cannot run \"" << command[0] << "\"\n";
+    ::execvpe(argv[0], argv.data(), envp.data());
+    ssize_t ignored =
+        ::write(STDERR_FILENO, cannot_run.data(), cannot_run.size());
+    (void)ignored;  // Nothing more to do about it: the child exits anyway.
     ::_exit(127);
   }
   ::setpgid(pid, pid);
