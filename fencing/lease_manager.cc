@@ -39,7 +39,29 @@ LeaseManager::LeaseManager(LeaseStore* store, Fencer* fencer, Clock* clock,
       fencer_(fencer),
       clock_(clock),
       options_(std::move(options)),
-      work_(boost::asio::make_work_guard(io_)) {}
+      work_(boost::asio::make_work_guard(io_)) {
+  const MetricsContext& metrics = options_.metrics;
+  if (!metrics.enabled()) return;
+  grants_ = &prometheus::BuildCounter()
+                 .Name("fencegate_lease_grants_total")
+                 .Help("Leases granted by the lease service")
+                 .Register(*metrics.registry)
+                 .Add({});
+  expiries_ = &prometheus::BuildCounter()
+                   .Name("fencegate_lease_expiries_total")
+                   .Help("Leases that expired without a renewal")
+                   .Register(*metrics.registry)
+                   .Add({});
+  held_gauge_ = metrics.scrape_gauges->Add(
+      "fencegate_leases_held", "Leases held now", {}, [this] {
+        absl::MutexLock lock(&mu_);
+        size_t held = 0;
+        for (const auto& [name, l] : locks_) {
+          if (!l.lease.lease_id.empty()) ++held;
+        }
+        return static_cast<double>(held);
+      });
+}
 
 absl::StatusOr<std::unique_ptr<LeaseManager>> LeaseManager::Create(
     LeaseStore* store, Fencer* fencer, Clock* clock,
@@ -183,6 +205,7 @@ void LeaseManager::FinishGrant(const std::string& name,
     if (s.ok()) {
       l.lease = lease;
       ArmExpiryLocked(l, name, ttl);
+      if (grants_ != nullptr) grants_->Increment();
     } else {
       FreeAndHandOverLocked(name, &deferred);
     }
@@ -219,6 +242,7 @@ void LeaseManager::OnExpiry(const std::string& name,
       return;
     }
     store_->RemoveLease(name).IgnoreError();  // Reloaded as expired anyway.
+    if (expiries_ != nullptr) expiries_->Increment();
     FreeAndHandOverLocked(name, &deferred);
   }
   for (auto& fn : deferred) std::move(fn)();

@@ -5,6 +5,7 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -22,6 +23,8 @@
 #include "fencegate/v1/lease.pb.h"
 #include "fencing/reserve_fs.h"
 #include "fencing/sync_point.h"
+#include "prometheus/counter.h"
+#include "prometheus/histogram.h"
 #include "rocksdb/cache.h"
 #include "rocksdb/db.h"
 #include "rocksdb/env.h"
@@ -86,6 +89,33 @@ class RocksDbFenceStore final : public RocksDbStore {
       : env_(std::move(env)),
         db_(std::move(db)),
         max_cached_(std::max<size_t>(1, max_cached)) {}
+
+  // Registers the store's metrics; before Start().
+  void ExportMetrics(const MetricsContext& metrics) {
+    if (!metrics.enabled()) return;
+    sync_seconds_ = &prometheus::BuildHistogram()
+                         .Name("fencegate_fence_store_sync_duration_seconds")
+                         .Help("Synced WAL writes of the fence store")
+                         .Register(*metrics.registry)
+                         .Add({}, LatencyBuckets());
+    advances_ = &prometheus::BuildCounter()
+                     .Name("fencegate_fence_advances_total")
+                     .Help("Fences raised durably, from any path")
+                     .Register(*metrics.registry)
+                     .Add({});
+    // Counted once here, then kept up to date by the commit thread.
+    std::unique_ptr<rocksdb::Iterator> it(
+        db_->NewIterator(rocksdb::ReadOptions()));
+    int64_t domains = 0;
+    for (it->Seek(kKeyPrefix); it->Valid() && it->key().starts_with(kKeyPrefix);
+         it->Next()) {
+      ++domains;
+    }
+    domains_ = domains;
+    domains_gauge_ = metrics.scrape_gauges->Add(
+        "fencegate_domains", "Domains in the fence store", {},
+        [this] { return static_cast<double>(domains_.load()); });
+  }
 
   // Commits and reports every queued rise before returning. Users must be
   // done with the store: a rise queued once the commit thread has exited
@@ -321,6 +351,8 @@ class RocksDbFenceStore final : public RocksDbStore {
     // against them, not against the older cache.
     absl::flat_hash_map<absl::string_view, FenceState> raised;
     rocksdb::WriteBatch batch;
+    int64_t new_domains = 0;
+    uint64_t rises = 0;
     for (PendingRaise& r : group) {
       absl::StatusOr<FenceState> current;
       if (auto it = raised.find(r.domain); it != raised.end()) {
@@ -339,15 +371,23 @@ class RocksDbFenceStore final : public RocksDbStore {
       }
       batch.Put(Key(r.domain), EncodeValue(r.token, r.at));
       if (r.lease.has_value()) batch.Put(LeaseKey(r.domain), *r.lease);
+      if (current->advanced_at == absl::InfinitePast()) ++new_domains;
       FenceState state{r.domain, r.token, r.at};
       raised.insert_or_assign(r.domain, state);
       results.push_back(std::move(state));
+      ++rises;
     }
     if (!raised.empty()) {
       FENCEGATE_SYNC_POINT("RocksDbFenceStore::Commit:BeforeWrite");
       rocksdb::WriteOptions write_options;
       write_options.sync = true;  // The WAL is fsynced before Write returns.
+      const absl::Time sync_start = absl::Now();
       rocksdb::Status s = db_->Write(write_options, &batch);
+      if (sync_seconds_ != nullptr) {
+        sync_seconds_->Observe(absl::ToDoubleSeconds(absl::Now() - sync_start));
+        advances_->Increment(static_cast<double>(rises));
+        domains_ += new_domains;
+      }
       FENCEGATE_SYNC_POINT("RocksDbFenceStore::Raise:AfterSync");
       if (!s.ok()) DieOnFailedSync(raised.begin()->first, raised.size(), s);
       absl::MutexLock lock(&cache_mu_);
@@ -375,6 +415,11 @@ class RocksDbFenceStore final : public RocksDbStore {
     std::abort();
   }
 
+  // Metrics; null when off.
+  prometheus::Histogram* sync_seconds_ = nullptr;
+  prometheus::Counter* advances_ = nullptr;
+  std::atomic<int64_t> domains_{0};
+  std::shared_ptr<void> domains_gauge_;
   // The database's Env (over ReserveFs); outlives it.
   const std::unique_ptr<rocksdb::Env> env_;
   const std::unique_ptr<rocksdb::DB> db_;
@@ -438,6 +483,7 @@ absl::StatusOr<std::unique_ptr<RocksDbStore>> OpenRocksDbStore(
   auto store = std::make_unique<RocksDbFenceStore>(
       std::move(env), std::unique_ptr<rocksdb::DB>(raw),
       options.max_cached_domains);
+  store->ExportMetrics(options.metrics);
   if (absl::Status started = store->Start(); !started.ok()) return started;
   return std::unique_ptr<RocksDbStore>(std::move(store));
 }

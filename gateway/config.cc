@@ -209,6 +209,7 @@ absl::StatusOr<GatewayOptions> ResolveOptions(const v1::GatewayConfig& config) {
   if (config.tls().refresh_seconds() != 0) {
     options.tls.refresh = absl::Seconds(config.tls().refresh_seconds());
   }
+  options.metrics_listen = config.metrics_listen();
   options.policy_path = config.policy();
   options.insecure_allow_remote = config.insecure_allow_remote();
   options.audit_log_path = config.audit_log();

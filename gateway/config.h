@@ -59,6 +59,11 @@ struct GatewayOptions {
   // Log every accepted write, not only fence advances and errors.
   // Default: false.
   bool log_writes = false;
+  // How often each route's storage is probed for its health
+  // ("route/<name>"). Default: 2 s.
+  absl::Duration route_health_interval = absl::Seconds(2);
+  // host:port serving GET /metrics; empty: metrics off. Default: off.
+  std::string metrics_listen;
   // The lock services whose locks the gateway follows, raising each lock's
   // fence to its new holder's token (token_watchers/). Default: none.
   std::vector<TokenWatcherSpec> watchers;

@@ -26,6 +26,7 @@
 #include "client/tls.h"
 #include "common/stale_token.h"
 #include "fencegate/v1/gateway.grpc.pb.h"
+#include "gateway/fencectl_health.h"
 #include "gateway/fencectl_lock.h"
 #include "gateway/flags.h"
 #include "gateway/status.h"
@@ -72,6 +73,8 @@ constexpr char kUsage[] =
     "        its environment, keep the lease alive, release it afterwards;\n"
     "        exit with COMMAND's code. If the lease is lost COMMAND gets\n"
     "        SIGTERM.\n"
+    "  health [--route=NAME]        the gateway's health, or one route's\n"
+    "        storage (route/NAME in the gRPC health service)\n"
     "  pg-setup --admin_dsn=DSN --role=ROLE [--schema=fencegate]\n"
     "        create (idempotently) in PostgreSQL what a postgres route needs:\n"
     "        the fence schema, its owner role, the fence table and function,\n"
@@ -82,7 +85,7 @@ constexpr char kUsage[] =
     "Exit codes: 0 ok, 1 error, 2 usage, 3 stale token, 4 invalid request,\n"
     "5 unavailable or deadline exceeded, 6 lock not acquired or lost,\n"
     "7 permission denied or not authenticated, 8 token refused (no lock\n"
-    "service granted it).\n"
+    "service granted it), 9 not serving (health).\n"
     "\n"
     "Flags:\n";
 
@@ -98,6 +101,7 @@ struct Flags {
   bool del = false;
   std::string sql;
   std::string statement;
+  std::string route;
   std::vector<std::string> params;
   client::TlsFiles tls;
   client::TlsFiles etcd_tls;
@@ -310,6 +314,7 @@ int Run(int argc, char** argv) {
              "pg-setup: libpq DSN or URI of a role that may create roles and "
              "schemas");
   set.String("role", &f.role, "pg-setup: the route's PostgreSQL role");
+  set.String("route", &f.route, "health: the route whose storage to ask for");
   set.String("schema", &f.schema,
              "pg-setup: schema of the fence table (default fencegate)");
   set.Bool("help", &f.help, "print this help");
@@ -341,6 +346,15 @@ int Run(int argc, char** argv) {
   }
   if (args.size() != 1) return UsageError("exactly one command is expected");
   if (command == "pg-setup") return RunPgSetup(f);
+  if (command == "health") {
+    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+        client::ChannelCredentials(f.tls);
+    if (!credentials.ok()) {
+      return UsageError(std::string(credentials.status().message()));
+    }
+    return RunHealth(grpc::CreateChannel(f.addr, *credentials), f.route,
+                     absl::Seconds(f.timeout_seconds), f.json);
+  }
   uint64_t token = 0;
   if (command == "write" || command == "fence") {
     if (!set.WasSet("token")) return UsageError("--token is required");

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/limits.h"
@@ -97,7 +98,26 @@ struct GatewayService::PendingWrite {
   // The domain's turn, held until the reply: the domain's next write
   // starts after it (released on destruction).
   std::optional<DomainExecutor::Lane> lane;
+  // For the metrics: when it arrived, and its route (a view into the
+  // request) once resolved.
+  absl::Time started;
+  absl::string_view route;
 };
+
+grpc::ServerUnaryReactor* GatewayService::Refuse(
+    const PendingWrite& write, grpc::CallbackServerContext* context,
+    const absl::Status& status) {
+  Count(write, status);
+  return FinishNow(context, status);
+}
+
+void GatewayService::Count(const PendingWrite& write,
+                           const absl::Status& status) const {
+  if (options_.metrics != nullptr) {
+    options_.metrics->RecordWrite(write.route, status,
+                                  absl::Now() - write.started);
+  }
+}
 
 GatewayService::GatewayService(Fencer* fencer, const Router* router,
                                DomainExecutor* executor,
@@ -113,52 +133,54 @@ grpc::ServerUnaryReactor* GatewayService::Write(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes,
     grpc::ByteBuffer* response_bytes) {
   auto write = std::make_unique<PendingWrite>();
+  write->started = absl::Now();
   if (absl::Status s = ParseWriteRequest(
           *request_bytes, options_.max_ops_per_write, &write->parsed_request);
       !s.ok()) {
-    return FinishNow(context, s);
+    return Refuse(*write, context, s);
   }
   absl::StatusOr<std::unique_ptr<Admission>> admitted =
       gate_->Admit(*context, CallFactsOf(write->parsed_request));
-  if (!admitted.ok()) return FinishNow(context, admitted.status());
+  if (!admitted.ok()) return Refuse(*write, context, admitted.status());
   write->admission = *std::move(admitted);
   const v1::WriteRequest* request = write->request;
   if (absl::Status s = ValidateToken(request->token()); !s.ok()) {
-    return FinishNow(context, s);
+    return Refuse(*write, context, s);
   }
   if (absl::Status s = ValidateRequestId(request->request_id()); !s.ok()) {
-    return FinishNow(context, s);
+    return Refuse(*write, context, s);
   }
   if (absl::Status s = ValidateUtf8(request->resource(), "resource"); !s.ok()) {
-    return FinishNow(context, s);
+    return Refuse(*write, context, s);
   }
   absl::StatusOr<ResolvedResource> resolved =
       router_->Resolve(request->resource());
-  if (!resolved.ok()) return FinishNow(context, resolved.status());
+  if (!resolved.ok()) return Refuse(*write, context, resolved.status());
+  write->route = resolved->route;
   std::string domain =
       request->domain().empty() ? request->resource() : request->domain();
   if (absl::Status s = ValidateDomain(domain, request->domain().empty()
                                                   ? "resource (as domain)"
                                                   : "domain");
       !s.ok()) {
-    return FinishNow(context, s);
+    return Refuse(*write, context, s);
   }
   if (request->ops().empty()) {
-    return FinishNow(context,
-                     absl::InvalidArgumentError("ops: at least one operation "
-                                                "is required"));
+    return Refuse(*write, context,
+                  absl::InvalidArgumentError("ops: at least one operation "
+                                             "is required"));
   }
   if (absl::Status s = Router::ExpandStatements(
           *resolved, write->parsed_request.mutable_ops());
       !s.ok()) {
-    return FinishNow(context, s);
+    return Refuse(*write, context, s);
   }
   if (absl::Status s = resolved->adapter->Validate(
           WriteTarget{domain, request->token(), resolved->path,
                       request->request_id()},
           request->ops());
       !s.ok()) {
-    return FinishNow(context, s);
+    return Refuse(*write, context, s);
   }
 
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
@@ -227,10 +249,12 @@ void GatewayService::RunWrite(std::unique_ptr<PendingWrite> write) {
   if (write->context->IsCancelled()) {
     // The client gave up (deadline, cancel, shutdown) while the write
     // waited for its domain: do not apply what nobody will hear about.
+    const absl::Status cancelled =
+        absl::CancelledError("cancelled before it was applied");
+    Count(*write, cancelled);
     grpc::ServerUnaryReactor* reactor = write->reactor;
     write.reset();  // Releases the domain first, as in Reply.
-    reactor->Finish(grpc::Status(grpc::StatusCode::CANCELLED,
-                                 "cancelled before it was applied"));
+    reactor->Finish(ToGrpcStatus(cancelled));
     return;
   }
   PendingWrite* w = write.get();
@@ -265,6 +289,7 @@ void GatewayService::Reply(std::unique_ptr<PendingWrite> write,
       decision = s;
     }
   }
+  Count(*write, decision.status());
   grpc::ServerUnaryReactor* reactor = write->reactor;
   // Release the domain before finishing: once the RPC is finished the
   // server may shut down and destroy the executor, while this may run on
@@ -286,27 +311,34 @@ grpc::ServerUnaryReactor* GatewayService::Fence(
 grpc::ServerUnaryReactor* GatewayService::RaiseInLane(
     grpc::CallbackServerContext* context, const CallFacts& facts,
     bool has_token, v1::FenceState* response, RaiseFn raise) {
+  // Fence calls are counted (fencegate_fences_total); Sequence calls not.
+  const bool counted =
+      options_.metrics != nullptr && absl::EndsWith(facts.method, "/Fence");
+  auto refuse = [&](const absl::Status& s) {
+    if (counted) options_.metrics->RecordFence(s);
+    return FinishNow(context, s);
+  };
   absl::StatusOr<std::unique_ptr<Admission>> admitted =
       gate_->Admit(*context, facts);
-  if (!admitted.ok()) return FinishNow(context, admitted.status());
+  if (!admitted.ok()) return refuse(admitted.status());
   const std::string domain(facts.domain);
-  if (absl::Status s = ValidateDomain(domain); !s.ok()) {
-    return FinishNow(context, s);
-  }
+  if (absl::Status s = ValidateDomain(domain); !s.ok()) return refuse(s);
   if (absl::Status s = ValidateToken(facts.token); has_token && !s.ok()) {
-    return FinishNow(context, s);
+    return refuse(s);
   }
   if (absl::Status s = ValidateRequestId(facts.request_id); !s.ok()) {
-    return FinishNow(context, s);
+    return refuse(s);
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  executor_->Post(domain, [this, context, reactor, response, domain,
+  executor_->Post(domain, [this, context, reactor, response, domain, counted,
                            method = facts.method, request_id = facts.request_id,
                            token = facts.token, raise = std::move(raise),
                            admission = *std::move(admitted)]() mutable {
     if (context->IsCancelled()) {
-      reactor->Finish(grpc::Status(grpc::StatusCode::CANCELLED,
-                                   "cancelled before the fence was raised"));
+      const absl::Status cancelled =
+          absl::CancelledError("cancelled before the fence was raised");
+      if (counted) options_.metrics->RecordFence(cancelled);
+      reactor->Finish(ToGrpcStatus(cancelled));
       return;
     }
     absl::StatusOr<FenceDecision> decision =
@@ -316,6 +348,7 @@ grpc::ServerUnaryReactor* GatewayService::RaiseInLane(
                decision.ok() ? decision->fence.highest_token : token, decision,
                options_.log_writes);
     admission->Audit(decision);
+    if (counted) options_.metrics->RecordFence(decision.status());
     if (decision.ok()) ToProto(decision->fence, response);
     reactor->Finish(ToGrpcStatus(decision.status()));
   });

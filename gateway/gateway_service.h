@@ -16,6 +16,7 @@
 #include "fencing/fencer.h"
 #include "gateway/domain_executor.h"
 #include "gateway/request_gate.h"
+#include "gateway/request_metrics.h"
 #include "storage_adapters/router.h"
 
 namespace fencegate {
@@ -25,6 +26,9 @@ struct GatewayServiceOptions {
   uint32_t max_ops_per_write = 1000;
   // Log every accepted write. Default: false.
   bool log_writes = false;
+  // Where writes and fences are counted. Not owned; must outlive the
+  // service. Default: null (not counted).
+  const RequestMetrics* metrics = nullptr;
 };
 
 // Every RPC passes `gate` first (request_gate.h): a request it refuses is
@@ -74,6 +78,12 @@ class GatewayService final : public v1::Gateway::WithRawCallbackMethod_Write<
                                         const CallFacts& facts, bool has_token,
                                         v1::FenceState* response,
                                         RaiseFn raise);
+  // Counts and answers a Write refused before it was queued.
+  grpc::ServerUnaryReactor* Refuse(const PendingWrite& write,
+                                   grpc::CallbackServerContext* context,
+                                   const absl::Status& status);
+  // Counts a finished Write.
+  void Count(const PendingWrite& write, const absl::Status& status) const;
   // Releases the write's domain, then finishes the RPC (after which the
   // server may be destroyed).
   void Reply(std::unique_ptr<PendingWrite> write,

@@ -59,6 +59,7 @@ struct Flags {
   std::string etcd_lock_prefix;
   std::string etcd_tls_ca, etcd_tls_cert, etcd_tls_key;
   std::string zookeeper_endpoint;
+  std::string metrics_listen;
   std::string zookeeper_lock_path;
   std::string tls_cert, tls_key, tls_client_ca;
   uint64_t tls_refresh_seconds = 0;
@@ -87,6 +88,7 @@ absl::Status ApplyFlags(const Flags& flags, v1::GatewayConfig* config) {
                    config->mutable_etcd()->mutable_tls_cert()},
         StringFlag{flags.etcd_tls_key,
                    config->mutable_etcd()->mutable_tls_key()},
+        StringFlag{flags.metrics_listen, config->mutable_metrics_listen()},
         StringFlag{flags.zookeeper_endpoint,
                    config->mutable_zookeeper()->mutable_endpoint()},
         StringFlag{flags.zookeeper_lock_path,
@@ -261,6 +263,8 @@ int Run(int argc, char** argv) {
              "client certificate (PEM) for an etcd with --client-cert-auth");
   set.String("etcd_tls_key", &flags.etcd_tls_key,
              "private key (PEM) of --etcd_tls_cert");
+  set.String("metrics_listen", &flags.metrics_listen,
+             "serve GET /metrics (Prometheus) on host:port (default off)");
   set.String("zookeeper_endpoint", &flags.zookeeper_endpoint,
              "ZooKeeper host:port[,host:port...] whose locks raise fences on "
              "handover (default off)");
@@ -379,6 +383,13 @@ int Run(int argc, char** argv) {
     Log(LogSeverity::kWarning,
         "--insecure_allow_remote: serving a non-loopback address to "
         "callers that are neither authenticated nor authorized");
+  }
+  if ((*server)->metrics_port() != 0) {
+    Log(LogSeverity::kInfo,
+        absl::StrCat("metrics on http://",
+                     options->metrics_listen.substr(
+                         0, options->metrics_listen.rfind(':')),
+                     ":", (*server)->metrics_port(), "/metrics"));
   }
   if (!flags.port_file.empty()) {
     // Written to a temporary name and renamed, so readers never see half.

@@ -49,8 +49,21 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
     const GatewayOptions& options, const AdapterRegistry& adapters,
     const TokenWatcherRegistry& watchers) {
   std::unique_ptr<GatewayServer> s(new GatewayServer());
+  MetricsContext metrics;
+  if (!options.metrics_listen.empty()) {
+    absl::StatusOr<std::unique_ptr<MetricsServer>> served =
+        MetricsServer::Start(options.metrics_listen);
+    if (!served.ok()) return served.status();
+    s->metrics_ = *std::move(served);
+    metrics = s->metrics_->context();
+  }
+  std::vector<std::string> route_names;
+  for (const RouteSpec& route : options.routes) {
+    route_names.push_back(route.name);
+  }
+  s->request_metrics_ = std::make_unique<RequestMetrics>(metrics, route_names);
   absl::StatusOr<std::unique_ptr<Router>> router =
-      Router::Create(adapters, options.routes);
+      Router::Create(adapters, options.routes, metrics);
   if (!router.ok()) return router.status();
   s->router_ = *std::move(router);
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
@@ -85,6 +98,7 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
   RocksDbFenceStoreOptions store_options;
   store_options.path = absl::StrCat(options.data_dir, "/fence");
   store_options.max_cached_domains = options.max_cached_domains;
+  store_options.metrics = metrics;
   absl::StatusOr<std::unique_ptr<RocksDbStore>> store =
       OpenRocksDbStore(store_options);
   if (!store.ok()) return store.status();
@@ -100,6 +114,7 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
     executor->Post(name, std::move(work));
   };
   lease_options.max_waiters = options.max_waiting_acquires;
+  lease_options.metrics = metrics;
   absl::StatusOr<std::unique_ptr<LeaseManager>> leases = LeaseManager::Create(
       s->store_.get(), s->fencer_.get(), Clock::Real(), lease_options);
   if (!leases.ok()) return leases.status();
@@ -115,6 +130,7 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
                                                  uint64_t token) {
       server->RaiseFenceForHolder(kind, domain, token);
     };
+    context.metrics = metrics;
     context.on_error = [kind](const absl::Status& error) {
       Log(LogSeverity::kWarning,
           absl::StrCat(kind, " watcher: ", error.ToString()));
@@ -138,7 +154,8 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
   s->gate_->SetPolicy(std::move(policy));
   s->service_ = std::make_unique<GatewayService>(
       s->fencer_.get(), s->router_.get(), s->executor_.get(), s->gate_.get(),
-      GatewayServiceOptions{options.max_ops_per_write, options.log_writes});
+      GatewayServiceOptions{options.max_ops_per_write, options.log_writes,
+                            s->request_metrics_.get()});
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -179,6 +196,9 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
   health->SetServingStatus(true);
   health->SetServingStatus("fencegate.v1.Gateway", true);
   health->SetServingStatus("fencegate.v1.Lease", true);
+  s->route_health_ = std::make_unique<RouteHealth>(
+      s->router_->Adapters(), health, options.route_health_interval);
+  s->route_health_->Start();
   return s;
 }
 
@@ -219,6 +239,7 @@ GatewayServer::~GatewayServer() {
 void GatewayServer::Shutdown(absl::Duration grace) {
   if (shut_down_) return;
   shut_down_ = true;
+  if (route_health_ != nullptr) route_health_->Stop();
   if (server_ != nullptr) {
     server_->GetHealthCheckService()->SetServingStatus(false);
     for (const std::unique_ptr<TokenWatcher>& watcher : watchers_) {

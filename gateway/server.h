@@ -24,7 +24,10 @@
 #include "gateway/lease_service.h"
 #include "gateway/policy.h"
 #include "gateway/request_gate.h"
+#include "gateway/request_metrics.h"
+#include "gateway/route_health.h"
 #include "grpcpp/server.h"
+#include "metrics/metrics_server.h"
 #include "storage_adapters/registry.h"
 #include "storage_adapters/router.h"
 #include "token_watchers/registry.h"
@@ -54,6 +57,10 @@ class GatewayServer {
 
   // The bound port (useful with port 0).
   int port() const { return port_; }
+  // The metrics endpoint's bound port; 0 if metrics are off.
+  int metrics_port() const {
+    return metrics_ != nullptr ? metrics_->port() : 0;
+  }
 
   // Re-reads the policy file (a policy that does not load leaves the one in
   // force, and the log says why) and reopens the audit log. For SIGHUP.
@@ -75,6 +82,9 @@ class GatewayServer {
   // The policy as loaded from `path`.
   absl::StatusOr<std::shared_ptr<const Policy>> LoadPolicy() const;
 
+  // First: every component's metrics point into it.
+  std::unique_ptr<MetricsServer> metrics_;
+  std::unique_ptr<RequestMetrics> request_metrics_;
   std::string policy_path_;
   PolicyEnvironment policy_env_;
   std::unique_ptr<AuditLog> audit_;
@@ -88,6 +98,7 @@ class GatewayServer {
   std::unique_ptr<GatewayService> service_;
   std::unique_ptr<LeaseService> lease_service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<RouteHealth> route_health_;
   int port_ = 0;
   bool shut_down_ = false;
 };

@@ -14,6 +14,7 @@ PACKAGES=(
   openssl
   libhiredis-dev redis-server
   libzookeeper-mt-dev zookeeper
+  prometheus-cpp-dev
 )
 
 missing=()

@@ -20,7 +20,7 @@ absl::Status AdapterRegistry::Register(std::string scheme,
 }
 
 absl::StatusOr<std::unique_ptr<StorageAdapter>> AdapterRegistry::Create(
-    absl::string_view text) const {
+    absl::string_view text, const AdapterContext& context) const {
   absl::StatusOr<Uri> uri = ParseUri(text);
   if (!uri.ok()) return uri.status();
   auto it = factories_.find(uri->scheme);
@@ -29,7 +29,7 @@ absl::StatusOr<std::unique_ptr<StorageAdapter>> AdapterRegistry::Create(
         "adapter URI \"", uri->redacted, "\": unknown scheme \"", uri->scheme,
         "\" (known: ", absl::StrJoin(Schemes(), ", "), ")"));
   }
-  return it->second(*uri);
+  return it->second(*uri, context);
 }
 
 std::vector<std::string> AdapterRegistry::Schemes() const {

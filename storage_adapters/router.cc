@@ -29,7 +29,8 @@ bool IsValidStatementName(absl::string_view name) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Router>> Router::Create(
-    const AdapterRegistry& registry, const std::vector<RouteSpec>& routes) {
+    const AdapterRegistry& registry, const std::vector<RouteSpec>& routes,
+    const MetricsContext& metrics) {
   if (routes.empty()) {
     return absl::InvalidArgumentError("routes: at least one route is needed");
   }
@@ -45,7 +46,7 @@ absl::StatusOr<std::unique_ptr<Router>> Router::Create(
           absl::StrCat("route \"", spec.name, "\": defined twice"));
     }
     absl::StatusOr<std::unique_ptr<StorageAdapter>> adapter =
-        registry.Create(spec.uri);
+        registry.Create(spec.uri, AdapterContext{spec.name, metrics});
     if (!adapter.ok()) {
       return absl::Status(adapter.status().code(),
                           absl::StrCat("route \"", spec.name,
@@ -141,6 +142,15 @@ absl::StatusOr<std::vector<std::string>> Router::CheckAtStartup() const {
       lines.push_back(absl::StrCat("route ", name, ": ", *line));
   }
   return lines;
+}
+
+std::vector<std::pair<std::string, StorageAdapter*>> Router::Adapters() const {
+  std::vector<std::pair<std::string, StorageAdapter*>> adapters;
+  for (const auto& [name, route] : routes_) {
+    adapters.emplace_back(name, route.adapter.get());
+  }
+  std::sort(adapters.begin(), adapters.end());
+  return adapters;
 }
 
 }  // namespace fencegate

@@ -40,10 +40,11 @@ TEST(GatewayShutdownTest, InFlightWriteFinishesAndNewOnesAreRefused) {
   auto* blocking = new BlockingAdapter();  // Owned by the router.
   AdapterRegistry registry;
   ASSERT_OK(RegisterBuiltinAdapters(&registry));
-  ASSERT_OK(registry.Register("block", [blocking](const Uri&) {
-    return absl::StatusOr<std::unique_ptr<StorageAdapter>>(
-        std::unique_ptr<StorageAdapter>(blocking));
-  }));
+  ASSERT_OK(
+      registry.Register("block", [blocking](const Uri&, const AdapterContext&) {
+        return absl::StatusOr<std::unique_ptr<StorageAdapter>>(
+            std::unique_ptr<StorageAdapter>(blocking));
+      }));
   GatewayOptions options;
   options.listen_address = "127.0.0.1:0";
   options.data_dir = dir.path();

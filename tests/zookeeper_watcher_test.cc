@@ -13,6 +13,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "metrics/metrics_context.h"
 #include "tests/test_util.h"
 #include "tests/zookeeper_locks.h"
 #include "tests/zookeeper_server.h"
@@ -69,6 +70,7 @@ class ZooKeeperWatcherTest : public ::testing::Test {
       absl::MutexLock lock(&mu_);
       errors_.push_back(error);
     };
+    context.metrics = MetricsContext{&metrics_registry_, &scrape_gauges_};
     return registry.Create(spec, std::move(context));
   }
 
@@ -101,8 +103,26 @@ class ZooKeeperWatcherTest : public ::testing::Test {
     return false;
   }
 
+  // fencegate_watcher_connected{source="zookeeper"} as a scrape reads it;
+  // -1 if it is not exported.
+  double ConnectedGauge() const {
+    for (const prometheus::MetricFamily& family : scrape_gauges_.Collect()) {
+      if (family.name != "fencegate_watcher_connected") continue;
+      for (const prometheus::ClientMetric& metric : family.metric) {
+        for (const auto& label : metric.label) {
+          if (label.name == "source" && label.value == "zookeeper") {
+            return metric.gauge.value;
+          }
+        }
+      }
+    }
+    return -1;
+  }
+
   static ZooKeeperServer* server_;
   std::string root_;
+  prometheus::Registry metrics_registry_;
+  ScrapeGauges scrape_gauges_;
   absl::Mutex mu_;
   std::vector<std::pair<std::string, uint64_t>> reports_ ABSL_GUARDED_BY(mu_);
   std::vector<absl::Status> errors_ ABSL_GUARDED_BY(mu_);
@@ -170,11 +190,14 @@ TEST_F(ZooKeeperWatcherTest, APartitionIsNoticedAndCaughtUpOn) {
   ASSERT_NE(watcher, nullptr);
   ASSERT_OK_AND_ASSIGN(holder, Lock("jobs"));
   ASSERT_TRUE(WaitFor([&] { return Reported("jobs", holder->czxid()); }));
+  EXPECT_EQ(ConnectedGauge(), 1);
   server_->Pause();
   const bool noticed =
       WaitFor([&] { return !watcher->connected(); }, absl::Seconds(30));
+  const double gauge_while_paused = ConnectedGauge();
   server_->Resume();
   EXPECT_TRUE(noticed);
+  EXPECT_EQ(gauge_while_paused, 0);
   EXPECT_TRUE(WaitFor([&] { return watcher->connected(); }, absl::Seconds(30)));
   ASSERT_OK_AND_ASSIGN(next, Lock("next"));
   EXPECT_TRUE(WaitFor([&] { return Reported("next", next->czxid()); },

@@ -43,6 +43,17 @@ absl::StatusOr<std::unique_ptr<TokenWatcher>> TokenWatcherRegistry::Create(
   return it->second(spec, std::move(context));
 }
 
+std::shared_ptr<void> ExportConnected(const MetricsContext& metrics,
+                                      absl::string_view kind,
+                                      const std::atomic<bool>& connected) {
+  if (!metrics.enabled()) return nullptr;
+  return metrics.scrape_gauges->Add(
+      "fencegate_watcher_connected",
+      "1 while the gateway follows the lock service's locks",
+      {{"source", std::string(kind)}},
+      [&connected] { return connected.load() ? 1.0 : 0.0; });
+}
+
 std::vector<std::string> TokenWatcherRegistry::Kinds() const {
   std::vector<std::string> kinds;
   for (const auto& [kind, factory] : factories_) kinds.push_back(kind);

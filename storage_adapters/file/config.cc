@@ -8,7 +8,7 @@
 namespace fencegate {
 
 absl::StatusOr<std::unique_ptr<StorageAdapter>> CreateFileAdapter(
-    const Uri& uri) {
+    const Uri& uri, const AdapterContext& context) {
   if (!uri.authority.empty() && uri.authority != "localhost") {
     return absl::InvalidArgumentError(
         absl::StrCat("adapter URI \"", uri.redacted,

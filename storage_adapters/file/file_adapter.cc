@@ -436,4 +436,17 @@ absl::Status FileAdapter::Delete(absl::string_view path,
   return FsyncFd(dir->get(), "fsync directory of", path);
 }
 
+absl::Status FileAdapter::Probe() {
+  struct stat st;
+  if (::fstat(root_fd_, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_nlink == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("file root ", root_, " is gone"));
+  }
+  if (::faccessat(root_fd_, ".", W_OK, AT_EACCESS) != 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "file root ", root_, " is not writable: ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace fencegate

@@ -53,6 +53,8 @@ class FileAdapter final : public StorageAdapter {
                         const Operations& ops) const override;
   absl::Status Apply(const WriteTarget& target, const Operations& ops,
                      OpResults* results) override;
+  // The root is still a directory the gateway may write to.
+  absl::Status Probe() override;
 
  private:
   FileAdapter(int root_fd, std::string root);

@@ -32,7 +32,7 @@ class NoopAdapter final : public StorageAdapter {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<StorageAdapter>> CreateNoopAdapter(
-    const Uri& uri) {
+    const Uri& uri, const AdapterContext& context) {
   if (!uri.authority.empty() || !uri.path.empty() || !uri.query.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("adapter URI \"", uri.redacted,

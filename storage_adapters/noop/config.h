@@ -11,13 +11,14 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "storage_adapters/registry.h"
 #include "storage_adapters/storage_adapter.h"
 #include "storage_adapters/uri.h"
 
 namespace fencegate {
 
 absl::StatusOr<std::unique_ptr<StorageAdapter>> CreateNoopAdapter(
-    const Uri& uri);
+    const Uri& uri, const AdapterContext& context);
 
 }  // namespace fencegate
 

@@ -121,11 +121,11 @@ absl::StatusOr<PostgresAdapterOptions> ParsePostgresUri(const Uri& uri) {
 }
 
 absl::StatusOr<std::unique_ptr<StorageAdapter>> CreatePostgresAdapter(
-    const Uri& uri) {
+    const Uri& uri, const AdapterContext& context) {
   absl::StatusOr<PostgresAdapterOptions> options = ParsePostgresUri(uri);
   if (!options.ok()) return options.status();
   return std::unique_ptr<StorageAdapter>(
-      std::make_unique<PostgresAdapter>(*std::move(options)));
+      std::make_unique<PostgresAdapter>(*std::move(options), context));
 }
 
 }  // namespace fencegate

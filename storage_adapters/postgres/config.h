@@ -36,6 +36,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "storage_adapters/registry.h"
 #include "storage_adapters/storage_adapter.h"
 #include "storage_adapters/uri.h"
 
@@ -82,7 +83,7 @@ absl::StatusOr<PostgresAdapterOptions> ParsePostgresUri(const Uri& uri);
 // ParsePostgresUri, then builds the adapter. Does not connect: the first
 // Write does, so the gateway starts even while PostgreSQL is down.
 absl::StatusOr<std::unique_ptr<StorageAdapter>> CreatePostgresAdapter(
-    const Uri& uri);
+    const Uri& uri, const AdapterContext& context);
 
 }  // namespace fencegate
 

@@ -84,4 +84,9 @@ void PgConnectionPool::Release(std::unique_ptr<PgConnection> conn,
   if (conn != nullptr && !discard) idle_.push_back(std::move(conn));
 }
 
+PgConnectionPool::ConnectionCounts PgConnectionPool::Counts() const {
+  absl::MutexLock lock(&mu_);
+  return {idle_.size(), static_cast<size_t>(in_use_)};
+}
+
 }  // namespace fencegate

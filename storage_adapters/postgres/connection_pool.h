@@ -59,6 +59,13 @@ class PgConnectionPool {
   // refused a new connection.
   absl::StatusOr<Lease> Acquire();
 
+  // Connections open now: idle in the pool, and leased out.
+  struct ConnectionCounts {
+    size_t idle = 0;
+    size_t busy = 0;
+  };
+  ConnectionCounts Counts() const;
+
  private:
   void Release(std::unique_ptr<PgConnection> conn, bool discard);
 
@@ -67,7 +74,7 @@ class PgConnectionPool {
   const int size_;
   const absl::Duration wait_;
   const Setup setup_;
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   std::vector<std::unique_ptr<PgConnection>> idle_ ABSL_GUARDED_BY(mu_);
   int in_use_ ABSL_GUARDED_BY(mu_) = 0;
 };

@@ -40,7 +40,8 @@ bool NeedsTransactionBlock(const Operations& ops) {
   return false;
 }
 
-PostgresAdapter::PostgresAdapter(PostgresAdapterOptions options)
+PostgresAdapter::PostgresAdapter(PostgresAdapterOptions options,
+                                 const AdapterContext& context)
     : options_(std::move(options)),
       fence_call_sql_(postgres::FenceCallSql(options_.fence_schema)),
       spread_after_(std::clamp(absl::Milliseconds(options_.spread_after_ms),
@@ -54,6 +55,22 @@ PostgresAdapter::PostgresAdapter(PostgresAdapterOptions options)
                     : absl::Milliseconds(options_.statement_timeout_ms) +
                           absl::Seconds(1)),
       expirer_([this] { ExpireQueued(); }) {
+  if (context.metrics.enabled()) {
+    queue_wait_ = &prometheus::BuildHistogram()
+                       .Name("fencegate_postgres_queue_wait_seconds")
+                       .Help("Time a write waited for a PostgreSQL sender")
+                       .Register(*context.metrics.registry)
+                       .Add({{"route", context.route}}, LatencyBuckets());
+    constexpr char kHelp[] = "PostgreSQL connections of a route, by state";
+    idle_gauge_ = context.metrics.scrape_gauges->Add(
+        "fencegate_postgres_connections", kHelp,
+        {{"route", context.route}, {"state", "idle"}},
+        [this] { return static_cast<double>(pool_.Counts().idle); });
+    busy_gauge_ = context.metrics.scrape_gauges->Add(
+        "fencegate_postgres_connections", kHelp,
+        {{"route", context.route}, {"state", "busy"}},
+        [this] { return static_cast<double>(pool_.Counts().busy); });
+  }
   absl::MutexLock lock(&queue_mu_);
   // Starting a sender then allocates nothing but the thread.
   senders_.reserve(static_cast<size_t>(options_.pool_size));
@@ -89,6 +106,23 @@ absl::StatusOr<std::string> PostgresAdapter::CheckAtStartup() {
   return absl::StrCat(
       "postgres ", options_.redacted_uri, ": ", postgres::DescribeRole(*role),
       options_.allow_privileged_role ? " (allow_privileged_role=true)" : "");
+}
+
+absl::Status PostgresAdapter::Probe() {
+  switch (PQping(options_.conninfo.c_str())) {
+    case PQPING_OK:
+      return absl::OkStatus();
+    case PQPING_REJECT:
+      return absl::UnavailableError(
+          absl::StrCat("postgres ", options_.redacted_uri,
+                       ": refuses connections (starting or shutting down)"));
+    case PQPING_NO_RESPONSE:
+      return absl::UnavailableError(
+          absl::StrCat("postgres ", options_.redacted_uri, ": no response"));
+    default:  // PQPING_NO_ATTEMPT: a conninfo libpq cannot use.
+      return absl::UnavailableError(absl::StrCat(
+          "postgres ", options_.redacted_uri, ": cannot be tried"));
+  }
 }
 
 PostgresAdapter::~PostgresAdapter() {
@@ -322,7 +356,12 @@ void PostgresAdapter::Send() {
     if (queue_.empty()) break;  // Stopping, with nothing left to send.
     std::vector<std::unique_ptr<PendingWrite>> batch;
     std::vector<PendingWrite*> sending;
+    const absl::Time taken = absl::Now();
     while (!queue_.empty() && batch.size() < kMaxBatch) {
+      if (queue_wait_ != nullptr) {
+        queue_wait_->Observe(
+            absl::ToDoubleSeconds(taken - queue_.front()->queued_at));
+      }
       batch.push_back(std::move(queue_.front()));
       queue_.pop_front();
       ++batch.back()->attempts;

@@ -90,16 +90,22 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "prometheus/histogram.h"
 #include "storage_adapters/postgres/config.h"
 #include "storage_adapters/postgres/connection_pool.h"
 #include "storage_adapters/postgres/statement_watchdog.h"
+#include "storage_adapters/registry.h"
 #include "storage_adapters/storage_adapter.h"
 
 namespace fencegate {
 
 class PostgresAdapter final : public StorageAdapter {
  public:
-  explicit PostgresAdapter(PostgresAdapterOptions options);
+  // With metrics on, exports fencegate_postgres_connections{route,state}
+  // (idle, busy; read at scrape) and fencegate_postgres_queue_wait_seconds
+  // {route} (from a write's queueing to its batch's sender taking it).
+  explicit PostgresAdapter(PostgresAdapterOptions options,
+                           const AdapterContext& context = {});
   ~PostgresAdapter() override;
 
   absl::Status Validate(const WriteTarget& target,
@@ -115,6 +121,8 @@ class PostgresAdapter final : public StorageAdapter {
   // FAILED_PRECONDITION as for every new connection. Returns the role's
   // attributes for the log, or why they could not be read yet.
   absl::StatusOr<std::string> CheckAtStartup() override;
+  // PQping: the server accepts connections (up to connect_timeout).
+  absl::Status Probe() override;
   // Cancels the statements in flight, fails the queued writes (never
   // sent), and fails every later write at once.
   void CancelInFlight() override;
@@ -204,6 +212,9 @@ class PostgresAdapter final : public StorageAdapter {
   // options_.spread_after_ms, at most half of pool_wait_ms.
   const absl::Duration spread_after_;
   PgConnectionPool pool_;
+  // Null when metrics are off.
+  prometheus::Histogram* queue_wait_ = nullptr;
+  std::shared_ptr<void> idle_gauge_, busy_gauge_;
   absl::Mutex queue_mu_;
   std::deque<std::unique_ptr<PendingWrite>> queue_ ABSL_GUARDED_BY(queue_mu_);
   absl::CondVar queue_cv_;  // Signalled when a write waits for a sender.

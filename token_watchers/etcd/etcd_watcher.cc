@@ -152,7 +152,9 @@ class WatchStream final
 class EtcdWatcher final : public TokenWatcher {
  public:
   EtcdWatcher(TokenWatcherSpec spec, TokenWatcherContext context)
-      : spec_(std::move(spec)), context_(std::move(context)) {}
+      : spec_(std::move(spec)), context_(std::move(context)) {
+    connected_gauge_ = ExportConnected(context_.metrics, "etcd", connected_);
+  }
   ~EtcdWatcher() override { Stop(); }
 
   absl::string_view kind() const override { return "etcd"; }
@@ -211,6 +213,7 @@ class EtcdWatcher final : public TokenWatcher {
   absl::Status first_sync_ ABSL_GUARDED_BY(mu_);
   grpc::ClientContext* active_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::atomic<bool> connected_{false};
+  std::shared_ptr<void> connected_gauge_;
   std::thread thread_;
 };
 

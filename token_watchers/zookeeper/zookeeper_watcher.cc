@@ -85,7 +85,9 @@ absl::StatusOr<uint64_t> CzxidOf(zhandle_t* zh, const std::string& path) {
 class ZooKeeperWatcher final : public TokenWatcher {
  public:
   ZooKeeperWatcher(TokenWatcherSpec spec, TokenWatcherContext context)
-      : spec_(std::move(spec)), context_(std::move(context)) {}
+      : spec_(std::move(spec)), context_(std::move(context)) {
+    connected_gauge_ = ExportConnected(context_.metrics, "zookeeper", synced_);
+  }
   ~ZooKeeperWatcher() override { Stop(); }
 
   absl::string_view kind() const override { return "zookeeper"; }
@@ -171,6 +173,7 @@ class ZooKeeperWatcher final : public TokenWatcher {
   std::atomic<uint64_t> newest_{0};
   // Set while the current session is connected and fully read.
   std::atomic<bool> synced_{false};
+  std::shared_ptr<void> connected_gauge_;
 
   // Used by the watcher thread only.
   bool start_answered_ = false;

@@ -35,6 +35,8 @@
 #include "fencing/clock.h"
 #include "fencing/fencer.h"
 #include "fencing/lease_store.h"
+#include "metrics/metrics_context.h"
+#include "prometheus/counter.h"
 
 namespace fencegate {
 
@@ -58,6 +60,10 @@ struct LeaseManagerOptions {
   // RESOURCE_EXHAUSTED (after dropping waiters whose callers went away).
   // Default: 1024.
   size_t max_waiters = 1024;
+  // Where the manager exports fencegate_lease_grants_total,
+  // fencegate_lease_expiries_total and fencegate_leases_held (read at
+  // scrape). Default: metrics off.
+  MetricsContext metrics;
 };
 
 // Thread safety: safe for concurrent use. Callbacks run on the calling
@@ -159,6 +165,10 @@ class LeaseManager {
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   // Waiters in every Lock::waiters.
   size_t waiting_ ABSL_GUARDED_BY(mu_) = 0;
+  // Metrics; null when off.
+  prometheus::Counter* grants_ = nullptr;
+  prometheus::Counter* expiries_ = nullptr;
+  std::shared_ptr<void> held_gauge_;
 };
 
 }  // namespace fencegate

@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "fencing/fence_store.h"
 #include "fencing/lease_store.h"
+#include "metrics/metrics_context.h"
 
 namespace rocksdb {
 class Env;
@@ -52,6 +53,11 @@ struct RocksDbFenceStoreOptions {
   // file (a new write-ahead log, a table) uses one of these instead of
   // failing, which would stop the process. Default: 16.
   int reserved_fds = 16;
+  // Where the store exports fencegate_fence_store_sync_duration_seconds
+  // (each synced WAL write), fencegate_fence_advances_total (each durable
+  // rise, from any path) and fencegate_domains (domains in the store,
+  // counted once at open when metrics are on). Default: metrics off.
+  MetricsContext metrics;
 };
 
 // Both stores over one database; a grant and its fence rise are one write.

@@ -16,16 +16,27 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "metrics/metrics_context.h"
 #include "storage_adapters/storage_adapter.h"
 #include "storage_adapters/uri.h"
 
 namespace fencegate {
 
+// What an adapter is handed beside its URI.
+struct AdapterContext {
+  // The route the adapter serves (the `route` label of its metrics).
+  // Default: empty (an adapter outside any route, e.g. in a test).
+  std::string route;
+  // Where it registers its metrics; empty when metrics are off.
+  MetricsContext metrics;
+};
+
 // Builds an adapter from a parsed URI whose scheme matched. Validates the
 // whole URI: INVALID_ARGUMENT quoting it when malformed, UNAVAILABLE when the
 // storage cannot be reached at start-up.
 using AdapterFactory =
-    std::function<absl::StatusOr<std::unique_ptr<StorageAdapter>>(const Uri&)>;
+    std::function<absl::StatusOr<std::unique_ptr<StorageAdapter>>(
+        const Uri&, const AdapterContext&)>;
 
 // Thread safety: Register() must complete before concurrent Create() calls;
 // Create() is then safe for concurrent use.
@@ -41,7 +52,7 @@ class AdapterRegistry {
   // Parses `uri` and calls its scheme's factory. INVALID_ARGUMENT, quoting the
   // URI and listing the known schemes, for an unknown scheme.
   absl::StatusOr<std::unique_ptr<StorageAdapter>> Create(
-      absl::string_view uri) const;
+      absl::string_view uri, const AdapterContext& context = {}) const;
 
   // Registered schemes, sorted.
   std::vector<std::string> Schemes() const;

@@ -45,8 +45,10 @@ class Router {
   // Builds every route's adapter. INVALID_ARGUMENT for no routes, a bad or
   // duplicate route name, a bad URI, or a bad, duplicate or refused named
   // statement (the message names the route); otherwise the factory's error.
+  // Each route's adapter gets the route's name and `metrics`.
   static absl::StatusOr<std::unique_ptr<Router>> Create(
-      const AdapterRegistry& registry, const std::vector<RouteSpec>& routes);
+      const AdapterRegistry& registry, const std::vector<RouteSpec>& routes,
+      const MetricsContext& metrics = {});
 
   // INVALID_ARGUMENT, naming the field "resource", for a resource without
   // "<route>/" or with an unknown route (the message lists the known ones).
@@ -64,6 +66,9 @@ class Router {
   static absl::Status ExpandStatements(
       const ResolvedResource& resolved,
       google::protobuf::RepeatedPtrField<v1::Operation>* ops);
+
+  // Every route's name and adapter (owned by the Router), by name.
+  std::vector<std::pair<std::string, StorageAdapter*>> Adapters() const;
 
   // Calls every adapter's CancelInFlight().
   void CancelInFlight() const;

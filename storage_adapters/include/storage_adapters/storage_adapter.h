@@ -89,6 +89,12 @@ class StorageAdapter {
   // nothing to say). May block. The default checks nothing.
   virtual absl::StatusOr<std::string> CheckAtStartup() { return std::string(); }
 
+  // Whether the storage can be reached now, for the route's health
+  // (route/<name> in the gRPC health service): UNAVAILABLE saying why if
+  // not. Called every few seconds from the gateway's health thread only;
+  // may block for up to a few seconds. The default: always reachable.
+  virtual absl::Status Probe() { return absl::OkStatus(); }
+
   // Called once when the gateway's shutdown grace has passed: stop what is
   // still running (cancel statements in flight) and fail what has not
   // started, so that every pending callback runs soon. Writes applied

@@ -7,6 +7,7 @@
 #ifndef TOKEN_WATCHERS_REGISTRY_H_
 #define TOKEN_WATCHERS_REGISTRY_H_
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -17,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "client/tls.h"
+#include "metrics/metrics_context.h"
 #include "token_watchers/token_watcher.h"
 
 namespace fencegate {
@@ -52,6 +54,9 @@ struct TokenWatcherContext {
   // connection, expired session, a lock name that is not a valid domain),
   // on the watcher's thread. Default: none.
   std::function<void(const absl::Status&)> on_error;
+  // Where the watcher exports fencegate_watcher_connected{source=<kind>}
+  // (1 while connected() is true, read at scrape). Default: metrics off.
+  MetricsContext metrics;
 };
 
 // Builds an unstarted watcher from a spec whose kind matched.
@@ -59,6 +64,13 @@ struct TokenWatcherContext {
 using TokenWatcherFactory =
     std::function<absl::StatusOr<std::unique_ptr<TokenWatcher>>(
         const TokenWatcherSpec&, TokenWatcherContext)>;
+
+// For watchers: exports fencegate_watcher_connected{source=`kind`}, read
+// from `connected` at each scrape, until the returned handle is destroyed
+// (null when metrics are off).
+std::shared_ptr<void> ExportConnected(const MetricsContext& metrics,
+                                      absl::string_view kind,
+                                      const std::atomic<bool>& connected);
 
 // Thread safety: Register() must complete before concurrent Create() calls;
 // Create() is then safe for concurrent use.

@@ -1,0 +1,45 @@
+// Copyright fencegate authors.
+
+#include "metrics/metrics_server.h"
+
+#include <exception>
+
+#include "absl/strings/str_cat.h"
+#include "prometheus/exposer.h"
+
+namespace fencegate {
+
+absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
+    const std::string& listen) {
+  const size_t colon = listen.rfind(':');
+  if (colon == std::string::npos || colon + 1 == listen.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("metrics_listen: \"", listen, "\" is not host:port"));
+  }
+  std::unique_ptr<MetricsServer> server(new MetricsServer());
+  server->registry_ = std::make_shared<prometheus::Registry>();
+  server->scrape_gauges_ = std::make_shared<ScrapeGauges>();
+  try {
+    // Two threads: a scrape never waits for another one to finish.
+    server->exposer_ = std::make_unique<prometheus::Exposer>(listen, 2);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat(
+        "metrics_listen: cannot serve on ", listen, ": ", e.what()));
+  }
+  server->exposer_->RegisterCollectable(server->registry_);
+  server->exposer_->RegisterCollectable(server->scrape_gauges_);
+  std::vector<int> ports = server->exposer_->GetListeningPorts();
+  if (ports.empty()) {
+    return absl::UnavailableError(
+        absl::StrCat("metrics_listen: cannot serve on ", listen));
+  }
+  server->port_ = ports.front();
+  return server;
+}
+
+MetricsServer::~MetricsServer() {
+  // The exposer first: no scrape reads the collectables after this.
+  exposer_.reset();
+}
+
+}  // namespace fencegate
