@@ -210,6 +210,12 @@ absl::StatusOr<GatewayOptions> ResolveOptions(const v1::GatewayConfig& config) {
     options.tls.refresh = absl::Seconds(config.tls().refresh_seconds());
   }
   options.metrics_listen = config.metrics_listen();
+  if (config.log_format() == "json") {
+    options.log_format = LogFormat::kJson;
+  } else if (!config.log_format().empty() && config.log_format() != "text") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "log_format: \"", config.log_format(), "\" is neither text nor json"));
+  }
   options.policy_path = config.policy();
   options.insecure_allow_remote = config.insecure_allow_remote();
   options.audit_log_path = config.audit_log();

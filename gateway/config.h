@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "client/tls.h"
 #include "fencegate/v1/config.pb.h"
+#include "gateway/log.h"
 #include "gateway/server_tls.h"
 #include "google/protobuf/message.h"
 #include "storage_adapters/router.h"
@@ -62,6 +63,8 @@ struct GatewayOptions {
   // How often each route's storage is probed for its health
   // ("route/<name>"). Default: 2 s.
   absl::Duration route_health_interval = absl::Seconds(2);
+  // The log's format on stderr. Default: text.
+  LogFormat log_format = LogFormat::kText;
   // host:port serving GET /metrics; empty: metrics off. Default: off.
   std::string metrics_listen;
   // The lock services whose locks the gateway follows, raising each lock's

@@ -15,6 +15,7 @@
 #include "gateway/log.h"
 #include "gateway/status.h"
 #include "gateway/token_refused.h"
+#include "gateway/trace_context.h"
 #include "gateway/write_request.h"
 
 namespace fencegate {
@@ -40,16 +41,25 @@ grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
   return reactor;
 }
 
-std::string RequestTag(absl::string_view rpc, absl::string_view request_id) {
-  if (request_id.empty()) return std::string(rpc);
-  return absl::StrCat(rpc, " request_id=", absl::CHexEscape(request_id));
+// "Write request_id=... trace_id=...", without the parts the call lacks.
+std::string RequestTag(absl::string_view rpc, const LogFields& fields) {
+  std::string tag(rpc);
+  if (!fields.request_id.empty()) {
+    absl::StrAppend(&tag, " request_id=", absl::CHexEscape(fields.request_id));
+  }
+  if (!fields.trace_id.empty()) {
+    absl::StrAppend(&tag, " trace_id=", fields.trace_id);
+  }
+  return tag;
 }
 
 // Logs the outcome of a fenced call: stale rejections as warnings with the
 // domain, the token and the highest token; advances as info; other errors.
-void LogOutcome(absl::string_view tag, absl::string_view domain, uint64_t token,
+void LogOutcome(absl::string_view rpc, const LogFields& fields,
+                absl::string_view domain, uint64_t token,
                 const absl::StatusOr<FenceDecision>& decision,
                 bool log_accepted) {
+  const std::string tag = RequestTag(rpc, fields);
   if (!decision.ok()) {
     // A refused token is logged with the caller's identity by the request's
     // Admission (request_gate.h).
@@ -60,12 +70,14 @@ void LogOutcome(absl::string_view tag, absl::string_view domain, uint64_t token,
           absl::StrFormat("%s rejected stale token domain=\"%s\" token=%d "
                           "highest=%d",
                           tag, absl::CHexEscape(domain), token,
-                          stale->highest_token));
+                          stale->highest_token),
+          fields);
     } else {
       Log(LogSeverity::kError,
           absl::StrFormat("%s failed domain=\"%s\" token=%d: %s", tag,
                           absl::CHexEscape(domain), token,
-                          decision.status().ToString()));
+                          decision.status().ToString()),
+          fields);
     }
     return;
   }
@@ -73,7 +85,8 @@ void LogOutcome(absl::string_view tag, absl::string_view domain, uint64_t token,
     Log(LogSeverity::kInfo,
         absl::StrFormat("%s accepted domain=\"%s\" token=%d%s", tag,
                         absl::CHexEscape(domain), token,
-                        decision->advanced ? " (fence advanced)" : ""));
+                        decision->advanced ? " (fence advanced)" : ""),
+        fields);
   }
 }
 
@@ -102,6 +115,10 @@ struct GatewayService::PendingWrite {
   // request) once resolved.
   absl::Time started;
   absl::string_view route;
+  // The trace id of its traceparent, if any.
+  std::string trace_id;
+
+  LogFields fields() const { return {request->request_id(), trace_id}; }
 };
 
 grpc::ServerUnaryReactor* GatewayService::Refuse(
@@ -134,6 +151,7 @@ grpc::ServerUnaryReactor* GatewayService::Write(
     grpc::ByteBuffer* response_bytes) {
   auto write = std::make_unique<PendingWrite>();
   write->started = absl::Now();
+  write->trace_id = TraceIdOf(*context);
   if (absl::Status s = ParseWriteRequest(
           *request_bytes, options_.max_ops_per_write, &write->parsed_request);
       !s.ok()) {
@@ -252,6 +270,14 @@ void GatewayService::RunWrite(std::unique_ptr<PendingWrite> write) {
     const absl::Status cancelled =
         absl::CancelledError("cancelled before it was applied");
     Count(*write, cancelled);
+    Log(LogSeverity::kWarning,
+        absl::StrFormat("%s cancelled before it was applied (the client "
+                        "cancelled, or its deadline passed) domain=\"%s\" "
+                        "token=%d: nothing was written",
+                        RequestTag("Write", write->fields()),
+                        absl::CHexEscape(write->domain),
+                        write->request->token()),
+        write->fields());
     grpc::ServerUnaryReactor* reactor = write->reactor;
     write.reset();  // Releases the domain first, as in Reply.
     reactor->Finish(ToGrpcStatus(cancelled));
@@ -270,8 +296,8 @@ void GatewayService::RunWrite(std::unique_ptr<PendingWrite> write) {
 
 void GatewayService::Reply(std::unique_ptr<PendingWrite> write,
                            absl::StatusOr<FenceDecision> decision) {
-  LogOutcome(RequestTag("Write", write->request->request_id()), write->domain,
-             write->request->token(), decision, options_.log_writes);
+  LogOutcome("Write", write->fields(), write->domain, write->request->token(),
+             decision, options_.log_writes);
   write->admission->Audit(decision);
   if (!decision.ok() && GetStaleToken(decision.status()).has_value()) {
     // The database's fence found the token stale after this gateway's own
@@ -331,20 +357,28 @@ grpc::ServerUnaryReactor* GatewayService::RaiseInLane(
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   executor_->Post(domain, [this, context, reactor, response, domain, counted,
+                           trace_id = TraceIdOf(*context),
                            method = facts.method, request_id = facts.request_id,
                            token = facts.token, raise = std::move(raise),
                            admission = *std::move(admitted)]() mutable {
+    const absl::string_view rpc = method.substr(method.rfind('/') + 1);
+    const LogFields fields{request_id, trace_id};
     if (context->IsCancelled()) {
       const absl::Status cancelled =
           absl::CancelledError("cancelled before the fence was raised");
+      Log(LogSeverity::kWarning,
+          absl::StrFormat("%s cancelled before it was applied (the client "
+                          "cancelled, or its deadline passed) domain=\"%s\": "
+                          "the fence did not move",
+                          RequestTag(rpc, fields), absl::CHexEscape(domain)),
+          fields);
       if (counted) options_.metrics->RecordFence(cancelled);
       reactor->Finish(ToGrpcStatus(cancelled));
       return;
     }
     absl::StatusOr<FenceDecision> decision =
         std::move(raise)(admission->advance_check());
-    const absl::string_view rpc = method.substr(method.rfind('/') + 1);
-    LogOutcome(RequestTag(rpc, request_id), domain,
+    LogOutcome(rpc, fields, domain,
                decision.ok() ? decision->fence.highest_token : token, decision,
                options_.log_writes);
     admission->Audit(decision);

@@ -29,6 +29,20 @@ namespace fencegate {
 
 enum class LogSeverity { kInfo, kWarning, kError };
 
+// kText: "<UTC time> <I|W|E> <message>". kJson: one fencegate.v1.LogEntry
+// (proto/fencegate/v1/log.proto) per line, in protobuf's JSON mapping.
+enum class LogFormat { kText, kJson };
+
+// For lines logged from now on. Call once at start-up. Default: kText.
+void SetLogFormat(LogFormat format);
+
+// What a line is about, for the JSON format's fields of their own (the text
+// format carries them in its message).
+struct LogFields {
+  absl::string_view request_id;
+  absl::string_view trace_id;
+};
+
 // `text` with every control character escaped (\n, \r, \t, \xNN), so
 // that it stays on one line and cannot pass for another line. Log() applies it
 // to every message: text a client controls (an error from its SQL, say) can
@@ -36,7 +50,8 @@ enum class LogSeverity { kInfo, kWarning, kError };
 std::string EscapeControl(absl::string_view text);
 
 // Thread safe; never waits for stderr.
-void Log(LogSeverity severity, absl::string_view message);
+void Log(LogSeverity severity, absl::string_view message,
+         const LogFields& fields = {});
 
 // Returns once every line logged before the call has been written (or
 // refused by stderr), or after 2 s. Thread safe.

@@ -60,6 +60,7 @@ struct Flags {
   std::string etcd_tls_ca, etcd_tls_cert, etcd_tls_key;
   std::string zookeeper_endpoint;
   std::string metrics_listen;
+  std::string log_format;
   std::string zookeeper_lock_path;
   std::string tls_cert, tls_key, tls_client_ca;
   uint64_t tls_refresh_seconds = 0;
@@ -89,6 +90,7 @@ absl::Status ApplyFlags(const Flags& flags, v1::GatewayConfig* config) {
         StringFlag{flags.etcd_tls_key,
                    config->mutable_etcd()->mutable_tls_key()},
         StringFlag{flags.metrics_listen, config->mutable_metrics_listen()},
+        StringFlag{flags.log_format, config->mutable_log_format()},
         StringFlag{flags.zookeeper_endpoint,
                    config->mutable_zookeeper()->mutable_endpoint()},
         StringFlag{flags.zookeeper_lock_path,
@@ -263,6 +265,8 @@ int Run(int argc, char** argv) {
              "client certificate (PEM) for an etcd with --client-cert-auth");
   set.String("etcd_tls_key", &flags.etcd_tls_key,
              "private key (PEM) of --etcd_tls_cert");
+  set.String("log_format", &flags.log_format,
+             "stderr log format: text (default) or json, one object a line");
   set.String("metrics_listen", &flags.metrics_listen,
              "serve GET /metrics (Prometheus) on host:port (default off)");
   set.String("zookeeper_endpoint", &flags.zookeeper_endpoint,
@@ -320,6 +324,7 @@ int Run(int argc, char** argv) {
     return 2;
   }
   options->log_writes = flags.log_writes;
+  SetLogFormat(options->log_format);
 
   // Block the shutdown signals in every thread; main waits for them below.
   sigset_t signals;
