@@ -7,6 +7,7 @@
 #define BENCH_BENCH_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -45,6 +46,9 @@ struct EnvironmentOptions {
   // policy (certificates made with openssl in work_dir), for the -mtls
   // targets.
   bool start_mtls_gateway = false;
+  // Also start a gateway like the first with metrics on (--metrics_listen),
+  // for the -metrics targets.
+  bool start_metrics_gateway = false;
   // Start three throwaway redis-servers (if /usr/bin/redis-server exists),
   // for the safety scenario's Redis and Redlock sources.
   bool start_redis = true;
@@ -66,11 +70,10 @@ class Environment {
   // Empty if pgbouncer is not available.
   const std::string& pgbouncer_dsn() const { return pgbouncer_dsn_; }
   std::string gateway_address() const { return gateway_->address(); }
-  // The mTLS gateway, and the client files that reach it; empty if not
+  // The address of a variant gateway ("mtls", "metrics"); empty if not
   // started.
-  std::string mtls_gateway_address() const {
-    return mtls_gateway_ != nullptr ? mtls_gateway_->address() : "";
-  }
+  std::string variant_address(const std::string& variant) const;
+  // The client files that reach the mTLS gateway.
   const client::TlsFiles& mtls_client() const { return mtls_client_; }
   // "host:port" of each redis-server started; empty if none.
   std::vector<std::string> redis_endpoints() const;
@@ -84,22 +87,28 @@ class Environment {
   }
   const std::string& data_dir() const { return data_dir_; }
   // Meters the CPU of the processes the environment started (PostgreSQL
-  // only when it started it) and of the harness; of the mTLS gateway rather
-  // than the plaintext one if `mtls`.
-  CpuMeter cpu_meter(bool mtls = false) const;
+  // only when it started it) and of the harness; of the `variant` gateway
+  // rather than the first one if it names one.
+  CpuMeter cpu_meter(const std::string& variant = "") const;
 
  private:
   Environment() = default;
   absl::Status StartPgbouncer(int pg_port);
   absl::Status StartMtlsGateway(const std::string& work_dir,
                                 const std::vector<std::string>& flags);
+  // A gateway with the first one's `flags` but its own data directory and
+  // file route and no watchers, plus `extra`.
+  absl::StatusOr<std::unique_ptr<testing::GatewayProcess>> StartVariant(
+      const std::string& work_dir, const std::string& variant,
+      const std::vector<std::string>& flags,
+      const std::vector<std::string>& extra);
 
   std::unique_ptr<testing::PostgresServer> pg_;
   std::unique_ptr<testing::EtcdServer> etcd_;
   std::vector<std::unique_ptr<testing::RedisServer>> redis_;
   std::unique_ptr<testing::ZooKeeperServer> zookeeper_;
   std::unique_ptr<testing::GatewayProcess> gateway_;
-  std::unique_ptr<testing::GatewayProcess> mtls_gateway_;
+  std::map<std::string, std::unique_ptr<testing::GatewayProcess>> variants_;
   client::TlsFiles mtls_client_;
   std::string pg_dsn_, pg_uri_, pgbouncer_dsn_, data_dir_;
   std::string pgbouncer_dir_;

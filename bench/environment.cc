@@ -113,13 +113,43 @@ absl::StatusOr<std::unique_ptr<Environment>> Environment::Start(
       return s;
     }
   }
+  if (options.start_metrics_gateway) {
+    // Metrics on, scraped by nobody during the runs: what they cost is the
+    // updates on the request path.
+    absl::StatusOr<std::unique_ptr<testing::GatewayProcess>> gateway =
+        env->StartVariant(options.work_dir, "metrics", flags,
+                          {"--metrics_listen=127.0.0.1:0"});
+    if (!gateway.ok()) return gateway.status();
+    env->variants_["metrics"] = *std::move(gateway);
+  }
   return env;
+}
+
+absl::StatusOr<std::unique_ptr<testing::GatewayProcess>>
+Environment::StartVariant(const std::string& work_dir,
+                          const std::string& variant,
+                          const std::vector<std::string>& flags,
+                          const std::vector<std::string>& extra) {
+  const std::string data_dir = absl::StrCat(work_dir, "/gateway-", variant);
+  std::vector<std::string> variant_flags;
+  for (const std::string& f : flags) {
+    // Its own file route and no watchers: only `extra` differs.
+    if (absl::StartsWith(f, "--route=files=") ||
+        absl::StartsWith(f, "--etcd_endpoint=") ||
+        absl::StartsWith(f, "--zookeeper_endpoint=")) {
+      continue;
+    }
+    variant_flags.push_back(f);
+  }
+  variant_flags.push_back(
+      absl::StrCat("--route=files=file://", data_dir, "/files"));
+  variant_flags.insert(variant_flags.end(), extra.begin(), extra.end());
+  return testing::GatewayProcess::Start(data_dir, variant_flags);
 }
 
 absl::Status Environment::StartMtlsGateway(
     const std::string& work_dir, const std::vector<std::string>& flags) {
   const std::string pki_dir = work_dir + "/pki";
-  const std::string data_dir = work_dir + "/gateway-mtls";
   std::filesystem::create_directories(pki_dir);
   absl::StatusOr<std::unique_ptr<testing::TestPki>> pki =
       testing::TestPki::Create(pki_dir, "bench-ca");
@@ -139,26 +169,12 @@ absl::Status Environment::StartMtlsGateway(
       permissions: [ WRITE, FENCE, GET_FENCE, LEASE ]
     }
   )pb";
-  std::vector<std::string> mtls_flags;
-  for (const std::string& f : flags) {
-    // Its own file route and no watchers: only the transport differs.
-    if (absl::StartsWith(f, "--route=files=") ||
-        absl::StartsWith(f, "--etcd_endpoint=") ||
-        absl::StartsWith(f, "--zookeeper_endpoint=")) {
-      continue;
-    }
-    mtls_flags.push_back(f);
-  }
-  mtls_flags.push_back(
-      absl::StrCat("--route=files=file://", data_dir, "/files"));
-  mtls_flags.push_back("--tls_cert=" + server->cert);
-  mtls_flags.push_back("--tls_key=" + server->key);
-  mtls_flags.push_back("--tls_client_ca=" + (*pki)->ca());
-  mtls_flags.push_back("--policy=" + policy);
   absl::StatusOr<std::unique_ptr<testing::GatewayProcess>> gateway =
-      testing::GatewayProcess::Start(data_dir, mtls_flags);
+      StartVariant(work_dir, "mtls", flags,
+                   {"--tls_cert=" + server->cert, "--tls_key=" + server->key,
+                    "--tls_client_ca=" + (*pki)->ca(), "--policy=" + policy});
   if (!gateway.ok()) return gateway.status();
-  mtls_gateway_ = *std::move(gateway);
+  variants_["mtls"] = *std::move(gateway);
   mtls_client_ = client::TlsFiles{(*pki)->ca(), client->cert, client->key};
   return absl::OkStatus();
 }
@@ -169,9 +185,15 @@ std::vector<std::string> Environment::redis_endpoints() const {
   return endpoints;
 }
 
-CpuMeter Environment::cpu_meter(bool mtls) const {
+std::string Environment::variant_address(const std::string& variant) const {
+  auto it = variants_.find(variant);
+  return it != variants_.end() ? it->second->address() : "";
+}
+
+CpuMeter Environment::cpu_meter(const std::string& variant) const {
+  auto it = variants_.find(variant);
   const testing::GatewayProcess* gateway =
-      mtls && mtls_gateway_ != nullptr ? mtls_gateway_.get() : gateway_.get();
+      it != variants_.end() ? it->second.get() : gateway_.get();
   return CpuMeter(gateway->pid(), pg_ != nullptr ? pg_->postmaster_pid() : 0,
                   pgbouncer_pid_);
 }

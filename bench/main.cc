@@ -147,7 +147,8 @@ int Run(int argc, char** argv) {
   set.String("targets", &targets,
              "comma list of direct, direct-fenced, pgbouncer, gateway-pg, "
              "gateway-file, gateway-noop, grpc-floor, gateway-pg-mtls, "
-             "gateway-noop-mtls (default all but the -mtls ones)");
+             "gateway-noop-mtls, gateway-pg-metrics, gateway-noop-metrics "
+             "(default all but the -mtls and -metrics ones)");
   set.String("clients", &clients,
              "comma list of client counts (default 1,16,64)");
   set.String("patterns", &patterns, "steady,advancing (default both)");
@@ -275,6 +276,7 @@ int Run(int argc, char** argv) {
   eopts.pg_pool_size = pg_pool_size;
   for (const std::string& t : topts.targets) {
     eopts.start_mtls_gateway |= absl::EndsWith(t, "-mtls");
+    eopts.start_metrics_gateway |= absl::EndsWith(t, "-metrics");
   }
   std::fprintf(stderr, "fencegate-bench: starting servers in %s\n",
                dir.c_str());

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <memory>
 #include <thread>
 #include <tuple>
@@ -27,6 +28,17 @@
 
 namespace fencegate::bench {
 namespace {
+
+// The variant gateway a target runs against ("mtls" for gateway-pg-mtls,
+// "metrics" for gateway-noop-metrics); empty for the first gateway.
+std::string VariantOf(absl::string_view target) {
+  for (absl::string_view variant : {"mtls", "metrics"}) {
+    if (absl::EndsWith(target, absl::StrCat("-", variant))) {
+      return std::string(variant);
+    }
+  }
+  return "";
+}
 
 // The seed's fenced UPDATE: the row's own fence column guards it.
 constexpr char kFencedUpdate[] =
@@ -396,26 +408,32 @@ absl::StatusOr<std::vector<RunStats>> RunThroughput(
       };
     } else if (target == "gateway-pg" || target == "gateway-file" ||
                target == "gateway-noop" || target == "grpc-floor" ||
-               target == "gateway-pg-mtls" || target == "gateway-noop-mtls") {
-      const bool mtls = absl::EndsWith(target, "-mtls");
-      if (mtls && env.mtls_gateway_address().empty()) {
-        return absl::FailedPreconditionError("the mTLS gateway is not running");
+               target == "gateway-pg-mtls" || target == "gateway-noop-mtls" ||
+               target == "gateway-pg-metrics" ||
+               target == "gateway-noop-metrics") {
+      const std::string variant = VariantOf(target);
+      const bool mtls = variant == "mtls";
+      const std::string address = variant.empty()
+                                      ? env.gateway_address()
+                                      : env.variant_address(variant);
+      if (address.empty()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("the ", variant, " gateway is not running"));
       }
       absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
           client::ChannelCredentials(mtls ? env.mtls_client()
                                           : client::TlsFiles{});
       if (!credentials.ok()) return credentials.status();
-      make = [&env, target, mtls,
+      make = [target, address, variant,
               credentials = *credentials](int i) -> std::unique_ptr<Client> {
         // One channel per 8 clients: gRPC multiplexes, but one HTTP/2
         // connection would serialize its frames on one thread.
         grpc::ChannelArguments args;
         args.SetInt("grpc.channel_id", i / 8);  // Distinct subchannels.
-        auto ch = grpc::CreateCustomChannel(
-            mtls ? env.mtls_gateway_address() : env.gateway_address(),
-            credentials, args);
+        auto ch = grpc::CreateCustomChannel(address, credentials, args);
         if (target == "grpc-floor") return std::make_unique<HealthClient>(ch);
-        const std::string kind(absl::StripSuffix(target, "-mtls"));
+        const std::string kind(
+            absl::StripSuffix(target, absl::StrCat("-", variant)));
         return std::make_unique<GatewayClient>(
             ch, kind, absl::StrCat("bench-", target, "-", i), i);
       };
@@ -430,8 +448,10 @@ absl::StatusOr<std::vector<RunStats>> RunThroughput(
   // minutes (other tenants, CPU credit), and ratios of runs made close
   // together -- a target against direct, advancing against steady, in the
   // same round -- are the ones to trust.
-  const CpuMeter meter = env.cpu_meter();
-  const CpuMeter mtls_meter = env.cpu_meter(/*mtls=*/true);
+  std::map<std::string, CpuMeter> meters;
+  for (const auto& [target, make] : makers) {
+    meters.try_emplace(VariantOf(target), env.cpu_meter(VariantOf(target)));
+  }
   std::vector<RunStats> runs;
   for (int clients : options.clients) {
     for (int round = 0; round < options.rounds; ++round) {
@@ -441,7 +461,7 @@ absl::StatusOr<std::vector<RunStats>> RunThroughput(
           if (target == "grpc-floor" && pattern != "steady") continue;
           runs.push_back(RunOne(
               target, pattern, clients, round, options.duration,
-              absl::EndsWith(target, "-mtls") ? mtls_meter : meter, make));
+              meters.at(VariantOf(target)), make));
         }
       }
     }
