@@ -53,14 +53,8 @@ LeaseManager::LeaseManager(LeaseStore* store, Fencer* fencer, Clock* clock,
                    .Register(*metrics.registry)
                    .Add({});
   held_gauge_ = metrics.scrape_gauges->Add(
-      "fencegate_leases_held", "Leases held now", {}, [this] {
-        absl::MutexLock lock(&mu_);
-        size_t held = 0;
-        for (const auto& [name, l] : locks_) {
-          if (!l.lease.lease_id.empty()) ++held;
-        }
-        return static_cast<double>(held);
-      });
+      "fencegate_leases_held", "Leases held now", {},
+      [this] { return static_cast<double>(held_.load()); });
 }
 
 absl::StatusOr<std::unique_ptr<LeaseManager>> LeaseManager::Create(
@@ -85,6 +79,7 @@ absl::StatusOr<std::unique_ptr<LeaseManager>> LeaseManager::Create(
       std::string name = lease.name;
       Lock& l = manager->locks_[name];
       l.lease = std::move(lease);
+      ++manager->held_;
       manager->ArmExpiryLocked(l, name, remaining);
     }
   }
@@ -205,6 +200,7 @@ void LeaseManager::FinishGrant(const std::string& name,
     if (s.ok()) {
       l.lease = lease;
       ArmExpiryLocked(l, name, ttl);
+      ++held_;
       if (grants_ != nullptr) grants_->Increment();
     } else {
       FreeAndHandOverLocked(name, &deferred);
@@ -271,6 +267,7 @@ void LeaseManager::FreeAndHandOverLocked(
     std::vector<absl::AnyInvocable<void() &&>>* deferred) {
   auto it = locks_.find(name);
   Lock& l = it->second;
+  if (!l.lease.lease_id.empty()) --held_;
   l.lease = LeaseRecord();
   if (l.expiry != nullptr) l.expiry->cancel();
   l.expiry.reset();

@@ -40,8 +40,15 @@ int UsageError(const std::string& message) {
 // The lease being lost: the child's process group gets SIGTERM.
 std::atomic<pid_t> g_child{0};
 
+// A signal that came before the command's pid was known; sent to it then.
+std::atomic<int> g_pending_signal{0};
+
 void ForwardSignal(int sig) {
-  if (pid_t child = g_child.load(); child > 0) ::kill(-child, sig);
+  if (pid_t child = g_child.load(); child > 0) {
+    ::kill(-child, sig);
+  } else {
+    g_pending_signal = sig;
+  }
 }
 
 }  // namespace
@@ -165,12 +172,33 @@ int RunLocked(const LockFlags& f, const std::string& name,
   argv.push_back(nullptr);
   const std::string cannot_run =
       absl::StrCat("fencectl: cannot run \"", command[0], "\"\n");
+  // Signals meant for fencectl reach the command too, so that it never runs
+  // on unsupervised after fencectl is gone. Installed before fork(), so that
+  // none can kill fencectl between the two; exec() resets them in the child.
+  // The child starts with them blocked and takes them back to their
+  // default before it unblocks them: none is lost to the handler there.
+  sigset_t forwarded, before;
+  sigemptyset(&forwarded);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    struct sigaction action = {};
+    action.sa_handler = ForwardSignal;
+    ::sigaction(sig, &action, nullptr);
+    sigaddset(&forwarded, sig);
+  }
+  ::pthread_sigmask(SIG_BLOCK, &forwarded, &before);
   pid_t pid = ::fork();
   if (pid < 0) {
+    ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
     std::cerr << "fencectl: fork failed\n";
     return kExitError;
   }
   if (pid == 0) {
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+      struct sigaction action = {};
+      action.sa_handler = SIG_DFL;
+      ::sigaction(sig, &action, nullptr);
+    }
+    ::sigprocmask(SIG_SETMASK, &before, nullptr);
     ::setpgid(0, 0);
     ::execvpe(argv[0], argv.data(), envp.data());
     ssize_t ignored =
@@ -180,13 +208,8 @@ int RunLocked(const LockFlags& f, const std::string& name,
   }
   ::setpgid(pid, pid);
   g_child = pid;
-  // Signals meant for fencectl reach the command too, so that it never runs
-  // on unsupervised after fencectl is gone.
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
-    struct sigaction action = {};
-    action.sa_handler = ForwardSignal;
-    ::sigaction(sig, &action, nullptr);
-  }
+  ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
+  if (int sig = g_pending_signal.exchange(0); sig != 0) ::kill(-pid, sig);
   if (lost) ::kill(-pid, SIGTERM);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {

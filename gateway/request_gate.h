@@ -76,7 +76,7 @@ struct RequestGateOptions {
   // The lock services the gateway follows, by kind ("etcd", "zookeeper";
   // see WatcherKindOf): an advance on a domain bound to ETCD or ZOOKEEPER
   // asks its watcher who holds the lock (HolderOf, which blocks). Not
-  // owned; each must outlive the gate.
+  // owned; each must stay alive while requests are admitted.
   absl::flat_hash_map<std::string, TokenWatcher*> watchers;
 };
 

@@ -37,6 +37,10 @@ void RouteHealth::Stop() {
 
 void RouteHealth::ProbeAll() {
   for (const auto& [name, adapter] : routes_) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stop_) return;  // Stop() waits for one probe at most.
+    }
     const absl::Status probe = adapter->Probe();
     auto [it, first] = serving_.try_emplace(name, probe.ok());
     if (!first && it->second == probe.ok()) continue;

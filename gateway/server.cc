@@ -239,12 +239,8 @@ GatewayServer::~GatewayServer() {
 void GatewayServer::Shutdown(absl::Duration grace) {
   if (shut_down_) return;
   shut_down_ = true;
-  if (route_health_ != nullptr) route_health_->Stop();
   if (server_ != nullptr) {
     server_->GetHealthCheckService()->SetServingStatus(false);
-    for (const std::unique_ptr<TokenWatcher>& watcher : watchers_) {
-      watcher->Stop();
-    }
     // Waiting Acquire calls end now rather than hold shutdown up.
     if (leases_ != nullptr) leases_->Shutdown();
     // Returns once every started RPC has finished: in-flight writes run to
@@ -266,6 +262,12 @@ void GatewayServer::Shutdown(absl::Duration grace) {
     server_->Shutdown(absl::ToChronoTime(deadline));
     finished.Notify();
     canceller.join();
+  }
+  // After the in-flight requests, which may still ask a watcher about a
+  // token, and whose handovers the watchers keep fencing meanwhile.
+  if (route_health_ != nullptr) route_health_->Stop();
+  for (const std::unique_ptr<TokenWatcher>& watcher : watchers_) {
+    watcher->Stop();
   }
   if (executor_ != nullptr) executor_->Join();
   if (audit_ != nullptr) audit_->Flush();

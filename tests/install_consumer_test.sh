@@ -17,8 +17,11 @@ trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 cmake --install "$build_dir" --prefix "$work/prefix" --component client >/dev/null
-[[ -f $work/prefix/lib/cmake/fencegate/fencegateConfig.cmake ]] || fail "no package config installed"
-if ls "$work/prefix/lib" | grep -E 'fencing|gateway|storage_adapters|token_watchers'; then
+# The library directory is lib or lib/<multiarch>, as GNUInstallDirs chose.
+[[ -n $(find "$work/prefix" -name fencegateConfig.cmake) ]] || fail "no package config installed"
+libraries=$(find "$work/prefix" -name 'libfencegate_*.a')
+[[ -n $libraries ]] || fail "no client library installed"
+if grep -E 'fencing|gateway|storage_adapters|token_watchers|metrics' <<<"$libraries"; then
   fail "server libraries were installed with the client"
 fi
 

@@ -23,9 +23,11 @@ namespace fencegate::testing {
 // unless Delete() took it first.
 class LockZnode {
  public:
-  // Creates "<parent>/lock-NNN" and the parents that are missing.
+  // Creates "<parent>/<prefix>NNNNNNNNNN" and the parents that are
+  // missing ("lock-", or Curator's protected "_c_<uuid>-lock-").
   static absl::StatusOr<std::unique_ptr<LockZnode>> Create(
-      const std::string& hosts, const std::string& parent) {
+      const std::string& hosts, const std::string& parent,
+      const std::string& prefix_name = "lock-") {
     using client::zookeeper_internal::ZkError;
     using client::zookeeper_internal::ZooKeeperSession;
     auto session =
@@ -40,7 +42,7 @@ class LockZnode {
                                 &ZOO_OPEN_ACL_UNSAFE, 0, nullptr, 0);
       if (rc != ZOK && rc != ZNODEEXISTS) return ZkError(rc, "create", path);
     }
-    const std::string prefix = absl::StrCat(parent, "/lock-");
+    const std::string prefix = absl::StrCat(parent, "/", prefix_name);
     char created[1024];
     Stat stat;
     const int rc =

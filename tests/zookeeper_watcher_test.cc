@@ -172,6 +172,37 @@ TEST_F(ZooKeeperWatcherTest, StartReportsCurrentHoldersOfNestedLocks) {
       WaitFor([&] { return Reported("billing/2026/july", july->czxid()); }));
 }
 
+TEST_F(ZooKeeperWatcherTest, CuratorsProtectedNamesAreOrderedBySequence) {
+  std::unique_ptr<TokenWatcher> watcher = Started();
+  ASSERT_NE(watcher, nullptr);
+  const std::string parent = absl::StrCat(root_, "/curator");
+  // The first holder's prefix sorts after the second's as text.
+  ASSERT_OK_AND_ASSIGN(
+      first, LockZnode::Create(server_->endpoint(), parent, "_c_zzzz-lock-"));
+  ASSERT_OK_AND_ASSIGN(
+      second, LockZnode::Create(server_->endpoint(), parent, "_c_aaaa-lock-"));
+  ASSERT_TRUE(WaitFor([&] { return Reported("curator", first->czxid()); }));
+  ASSERT_OK_AND_ASSIGN(holder, watcher->HolderOf("curator"));
+  EXPECT_EQ(holder.token, first->czxid());
+  ASSERT_OK(first->Delete());
+  EXPECT_TRUE(WaitFor([&] { return Reported("curator", second->czxid()); }));
+  EXPECT_THAT(TokensOf("curator"),
+              ElementsAre(first->czxid(), second->czxid()));
+}
+
+TEST_F(ZooKeeperWatcherTest, ADeletedLockPathIsMadeAgainAndFollowed) {
+  std::unique_ptr<TokenWatcher> watcher = Started();
+  ASSERT_NE(watcher, nullptr);
+  {
+    ASSERT_OK_AND_ASSIGN(
+        session, client::zookeeper_internal::ZooKeeperSession::Open(
+                     server_->endpoint(), absl::Seconds(4), absl::Seconds(10)));
+    ASSERT_EQ(zoo_delete(session->handle(), root_.c_str(), -1), ZOK);
+  }
+  ASSERT_OK_AND_ASSIGN(holder, Lock("jobs"));
+  EXPECT_TRUE(WaitFor([&] { return Reported("jobs", holder->czxid()); }));
+}
+
 TEST_F(ZooKeeperWatcherTest, HolderOfAsksZooKeeper) {
   std::unique_ptr<TokenWatcher> watcher = Started();
   ASSERT_NE(watcher, nullptr);

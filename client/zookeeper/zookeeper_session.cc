@@ -115,15 +115,29 @@ absl::Status ZkError(int rc, absl::string_view what, absl::string_view path) {
   return absl::InternalError(message);
 }
 
+bool IsLockNode(absl::string_view name) {
+  constexpr size_t kDigits = 10;  // ZooKeeper's sequence suffix.
+  constexpr size_t kSuffix = sizeof(kLockNodePrefix) - 1 + kDigits;
+  if (name.size() < kSuffix) return false;
+  const absl::string_view suffix = name.substr(name.size() - kSuffix);
+  if (!absl::StartsWith(suffix, kLockNodePrefix)) return false;
+  for (char c : suffix.substr(kSuffix - kDigits)) {
+    if (c < '0' || c > '9') return false;
+  }
+  return name.size() == kSuffix || name[name.size() - kSuffix - 1] == '-';
+}
+
 std::vector<std::string> LockNodes(const String_vector& children) {
   std::vector<std::string> nodes;
   for (int i = 0; i < children.count; ++i) {
-    if (absl::StartsWith(children.data[i], kLockNodePrefix)) {
-      nodes.emplace_back(children.data[i]);
-    }
+    if (IsLockNode(children.data[i])) nodes.emplace_back(children.data[i]);
   }
-  // The sequence suffix has a fixed width: text order is creation order.
-  std::sort(nodes.begin(), nodes.end());
+  // By the sequence number, the last ten characters (a Curator node's
+  // prefix differs from one holder to the next).
+  std::sort(nodes.begin(), nodes.end(),
+            [](const std::string& a, const std::string& b) {
+              return a.compare(a.size() - 10, 10, b, b.size() - 10, 10) < 0;
+            });
   return nodes;
 }
 

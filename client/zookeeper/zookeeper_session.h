@@ -32,6 +32,11 @@ namespace fencegate::client::zookeeper_internal {
 // The prefix of the lock recipe's ephemeral sequential znodes.
 inline constexpr char kLockNodePrefix[] = "lock-";
 
+// Whether a child's name is a lock recipe's node: "lock-" and a ten-digit
+// sequence number at its end, after nothing or after a "-" (Curator's
+// protected names, "_c_<uuid>-lock-0000000001").
+bool IsLockNode(absl::string_view name);
+
 class ZooKeeperSession {
  public:
   // Told the path of each watched znode's event (a child added or removed,
@@ -80,8 +85,8 @@ class ZooKeeperSession {
 // lost connection, a timeout or an expired session, INTERNAL otherwise.
 absl::Status ZkError(int rc, absl::string_view what, absl::string_view path);
 
-// The lock znodes (kLockNodePrefix) among `children`, oldest (lowest
-// sequence) first.
+// The lock znodes (IsLockNode) among `children`, oldest (lowest sequence
+// number) first.
 std::vector<std::string> LockNodes(const String_vector& children);
 
 // Waits until the server this session talks to has caught up with the

@@ -154,10 +154,12 @@ absl::StatusOr<std::unique_ptr<HeldLock>> ZooKeeperTokenSource::Acquire(
     return s;
   }
   for (absl::string_view part : absl::StrSplit(name, '/')) {
-    if (part.empty() || part == "." || part == "..") {
+    if (part.empty() || part == "." || part == ".." ||
+        zookeeper_internal::IsLockNode(part)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "lock name \"", name,
-          "\": its '/'-separated parts must not be empty, '.' or '..'"));
+          "\": its '/'-separated parts must not be empty, '.', '..' or "
+          "named like a lock node (lock-NNNNNNNNNN)"));
     }
   }
   absl::StatusOr<std::unique_ptr<Session>> session =

@@ -495,6 +495,10 @@ void PostgresAdapter::ExpireQueued() {
     std::vector<std::unique_ptr<PendingWrite>> expired;
     for (auto it = queue_.begin(); it != queue_.end();) {
       if (now - (*it)->queued_at >= wait) {
+        // Observed too: the saturated pool is what the histogram is for.
+        if (queue_wait_ != nullptr) {
+          queue_wait_->Observe(absl::ToDoubleSeconds(now - (*it)->queued_at));
+        }
         expired.push_back(std::move(*it));
         it = queue_.erase(it);
       } else {

@@ -103,7 +103,9 @@ class PostgresAdapter final : public StorageAdapter {
  public:
   // With metrics on, exports fencegate_postgres_connections{route,state}
   // (idle, busy; read at scrape) and fencegate_postgres_queue_wait_seconds
-  // {route} (from a write's queueing to its batch's sender taking it).
+  // {route} (from a write's queueing to a sender taking it into a batch, or
+  // to its giving up after pool_wait_ms; a write sent again after a broken
+  // connection is observed each time it waited).
   explicit PostgresAdapter(PostgresAdapterOptions options,
                            const AdapterContext& context = {});
   ~PostgresAdapter() override;

@@ -255,6 +255,7 @@ void EtcdWatcher::Stop() {
     if (active_ != nullptr) active_->TryCancel();
   }
   if (thread_.joinable()) thread_.join();
+  connected_ = false;
 }
 
 bool EtcdWatcher::Stopping() {

@@ -59,8 +59,7 @@ absl::StatusOr<Listing> List(zhandle_t* zh, const std::string& path,
   listing.pzxid = static_cast<uint64_t>(stat.pzxid);
   listing.locks = LockNodes(children);
   for (int i = 0; i < children.count; ++i) {
-    if (!absl::StartsWith(children.data[i],
-                          client::zookeeper_internal::kLockNodePrefix)) {
+    if (!client::zookeeper_internal::IsLockNode(children.data[i])) {
       listing.others.emplace_back(children.data[i]);
     }
   }
@@ -164,8 +163,11 @@ class ZooKeeperWatcher final : public TokenWatcher {
   // `outcome`. Later calls do nothing.
   void ReadEverything(const absl::Status& outcome);
   // Lists `path` with a watch, reports its lock's holder, and lists the
-  // znodes under it not followed yet.
+  // znodes under it not followed yet. A path is followed once all of that
+  // succeeded.
   absl::Status Scan(zhandle_t* zh, const std::string& path);
+  // Creates the lock path and its parents where missing.
+  absl::Status CreateLockPath(zhandle_t* zh);
 
   const TokenWatcherSpec spec_;
   const TokenWatcherContext context_;
@@ -238,17 +240,7 @@ absl::Status ZooKeeperWatcher::FollowSession(bool* read) {
   };
   zhandle_t* zh = session->handle();
   followed_.clear();
-  // The lock path, created if missing, so that its watch can be set.
-  std::string prefix;
-  for (absl::string_view part :
-       absl::StrSplit(spec_.lock_path, '/', absl::SkipEmpty())) {
-    absl::StrAppend(&prefix, "/", part);
-    const int rc = zoo_create(zh, prefix.c_str(), nullptr, -1,
-                              &ZOO_OPEN_ACL_UNSAFE, 0, nullptr, 0);
-    if (rc != ZOK && rc != ZNODEEXISTS) {
-      return outcome = ZkError(rc, "create", prefix);
-    }
-  }
+  if (absl::Status s = CreateLockPath(zh); !s.ok()) return outcome = s;
   outcome = Scan(zh, spec_.lock_path);
   if (!outcome.ok()) return outcome;
   *read = true;
@@ -281,9 +273,12 @@ absl::Status ZooKeeperWatcher::FollowSession(bool* read) {
       }
     }
     if (!status.ok()) {
-      OnError(status);
+      // While disconnected the C client reconnects by itself, and the
+      // reconnection wakes this loop: the error is no news then.
+      if (session->connected()) OnError(status);
       status = absl::OkStatus();
-      if (WaitStopped(kFirstBackoff)) break;
+      session->WaitForChange(session->changes(),
+                             absl::Now() + absl::Seconds(1));
       continue;
     }
     session->WaitForChange(seen, absl::Now() + absl::Seconds(1));
@@ -291,17 +286,36 @@ absl::Status ZooKeeperWatcher::FollowSession(bool* read) {
   return status.ok() ? absl::CancelledError("watcher stopped") : status;
 }
 
+absl::Status ZooKeeperWatcher::CreateLockPath(zhandle_t* zh) {
+  std::string prefix;
+  for (absl::string_view part :
+       absl::StrSplit(spec_.lock_path, '/', absl::SkipEmpty())) {
+    absl::StrAppend(&prefix, "/", part);
+    const int rc = zoo_create(zh, prefix.c_str(), nullptr, -1,
+                              &ZOO_OPEN_ACL_UNSAFE, 0, nullptr, 0);
+    if (rc != ZOK && rc != ZNODEEXISTS) return ZkError(rc, "create", prefix);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ZooKeeperWatcher::Scan(zhandle_t* zh, const std::string& path) {
   absl::StatusOr<Listing> listing = List(zh, path, /*watch=*/true);
   if (!listing.ok()) return listing.status();
   const std::string domain = DomainOf(path);
+  if (!listing->exists && path == spec_.lock_path) {
+    // The lock path itself was deleted (Curator makes its parents container
+    // znodes, which ZooKeeper removes once empty): nothing would watch for
+    // its return, so it is made again, and followed.
+    if (absl::Status s = CreateLockPath(zh); !s.ok()) return s;
+    listing = List(zh, path, /*watch=*/true);
+    if (!listing.ok()) return listing.status();
+  }
   if (!listing->exists) {
     // Deleted: its parent's watch covers its return.
     followed_.erase(path);
     reported_.erase(domain);
     return absl::OkStatus();
   }
-  followed_.insert(path);
   NoteNewest(listing->pzxid);
   for (const std::string& child : listing->others) {
     const std::string under = absl::StrCat(path == "/" ? "" : path, "/", child);
@@ -310,17 +324,22 @@ absl::Status ZooKeeperWatcher::Scan(zhandle_t* zh, const std::string& path) {
   }
   if (listing->locks.empty()) {
     reported_.erase(domain);
+    followed_.insert(path);
     return absl::OkStatus();
   }
   if (absl::Status valid = ValidateDomain(domain, "lock name"); !valid.ok()) {
     // A lock no ZooKeeperTokenSource would make: the gateway could not
     // fence it anyway.
     OnError(valid);
+    followed_.insert(path);
     return absl::OkStatus();
   }
   absl::StatusOr<uint64_t> czxid =
       CzxidOf(zh, absl::StrCat(path, "/", listing->locks.front()));
   if (!czxid.ok()) return czxid.status();
+  // Followed from here on: a failure above leaves it unfollowed, so that
+  // the next Scan of its parent reads it again.
+  followed_.insert(path);
   if (*czxid == 0) {
     // The holder went between the two reads; its deletion fired the watch
     // just set, and the next Scan finds its successor.

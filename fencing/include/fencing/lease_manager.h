@@ -15,6 +15,7 @@
 #ifndef FENCING_LEASE_MANAGER_H_
 #define FENCING_LEASE_MANAGER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -168,6 +169,8 @@ class LeaseManager {
   // Metrics; null when off.
   prometheus::Counter* grants_ = nullptr;
   prometheus::Counter* expiries_ = nullptr;
+  // Leases held now, kept beside locks_ so that a scrape takes no lock.
+  std::atomic<int64_t> held_{0};
   std::shared_ptr<void> held_gauge_;
 };
 

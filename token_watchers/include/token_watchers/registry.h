@@ -36,8 +36,9 @@ struct TokenWatcherSpec {
   std::string lock_path;
   // TLS to the lock service (etcd only). Default: plaintext.
   client::TlsFiles tls;
-  // Deadline of each call to the lock service; also how long Start() waits
-  // for the first read. Default: 5 s.
+  // Deadline of each call to the lock service (etcd; ZooKeeper's sync), and
+  // how long a connection may take to open (ZooKeeper: three times this).
+  // Default: 5 s.
   absl::Duration rpc_timeout = absl::Seconds(5);
 };
 

@@ -64,8 +64,12 @@ class TokenWatcher {
   virtual void Stop() = 0;
 
   // The holder of the lock named `domain`, asked of the lock service now.
-  // FAILED_PRECONDITION before Start(); UNAVAILABLE if the lock service
-  // cannot be reached. Blocks for up to the watcher's RPC timeout.
+  // UNAVAILABLE if the lock service cannot be reached (for ZooKeeper also
+  // while the watcher has no session, before Start() included);
+  // FAILED_PRECONDITION for etcd before Start(). Blocks: etcd for up to the RPC
+  // timeout; ZooKeeper for up to the RPC timeout for its sync, then for up
+  // to its client's request timeout (two thirds of the 10 s session) for
+  // each read.
   virtual absl::StatusOr<LockHolder> HolderOf(const std::string& domain) = 0;
 
   // Whether the watcher is following its lock service right now (connected
