@@ -20,6 +20,7 @@
 #include "etcdserverpb/rpc.grpc.pb.h"
 #include "fencing/sync_point.h"
 #include "grpcpp/support/client_callback.h"
+#include "token_watchers/watcher_thread.h"
 
 namespace fencegate {
 namespace {
@@ -188,9 +189,6 @@ class EtcdWatcher final : public TokenWatcher {
   void Report(const absl::flat_hash_set<std::string>& changed);
   // The lock name of "<prefix>/<name>/<id>"; false for any other key.
   bool NameOf(absl::string_view key, std::string* name) const;
-  bool Stopping();
-  // Waits for `pause` or Stop(); true if stopped.
-  bool WaitStopped(absl::Duration pause);
 
   void OnError(const absl::Status& error) {
     if (context_.on_error) context_.on_error(error);
@@ -207,75 +205,38 @@ class EtcdWatcher final : public TokenWatcher {
   int64_t revision_ = 0;
 
   absl::Mutex mu_;
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  // Set by the thread after its first Sync(), with that Sync's result.
-  bool first_sync_done_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Status first_sync_ ABSL_GUARDED_BY(mu_);
-  grpc::ClientContext* active_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // The call in progress, which Stop() cancels. Guarded by thread_'s lock
+  // (RunUnlessStopped, RunLocked, Stop's wake).
+  grpc::ClientContext* active_ = nullptr;
   std::atomic<bool> connected_{false};
   std::shared_ptr<void> connected_gauge_;
-  std::thread thread_;
+  WatcherThread thread_;
 };
 
 absl::Status EtcdWatcher::Start() {
-  {
-    absl::MutexLock lock(&mu_);
-    if (stop_) return absl::FailedPreconditionError("watcher was stopped");
-  }
-  if (thread_.joinable()) {
-    return absl::FailedPreconditionError("watcher already started");
-  }
-  absl::StatusOr<std::shared_ptr<EtcdConnection>> connection =
-      EtcdConnection::Create(spec_.endpoint, spec_.rpc_timeout, spec_.tls);
-  if (!connection.ok()) return connection.status();
-  absl::string_view prefix = spec_.lock_path;
-  absl::ConsumeSuffix(&prefix, "/");
-  dir_ = absl::StrCat(prefix, "/");
-  {
+  if (Connection() == nullptr) {
+    absl::StatusOr<std::shared_ptr<EtcdConnection>> connection =
+        EtcdConnection::Create(spec_.endpoint, spec_.rpc_timeout, spec_.tls);
+    if (!connection.ok()) return connection.status();
+    absl::string_view prefix = spec_.lock_path;
+    absl::ConsumeSuffix(&prefix, "/");
+    dir_ = absl::StrCat(prefix, "/");
     absl::MutexLock lock(&mu_);
     connection_ = *std::move(connection);
   }
-
-  thread_ = std::thread([this] { Run(); });
-  absl::Status first;
-  {
-    absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(&first_sync_done_));
-    first = first_sync_;
-    first_sync_done_ = false;
-  }
-  if (!first.ok()) thread_.join();  // Run() has returned.
-  return first;
+  return thread_.Start([this] { Run(); });
 }
 
 void EtcdWatcher::Stop() {
-  {
-    absl::MutexLock lock(&mu_);
-    stop_ = true;
+  thread_.Stop([this] {
     if (active_ != nullptr) active_->TryCancel();
-  }
-  if (thread_.joinable()) thread_.join();
+  });
   connected_ = false;
-}
-
-bool EtcdWatcher::Stopping() {
-  absl::MutexLock lock(&mu_);
-  return stop_;
-}
-
-bool EtcdWatcher::WaitStopped(absl::Duration pause) {
-  absl::MutexLock lock(&mu_);
-  mu_.AwaitWithTimeout(absl::Condition(&stop_), pause);
-  return stop_;
 }
 
 void EtcdWatcher::Run() {
   absl::Status first = Sync();
-  {
-    absl::MutexLock lock(&mu_);
-    first_sync_ = first;
-    first_sync_done_ = true;
-  }
+  thread_.FirstRead(first);
   if (!first.ok()) return;
   absl::Duration backoff = kFirstBackoff;
   bool resync = false;
@@ -293,10 +254,10 @@ void EtcdWatcher::Run() {
       status = Watch(&resync, &progressed);
       if (progressed) backoff = kFirstBackoff;
     }
-    if (Stopping()) return;
+    if (thread_.Stopping()) return;
     connected_ = false;
     OnError(status);
-    if (WaitStopped(backoff)) return;
+    if (thread_.WaitStopped(backoff)) return;
     backoff = std::min(backoff * 2, kMaxBackoff);
   }
 }
@@ -306,16 +267,11 @@ absl::Status EtcdWatcher::Cancellable(absl::Time deadline,
                                       const Call& call) {
   grpc::ClientContext context;
   EtcdConnection::Prepare(&context, deadline);
-  {
-    absl::MutexLock lock(&mu_);
-    if (stop_) return absl::CancelledError("watcher stopped");
-    active_ = &context;
+  if (!thread_.RunUnlessStopped([&] { active_ = &context; })) {
+    return absl::CancelledError("watcher stopped");
   }
   grpc::Status status = call(&context);
-  {
-    absl::MutexLock lock(&mu_);
-    active_ = nullptr;
-  }
+  thread_.RunLocked([&] { active_ = nullptr; });
   return connection_->ToStatus(status, what);
 }
 

@@ -18,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "client/zookeeper/zookeeper_session.h"
 #include "common/limits.h"
+#include "token_watchers/watcher_thread.h"
 
 namespace fencegate {
 namespace {
@@ -92,35 +93,15 @@ class ZooKeeperWatcher final : public TokenWatcher {
   absl::string_view kind() const override { return "zookeeper"; }
 
   absl::Status Start() override {
-    {
-      absl::MutexLock lock(&mu_);
-      if (stop_) return absl::FailedPreconditionError("watcher was stopped");
-    }
-    if (thread_.joinable()) {
-      return absl::FailedPreconditionError("watcher already started");
-    }
-    start_answered_ = false;  // The thread is not running: no race.
-    thread_ = std::thread([this] { Run(); });
-    absl::Status first;
-    {
-      absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(&first_sync_done_));
-      first = first_sync_;
-      first_sync_done_ = false;
-    }
-    if (!first.ok()) thread_.join();  // Run() has returned.
-    return first;
+    return thread_.Start([this] { Run(); });
   }
 
   void Stop() override {
-    std::shared_ptr<Session> session;
-    {
+    // A session waiting for a change wakes at once.
+    thread_.Stop([this] {
       absl::MutexLock lock(&mu_);
-      stop_ = true;
-      session = session_;
-    }
-    if (session != nullptr) session->Poke();
-    if (thread_.joinable()) thread_.join();
+      if (session_ != nullptr) session_->Poke();
+    });
   }
 
   absl::StatusOr<LockHolder> HolderOf(const std::string& domain) override;
@@ -137,15 +118,6 @@ class ZooKeeperWatcher final : public TokenWatcher {
     if (path.size() <= spec_.lock_path.size()) return "";
     return path.substr(spec_.lock_path == "/" ? 1 : spec_.lock_path.size() + 1);
   }
-  bool Stopping() {
-    absl::MutexLock lock(&mu_);
-    return stop_;
-  }
-  bool WaitStopped(absl::Duration pause) {
-    absl::MutexLock lock(&mu_);
-    mu_.AwaitWithTimeout(absl::Condition(&stop_), pause);
-    return stop_;
-  }
   void OnError(const absl::Status& error) {
     if (context_.on_error) context_.on_error(error);
   }
@@ -157,11 +129,9 @@ class ZooKeeperWatcher final : public TokenWatcher {
 
   void Run();
   // One session, from its opening until it expires or Stop(). Sets `*read`
-  // once it has read every lock.
-  absl::Status FollowSession(bool* read);
-  // The first session's first full read is over: Start() returns
-  // `outcome`. Later calls do nothing.
-  void ReadEverything(const absl::Status& outcome);
+  // once it has read every lock. With `first`, tells thread_ how its first
+  // full read went (the outcome Start() returns).
+  absl::Status FollowSession(bool first, bool* read);
   // Lists `path` with a watch, reports its lock's holder, and lists the
   // znodes under it not followed yet. A path is followed once all of that
   // succeeded.
@@ -178,47 +148,39 @@ class ZooKeeperWatcher final : public TokenWatcher {
   std::shared_ptr<void> connected_gauge_;
 
   // Used by the watcher thread only.
-  bool start_answered_ = false;
   absl::flat_hash_set<std::string> followed_;  // Znodes with a child watch.
   absl::flat_hash_map<std::string, uint64_t> reported_;  // domain -> token
 
+  // Taken after thread_'s lock, never before it.
   absl::Mutex mu_;
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::shared_ptr<Session> session_ ABSL_GUARDED_BY(mu_);
   // Znodes whose children changed, from the session's event thread.
   absl::flat_hash_set<std::string> dirty_ ABSL_GUARDED_BY(mu_);
-  bool first_sync_done_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Status first_sync_ ABSL_GUARDED_BY(mu_);
-  std::thread thread_;
+  WatcherThread thread_;
 };
 
 void ZooKeeperWatcher::Run() {
   bool read = false;
-  absl::Status ended = FollowSession(&read);
+  absl::Status ended = FollowSession(/*first=*/true, &read);
   if (!read) return;  // Start() fails with `ended`.
   absl::Duration backoff = kFirstBackoff;
-  while (!Stopping()) {
+  while (!thread_.Stopping()) {
     OnError(ended);
-    if (WaitStopped(backoff)) return;
+    if (thread_.WaitStopped(backoff)) return;
     backoff = std::min(backoff * 2, kMaxBackoff);
     read = false;
-    ended = FollowSession(&read);
+    ended = FollowSession(/*first=*/false, &read);
     if (read) backoff = kFirstBackoff;
   }
 }
 
-void ZooKeeperWatcher::ReadEverything(const absl::Status& outcome) {
-  if (start_answered_) return;
-  start_answered_ = true;
-  absl::MutexLock lock(&mu_);
-  first_sync_ = outcome;
-  first_sync_done_ = true;
-}
-
-absl::Status ZooKeeperWatcher::FollowSession(bool* read) {
+absl::Status ZooKeeperWatcher::FollowSession(bool first, bool* read) {
   // Until the first read is done, every way out answers Start().
   absl::Status outcome = absl::UnavailableError("not read");
-  absl::Cleanup answer_start = [this, &outcome] { ReadEverything(outcome); };
+  bool answered = !first;
+  absl::Cleanup answer_start = [this, &outcome, &answered] {
+    if (!answered) thread_.FirstRead(outcome);
+  };
   absl::StatusOr<std::unique_ptr<Session>> opened = Session::Open(
       spec_.endpoint, kSessionTimeout, spec_.rpc_timeout * kConnectTimeouts,
       [this](const std::string& path) {
@@ -227,11 +189,13 @@ absl::Status ZooKeeperWatcher::FollowSession(bool* read) {
       });
   if (!opened.ok()) return outcome = opened.status();
   std::shared_ptr<Session> session = *std::move(opened);
-  {
-    absl::MutexLock lock(&mu_);
-    if (stop_) return outcome = absl::CancelledError("watcher stopped");
-    session_ = session;
-    dirty_.clear();
+  // Registered unless stopped, so that Stop() always finds it to wake.
+  if (!thread_.RunUnlessStopped([&] {
+        absl::MutexLock lock(&mu_);
+        session_ = session;
+        dirty_.clear();
+      })) {
+    return outcome = absl::CancelledError("watcher stopped");
   }
   absl::Cleanup forget_session = [this] {
     synced_ = false;
@@ -245,14 +209,17 @@ absl::Status ZooKeeperWatcher::FollowSession(bool* read) {
   if (!outcome.ok()) return outcome;
   *read = true;
   synced_ = true;
-  ReadEverything(outcome);
+  if (!answered) {
+    answered = true;
+    thread_.FirstRead(outcome);
+  }
   absl::Status status;
   for (;;) {
     const uint64_t seen = session->changes();
+    if (thread_.Stopping()) break;
     std::vector<std::string> paths;
     {
       absl::MutexLock lock(&mu_);
-      if (stop_) break;
       paths.assign(dirty_.begin(), dirty_.end());
       dirty_.clear();
     }
