@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "fencegate/v1/gateway.grpc.pb.h"
 #include "fencegate/v1/lease.grpc.pb.h"
@@ -184,6 +185,19 @@ TEST_F(ObservabilityTest, PostgresPoolAndRouteHealthAcrossARestart) {
   EXPECT_GE(SampleValue(text, "fencegate_postgres_queue_wait_seconds_count",
                         {{"route", "db"}}),
             1);
+  // While a statement runs its connection is busy; afterwards it is idle.
+  std::thread slow([&] {
+    EXPECT_TRUE(Write("slow", 1, "db/events", "SELECT pg_sleep(2)").ok());
+  });
+  const Labels db_busy = {{"route", "db"}, {"state", "busy"}};
+  const Labels db_idle = {{"route", "db"}, {"state", "idle"}};
+  EXPECT_TRUE(WaitFor(
+      [&] { return Value("fencegate_postgres_connections", db_busy) >= 1; }));
+  slow.join();
+  EXPECT_TRUE(WaitFor(
+      [&] { return Value("fencegate_postgres_connections", db_busy) == 0; }));
+  EXPECT_GE(Value("fencegate_postgres_connections", db_idle), 1);
+
   EXPECT_EQ(Health("db"), 0);
   EXPECT_EQ(Health(""), 0);
   EXPECT_EQ(Health("no-such-route"), 4);
