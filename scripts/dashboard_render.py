@@ -64,7 +64,11 @@ def total(snapshot, name, match=None, by=()):
 
 
 def rate(snaps, i, name, match=None, by=()):
-    j = max(0, i - WINDOW)
+    # The oldest scrape within WINDOW seconds: late or failed scrapes leave
+    # fewer in the window, never a longer window.
+    j = i
+    while j > 0 and snaps[i]['t'] - snaps[j - 1]['t'] <= WINDOW:
+        j -= 1
     if i == j:
         return {}
     now, then = total(snaps[i], name, match, by), total(snaps[j], name, match, by)

@@ -137,9 +137,13 @@ TEST_F(ZooKeeperWatcherTest, ReportsEachHoldersCzxidButNoWaiter) {
   ASSERT_OK_AND_ASSIGN(holder, Lock("jobs"));
   EXPECT_TRUE(WaitFor([&] { return Reported("jobs", holder->czxid()); }));
   ASSERT_OK_AND_ASSIGN(waiter, Lock("jobs"));
-  // A later lock's report proves the watcher has seen the waiter's znode.
+  // Two later locks' reports prove the watcher has read "jobs" again since
+  // the waiter's znode came: the second marker's event is only handled in a
+  // pass after the one that found the first.
   ASSERT_OK_AND_ASSIGN(marker, Lock("marker"));
   ASSERT_TRUE(WaitFor([&] { return Reported("marker", marker->czxid()); }));
+  ASSERT_OK_AND_ASSIGN(marker2, Lock("marker2"));
+  ASSERT_TRUE(WaitFor([&] { return Reported("marker2", marker2->czxid()); }));
   EXPECT_THAT(TokensOf("jobs"), ElementsAre(holder->czxid()));
 
   ASSERT_OK(holder->Delete());  // A release: the waiter holds the lock now.

@@ -214,6 +214,9 @@ class EtcdWatcher final : public TokenWatcher {
 };
 
 absl::Status EtcdWatcher::Start() {
+  if (thread_.Stopping()) {
+    return absl::FailedPreconditionError("watcher was stopped");
+  }
   if (Connection() == nullptr) {
     absl::StatusOr<std::shared_ptr<EtcdConnection>> connection =
         EtcdConnection::Create(spec_.endpoint, spec_.rpc_timeout, spec_.tls);

@@ -244,8 +244,8 @@ absl::Status ZooKeeperWatcher::FollowSession(bool first, bool* read) {
       // reconnection wakes this loop: the error is no news then.
       if (session->connected()) OnError(status);
       status = absl::OkStatus();
-      session->WaitForChange(session->changes(),
-                             absl::Now() + absl::Seconds(1));
+      // From `seen`: a Poke() from Stop() since then ends the wait at once.
+      session->WaitForChange(seen, absl::Now() + absl::Seconds(1));
       continue;
     }
     session->WaitForChange(seen, absl::Now() + absl::Seconds(1));
