@@ -459,9 +459,9 @@ absl::StatusOr<std::vector<RunStats>> RunThroughput(
         for (const std::string& pattern : options.patterns) {
           // A health check carries no token.
           if (target == "grpc-floor" && pattern != "steady") continue;
-          runs.push_back(RunOne(
-              target, pattern, clients, round, options.duration,
-              meters.at(VariantOf(target)), make));
+          runs.push_back(RunOne(target, pattern, clients, round,
+                                options.duration, meters.at(VariantOf(target)),
+                                make));
         }
       }
     }

@@ -150,7 +150,8 @@ grpc::ServerUnaryReactor* GatewayService::Write(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes,
     grpc::ByteBuffer* response_bytes) {
   auto write = std::make_unique<PendingWrite>();
-  write->started = absl::Now();
+  // Read for the duration metric only.
+  if (options_.metrics != nullptr) write->started = absl::Now();
   write->trace_id = TraceIdOf(*context);
   if (absl::Status s = ParseWriteRequest(
           *request_bytes, options_.max_ops_per_write, &write->parsed_request);
