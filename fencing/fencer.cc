@@ -2,13 +2,12 @@
 
 #include "fencing/fencer.h"
 
-#include <cstdio>
-#include <cstdlib>
 #include <limits>
 #include <optional>
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "common/fatal.h"
 #include "common/stale_token.h"
 #include "fencegate/v1/gateway.pb.h"
 #include "fencing/sync_point.h"
@@ -28,12 +27,8 @@ namespace {
 void CheckRaised(absl::string_view domain, uint64_t token,
                  const FenceState& raised) {
   if (raised.highest_token == token) return;
-  std::fprintf(stderr,
-               "FATAL fencer: raising domain \"%.*s\" to %llu left %llu\n",
-               static_cast<int>(domain.size()), domain.data(),
-               static_cast<unsigned long long>(token),
-               static_cast<unsigned long long>(raised.highest_token));
-  std::abort();
+  Fatal("fencer", absl::StrCat("raising domain \"", domain, "\" to ", token,
+                               " left ", raised.highest_token));
 }
 
 constexpr char kAdvancedTypeUrl[] =

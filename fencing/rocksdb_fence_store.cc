@@ -6,8 +6,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <optional>
@@ -20,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "common/fatal.h"
 #include "fencegate/v1/lease.pb.h"
 #include "fencing/reserve_fs.h"
 #include "fencing/sync_point.h"
@@ -293,10 +292,8 @@ class RocksDbFenceStore final : public RocksDbStore {
   // commit thread (a callback that raises), it would wait forever: abort.
   void Wait(absl::FunctionRef<void(absl::Notification*)> enqueue) {
     if (std::this_thread::get_id() == committer_.get_id()) {
-      std::fprintf(stderr,
-                   "FATAL fence store: a rise's callback waited for another "
-                   "rise on the commit thread\n");
-      std::abort();
+      Fatal("fence store",
+            "a rise's callback waited for another rise on the commit thread");
     }
     absl::Notification n;
     enqueue(&n);
@@ -309,11 +306,9 @@ class RocksDbFenceStore final : public RocksDbStore {
       if (committer_exited_) {
         // The store is being destroyed while still in use: nothing would
         // ever report this rise, and its caller would wait forever.
-        std::fprintf(stderr,
-                     "FATAL fence store: a rise of domain \"%s\" was queued "
-                     "after the store closed\n",
-                     raise.domain.c_str());
-        std::abort();
+        Fatal("fence store", absl::StrCat("a rise of domain \"", raise.domain,
+                                          "\" was queued after the store "
+                                          "closed"));
       }
       queue_.push_back(std::move(raise));
     }
@@ -404,15 +399,11 @@ class RocksDbFenceStore final : public RocksDbStore {
   [[noreturn]] static void DieOnFailedSync(absl::string_view domain,
                                            size_t domains,
                                            const rocksdb::Status& s) {
-    std::fprintf(stderr,
-                 "FATAL fence store: cannot make fence of domain \"%.*s\"%s "
-                 "durable: %s\n",
-                 static_cast<int>(domain.size()), domain.data(),
-                 domains > 1
-                     ? absl::StrCat(" (and ", domains - 1, " more)").c_str()
-                     : "",
-                 s.ToString().c_str());
-    std::abort();
+    Fatal("fence store",
+          absl::StrCat(
+              "cannot make fence of domain \"", domain, "\"",
+              domains > 1 ? absl::StrCat(" (and ", domains - 1, " more)") : "",
+              " durable: ", s.ToString()));
   }
 
   // Metrics; null when off.

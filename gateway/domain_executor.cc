@@ -2,10 +2,9 @@
 
 #include "gateway/domain_executor.h"
 
-#include <cstdio>
-#include <cstdlib>
-
+#include "absl/strings/str_cat.h"
 #include "boost/asio/post.hpp"
+#include "common/fatal.h"
 
 namespace fencegate {
 
@@ -103,10 +102,8 @@ void DomainExecutor::Join() {
   absl::MutexLock lock(&mu_);
   if (!lanes_.empty()) {
     // A Lane outlives the executor: its release would touch freed memory.
-    std::fprintf(stderr,
-                 "FATAL domain executor: %zu domain(s) still held at Join\n",
-                 lanes_.size());
-    std::abort();
+    Fatal("domain executor",
+          absl::StrCat(lanes_.size(), " domain(s) still held at Join"));
   }
 }
 

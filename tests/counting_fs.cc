@@ -11,6 +11,21 @@ class CountingWalFile : public rocksdb::FSWritableFileOwnerWrapper {
                   WalSyncCountingFs* fs)
       : rocksdb::FSWritableFileOwnerWrapper(std::move(file)), fs_(fs) {}
 
+  rocksdb::IOStatus Append(const rocksdb::Slice& data,
+                           const rocksdb::IOOptions& options,
+                           rocksdb::IODebugContext* dbg) override {
+    if (fs_->wal_appends_no_space)
+      return rocksdb::IOStatus::NoSpace("injected: No space left on device");
+    if (fs_->wal_appends_eio)
+      return rocksdb::IOStatus::IOError("injected: Input/output error");
+    return FSWritableFileOwnerWrapper::Append(data, options, dbg);
+  }
+  rocksdb::IOStatus Append(const rocksdb::Slice& data,
+                           const rocksdb::IOOptions& options,
+                           const rocksdb::DataVerificationInfo& info,
+                           rocksdb::IODebugContext* dbg) override {
+    return Append(data, options, dbg);
+  }
   rocksdb::IOStatus Sync(const rocksdb::IOOptions& options,
                          rocksdb::IODebugContext* dbg) override {
     if (fs_->fail_wal_syncs) return rocksdb::IOStatus::IOError("injected");

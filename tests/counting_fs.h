@@ -1,8 +1,9 @@
 // Copyright fencegate authors.
 //
-// A RocksDB FileSystem wrapper that counts syncs of the write-ahead log and
-// can make them fail: proves that a fence raise is synced before it is
-// reported, and that a failed sync is fatal.
+// A fault-injecting RocksDB FileSystem wrapper: counts syncs of the
+// write-ahead log and can make its syncs or appends fail (EIO, or a full
+// disk): proves that a fence raise is synced before it is reported, and that
+// a raise that cannot be made durable stops the process.
 
 #ifndef TESTS_COUNTING_FS_H_
 #define TESTS_COUNTING_FS_H_
@@ -31,6 +32,9 @@ class WalSyncCountingFs : public rocksdb::FileSystemWrapper {
   std::atomic<int> wal_syncs{0};
   // When set, WAL syncs fail with an I/O error.
   std::atomic<bool> fail_wal_syncs{false};
+  // When set, WAL appends fail: with ENOSPC (a full disk), or with EIO.
+  std::atomic<bool> wal_appends_no_space{false};
+  std::atomic<bool> wal_appends_eio{false};
 };
 
 // An Env over `fs` for RocksDbFenceStoreOptions::env.

@@ -92,6 +92,7 @@ TEST_F(FencerTest, EqualTokenDoesNotSync) {
 // token's write, which waits for the domain's lock. Without the lock, the
 // token-2 write would apply while token 1 waits here, giving [2, 1].
 TEST_F(FencerTest, CheckRecordApplyAreSerializedPerDomain) {
+  FENCEGATE_SKIP_WITHOUT_SYNC_POINTS();
   thread_local bool is_old_holder = false;
   absl::Notification old_checked, new_applied;
   SyncPoint::Get()->SetCallback("Fencer::Execute:AfterCheck", [&](void*) {
@@ -122,6 +123,7 @@ TEST_F(FencerTest, CheckRecordApplyAreSerializedPerDomain) {
 // Rule 4: a write that arrived before the new token but had not been
 // checked yet (in flight) is rejected once the new token is accepted.
 TEST_F(FencerTest, InFlightOlderWriteIsRejectedAfterNewerToken) {
+  FENCEGATE_SKIP_WITHOUT_SYNC_POINTS();
   ASSERT_OK(Write("jobs", 1).status());
   thread_local bool is_old_holder = false;
   absl::Notification old_in_flight, new_done;
@@ -366,6 +368,32 @@ TEST_F(FencerTest, FailedWalSyncIsFatal) {
         (void)fencer_->Fence("jobs", 1);
       },
       "cannot make fence of domain \"jobs\" durable");
+}
+
+// A full disk, or an I/O error, under the fence store's log stops the
+// process with a line that says which fence could not be made durable.
+TEST_F(FencerTest, FullDiskUnderTheFenceStoreIsFatal) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  testing::ScopedTmpdir child_dirs_inside(dir_.path());
+  EXPECT_DEATH(
+      {
+        fs_->wal_appends_no_space = true;
+        (void)fencer_->Fence("jobs", 1);
+      },
+      "FATAL fence store: cannot make fence of domain \"jobs\" durable: .*No "
+      "space left on device");
+}
+
+TEST_F(FencerTest, IoErrorUnderTheFenceStoreIsFatal) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  testing::ScopedTmpdir child_dirs_inside(dir_.path());
+  EXPECT_DEATH(
+      {
+        fs_->wal_appends_eio = true;
+        (void)fencer_->Fence("jobs", 1);
+      },
+      "FATAL fence store: cannot make fence of domain \"jobs\" durable: .*"
+      "Input/output error");
 }
 
 // A store that cannot be read refuses the write instead of applying it.

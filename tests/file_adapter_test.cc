@@ -2,6 +2,8 @@
 
 #include "storage_adapters/file/file_adapter.h"
 
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -192,6 +194,7 @@ TEST_F(FileAdapterTest, ValidateRefusesNonFileOperations) {
 // A process killed between writing the temporary file and renaming it over
 // the target leaves the old contents intact and complete.
 TEST_F(FileAdapterTest, CrashDuringPutLeavesOldContents) {
+  FENCEGATE_SKIP_WITHOUT_SYNC_POINTS();
   ASSERT_OK(Put("state.json", "{\"v\":1}"));
   pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
@@ -206,9 +209,87 @@ TEST_F(FileAdapterTest, CrashDuringPutLeavesOldContents) {
   ASSERT_TRUE(WIFEXITED(status));
   ASSERT_EQ(WEXITSTATUS(status), 42) << "the put did not reach the crash point";
   EXPECT_EQ(*ReadFile(InRoot("state.json")), "{\"v\":1}");
-  // The next put succeeds; the stray temporary file is only litter.
+  // The next put succeeds; the stray temporary is removed at the next start.
   ASSERT_OK(Put("state.json", "{\"v\":2}"));
   EXPECT_EQ(*ReadFile(InRoot("state.json")), "{\"v\":2}");
+  ASSERT_TRUE(TempFilesLeft(root_));
+  adapter_.reset();
+  ASSERT_OK_AND_ASSIGN(reopened, FileAdapter::Open(root_));
+  EXPECT_EQ(reopened->removed_temporaries(), 1);
+  EXPECT_FALSE(TempFilesLeft(root_));
+  EXPECT_EQ(*ReadFile(InRoot("state.json")), "{\"v\":2}");
+}
+
+// Leftover temporaries anywhere beneath the root are removed when the
+// adapter opens; other files, and anything reached through a symlink, stay.
+TEST_F(FileAdapterTest, LeftoverTemporariesAreRemovedAtOpen) {
+  ASSERT_OK(Put("a/b/keep.txt", "keep"));
+  const std::string tmp = std::string(kFileTempPrefix) + "0123456789abcdef";
+  WriteFileOrDie(InRoot(tmp), "x");
+  WriteFileOrDie(InRoot("a/b/" + tmp), "x");
+  WriteFileOrDie(outside_ + "/" + tmp, "outside");
+  ASSERT_EQ(::symlink(outside_.c_str(), InRoot("a/link").c_str()), 0);
+  adapter_.reset();
+  ASSERT_OK_AND_ASSIGN(reopened, FileAdapter::Open(root_));
+  EXPECT_EQ(reopened->removed_temporaries(), 2);
+  EXPECT_FALSE(TempFilesLeft(root_));
+  EXPECT_FALSE(TempFilesLeft(InRoot("a/b")));
+  EXPECT_EQ(*ReadFile(InRoot("a/b/keep.txt")), "keep");
+  EXPECT_EQ(*ReadFile(outside_ + "/" + tmp), "outside");
+}
+
+// Sets RLIMIT_FSIZE for the test's scope: a write past it fails with EFBIG
+// (SIGXFSZ ignored), as a full disk fails with ENOSPC, at any offset.
+class ScopedFileSizeLimit {
+ public:
+  explicit ScopedFileSizeLimit(rlim_t bytes) {
+    ::getrlimit(RLIMIT_FSIZE, &old_);
+    old_handler_ = ::signal(SIGXFSZ, SIG_IGN);
+    struct rlimit limit = old_;
+    limit.rlim_cur = bytes;
+    ok_ = ::setrlimit(RLIMIT_FSIZE, &limit) == 0;
+  }
+  ~ScopedFileSizeLimit() {
+    ::setrlimit(RLIMIT_FSIZE, &old_);
+    ::signal(SIGXFSZ, old_handler_);
+  }
+  bool ok() const { return ok_; }
+
+ private:
+  struct rlimit old_;
+  sighandler_t old_handler_;
+  bool ok_ = false;
+};
+
+// A put that runs out of space fails RESOURCE_EXHAUSTED and leaves the old
+// contents and no temporary file.
+TEST_F(FileAdapterTest, PutOnAFullDiskLeavesNoPartialFile) {
+  ASSERT_OK(Put("state.json", "old"));
+  {
+    ScopedFileSizeLimit limit(64 << 10);
+    ASSERT_TRUE(limit.ok());
+    EXPECT_THAT(Put("state.json", std::string(1 << 20, 'x')),
+                StatusIs(absl::StatusCode::kResourceExhausted));
+    EXPECT_THAT(Put("new.json", std::string(1 << 20, 'x')),
+                StatusIs(absl::StatusCode::kResourceExhausted));
+  }
+  EXPECT_EQ(*ReadFile(InRoot("state.json")), "old");
+  EXPECT_FALSE(std::filesystem::exists(InRoot("new.json")));
+  EXPECT_FALSE(TempFilesLeft(root_));
+}
+
+// An append that runs out of space part-way is cut back: no torn tail.
+TEST_F(FileAdapterTest, AppendOnAFullDiskLeavesNoTornTail) {
+  ASSERT_OK(Append("log", "line 1\n"));
+  {
+    ScopedFileSizeLimit limit(64 << 10);
+    ASSERT_TRUE(limit.ok());
+    EXPECT_THAT(Append("log", std::string(1 << 20, 'x')),
+                StatusIs(absl::StatusCode::kResourceExhausted));
+  }
+  EXPECT_EQ(*ReadFile(InRoot("log")), "line 1\n");
+  ASSERT_OK(Append("log", "line 2\n"));
+  EXPECT_EQ(*ReadFile(InRoot("log")), "line 1\nline 2\n");
 }
 
 TEST(FileAdapterUriTest, RegistryBuildsFromUri) {

@@ -139,9 +139,7 @@ TEST_F(RocksDbFenceStoreTest, CacheIsBoundedAndFencesReadBackRight) {
 // a stale token. A Get of "d" is held after reading token 1 from RocksDB;
 // meanwhile "d" rises to 5 and the cache drops it (other domains fill it).
 TEST_F(RocksDbFenceStoreTest, AReadRacingARiseNeverCachesTheOlderFence) {
-#ifndef FENCEGATE_SYNC_POINTS
-  GTEST_SKIP() << "needs FENCEGATE_SYNC_POINTS";
-#endif
+  FENCEGATE_SKIP_WITHOUT_SYNC_POINTS();
   RocksDbFenceStoreOptions options = StoreOptions("race");
   options.max_cached_domains = 4;
   ASSERT_OK_AND_ASSIGN(store, OpenRocksDbFenceStore(options));
@@ -217,6 +215,7 @@ TEST_F(RocksDbFenceStoreTest, TheStoreOpensItsFilesWhenDescriptorsRunOut) {
 // whose token is not above a rise queued before it is refused, one above
 // it is granted, with the fence and the lease in the same synced batch.
 TEST_F(RocksDbFenceStoreTest, LeaseGrantsAreDecidedInQueueOrderWithRises) {
+  FENCEGATE_SKIP_WITHOUT_SYNC_POINTS();
   const RocksDbFenceStoreOptions options = StoreOptions("leases");
   ASSERT_OK_AND_ASSIGN(store, OpenRocksDbStore(options));
   CommitHold hold;

@@ -3,11 +3,10 @@
 #include "client/etcd/lease_keeper.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/fatal.h"
 
 namespace fencegate::client::etcd_internal {
 namespace {
@@ -42,9 +41,7 @@ void LeaseKeeper::Stop() {
   if (thread_.get_id() == std::this_thread::get_id()) {
     // Joining ourselves would hang forever: a broken contract, not an error
     // to recover from.
-    std::fputs("fencegate: HeldLock released or destroyed inside on_lost\n",
-               stderr);
-    std::abort();
+    Fatal("lease keeper", "HeldLock released or destroyed inside on_lost");
   }
   {
     absl::MutexLock lock(&mu_);

@@ -11,9 +11,11 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 #include <random>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -81,6 +83,7 @@ absl::Status ErrnoStatus(int err, absl::string_view what,
       return absl::PermissionDeniedError(msg);
     case ENOSPC:
     case EDQUOT:
+    case EFBIG:
     case EMFILE:
     case ENFILE:
       return absl::ResourceExhaustedError(msg);
@@ -191,6 +194,38 @@ absl::Status ValidateFilePath(absl::string_view path) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// A put killed between creating its temporary file and renaming it leaves
+// the temporary behind. Client paths cannot name one (the prefix is
+// reserved), so every entry with the prefix is a leftover of this adapter.
+// Symlinks are not followed: the walk stays beneath the root.
+absl::StatusOr<int> RemoveLeftoverTemporaries(const std::string& root) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  int removed = 0;
+  fs::recursive_directory_iterator it(root, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (!absl::StartsWith(name, kFileTempPrefix) || it->is_directory(ec)) {
+      continue;
+    }
+    if (::unlink(it->path().c_str()) != 0) {
+      return ErrnoStatus(errno, "remove leftover temporary",
+                         it->path().string());
+    }
+    ++removed;
+  }
+  if (ec) {
+    return absl::UnavailableError(
+        absl::StrCat("file adapter: cannot scan root \"", root,
+                     "\" for leftover temporaries: ", ec.message()));
+  }
+  return removed;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<FileAdapter>> FileAdapter::Open(
     const std::string& root) {
   if (root.empty() || root[0] != '/') {
@@ -220,7 +255,12 @@ absl::StatusOr<std::unique_ptr<FileAdapter>> FileAdapter::Open(
         "file adapter: openat2 with RESOLVE_BENEATH is unavailable (",
         strerror(errno), "); Linux 5.6 or later is required"));
   }
-  return std::unique_ptr<FileAdapter>(new FileAdapter(root_fd.release(), root));
+  absl::StatusOr<int> removed = RemoveLeftoverTemporaries(root);
+  if (!removed.ok()) return removed.status();
+  auto adapter =
+      std::unique_ptr<FileAdapter>(new FileAdapter(root_fd.release(), root));
+  adapter->removed_temporaries_ = *removed;
+  return adapter;
 }
 
 FileAdapter::FileAdapter(int root_fd, std::string root)

@@ -20,6 +20,11 @@
 //            truncated back. Only regular files are appended to.
 //   delete - unlinked and the directory fsynced. A missing file is not an
 //            error (existed = false), so retries are safe.
+// Leftovers: a put killed before its rename leaves a temporary file named
+// with kFileTempPrefix. Open removes every such file beneath the root (a root
+// belongs to one gateway), so the cost of Open grows with the tree's size.
+// A write that fails (ENOSPC, EFBIG, EIO) leaves no partial file: put
+// removes its temporary, append truncates back to the previous size.
 // Missing parent directories are created by put and append. A path whose
 // target is a directory, or crosses a regular file, is FAILED_PRECONDITION.
 
@@ -41,7 +46,8 @@ inline constexpr absl::string_view kFileTempPrefix = ".fencegate-tmp-";
 
 class FileAdapter final : public StorageAdapter {
  public:
-  // Opens (creating if missing) the absolute directory `root`.
+  // Opens (creating if missing) the absolute directory `root`, and removes
+  // leftover temporaries beneath it.
   // INVALID_ARGUMENT for a relative root; UNAVAILABLE if it cannot be opened
   // or the kernel lacks openat2 (Linux 5.6+).
   static absl::StatusOr<std::unique_ptr<FileAdapter>> Open(
@@ -56,6 +62,9 @@ class FileAdapter final : public StorageAdapter {
   // The root is still a directory the gateway may write to.
   absl::Status Probe() override;
 
+  // Leftover temporaries Open removed.
+  int removed_temporaries() const { return removed_temporaries_; }
+
  private:
   FileAdapter(int root_fd, std::string root);
 
@@ -67,6 +76,7 @@ class FileAdapter final : public StorageAdapter {
 
   const int root_fd_;
   const std::string root_;
+  int removed_temporaries_ = 0;
 };
 
 // Lexical check of a resource path, as described above.
