@@ -39,6 +39,9 @@ struct EnvironmentOptions {
   // runs at once. On two cores shared with PostgreSQL and the harness, 4
   // measured best of 2, 4, 8 (the adapter's default) and 64.
   uint64_t pg_pool_size = 4;
+  // Start the gateway (and its variants). Off for scenarios that run their
+  // own gateways (chaos).
+  bool start_gateway = true;
   // Start a throwaway etcd (if /usr/bin/etcd exists) and have the gateway
   // follow its locks.
   bool start_etcd = true;
@@ -65,11 +68,16 @@ class Environment {
 
   // libpq keyword/value DSN of PostgreSQL.
   const std::string& pg_dsn() const { return pg_dsn_; }
+  // The PostgreSQL it started; null for an existing one (--pg_dsn).
+  testing::PostgresServer* postgres() const { return pg_.get(); }
   // postgres:// URI of PostgreSQL, for a gateway route.
   const std::string& pg_uri() const { return pg_uri_; }
   // Empty if pgbouncer is not available.
   const std::string& pgbouncer_dsn() const { return pgbouncer_dsn_; }
-  std::string gateway_address() const { return gateway_->address(); }
+  // Empty if no gateway was started.
+  std::string gateway_address() const {
+    return gateway_ != nullptr ? gateway_->address() : "";
+  }
   // The address of a variant gateway ("mtls", "metrics"); empty if not
   // started.
   std::string variant_address(const std::string& variant) const;

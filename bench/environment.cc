@@ -103,6 +103,7 @@ absl::StatusOr<std::unique_ptr<Environment>> Environment::Start(
   }
   flags.insert(flags.end(), options.gateway_flags.begin(),
                options.gateway_flags.end());
+  if (!options.start_gateway) return env;
   absl::StatusOr<std::unique_ptr<testing::GatewayProcess>> gateway =
       testing::GatewayProcess::Start(env->data_dir_, flags);
   if (!gateway.ok()) return gateway.status();

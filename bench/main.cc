@@ -19,6 +19,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "bench/bench.h"
+#include "bench/chaos.h"
 #include "bench/memory.h"
 #include "bench/safety.h"
 #include "bench/throughput.h"
@@ -28,7 +29,7 @@ namespace fencegate::bench {
 namespace {
 
 constexpr char kUsage[] =
-    "Usage: fencegate-bench throughput|safety|all|memory [flags]\n"
+    "Usage: fencegate-bench throughput|safety|all|memory|chaos [flags]\n"
     "\n"
     "Starts a throwaway PostgreSQL, pgbouncer (if installed) and a gateway\n"
     "unless given DSNs, runs the scenario, prints a summary table (with CPU\n"
@@ -37,7 +38,10 @@ constexpr char kUsage[] =
     "stale write land or lost an acknowledged one, or if the unfenced run\n"
     "showed no violation (the checker would be blind). `memory` reports the\n"
     "gateway's resident memory as fenced domains grow (--domains,\n"
-    "--name_bytes).\n"
+    "--name_bytes). `chaos` runs the safety workload on two gateways while\n"
+    "killing them (kill -9, --cycles times), restarting PostgreSQL and\n"
+    "pausing a gateway, then checks every acknowledged write; it exits 1\n"
+    "on any lost, stale or duplicated write.\n"
     "\n"
     "Flags:\n";
 
@@ -143,6 +147,8 @@ int Run(int argc, char** argv) {
   bool help = false;
   std::vector<std::string> gateway_flags;
   uint64_t pg_pool_size = 4;
+  uint64_t cycles = 10, chaos_seed = 1;
+  std::string chaos_sources = "lease,etcd,redis,redlock,postgres,zookeeper";
   FlagSet set;
   set.String("targets", &targets,
              "comma list of direct, direct-fenced, pgbouncer, gateway-pg, "
@@ -159,7 +165,7 @@ int Run(int argc, char** argv) {
   set.Uint("safety_s", &safety_s, "seconds per safety run (default 8)");
   set.Uint("workers", &workers, "safety: contending workers (default 4)");
   set.Uint("ttl_ms", &ttl_ms,
-           "safety: built-in lease ttl (default 300; etcd uses 2 s)");
+           "safety, chaos: lease ttl (default 300; etcd uses 2 s)");
   set.String("pg_dsn", &pg_dsn, "existing PostgreSQL (libpq DSN)");
   set.String("pgbouncer_dsn", &pgbouncer_dsn, "existing pgbouncer (libpq DSN)");
   set.String("json", &json, "JSON output file (default bench-results.json)");
@@ -177,6 +183,11 @@ int Run(int argc, char** argv) {
              "10000,100000,250000,500000,1000000)");
   set.String("name_bytes", &memory_names,
              "memory: domain name lengths (default 12,500)");
+  set.Uint("cycles", &cycles, "chaos: gateway kills (default 10)");
+  set.Uint("seed", &chaos_seed, "chaos: seed of the fault moments (default 1)");
+  set.String("sources", &chaos_sources,
+             "chaos: token sources (default all: lease,etcd,redis,redlock,"
+             "postgres,zookeeper; those without a server are left out)");
   set.Bool("help", &help, "print this help");
   std::vector<std::string> args;
   if (absl::Status s = set.Parse(argc, argv, 1, &args); !s.ok()) {
@@ -185,9 +196,21 @@ int Run(int argc, char** argv) {
   }
   if (help || args.size() != 1 ||
       (args[0] != "throughput" && args[0] != "safety" && args[0] != "all" &&
-       args[0] != "memory")) {
+       args[0] != "memory" && args[0] != "chaos")) {
     std::cout << kUsage << set.Usage();
     return help ? 0 : 2;
+  }
+  if (args[0] == "chaos") {
+    ChaosOptions copts;
+    if (cycles == 0 || cycles > 10000) {
+      std::cerr << "fencegate-bench: --cycles: 1 to 10000\n";
+      return 2;
+    }
+    copts.cycles = static_cast<int>(cycles);
+    copts.seed = chaos_seed;
+    copts.sources = absl::StrSplit(chaos_sources, ',', absl::SkipEmpty());
+    copts.ttl = absl::Milliseconds(ttl_ms);
+    return RunChaosCommand(copts, work_dir, pg_dsn, json);
   }
   if (args[0] == "memory") {
     MemoryOptions mopts;
@@ -401,6 +424,9 @@ int main(int argc, char** argv) {
 #endif
   if (argc > 1 && std::string(argv[1]) == "safety-worker") {
     return fencegate::bench::SafetyWorkerMain(argc, argv);
+  }
+  if (argc > 1 && std::string(argv[1]) == "chaos-worker") {
+    return fencegate::bench::ChaosWorkerMain(argc, argv);
   }
   return fencegate::bench::Run(argc, argv);
 }

@@ -17,12 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "client/etcd/etcd_token_source.h"
-#include "client/lease_token_source.h"
-#include "client/postgres/postgres_token_source.h"
-#include "client/redis/redis_token_source.h"
-#include "client/redis/redlock_token_source.h"
-#include "client/zookeeper/zookeeper_token_source.h"
+#include "bench/token_sources.h"
 #include "fencegate/v1/gateway.grpc.pb.h"
 #include "gateway/flags.h"
 #include "grpcpp/create_channel.h"
@@ -35,21 +30,6 @@ namespace {
 constexpr char kInsert[] =
     "INSERT INTO safety_history (run, token, worker, write_id) "
     "VALUES ($1, $2, $3, $4)";
-
-// Stops this whole process — every thread, keep-alive included — for `d`,
-// the way a stop-the-world GC pause or a SIGSTOP'd VM would: a child
-// process sends SIGCONT when the time is up.
-void PauseWholeProcess(absl::Duration d) {
-  const pid_t self = ::getpid();
-  const pid_t resumer = ::fork();
-  if (resumer == 0) {
-    ::usleep(static_cast<useconds_t>(absl::ToInt64Microseconds(d)));
-    ::kill(self, SIGCONT);
-    ::_exit(0);
-  }
-  ::kill(self, SIGSTOP);
-  ::waitpid(resumer, nullptr, 0);
-}
 
 struct WorkerConfig {
   std::string source, mode, gateway, pg_dsn, etcd, redis, zookeeper, lock, run,
@@ -69,57 +49,19 @@ class Worker {
   }
 
   absl::Status Run() {
-    std::unique_ptr<client::TokenSource> source;
-    auto gateway =
+    TokenSourceConfig config;
+    config.source = c_.source;
+    config.gateway =
         grpc::CreateChannel(c_.gateway, grpc::InsecureChannelCredentials());
-    if (c_.source == "redis" || c_.source == "redlock") {
-      const std::vector<std::string> endpoints =
-          absl::StrSplit(c_.redis, ',', absl::SkipEmpty());
-      if (endpoints.empty()) return absl::InvalidArgumentError("no --redis");
-      if (c_.source == "redis") {
-        client::RedisTokenSourceOptions options;
-        options.endpoint = endpoints[0];
-        options.gateway = gateway;
-        absl::StatusOr<std::unique_ptr<client::RedisTokenSource>> redis =
-            client::RedisTokenSource::Create(options);
-        if (!redis.ok()) return redis.status();
-        source = *std::move(redis);
-      } else {
-        client::RedlockTokenSourceOptions options;
-        options.endpoints = endpoints;
-        options.gateway = gateway;
-        absl::StatusOr<std::unique_ptr<client::RedlockTokenSource>> redlock =
-            client::RedlockTokenSource::Create(options);
-        if (!redlock.ok()) return redlock.status();
-        source = *std::move(redlock);
-      }
-    } else if (c_.source == "zookeeper") {
-      client::ZooKeeperTokenSourceOptions options;
-      options.hosts = c_.zookeeper;
-      options.lock_path = "/fencegate-safety";
-      options.gateway = gateway;
-      absl::StatusOr<std::unique_ptr<client::ZooKeeperTokenSource>> zk =
-          client::ZooKeeperTokenSource::Create(options);
-      if (!zk.ok()) return zk.status();
-      source = *std::move(zk);
-    } else if (c_.source == "postgres") {
-      client::PostgresTokenSourceOptions options;
-      options.dsn = c_.pg_dsn;
-      options.gateway = gateway;
-      absl::StatusOr<std::unique_ptr<client::PostgresTokenSource>> postgres =
-          client::PostgresTokenSource::Create(options);
-      if (!postgres.ok()) return postgres.status();
-      source = *std::move(postgres);
-    } else if (c_.source == "etcd") {
-      client::EtcdTokenSourceOptions options;
-      options.endpoint = c_.etcd;
-      absl::StatusOr<std::unique_ptr<client::EtcdTokenSource>> etcd =
-          client::EtcdTokenSource::Create(options);
-      if (!etcd.ok()) return etcd.status();
-      source = *std::move(etcd);
-    } else {
-      source = std::make_unique<client::LeaseTokenSource>(gateway);
-    }
+    config.etcd = c_.etcd;
+    config.redis = c_.redis;
+    config.zookeeper = c_.zookeeper;
+    config.pg_dsn = c_.pg_dsn;
+    config.zookeeper_path = "/fencegate-safety";
+    absl::StatusOr<std::unique_ptr<client::TokenSource>> made =
+        MakeTokenSource(config);
+    if (!made.ok()) return made.status();
+    std::unique_ptr<client::TokenSource> source = *std::move(made);
     client::LockOptions lock_options;
     lock_options.ttl = absl::Milliseconds(c_.ttl_ms);
     lock_options.wait = absl::Seconds(2);
@@ -250,6 +192,21 @@ struct History {
 };
 
 }  // namespace
+
+// Stops this whole process — every thread, keep-alive included — for `d`,
+// the way a stop-the-world GC pause or a SIGSTOP'd VM would: a child
+// process sends SIGCONT when the time is up.
+void PauseWholeProcess(absl::Duration d) {
+  const pid_t self = ::getpid();
+  const pid_t resumer = ::fork();
+  if (resumer == 0) {
+    ::usleep(static_cast<useconds_t>(absl::ToInt64Microseconds(d)));
+    ::kill(self, SIGCONT);
+    ::_exit(0);
+  }
+  ::kill(self, SIGSTOP);
+  ::waitpid(resumer, nullptr, 0);
+}
 
 int SafetyWorkerMain(int argc, char** argv) {
   WorkerConfig c;

@@ -55,6 +55,11 @@ absl::StatusOr<SafetyResult> RunSafety(Environment& env,
                                        const SafetyOptions& options,
                                        bool fenced);
 
+// Stops this whole process -- every thread, keep-alive included -- for `d`,
+// as a stop-the-world GC pause would: a child process sends SIGCONT when the
+// time is up. Used by the safety and chaos workers.
+void PauseWholeProcess(absl::Duration d);
+
 // Entry point of one worker process ("fencegate-bench safety-worker ...").
 int SafetyWorkerMain(int argc, char** argv);
 

@@ -25,7 +25,7 @@ function(fencegate_proto_library name root)
   endforeach()
   add_library(${name} STATIC ${_srcs})
   # Installed (cmake/FencegateInstall.cmake) under include/fencegate.
-  target_include_directories(${name} PUBLIC $<BUILD_INTERFACE:${_gen_dir}>
+  target_include_directories(${name} SYSTEM PUBLIC $<BUILD_INTERFACE:${_gen_dir}>
                                             $<INSTALL_INTERFACE:include/fencegate>)
   set_target_properties(${name} PROPERTIES FENCEGATE_GENERATED_DIR ${_gen_dir})
   target_link_libraries(${name} PUBLIC protobuf::libprotobuf gRPC::grpc++)

@@ -55,6 +55,18 @@ absl::Status MakeDirs(const std::string& path) {
 
 }  // namespace
 
+absl::Status ParseTextProto(absl::string_view text, absl::string_view what,
+                            google::protobuf::Message* out) {
+  google::protobuf::TextFormat::Parser parser;
+  FirstError errors;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(std::string(text), out)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ":", errors.message()));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status LoadTextProtoFile(const std::string& path, absl::string_view what,
                                google::protobuf::Message* out) {
   std::ifstream in(path);
@@ -64,14 +76,7 @@ absl::Status LoadTextProtoFile(const std::string& path, absl::string_view what,
   }
   std::stringstream text;
   text << in.rdbuf();
-  google::protobuf::TextFormat::Parser parser;
-  FirstError errors;
-  parser.RecordErrorsTo(&errors);
-  if (!parser.ParseFromString(text.str(), out)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, " \"", path, "\":", errors.message()));
-  }
-  return absl::OkStatus();
+  return ParseTextProto(text.str(), absl::StrCat(what, " \"", path, "\""), out);
 }
 
 absl::StatusOr<v1::GatewayConfig> LoadConfigFile(const std::string& path) {

@@ -85,6 +85,11 @@ struct GatewayOptions {
 // machine: 127.0.0.0/8, ::1, localhost, or a unix: socket.
 bool IsLoopbackAddress(absl::string_view listen_address);
 
+// Parses text-format `text` into `out`, as LoadTextProtoFile does.
+// INVALID_ARGUMENT with `what` and the line and column of the first error.
+absl::Status ParseTextProto(absl::string_view text, absl::string_view what,
+                            google::protobuf::Message* out);
+
 // Reads a text-format proto file into `out`. INVALID_ARGUMENT with `what`,
 // the file name, line and column of the first error; NOT_FOUND if it cannot
 // be read.

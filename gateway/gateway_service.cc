@@ -163,44 +163,13 @@ grpc::ServerUnaryReactor* GatewayService::Write(
   if (!admitted.ok()) return Refuse(*write, context, admitted.status());
   write->admission = *std::move(admitted);
   const v1::WriteRequest* request = write->request;
-  if (absl::Status s = ValidateToken(request->token()); !s.ok()) {
-    return Refuse(*write, context, s);
-  }
-  if (absl::Status s = ValidateRequestId(request->request_id()); !s.ok()) {
-    return Refuse(*write, context, s);
-  }
-  if (absl::Status s = ValidateUtf8(request->resource(), "resource"); !s.ok()) {
-    return Refuse(*write, context, s);
-  }
-  absl::StatusOr<ResolvedResource> resolved =
-      router_->Resolve(request->resource());
-  if (!resolved.ok()) return Refuse(*write, context, resolved.status());
-  write->route = resolved->route;
-  std::string domain =
-      request->domain().empty() ? request->resource() : request->domain();
-  if (absl::Status s = ValidateDomain(domain, request->domain().empty()
-                                                  ? "resource (as domain)"
-                                                  : "domain");
-      !s.ok()) {
-    return Refuse(*write, context, s);
-  }
-  if (request->ops().empty()) {
-    return Refuse(*write, context,
-                  absl::InvalidArgumentError("ops: at least one operation "
-                                             "is required"));
-  }
-  if (absl::Status s = Router::ExpandStatements(
-          *resolved, write->parsed_request.mutable_ops());
-      !s.ok()) {
-    return Refuse(*write, context, s);
-  }
-  if (absl::Status s = resolved->adapter->Validate(
-          WriteTarget{domain, request->token(), resolved->path,
-                      request->request_id()},
-          request->ops());
-      !s.ok()) {
-    return Refuse(*write, context, s);
-  }
+  CheckedWrite checked;
+  const absl::Status check =
+      CheckWrite(*router_, &write->parsed_request, &checked);
+  write->route = checked.resolved.route;
+  if (!check.ok()) return Refuse(*write, context, check);
+  const ResolvedResource& resolved = checked.resolved;
+  std::string domain = std::move(checked.domain);
 
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   write->context = context;
@@ -208,9 +177,9 @@ grpc::ServerUnaryReactor* GatewayService::Write(
   write->response_bytes = response_bytes;
   write->domain = std::move(domain);
   write->target =
-      WriteTarget{write->domain, request->token(), resolved->path,
+      WriteTarget{write->domain, request->token(), resolved.path,
                   request->request_id(), absl::FromChrono(context->deadline())};
-  write->adapter = resolved->adapter;
+  write->adapter = resolved.adapter;
   if (write->adapter->ApplyAsyncNeverBlocks()) {
     // A write to an adapter that only queues or computes, whose domain is
     // idle and whose fence is in memory, needs nothing that can block: an
@@ -349,11 +318,9 @@ grpc::ServerUnaryReactor* GatewayService::RaiseInLane(
       gate_->Admit(*context, facts);
   if (!admitted.ok()) return refuse(admitted.status());
   const std::string domain(facts.domain);
-  if (absl::Status s = ValidateDomain(domain); !s.ok()) return refuse(s);
-  if (absl::Status s = ValidateToken(facts.token); has_token && !s.ok()) {
-    return refuse(s);
-  }
-  if (absl::Status s = ValidateRequestId(facts.request_id); !s.ok()) {
+  if (absl::Status s =
+          CheckFenceCall(domain, facts.token, has_token, facts.request_id);
+      !s.ok()) {
     return refuse(s);
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();

@@ -55,8 +55,7 @@ grpc::ServerUnaryReactor* LeaseService::Acquire(
         request->name(), request->owner(),
         absl::Milliseconds(request->ttl_ms()), wait,
         [context] { return context->IsCancelled(); },
-        [reactor, request, response,
-         admission](absl::StatusOr<AcquireOutcome> outcome) {
+        [reactor, response, admission](absl::StatusOr<AcquireOutcome> outcome) {
           if (outcome.ok()) {
             const LeaseRecord& lease = outcome->lease;
             response->set_acquired(outcome->acquired);

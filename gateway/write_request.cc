@@ -3,6 +3,7 @@
 #include "gateway/write_request.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/limits.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/wire_format_lite.h"
 #include "grpcpp/impl/codegen/proto_utils.h"
@@ -64,6 +65,56 @@ absl::Status SerializeWriteResponse(const v1::WriteResponse& response,
         absl::StrCat("serializing the response: ", s.error_message()));
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckWrite(const Router& router, v1::WriteRequest* request,
+                        CheckedWrite* out) {
+  if (absl::Status s = ValidateToken(request->token()); !s.ok()) return s;
+  if (absl::Status s = ValidateRequestId(request->request_id()); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = ValidateUtf8(request->resource(), "resource"); !s.ok()) {
+    return s;
+  }
+  absl::StatusOr<ResolvedResource> resolved =
+      router.Resolve(request->resource());
+  if (!resolved.ok()) return resolved.status();
+  CheckedWrite& checked = *out;
+  checked.resolved = *resolved;
+  checked.domain =
+      request->domain().empty() ? request->resource() : request->domain();
+  if (absl::Status s = ValidateDomain(
+          checked.domain,
+          request->domain().empty() ? "resource (as domain)" : "domain");
+      !s.ok()) {
+    return s;
+  }
+  if (request->ops().empty()) {
+    return absl::InvalidArgumentError(
+        "ops: at least one operation is required");
+  }
+  if (absl::Status s =
+          Router::ExpandStatements(checked.resolved, request->mutable_ops());
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = checked.resolved.adapter->Validate(
+          WriteTarget{checked.domain, request->token(), checked.resolved.path,
+                      request->request_id()},
+          request->ops());
+      !s.ok()) {
+    return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckFenceCall(absl::string_view domain, uint64_t token,
+                            bool has_token, absl::string_view request_id) {
+  if (absl::Status s = ValidateDomain(domain); !s.ok()) return s;
+  if (has_token) {
+    if (absl::Status s = ValidateToken(token); !s.ok()) return s;
+  }
+  return ValidateRequestId(request_id);
 }
 
 }  // namespace fencegate

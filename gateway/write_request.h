@@ -1,6 +1,7 @@
 // Copyright fencegate authors.
 //
-// Reading a Write request off the wire. The gateway's Write method takes the
+// Reading a Write request off the wire, and checking it before it takes its
+// domain's lane. The gateway's Write method takes the
 // request's bytes (gRPC's raw callback API) rather than a parsed message, so
 // that a request with more operations than the gateway accepts is refused
 // after a walk over its top-level fields, without building its operations: a
@@ -11,10 +12,13 @@
 #define GATEWAY_WRITE_REQUEST_H_
 
 #include <cstdint>
+#include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "fencegate/v1/gateway.pb.h"
 #include "grpcpp/support/byte_buffer.h"
+#include "storage_adapters/router.h"
 
 namespace fencegate {
 
@@ -24,6 +28,29 @@ namespace fencegate {
 // slices in place. Thread-safe.
 absl::Status ParseWriteRequest(const grpc::ByteBuffer& bytes, uint32_t max_ops,
                                v1::WriteRequest* out);
+
+// A Write that passed CheckWrite.
+struct CheckedWrite {
+  ResolvedResource resolved;
+  // The request's domain, or its resource when the domain is empty.
+  std::string domain;
+};
+
+// Every check a parsed Write passes before any fence can move, in this
+// order: token, request_id, resource (UTF-8), its route, the domain, at
+// least one operation, named statements (expanded into `request`'s ops in
+// place), and the route adapter's Validate(). The first failure's status,
+// INVALID_ARGUMENT naming the field for a malformed request. `out->resolved`
+// is set as soon as the route is known, also when a later check fails (the
+// refusal is counted against that route). No I/O; never touches a fence.
+// Thread-safe for distinct requests.
+absl::Status CheckWrite(const Router& router, v1::WriteRequest* request,
+                        CheckedWrite* out);
+
+// The checks of a Fence or Sequence call's fields: domain, token (when the
+// call carries one), request_id. INVALID_ARGUMENT naming the field.
+absl::Status CheckFenceCall(absl::string_view domain, uint64_t token,
+                            bool has_token, absl::string_view request_id);
 
 // `response` as the bytes gRPC sends. INTERNAL if it cannot be serialized.
 absl::Status SerializeWriteResponse(const v1::WriteResponse& response,

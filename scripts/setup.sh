@@ -15,6 +15,7 @@ PACKAGES=(
   libhiredis-dev redis-server
   libzookeeper-mt-dev zookeeper
   prometheus-cpp-dev
+  clang clang-tidy libclang-rt-14-dev git
 )
 
 missing=()

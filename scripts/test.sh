@@ -1,14 +1,67 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds fencegate with its tests, and runs the
-# whole suite with CTest. Usage: bash scripts/test.sh [extra ctest args]
+# Installs what is missing, then runs every check CI runs, in stages:
+#
+#   suite     g++ Debug build with sync points, the whole suite (CTest)
+#   asan      clang build with AddressSanitizer + UndefinedBehaviorSanitizer,
+#             -Wthread-safety -Werror and the libFuzzer targets; the whole
+#             suite under the sanitizers, then each fuzzer for a bounded time
+#   tsan      clang ThreadSanitizer build of the concurrency suites (CTest
+#             label "concurrency")
+#   tidy      clang-tidy on the C++ files changed since FENCEGATE_TIDY_BASE
+#             (default: the previous commit)
+#
+# Usage: bash scripts/test.sh [extra ctest args for the suite stage]
+# FENCEGATE_TEST_STAGES="suite tidy" picks stages (default: all four).
+# FENCEGATE_FUZZ_SECONDS sets each fuzzer's run (default 20).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+STAGES=${FENCEGATE_TEST_STAGES:-suite asan tsan tidy}
+JOBS=$(nproc)
+has_stage() { [[ " $STAGES " == *" $1 "* ]]; }
+banner() { echo; echo "=== test.sh: $* ($(date -u +%H:%M:%S))"; }
+
 bash scripts/setup.sh
-BUILD_DIR=${FENCEGATE_TEST_BUILD_DIR:-build-test}
-cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Debug \
-  -DFENCEGATE_BUILD_TESTS=ON -DFENCEGATE_BUILD_BENCH=ON -DFENCEGATE_SYNC_POINTS=ON \
-  -DFENCEGATE_WERROR=ON
-cmake --build "$BUILD_DIR" -j"$(nproc)"
-cd "$BUILD_DIR"
-ctest --output-on-failure -j"$(nproc)" "$@"
+
+if has_stage suite; then
+  banner "suite: g++ build"
+  BUILD_DIR=${FENCEGATE_TEST_BUILD_DIR:-build-test}
+  cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Debug \
+    -DFENCEGATE_BUILD_TESTS=ON -DFENCEGATE_BUILD_BENCH=ON -DFENCEGATE_SYNC_POINTS=ON \
+    -DFENCEGATE_WERROR=ON
+  cmake --build "$BUILD_DIR" -j"$JOBS"
+  banner "suite: ctest"
+  (cd "$BUILD_DIR" && ctest --output-on-failure -j"$JOBS" "$@")
+fi
+
+if has_stage asan; then
+  banner "asan: clang build (ASan + UBSan, -Wthread-safety, fuzzers)"
+  CC=clang CXX=clang++ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug \
+    -DFENCEGATE_BUILD_TESTS=ON -DFENCEGATE_BUILD_BENCH=ON -DFENCEGATE_SYNC_POINTS=ON \
+    -DFENCEGATE_WERROR=ON -DFENCEGATE_SANITIZE=address,undefined -DFENCEGATE_FUZZ=ON
+  cmake --build build-asan -j"$JOBS"
+  banner "asan: ctest under the sanitizers"
+  # Reports fail the test that triggered them; child gateways inherit this.
+  export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1}
+  export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+  (cd build-asan && ctest --output-on-failure -j"$JOBS")
+  banner "asan: fuzzers"
+  bash scripts/fuzz.sh build-asan "${FENCEGATE_FUZZ_SECONDS:-20}"
+fi
+
+if has_stage tsan; then
+  banner "tsan: clang ThreadSanitizer build of the concurrency suites"
+  CC=clang CXX=clang++ cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug \
+    -DFENCEGATE_BUILD_TESTS=ON -DFENCEGATE_SYNC_POINTS=ON -DFENCEGATE_WERROR=ON \
+    -DFENCEGATE_SANITIZE=thread
+  cmake --build build-tsan -j"$JOBS" --target tsan_tests
+  banner "tsan: ctest -L concurrency"
+  export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
+  (cd build-tsan && ctest --output-on-failure -j"$JOBS" -L concurrency)
+fi
+
+if has_stage tidy; then
+  banner "tidy: clang-tidy on changed files"
+  bash scripts/tidy.sh
+fi
+banner "all stages passed: $STAGES"

@@ -53,7 +53,9 @@ absl::StatusOr<std::unique_ptr<Router>> Router::Create(
                                        "\": ", adapter.status().message()));
     }
     Route route{*std::move(adapter), {}};
-    for (const auto& [name, sql] : spec.statements) {
+    for (const auto& statement : spec.statements) {
+      const std::string& name = statement.first;
+      const std::string& sql = statement.second;
       auto bad = [&](absl::string_view why) {
         return absl::InvalidArgumentError(absl::StrCat(
             "route \"", spec.name, "\": statement \"", name, "\": ", why));

@@ -111,7 +111,7 @@ absl::Status PostgresServer::Ctl(const std::string& action) {
       Shell(absl::StrCat(
                 bin_, "/pg_ctl -D ", dir_, "/data -l ", dir_, "/log -w -t 60 ",
                 action == "start" ? absl::StrCat("-o \"", opts, "\" start")
-                                  : "-m fast stop"),
+                                  : absl::StrCat("-m ", action, " stop")),
             &out);
   if (rc != 0) {
     std::string log;
@@ -123,7 +123,9 @@ absl::Status PostgresServer::Ctl(const std::string& action) {
   return absl::OkStatus();
 }
 
-absl::Status PostgresServer::Stop() { return Ctl("stop"); }
+absl::Status PostgresServer::Stop(bool immediate) {
+  return Ctl(immediate ? "immediate" : "fast");
+}
 absl::Status PostgresServer::Restart() { return Ctl("start"); }
 
 PostgresServer::~PostgresServer() {

@@ -38,13 +38,15 @@ class PostgresServer {
   // The postmaster's pid (the parent of every backend); 0 if stopped.
   pid_t postmaster_pid() const;
 
-  // pg_ctl stop -m fast / pg_ctl start, on the same port and data.
-  absl::Status Stop();
+  // pg_ctl stop -m fast (or -m immediate: no checkpoint, crash recovery at
+  // the next start) / pg_ctl start, on the same port and data.
+  absl::Status Stop(bool immediate = false);
   absl::Status Restart();
 
  private:
   PostgresServer() = default;
-  absl::Status Ctl(const std::string& args);
+  // "start", or the stop mode: "fast" or "immediate".
+  absl::Status Ctl(const std::string& action);
 
   std::string dir_;
   std::string bin_;

@@ -1,0 +1,234 @@
+// Copyright fencegate authors.
+//
+// One chaos worker process: takes its source's lock again and again, fences
+// the new token on both gateways, and writes each record to PostgreSQL
+// (through either gateway) and to a file (through the first), recording
+// every write's outcome and times, and every Fence both gateways
+// acknowledged. Stops when the stop file appears.
+
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "bench/chaos.h"
+#include "bench/safety.h"
+#include "bench/token_sources.h"
+#include "fencegate/v1/gateway.grpc.pb.h"
+#include "gateway/flags.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+
+namespace fencegate::bench {
+namespace {
+
+constexpr char kInsert[] =
+    "INSERT INTO chaos_history (run, domain, token, write_id) "
+    "VALUES ($1, $2, $3, $4)";
+
+int64_t MonotonicMicros() {
+  struct timespec ts;
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000 + ts.tv_nsec / 1000;
+}
+
+struct ChaosWorkerConfig {
+  std::string source, gateway_a, gateway_b, pg_dsn, etcd, redis, zookeeper,
+      lock, run, out, stop_file;
+  uint64_t id = 0, ttl_ms = 500, writes = 4;
+  std::string pause_fraction = "0.3";
+};
+
+class ChaosWorker {
+ public:
+  explicit ChaosWorker(const ChaosWorkerConfig& c)
+      : c_(c), rng_(c.id * 7919 + 17) {
+    for (const std::string& address : {c.gateway_a, c.gateway_b}) {
+      gateways_.push_back(v1::Gateway::NewStub(
+          grpc::CreateChannel(address, grpc::InsecureChannelCredentials())));
+    }
+    (void)absl::SimpleAtod(c.pause_fraction, &pause_fraction_);
+  }
+
+  absl::Status Run() {
+    TokenSourceConfig config;
+    config.source = c_.source;
+    config.gateway =
+        grpc::CreateChannel(c_.gateway_a, grpc::InsecureChannelCredentials());
+    config.etcd = c_.etcd;
+    config.redis = c_.redis;
+    config.zookeeper = c_.zookeeper;
+    config.pg_dsn = c_.pg_dsn;
+    config.zookeeper_path = "/fencegate-chaos";
+    absl::StatusOr<std::unique_ptr<client::TokenSource>> made =
+        MakeTokenSource(config);
+    if (!made.ok()) return made.status();
+    std::unique_ptr<client::TokenSource> source = *std::move(made);
+    client::LockOptions lock_options;
+    lock_options.ttl = absl::Milliseconds(c_.ttl_ms);
+    lock_options.wait = absl::Seconds(1);
+    lock_options.owner = absl::StrCat("chaos-", c_.source, "-", c_.id);
+    while (!std::filesystem::exists(c_.stop_file)) {
+      absl::StatusOr<std::unique_ptr<client::HeldLock>> lock =
+          source->Acquire(c_.lock, lock_options, nullptr);
+      if (!lock.ok()) {
+        // The source or a gateway is down: a fault is running.
+        absl::SleepFor(absl::Milliseconds(50));
+        continue;
+      }
+      ++holdings_;
+      const uint64_t token = (*lock)->token();
+      FenceEverywhere(token);
+      const bool pause =
+          std::uniform_real_distribution<double>(0, 1)(rng_) < pause_fraction_;
+      for (uint64_t k = 0; k < c_.writes; ++k) {
+        if ((*lock)->lost()) break;  // Checked before each write...
+        if (pause && k == c_.writes / 2) {
+          ++pauses_;  // ...and a pause can strike right after the check.
+          PauseWholeProcess(lock_options.ttl * 3);
+        }
+        const int64_t write_id =
+            static_cast<int64_t>(c_.id) * 1000000000 + ++counter_;
+        WritePg(token, write_id);
+        WriteFile(token, write_id);
+      }
+      (void)(*lock)->Release();  // Refused when lost: fine.
+    }
+    std::ofstream out(c_.out);
+    out << "H " << holdings_ << " " << pauses_ << "\n" << records_;
+    return out ? absl::OkStatus()
+               : absl::InternalError("cannot write " + c_.out);
+  }
+
+ private:
+  grpc::Status Call(v1::Gateway::Stub* gateway, const v1::WriteRequest& r) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(3));
+    v1::WriteResponse response;
+    return gateway->Write(&context, r, &response);
+  }
+
+  // Fences `token` on every gateway, retrying one that is down for a while;
+  // recorded only if all acknowledged it.
+  void FenceEverywhere(uint64_t token) {
+    int64_t acked_us = 0;
+    for (auto& gateway : gateways_) {
+      bool acked = false;
+      for (int attempt = 0; attempt < 20 && !acked; ++attempt) {
+        grpc::ClientContext context;
+        context.set_deadline(std::chrono::system_clock::now() +
+                             std::chrono::seconds(3));
+        v1::FenceRequest request;
+        request.set_domain(c_.lock);
+        request.set_token(token);
+        v1::FenceState state;
+        grpc::Status s = gateway->Fence(&context, request, &state);
+        if (s.ok()) {
+          acked = true;
+        } else if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+          return;  // Already past this token: this holder is an old one.
+        } else {
+          absl::SleepFor(absl::Milliseconds(100));
+        }
+      }
+      if (!acked) return;
+      acked_us = MonotonicMicros();
+    }
+    records_ += FormatRecord(FenceRecord{c_.lock, token, acked_us});
+  }
+
+  void WritePg(uint64_t token, int64_t write_id) {
+    v1::WriteRequest request;
+    request.set_domain(c_.lock);
+    request.set_token(token);
+    request.set_resource("db/chaos_history");
+    v1::SqlStatement* sql = request.add_ops()->mutable_sql();
+    sql->set_sql(kInsert);
+    sql->add_params()->set_text(c_.run);
+    sql->add_params()->set_text(c_.lock);
+    sql->add_params()->set_int64(static_cast<int64_t>(token));
+    sql->add_params()->set_int64(write_id);
+    v1::Gateway::Stub* gateway =
+        gateways_[std::uniform_int_distribution<size_t>(0, 1)(rng_)].get();
+    Record("pg", token, write_id, [&] { return Call(gateway, request); });
+  }
+
+  void WriteFile(uint64_t token, int64_t write_id) {
+    v1::WriteRequest request;
+    request.set_domain(c_.lock);
+    request.set_token(token);
+    request.set_resource(absl::StrCat("files/", c_.lock, ".log"));
+    request.add_ops()->mutable_append()->set_data(
+        absl::StrCat(token, " ", write_id, "\n"));
+    Record("file", token, write_id,
+           [&] { return Call(gateways_[0].get(), request); });
+  }
+
+  template <typename Fn>
+  void Record(const char* route, uint64_t token, int64_t write_id, Fn send) {
+    WriteRecord w;
+    w.route = route;
+    w.domain = c_.lock;
+    w.write_id = write_id;
+    w.token = token;
+    w.sent_us = MonotonicMicros();
+    const grpc::Status s = send();
+    w.answered_us = MonotonicMicros();
+    w.outcome = s.ok() ? WriteRecord::Outcome::kAcknowledged
+                : s.error_code() == grpc::StatusCode::FAILED_PRECONDITION
+                    ? WriteRecord::Outcome::kRefusedStale
+                    : WriteRecord::Outcome::kError;
+    records_ += FormatRecord(w);
+  }
+
+  const ChaosWorkerConfig c_;
+  std::mt19937 rng_;
+  double pause_fraction_ = 0.3;
+  std::vector<std::unique_ptr<v1::Gateway::Stub>> gateways_;
+  uint64_t holdings_ = 0, pauses_ = 0;
+  int64_t counter_ = 0;
+  std::string records_;
+};
+
+}  // namespace
+
+int ChaosWorkerMain(int argc, char** argv) {
+  ChaosWorkerConfig c;
+  FlagSet set;
+  set.String("source", &c.source, "token source");
+  set.String("gateway_a", &c.gateway_a, "first gateway (files, leases)");
+  set.String("gateway_b", &c.gateway_b, "second gateway");
+  set.String("pg_dsn", &c.pg_dsn, "PostgreSQL DSN (postgres source)");
+  set.String("etcd", &c.etcd, "etcd endpoint");
+  set.String("redis", &c.redis, "redis endpoints, comma separated");
+  set.String("zookeeper", &c.zookeeper, "zookeeper endpoint");
+  set.String("lock", &c.lock, "lock name (and fencing domain)");
+  set.String("run", &c.run, "run id");
+  set.String("out", &c.out, "where to write the records");
+  set.String("stop_file", &c.stop_file, "stop once this file exists");
+  set.Uint("id", &c.id, "worker id");
+  set.Uint("ttl_ms", &c.ttl_ms, "lease ttl");
+  set.Uint("writes", &c.writes, "writes per holding");
+  set.String("pause_fraction", &c.pause_fraction, "share of paused holdings");
+  std::vector<std::string> rest;
+  if (absl::Status s = set.Parse(argc, argv, 2, &rest); !s.ok()) {
+    std::fprintf(stderr, "chaos-worker: %s\n",
+                 std::string(s.message()).c_str());
+    return 2;
+  }
+  absl::Status s = ChaosWorker(c).Run();
+  if (!s.ok()) {
+    std::fprintf(stderr, "chaos-worker %llu: %s\n",
+                 static_cast<unsigned long long>(c.id), s.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace fencegate::bench

@@ -1,0 +1,82 @@
+// Copyright fencegate authors.
+
+#include "bench/token_sources.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "client/etcd/etcd_token_source.h"
+#include "client/lease_token_source.h"
+#include "client/postgres/postgres_token_source.h"
+#include "client/redis/redis_token_source.h"
+#include "client/redis/redlock_token_source.h"
+#include "client/zookeeper/zookeeper_token_source.h"
+
+namespace fencegate::bench {
+namespace {
+
+// Moves a concrete source into the interface's pointer.
+template <typename T>
+absl::StatusOr<std::unique_ptr<client::TokenSource>> Upcast(
+    absl::StatusOr<std::unique_ptr<T>> made) {
+  if (!made.ok()) return made.status();
+  return std::unique_ptr<client::TokenSource>(*std::move(made));
+}
+
+absl::Status Missing(const TokenSourceConfig& c, const char* what) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("token source ", c.source, " needs ", what));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<client::TokenSource>> MakeTokenSource(
+    const TokenSourceConfig& c) {
+  if (c.source == "lease") {
+    if (c.gateway == nullptr) return Missing(c, "a gateway");
+    return std::unique_ptr<client::TokenSource>(
+        std::make_unique<client::LeaseTokenSource>(c.gateway));
+  }
+  if (c.source == "etcd") {
+    if (c.etcd.empty()) return Missing(c, "an etcd endpoint");
+    client::EtcdTokenSourceOptions options;
+    options.endpoint = c.etcd;
+    return Upcast(client::EtcdTokenSource::Create(options));
+  }
+  if (c.source == "redis" || c.source == "redlock") {
+    const std::vector<std::string> endpoints =
+        absl::StrSplit(c.redis, ',', absl::SkipEmpty());
+    if (endpoints.empty()) return Missing(c, "redis endpoints");
+    if (c.source == "redis") {
+      client::RedisTokenSourceOptions options;
+      options.endpoint = endpoints[0];
+      options.gateway = c.gateway;
+      return Upcast(client::RedisTokenSource::Create(options));
+    }
+    client::RedlockTokenSourceOptions options;
+    options.endpoints = endpoints;
+    options.gateway = c.gateway;
+    return Upcast(client::RedlockTokenSource::Create(options));
+  }
+  if (c.source == "postgres") {
+    if (c.pg_dsn.empty()) return Missing(c, "a PostgreSQL DSN");
+    client::PostgresTokenSourceOptions options;
+    options.dsn = c.pg_dsn;
+    options.gateway = c.gateway;
+    return Upcast(client::PostgresTokenSource::Create(options));
+  }
+  if (c.source == "zookeeper") {
+    if (c.zookeeper.empty()) return Missing(c, "a ZooKeeper endpoint");
+    client::ZooKeeperTokenSourceOptions options;
+    options.hosts = c.zookeeper;
+    options.lock_path = c.zookeeper_path;
+    options.gateway = c.gateway;
+    return Upcast(client::ZooKeeperTokenSource::Create(options));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown token source \"", c.source,
+                   "\" (lease, etcd, redis, redlock, postgres, zookeeper)"));
+}
+
+}  // namespace fencegate::bench

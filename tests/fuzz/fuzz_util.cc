@@ -1,0 +1,39 @@
+// Copyright fencegate authors.
+
+#include "tests/fuzz/fuzz_util.h"
+
+#include <stdlib.h>
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+
+namespace fencegate::fuzz {
+
+void CheckOk(const absl::Status& s, const char* what) {
+  if (s.ok()) return;
+  std::fprintf(stderr, "fuzz set-up failed: %s: %s\n", what,
+               s.ToString().c_str());
+  std::abort();
+}
+
+const std::string& ScratchDir(const char* name) {
+  static const std::string* dir = [name] {
+    const char* base = std::getenv("TMPDIR");
+    std::string tmpl = absl::StrCat(base != nullptr && *base ? base : "/tmp",
+                                    "/fgfuzz-", name, "-XXXXXX");
+    if (::mkdtemp(tmpl.data()) == nullptr) {
+      std::perror("mkdtemp");
+      std::abort();
+    }
+    auto* d = new std::string(tmpl);
+    std::atexit([] {
+      std::error_code ec;
+      std::filesystem::remove_all(*dir, ec);
+    });
+    return d;
+  }();
+  return *dir;
+}
+
+}  // namespace fencegate::fuzz
