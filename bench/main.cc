@@ -46,7 +46,7 @@ constexpr char kUsage[] =
     "Flags:\n";
 
 // "-" for an unknown figure.
-std::string Cell(double v, const char* format = "%.0f") {
+std::string Cell(double v, const absl::FormatSpec<double>& format = "%.0f") {
   return v < 0 ? "-" : absl::StrFormat(format, v);
 }
 

@@ -4,9 +4,13 @@
 # the worker twice against a real gateway: each run writes through the
 # gateway with a rising token. The worker must not link RocksDB.
 #
-#   install_consumer_test.sh BUILD_DIR SOURCE_DIR FENCEGATE_BINARY
+#   install_consumer_test.sh BUILD_DIR SOURCE_DIR FENCEGATE_BINARY \
+#       [CXX_COMPILER [FLAGS]]
+# CXX_COMPILER and FLAGS are the build's, so that a sanitized or fuzzing
+# build's libraries link into the worker.
 set -euo pipefail
 build_dir=$1 source_dir=$2 gateway_bin=$3
+cxx=${4:-} flags=${5:-}
 work=$(mktemp -d)
 gateway_pid=
 cleanup() {
@@ -26,7 +30,9 @@ if grep -E 'fencing|gateway|storage_adapters|token_watchers|metrics' <<<"$librar
 fi
 
 cmake -S "$source_dir/tests/consumer" -B "$work/build" \
-  -DCMAKE_PREFIX_PATH="$work/prefix" -DCMAKE_BUILD_TYPE=Release >/dev/null
+  -DCMAKE_PREFIX_PATH="$work/prefix" -DCMAKE_BUILD_TYPE=Release \
+  ${cxx:+-DCMAKE_CXX_COMPILER="$cxx"} \
+  -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="$flags" >/dev/null
 cmake --build "$work/build" -j2 >/dev/null
 worker=$work/build/worker
 if ldd "$worker" | grep -i rocksdb; then fail "the worker links RocksDB"; fi

@@ -49,6 +49,29 @@
 
 namespace fencegate::testing {
 
+// True in a build with AddressSanitizer, whose quarantine keeps freed memory
+// resident: bounds on a process's resident memory do not hold there.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kAddressSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+inline constexpr bool kAddressSanitizer = true;
+#else
+inline constexpr bool kAddressSanitizer = false;
+#endif
+
+// True in a build with UndefinedBehaviorSanitizer. Its type (vptr) checks
+// probe memory through a pipe the first time they meet a type, and report a
+// false error when the process has no descriptor left for it.
+#ifdef FENCEGATE_UNDEFINED_SANITIZER
+inline constexpr bool kUndefinedSanitizer = true;
+#else
+inline constexpr bool kUndefinedSanitizer = false;
+#endif
+#else
+inline constexpr bool kAddressSanitizer = false;
+#endif
+
 // Matches an absl::Status or absl::StatusOr<T> with the given code.
 MATCHER_P(StatusIs, code,
           std::string("has status code ") +

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/stubs/logging.h"
 
 namespace fencegate::fuzz {
 
@@ -37,3 +38,11 @@ const std::string& ScratchDir(const char* name) {
 }
 
 }  // namespace fencegate::fuzz
+
+// libFuzzer calls it once before the first input: protobuf's parse errors
+// (invalid UTF-8 in a string field, ...) are expected by the thousand and
+// would only slow the run down.
+extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
+  google::protobuf::SetLogHandler(nullptr);
+  return 0;
+}
