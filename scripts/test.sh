@@ -56,7 +56,7 @@ if has_stage tsan; then
     -DFENCEGATE_SANITIZE=thread
   cmake --build build-tsan -j"$JOBS" --target tsan_tests
   banner "tsan: ctest -L concurrency"
-  export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
+  export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp}
   (cd build-tsan && ctest --output-on-failure -j"$JOBS" -L concurrency)
 fi
 
