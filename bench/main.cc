@@ -395,8 +395,8 @@ int Run(int argc, char** argv) {
             "OK (%s): unfenced writes produced %llu violations; "
             "through the gateway 0\n",
             direct.source.c_str(),
-            (unsigned long long)(direct.pg_violations +
-                                 direct.file_violations));
+            static_cast<unsigned long long>(direct.pg_violations) +
+                direct.file_violations);
       }
     }
   }

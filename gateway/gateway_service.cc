@@ -229,7 +229,7 @@ bool GatewayService::TryWriteHere(std::unique_ptr<PendingWrite>& write) {
                                 w->admission->advance_check())) {
     return false;
   }
-  write.release();  // Now `done`'s.
+  (void)write.release();  // Now `done`'s.
   return true;
 }
 

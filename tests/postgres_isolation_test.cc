@@ -160,6 +160,7 @@ TEST_F(PostgresIsolationTest, TheDatabaseFenceIsOutOfTheRouteRolesReach) {
         "TRUNCATE fencegate.fences", "DROP TABLE fencegate.fences",
         "SELECT token FROM fencegate.fences",
         "ALTER TABLE fencegate.fences DISABLE TRIGGER ALL",
+        // NOLINTNEXTLINE(bugprone-suspicious-missing-comma): one statement.
         "CREATE OR REPLACE FUNCTION fencegate.fence(text, bigint) RETURNS "
         "bigint LANGUAGE sql AS 'SELECT 1::bigint'",
         "DO $$BEGIN EXECUTE 'UPDATE fencegate.fences SET token = 1'; END$$"}) {

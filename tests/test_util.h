@@ -33,7 +33,7 @@
 #define ASSERT_OK_AND_ASSIGN(lhs, expr)            \
   auto lhs##_or = (expr);                          \
   ASSERT_TRUE(lhs##_or.ok()) << lhs##_or.status(); \
-  auto lhs = std::move(lhs##_or).value()
+  auto lhs = std::move(lhs##_or).value()  // NOLINT(bugprone-macro-parentheses)
 
 // Skips a test that forces an interleaving with sync points when the build
 // compiled them out (FENCEGATE_SYNC_POINTS=OFF): without its callbacks such a
