@@ -52,9 +52,13 @@ namespace fencegate::testing {
 // True in a build with AddressSanitizer, whose quarantine keeps freed memory
 // resident: bounds on a process's resident memory do not hold there.
 #if defined(__SANITIZE_ADDRESS__)
-inline constexpr bool kAddressSanitizer = true;
+#define FENCEGATE_ASAN 1
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer)
+#define FENCEGATE_ASAN 1
+#endif
+#endif
+#ifdef FENCEGATE_ASAN
 inline constexpr bool kAddressSanitizer = true;
 #else
 inline constexpr bool kAddressSanitizer = false;
@@ -67,9 +71,6 @@ inline constexpr bool kAddressSanitizer = false;
 inline constexpr bool kUndefinedSanitizer = true;
 #else
 inline constexpr bool kUndefinedSanitizer = false;
-#endif
-#else
-inline constexpr bool kAddressSanitizer = false;
 #endif
 
 // Matches an absl::Status or absl::StatusOr<T> with the given code.
