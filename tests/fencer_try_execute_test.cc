@@ -180,6 +180,7 @@ TEST_F(FencerTest, TryExecuteAsyncAdvanceIsSyncedBeforeApply) {
 // Had the domain been free while the advance was pending, token 1 would
 // have been accepted against the old fence and applied first.
 TEST_F(FencerTest, TryExecuteAsyncAdvanceHoldsTheDomainUntilDurable) {
+  FENCEGATE_SKIP_WITHOUT_SYNC_POINTS();
   ASSERT_OK(Write("jobs", 1).status());
   CommitHold hold;
   HoldFirstCommit(&hold);

@@ -41,6 +41,7 @@ class RocksDbFenceStoreTest : public testing::FenceStoreFixture {};
 // domains queue; all 20 then go out in one sync (one per rise without
 // grouping).
 TEST_F(RocksDbFenceStoreTest, RisesQueuedDuringACommitShareOneSync) {
+  FENCEGATE_SKIP_WITHOUT_SYNC_POINTS();
   CommitHold hold;
   HoldFirstCommit(&hold);
   const int syncs_before = fs_->wal_syncs.load();
@@ -68,6 +69,7 @@ TEST_F(RocksDbFenceStoreTest, RisesQueuedDuringACommitShareOneSync) {
 // Rises of one domain in one group are decided in queue order, each
 // against the ones before it: a lower one changes nothing.
 TEST_F(RocksDbFenceStoreTest, RisesOfOneDomainInOneGroupKeepTheHighest) {
+  FENCEGATE_SKIP_WITHOUT_SYNC_POINTS();
   CommitHold hold;
   HoldFirstCommit(&hold);
   absl::Mutex mu;
