@@ -14,8 +14,8 @@
 //     port and data directory;
 //   - every fifth cycle, a PostgreSQL restart, -m fast and -m immediate in
 //     turn;
-//   - every fourth cycle, SIGSTOP of the first gateway past the lease ttl,
-//     then SIGCONT.
+//   - every fourth cycle, SIGSTOP of the first gateway for three times the
+//     longest lease ttl of the sources, then SIGCONT.
 // Then the checker (chaos_checker.h) compares what the clients recorded
 // with what the table and the files hold.
 
@@ -58,6 +58,10 @@ struct ChaosResult {
   std::vector<double> restart_ms;    // Each restart: spawn to serving.
   std::vector<double> pg_outage_ms;  // Each PostgreSQL restart.
   uint64_t holdings = 0, late_holders = 0;
+  // Why the run cannot vouch for anything, if it cannot: a source that never
+  // held its lock, a route without an acknowledged write, late holders none
+  // of whose writes was refused. A blind run fails like a violation.
+  std::vector<std::string> blind;
 };
 
 // Runs the scenario in `env` (started without a gateway).
@@ -70,7 +74,8 @@ std::string ChaosJson(const ChaosResult& result);
 
 // `fencegate-bench chaos`: starts the servers (PostgreSQL unless `pg_dsn`)
 // in a fresh directory under `work_dir`, runs, prints the table and writes
-// `json` (if not empty). Exit code: 0, or 1 on any violation or failure.
+// `json` (if not empty). Exit code: 0, or 1 on any violation, a blind run
+// or a failure.
 int RunChaosCommand(const ChaosOptions& options, const std::string& work_dir,
                     const std::string& pg_dsn, const std::string& json);
 

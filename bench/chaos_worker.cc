@@ -180,6 +180,8 @@ class ChaosWorker {
     w.sent_us = MonotonicMicros();
     const grpc::Status s = send();
     w.answered_us = MonotonicMicros();
+    // FAILED_PRECONDITION is the stale refusal here: the run has no policy
+    // (so no token binding refuses) and its inserts violate no constraint.
     w.outcome = s.ok() ? WriteRecord::Outcome::kAcknowledged
                 : s.error_code() == grpc::StatusCode::FAILED_PRECONDITION
                     ? WriteRecord::Outcome::kRefusedStale

@@ -12,7 +12,11 @@ ROOT=$PWD
 SECONDS_PER_TARGET=${2:-20}
 TARGETS=(write_request fence_lease_request file_path adapter_uri config policy)
 # Scratch state (fence stores, file roots) of the targets, off the disk.
-export TMPDIR=${FENCEGATE_FUZZ_TMPDIR:-/dev/shm}
+if [ -n "${FENCEGATE_FUZZ_TMPDIR:-}" ]; then
+  export TMPDIR=$FENCEGATE_FUZZ_TMPDIR
+elif [ -d /dev/shm ] && [ -w /dev/shm ]; then
+  export TMPDIR=/dev/shm
+fi
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 

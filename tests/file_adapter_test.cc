@@ -229,6 +229,11 @@ TEST_F(FileAdapterTest, LeftoverTemporariesAreRemovedAtOpen) {
   WriteFileOrDie(InRoot("a/b/" + tmp), "x");
   WriteFileOrDie(outside_ + "/" + tmp, "outside");
   ASSERT_EQ(::symlink(outside_.c_str(), InRoot("a/link").c_str()), 0);
+  // A symlink named like a temporary is not the adapter's: it stays, and so
+  // does what it points to.
+  ASSERT_EQ(::symlink((outside_ + "/" + tmp).c_str(),
+                      InRoot("a/" + tmp + "0").c_str()),
+            0);
   adapter_.reset();
   ASSERT_OK_AND_ASSIGN(reopened, FileAdapter::Open(root_));
   EXPECT_EQ(reopened->removed_temporaries(), 2);
@@ -236,6 +241,8 @@ TEST_F(FileAdapterTest, LeftoverTemporariesAreRemovedAtOpen) {
   EXPECT_FALSE(TempFilesLeft(InRoot("a/b")));
   EXPECT_EQ(*ReadFile(InRoot("a/b/keep.txt")), "keep");
   EXPECT_EQ(*ReadFile(outside_ + "/" + tmp), "outside");
+  struct stat st;
+  EXPECT_EQ(::lstat(InRoot("a/" + tmp + "0").c_str(), &st), 0);
 }
 
 // Sets RLIMIT_FSIZE for the test's scope: a write past it fails with EFBIG

@@ -13,8 +13,10 @@
 // before and acquires after. absl evaluates a Condition with the mutex held,
 // on the waiting thread or on one that is unlocking; each Condition is
 // wrapped so that its evaluation acquires and releases too. Reader locks
-// acquire and release like writers, which hides nothing that is a race
-// between two writers.
+// acquire and release like writer locks: readers are ordered after each
+// other, which hides a write made under a reader lock (a bug of its own),
+// never a race between writers. TSan sees these as plain acquire/release,
+// not as locks, so its lock-order (deadlock) checks do not run here.
 //
 // The mangled names are those of Debian 12's absl (inline namespace
 // "debian3"); a static_assert below fails the build if that changes.

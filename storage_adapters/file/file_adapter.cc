@@ -198,28 +198,24 @@ namespace {
 
 // A put killed between creating its temporary file and renaming it leaves
 // the temporary behind. Client paths cannot name one (the prefix is
-// reserved), so every entry with the prefix is a leftover of this adapter.
-// Symlinks are not followed: the walk stays beneath the root.
-absl::StatusOr<int> RemoveLeftoverTemporaries(const std::string& root) {
+// reserved), so every file with the prefix is a leftover of this adapter.
+// Best effort: directories that cannot be read (lost+found) are skipped,
+// symlinks are neither followed nor removed, and a temporary that cannot be
+// removed stays (it is only litter). Returns how many were removed.
+int RemoveLeftoverTemporaries(const std::string& root) {
   namespace fs = std::filesystem;
   std::error_code ec;
   int removed = 0;
-  fs::recursive_directory_iterator it(root, ec), end;
-  for (; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (!absl::StartsWith(name, kFileTempPrefix) || it->is_directory(ec)) {
+  fs::recursive_directory_iterator it(
+      root, fs::directory_options::skip_permission_denied, ec);
+  for (; !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    std::error_code status_ec;
+    const fs::file_status st = it->symlink_status(status_ec);
+    if (status_ec || !fs::is_regular_file(st) ||
+        !absl::StartsWith(it->path().filename().string(), kFileTempPrefix)) {
       continue;
     }
-    if (::unlink(it->path().c_str()) != 0) {
-      return ErrnoStatus(errno, "remove leftover temporary",
-                         it->path().string());
-    }
-    ++removed;
-  }
-  if (ec) {
-    return absl::UnavailableError(
-        absl::StrCat("file adapter: cannot scan root \"", root,
-                     "\" for leftover temporaries: ", ec.message()));
+    if (::unlink(it->path().c_str()) == 0) ++removed;
   }
   return removed;
 }
@@ -255,11 +251,10 @@ absl::StatusOr<std::unique_ptr<FileAdapter>> FileAdapter::Open(
         "file adapter: openat2 with RESOLVE_BENEATH is unavailable (",
         strerror(errno), "); Linux 5.6 or later is required"));
   }
-  absl::StatusOr<int> removed = RemoveLeftoverTemporaries(root);
-  if (!removed.ok()) return removed.status();
+  const int removed = RemoveLeftoverTemporaries(root);
   auto adapter =
       std::unique_ptr<FileAdapter>(new FileAdapter(root_fd.release(), root));
-  adapter->removed_temporaries_ = *removed;
+  adapter->removed_temporaries_ = removed;
   return adapter;
 }
 

@@ -21,8 +21,10 @@
 //   delete - unlinked and the directory fsynced. A missing file is not an
 //            error (existed = false), so retries are safe.
 // Leftovers: a put killed before its rename leaves a temporary file named
-// with kFileTempPrefix. Open removes every such file beneath the root (a root
-// belongs to one gateway), so the cost of Open grows with the tree's size.
+// with kFileTempPrefix. Open removes every such regular file beneath the
+// root (a root belongs to one gateway), best effort: unreadable directories
+// are skipped and symlinks neither followed nor removed. The cost of Open
+// grows with the tree's size.
 // A write that fails (ENOSPC, EFBIG, EIO) leaves no partial file: put
 // removes its temporary, append truncates back to the previous size.
 // Missing parent directories are created by put and append. A path whose

@@ -3,8 +3,7 @@
 // Fuzzes the gateway's config file text: the text-format parse and
 // ResolveOptions (every field's validation), with data_dir pointed at a
 // scratch directory so that nothing is created elsewhere. Checks, beyond "no
-// crash, no UB, no leak": parsing is deterministic, and resolved options
-// name at least one route.
+// crash, no UB, no leak": parsing is deterministic.
 
 #include <cstdint>
 #include <string>
@@ -30,8 +29,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                     "/files");
     }
   }
-  absl::StatusOr<fencegate::GatewayOptions> options =
-      fencegate::ResolveOptions(config);
-  if (options.ok()) FG_FUZZ_CHECK(!options->routes.empty());
+  (void)fencegate::ResolveOptions(config);
   return 0;
 }

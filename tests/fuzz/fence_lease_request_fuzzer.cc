@@ -6,17 +6,20 @@
 // each a FuzzedDataProvider string: a kind byte, then the bytes of its
 // request message (make_seeds.py writes such inputs). Checks, beyond "no
 // crash, no UB, no leak":
-//   - Fence accepted by CheckFenceCall either moves the fence to at least its
-//     token or is refused stale, never lowering it; an invalid one is
-//     refused before the Fencer sees it;
+//   - a Fence accepted by CheckFenceCall either moves the fence to at least
+//     its token or is refused stale, never lowering it;
 //   - Sequence never returns a token at or below the fence before it;
 //   - every lease grant's token is above the domain's fence before it.
+// The store lives across inputs, but each input's names get a prefix of
+// their own (its number), so every input starts from fresh domains and a
+// crash reproduces from its input alone.
 
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <cstdint>
 #include <memory>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/stale_token.h"
 #include "fencegate/v1/gateway.pb.h"
@@ -122,6 +125,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace fencegate;  // NOLINT
   FuzzedDataProvider in(data, size);
   std::string lease_id;  // The last grant's, so KeepAlive and Release can hit.
+  static uint64_t inputs = 0;
+  const std::string prefix = absl::StrCat(++inputs, "/");
   for (int calls = 0; calls < 16 && in.remaining_bytes() > 0; ++calls) {
     // One call: its kind byte, then its message's bytes.
     const std::string chunk = in.ConsumeRandomLengthString();
@@ -131,22 +136,29 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     switch (kind) {
       case 0: {
         v1::FenceRequest r;
-        if (r.ParseFromString(bytes)) OnFence(r);
+        if (!r.ParseFromString(bytes)) break;
+        r.set_domain(prefix + r.domain());
+        OnFence(r);
         break;
       }
       case 1: {
         v1::SequenceRequest r;
-        if (r.ParseFromString(bytes)) OnSequence(r);
+        if (!r.ParseFromString(bytes)) break;
+        r.set_domain(prefix + r.domain());
+        OnSequence(r);
         break;
       }
       case 2: {
         v1::AcquireRequest r;
-        if (r.ParseFromString(bytes)) OnAcquire(r, &lease_id);
+        if (!r.ParseFromString(bytes)) break;
+        r.set_name(prefix + r.name());
+        OnAcquire(r, &lease_id);
         break;
       }
       case 3: {
         v1::KeepAliveRequest r;
         if (!r.ParseFromString(bytes)) break;
+        r.set_name(prefix + r.name());
         if (r.lease_id() == "last") r.set_lease_id(lease_id);
         (void)TheWorld().leases->KeepAlive(r.name(), r.lease_id());
         break;
@@ -154,6 +166,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 4: {
         v1::ReleaseRequest r;
         if (!r.ParseFromString(bytes)) break;
+        r.set_name(prefix + r.name());
         if (r.lease_id() == "last") r.set_lease_id(lease_id);
         (void)TheWorld().leases->Release(r.name(), r.lease_id());
         break;

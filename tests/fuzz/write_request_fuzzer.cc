@@ -6,15 +6,14 @@
 // statements, the adapter's Validate) against a file route and a PostgreSQL
 // route with named statements (the PostgreSQL adapter does not connect to
 // validate). Checks, beyond "no crash, no UB, no leak":
-//   - a request the reader accepts has at most kMaxOps operations;
-//   - a request the checks accept has a valid domain and token and a
-//     resource on a known route, and the checks are deterministic.
+//   - a request the reader accepts (its own walk over the top-level fields)
+//     has at most kMaxOps operations once protobuf has parsed it;
+//   - the checks are deterministic, and every refusal says why.
 
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
 
-#include "common/limits.h"
 #include "gateway/write_request.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/slice.h"
@@ -65,9 +64,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FG_FUZZ_CHECK(!s.message().empty());
     return 0;
   }
-  FG_FUZZ_CHECK(fencegate::ValidateDomain(checked.domain).ok());
-  FG_FUZZ_CHECK(fencegate::ValidateToken(request.token()).ok());
-  FG_FUZZ_CHECK(checked.resolved.adapter != nullptr);
-  FG_FUZZ_CHECK(request.ops_size() > 0);
+  FG_FUZZ_CHECK(checked.domain == checked_again.domain);
   return 0;
 }
