@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "bench/cpu_meter.h"
 #include "bench/run_stats.h"
+#include "bench/token_sources.h"
 #include "client/tls.h"
 #include "tests/etcd_server.h"
 #include "tests/fixtures.h"
@@ -94,6 +95,12 @@ class Environment {
     return etcd_ != nullptr ? etcd_->endpoint() : "";
   }
   const std::string& data_dir() const { return data_dir_; }
+  // A worker's flags for `source`, taking leases from `gateway`, with this
+  // environment's servers (token_sources.h).
+  SourceFlags source_flags(const std::string& source,
+                           const std::string& gateway) const;
+  // Runs `sql` as PostgreSQL's superuser; UNAVAILABLE with the error.
+  absl::Status Exec(const std::string& sql) const;
   // Meters the CPU of the processes the environment started (PostgreSQL
   // only when it started it) and of the harness; of the `variant` gateway
   // rather than the first one if it names one.

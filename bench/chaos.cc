@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "bench/run_stats.h"
+#include "bench/token_sources.h"
 #include "fencegate/v1/gateway.grpc.pb.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
@@ -259,15 +260,11 @@ absl::StatusOr<ChaosResult> RunChaos(Environment& env,
   const std::string run =
       absl::StrCat("chaos-", absl::ToUnixMicros(absl::Now()));
   const std::string dir = env.data_dir() + "-chaos";
-  try {
-    pqxx::connection c(env.pg_dsn());
-    pqxx::work tx(c);
-    tx.exec(
-        "CREATE TABLE IF NOT EXISTS chaos_history (seq bigserial PRIMARY KEY, "
-        "run text, domain text, token bigint, write_id bigint)");
-    tx.commit();
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(e.what());
+  if (absl::Status s = env.Exec(
+          "CREATE TABLE IF NOT EXISTS chaos_history (seq bigserial PRIMARY "
+          "KEY, run text, domain text, token bigint, write_id bigint)");
+      !s.ok()) {
+    return s;
   }
   Gateways gateways(env, dir);
   if (absl::Status s = gateways.StartAll(); !s.ok()) return s;
@@ -289,13 +286,7 @@ absl::StatusOr<ChaosResult> RunChaos(Environment& env,
       std::vector<std::string> argv = {
           self,
           "chaos-worker",
-          "--source=" + source,
-          "--gateway_a=" + gateways.address(0),
           "--gateway_b=" + gateways.address(1),
-          "--pg_dsn=" + env.pg_dsn(),
-          "--etcd=" + env.etcd_endpoint(),
-          "--redis=" + absl::StrJoin(env.redis_endpoints(), ","),
-          "--zookeeper=" + env.zookeeper_endpoint(),
           "--lock=" + lock,
           "--run=" + run,
           "--out=" + outs.back(),
@@ -305,17 +296,16 @@ absl::StatusOr<ChaosResult> RunChaos(Environment& env,
                        absl::ToInt64Milliseconds(TtlOf(source, options.ttl))),
           absl::StrCat("--writes=", options.writes_per_holding),
           absl::StrCat("--pause_fraction=", options.pause_fraction)};
-      const pid_t pid = ::fork();
+      for (std::string& a :
+           SourceArgs(env.source_flags(source, gateways.address(0)))) {
+        argv.push_back(std::move(a));
+      }
+      // Killed with the harness should it die; output in worker-N.log.
+      const pid_t pid = testing::SpawnServer(
+          std::move(argv), absl::StrCat(dir, "/worker-", id, ".log"));
       if (pid < 0) {
         StopWorkers(stop_file, pids);
         return absl::InternalError("fork failed");
-      }
-      if (pid == 0) {
-        std::vector<char*> args;
-        for (std::string& a : argv) args.push_back(a.data());
-        args.push_back(nullptr);
-        ::execv(self, args.data());
-        ::_exit(127);
       }
       pids.push_back(pid);
     }

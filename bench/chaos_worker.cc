@@ -38,8 +38,8 @@ int64_t MonotonicMicros() {
 }
 
 struct ChaosWorkerConfig {
-  std::string source, gateway_a, gateway_b, pg_dsn, etcd, redis, zookeeper,
-      lock, run, out, stop_file;
+  SourceFlags src;  // src.gateway: the first gateway.
+  std::string gateway_b, lock, run, out, stop_file;
   uint64_t id = 0, ttl_ms = 500, writes = 4;
   std::string pause_fraction = "0.3";
 };
@@ -48,7 +48,7 @@ class ChaosWorker {
  public:
   explicit ChaosWorker(const ChaosWorkerConfig& c)
       : c_(c), rng_(c.id * 7919 + 17) {
-    for (const std::string& address : {c.gateway_a, c.gateway_b}) {
+    for (const std::string& address : {c.src.gateway, c.gateway_b}) {
       gateways_.push_back(v1::Gateway::NewStub(
           grpc::CreateChannel(address, grpc::InsecureChannelCredentials())));
     }
@@ -56,23 +56,14 @@ class ChaosWorker {
   }
 
   absl::Status Run() {
-    TokenSourceConfig config;
-    config.source = c_.source;
-    config.gateway =
-        grpc::CreateChannel(c_.gateway_a, grpc::InsecureChannelCredentials());
-    config.etcd = c_.etcd;
-    config.redis = c_.redis;
-    config.zookeeper = c_.zookeeper;
-    config.pg_dsn = c_.pg_dsn;
-    config.zookeeper_path = "/fencegate-chaos";
     absl::StatusOr<std::unique_ptr<client::TokenSource>> made =
-        MakeTokenSource(config);
+        MakeTokenSource(c_.src, "/fencegate-chaos");
     if (!made.ok()) return made.status();
     std::unique_ptr<client::TokenSource> source = *std::move(made);
     client::LockOptions lock_options;
     lock_options.ttl = absl::Milliseconds(c_.ttl_ms);
     lock_options.wait = absl::Seconds(1);
-    lock_options.owner = absl::StrCat("chaos-", c_.source, "-", c_.id);
+    lock_options.owner = absl::StrCat("chaos-", c_.src.source, "-", c_.id);
     while (!std::filesystem::exists(c_.stop_file)) {
       absl::StatusOr<std::unique_ptr<client::HeldLock>> lock =
           source->Acquire(c_.lock, lock_options, nullptr);
@@ -203,13 +194,8 @@ class ChaosWorker {
 int ChaosWorkerMain(int argc, char** argv) {
   ChaosWorkerConfig c;
   FlagSet set;
-  set.String("source", &c.source, "token source");
-  set.String("gateway_a", &c.gateway_a, "first gateway (files, leases)");
+  AddSourceFlags(&set, &c.src);  // --gateway: the first (files, leases).
   set.String("gateway_b", &c.gateway_b, "second gateway");
-  set.String("pg_dsn", &c.pg_dsn, "PostgreSQL DSN (postgres source)");
-  set.String("etcd", &c.etcd, "etcd endpoint");
-  set.String("redis", &c.redis, "redis endpoints, comma separated");
-  set.String("zookeeper", &c.zookeeper, "zookeeper endpoint");
   set.String("lock", &c.lock, "lock name (and fencing domain)");
   set.String("run", &c.run, "run id");
   set.String("out", &c.out, "where to write the records");

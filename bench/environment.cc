@@ -13,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "bench/bench.h"
 #include "pqxx/pqxx"
@@ -189,6 +190,28 @@ std::vector<std::string> Environment::redis_endpoints() const {
 std::string Environment::variant_address(const std::string& variant) const {
   auto it = variants_.find(variant);
   return it != variants_.end() ? it->second->address() : "";
+}
+
+SourceFlags Environment::source_flags(const std::string& source,
+                                      const std::string& gateway) const {
+  return SourceFlags{source,
+                     gateway,
+                     pg_dsn_,
+                     etcd_endpoint(),
+                     absl::StrJoin(redis_endpoints(), ","),
+                     zookeeper_endpoint()};
+}
+
+absl::Status Environment::Exec(const std::string& sql) const {
+  try {
+    pqxx::connection c(pg_dsn_);
+    pqxx::work tx(c);
+    tx.exec(sql);
+    tx.commit();
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(e.what());
+  }
+  return absl::OkStatus();
 }
 
 CpuMeter Environment::cpu_meter(const std::string& variant) const {

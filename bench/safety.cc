@@ -32,8 +32,8 @@ constexpr char kInsert[] =
     "VALUES ($1, $2, $3, $4)";
 
 struct WorkerConfig {
-  std::string source, mode, gateway, pg_dsn, etcd, redis, zookeeper, lock, run,
-      log_path, out;
+  SourceFlags src;
+  std::string mode, lock, run, log_path, out;
   uint64_t id = 0, ttl_ms = 300, pause_ttls = 4, writes = 4, until_ms = 0;
   std::string pause_fraction = "0.5";
 };
@@ -42,24 +42,15 @@ class Worker {
  public:
   explicit Worker(const WorkerConfig& c) : c_(c), rng_(c.id * 7919 + 1) {
     gateway_ = v1::Gateway::NewStub(
-        grpc::CreateChannel(c.gateway, grpc::InsecureChannelCredentials()));
+        grpc::CreateChannel(c.src.gateway, grpc::InsecureChannelCredentials()));
     if (c.mode == "direct")
-      conn_ = std::make_unique<pqxx::connection>(c.pg_dsn);
+      conn_ = std::make_unique<pqxx::connection>(c.src.pg_dsn);
     (void)absl::SimpleAtod(c.pause_fraction, &pause_fraction_);
   }
 
   absl::Status Run() {
-    TokenSourceConfig config;
-    config.source = c_.source;
-    config.gateway =
-        grpc::CreateChannel(c_.gateway, grpc::InsecureChannelCredentials());
-    config.etcd = c_.etcd;
-    config.redis = c_.redis;
-    config.zookeeper = c_.zookeeper;
-    config.pg_dsn = c_.pg_dsn;
-    config.zookeeper_path = "/fencegate-safety";
     absl::StatusOr<std::unique_ptr<client::TokenSource>> made =
-        MakeTokenSource(config);
+        MakeTokenSource(c_.src, "/fencegate-safety");
     if (!made.ok()) return made.status();
     std::unique_ptr<client::TokenSource> source = *std::move(made);
     client::LockOptions lock_options;
@@ -211,13 +202,8 @@ void PauseWholeProcess(absl::Duration d) {
 int SafetyWorkerMain(int argc, char** argv) {
   WorkerConfig c;
   FlagSet set;
-  set.String("source", &c.source, "lease, etcd, redis, redlock or postgres");
+  AddSourceFlags(&set, &c.src);
   set.String("mode", &c.mode, "gateway or direct");
-  set.String("gateway", &c.gateway, "gateway address");
-  set.String("pg_dsn", &c.pg_dsn, "PostgreSQL DSN");
-  set.String("etcd", &c.etcd, "etcd endpoint");
-  set.String("redis", &c.redis, "redis endpoints, comma separated");
-  set.String("zookeeper", &c.zookeeper, "zookeeper endpoint");
   set.String("lock", &c.lock, "lock name (and fencing domain)");
   set.String("run", &c.run, "run id");
   set.String("log_path", &c.log_path, "direct mode: the file");
@@ -255,15 +241,11 @@ absl::StatusOr<SafetyResult> RunSafety(Environment& env,
   const std::string log_path =
       fenced ? absl::StrCat(env.data_dir(), "/files/", run, ".log")
              : absl::StrCat(env.data_dir(), "/", run, ".log");
-  try {
-    pqxx::connection c(env.pg_dsn());
-    pqxx::work tx(c);
-    tx.exec(
-        "CREATE TABLE IF NOT EXISTS safety_history (seq bigserial PRIMARY "
-        "KEY, run text, token bigint, worker int, write_id bigint)");
-    tx.commit();
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(e.what());
+  if (absl::Status s = env.Exec(
+          "CREATE TABLE IF NOT EXISTS safety_history (seq bigserial PRIMARY "
+          "KEY, run text, token bigint, worker int, write_id bigint)");
+      !s.ok()) {
+    return s;
   }
 
   char self[4096];
@@ -276,13 +258,7 @@ absl::StatusOr<SafetyResult> RunSafety(Environment& env,
     std::vector<std::string> argv = {
         self,
         "safety-worker",
-        "--source=" + options.source,
         "--mode=" + result.mode,
-        "--gateway=" + env.gateway_address(),
-        "--pg_dsn=" + env.pg_dsn(),
-        "--etcd=" + env.etcd_endpoint(),
-        "--redis=" + absl::StrJoin(env.redis_endpoints(), ","),
-        "--zookeeper=" + env.zookeeper_endpoint(),
         "--lock=" + run,
         "--run=" + run,
         "--log_path=" + log_path,
@@ -293,6 +269,10 @@ absl::StatusOr<SafetyResult> RunSafety(Environment& env,
         absl::StrCat("--pause_fraction=", options.pause_fraction),
         absl::StrCat("--writes=", options.writes_per_holding),
         absl::StrCat("--until_ms=", until)};
+    for (std::string& a :
+         SourceArgs(env.source_flags(options.source, env.gateway_address()))) {
+      argv.push_back(std::move(a));
+    }
     const pid_t pid = ::fork();
     if (pid < 0) return absl::InternalError("fork failed");
     if (pid == 0) {

@@ -12,6 +12,8 @@
 #include "client/redis/redis_token_source.h"
 #include "client/redis/redlock_token_source.h"
 #include "client/zookeeper/zookeeper_token_source.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
 
 namespace fencegate::bench {
 namespace {
@@ -77,6 +79,36 @@ absl::StatusOr<std::unique_ptr<client::TokenSource>> MakeTokenSource(
   return absl::InvalidArgumentError(
       absl::StrCat("unknown token source \"", c.source,
                    "\" (lease, etcd, redis, redlock, postgres, zookeeper)"));
+}
+
+void AddSourceFlags(FlagSet* set, SourceFlags* f) {
+  set->String("source", &f->source,
+              "lease, etcd, redis, redlock, postgres or zookeeper");
+  set->String("gateway", &f->gateway, "gateway address (lease service)");
+  set->String("pg_dsn", &f->pg_dsn, "PostgreSQL DSN");
+  set->String("etcd", &f->etcd, "etcd endpoint");
+  set->String("redis", &f->redis, "redis endpoints, comma separated");
+  set->String("zookeeper", &f->zookeeper, "zookeeper endpoint");
+}
+
+std::vector<std::string> SourceArgs(const SourceFlags& f) {
+  return {"--source=" + f.source, "--gateway=" + f.gateway,
+          "--pg_dsn=" + f.pg_dsn, "--etcd=" + f.etcd,
+          "--redis=" + f.redis,   "--zookeeper=" + f.zookeeper};
+}
+
+absl::StatusOr<std::unique_ptr<client::TokenSource>> MakeTokenSource(
+    const SourceFlags& f, const std::string& zookeeper_path) {
+  TokenSourceConfig config;
+  config.source = f.source;
+  config.gateway =
+      grpc::CreateChannel(f.gateway, grpc::InsecureChannelCredentials());
+  config.etcd = f.etcd;
+  config.redis = f.redis;
+  config.zookeeper = f.zookeeper;
+  config.pg_dsn = f.pg_dsn;
+  config.zookeeper_path = zookeeper_path;
+  return MakeTokenSource(config);
 }
 
 }  // namespace fencegate::bench

@@ -3,16 +3,19 @@
 // The token sources the harness's workers take locks from, built from
 // flags: the gateway's lease service, etcd, Redis, Redlock, a PostgreSQL
 // lock table and ZooKeeper (client/). Shared by the safety and chaos
-// workers.
+// workers: the runner passes SourceArgs() to a worker process, which reads
+// them back with AddSourceFlags() and calls MakeTokenSource().
 
 #ifndef BENCH_TOKEN_SOURCES_H_
 #define BENCH_TOKEN_SOURCES_H_
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "client/token_source.h"
+#include "gateway/flags.h"
 #include "grpcpp/channel.h"
 
 namespace fencegate::bench {
@@ -35,6 +38,19 @@ struct TokenSourceConfig {
 // the source's own Create() error.
 absl::StatusOr<std::unique_ptr<client::TokenSource>> MakeTokenSource(
     const TokenSourceConfig& config);
+
+// A worker's flags naming its source, its gateway and the servers.
+struct SourceFlags {
+  std::string source, gateway, pg_dsn, etcd, redis, zookeeper;
+};
+// Registers --source, --gateway, --pg_dsn, --etcd, --redis, --zookeeper.
+void AddSourceFlags(FlagSet* set, SourceFlags* flags);
+// Those flags' arguments for a worker process.
+std::vector<std::string> SourceArgs(const SourceFlags& flags);
+// MakeTokenSource() from a worker's flags; ZooKeeper locks under
+// `zookeeper_path`.
+absl::StatusOr<std::unique_ptr<client::TokenSource>> MakeTokenSource(
+    const SourceFlags& flags, const std::string& zookeeper_path);
 
 }  // namespace fencegate::bench
 
