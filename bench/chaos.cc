@@ -80,27 +80,41 @@ class Gateways {
 };
 
 // Ends the workers: writes the stop file, waits up to two minutes for them to
-// finish their holding, then kills the rest. True if all exited 0.
-bool StopWorkers(const std::string& stop_file, const std::vector<pid_t>& pids) {
+// finish their holding, then kills the rest. OK if all exited 0; otherwise
+// INTERNAL naming the first that did not, with the end of its log
+// (`logs[i]` is worker i's).
+absl::Status StopWorkers(const std::string& stop_file,
+                         const std::vector<pid_t>& pids,
+                         const std::vector<std::string>& logs) {
   std::ofstream(stop_file) << "stop\n";
-  bool ok = true;
+  absl::Status result;
   const absl::Time deadline = absl::Now() + absl::Minutes(2);
-  for (pid_t pid : pids) {
+  for (size_t i = 0; i < pids.size(); ++i) {
     int status = 0;
     pid_t done = 0;
-    while ((done = ::waitpid(pid, &status, WNOHANG)) == 0 &&
+    while ((done = ::waitpid(pids[i], &status, WNOHANG)) == 0 &&
            absl::Now() < deadline) {
       absl::SleepFor(absl::Milliseconds(20));
     }
+    std::string how;
     if (done == 0) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      ok = false;
-      continue;
+      ::kill(pids[i], SIGKILL);
+      ::waitpid(pids[i], &status, 0);
+      how = "did not stop within 2 minutes";
+    } else if (done != pids[i] || !WIFEXITED(status)) {
+      how = absl::StrCat("ended by signal ",
+                         WIFSIGNALED(status) ? WTERMSIG(status) : -1);
+    } else if (WEXITSTATUS(status) != 0) {
+      how = absl::StrCat("exited ", WEXITSTATUS(status));
     }
-    ok = ok && done == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (how.empty() || !result.ok()) continue;
+    absl::StatusOr<std::string> log = testing::ReadFile(logs[i]);
+    std::string tail = log.ok() ? *log : "(no log)";
+    if (tail.size() > 2000) tail = tail.substr(tail.size() - 2000);
+    result = absl::InternalError(
+        absl::StrCat("chaos worker ", i + 1, " ", how, ": ", tail));
   }
-  return ok;
+  return result;
 }
 
 // Whether the sources' servers are there.
@@ -274,7 +288,7 @@ absl::StatusOr<ChaosResult> RunChaos(Environment& env,
   if (n <= 0) return absl::InternalError("cannot find /proc/self/exe");
   self[n] = '\0';
   const std::string stop_file = dir + "/stop";
-  std::vector<std::string> locks, outs, out_sources;
+  std::vector<std::string> locks, outs, out_sources, logs;
   std::vector<pid_t> pids;
   int id = 0;
   for (const std::string& source : result.sources) {
@@ -301,10 +315,10 @@ absl::StatusOr<ChaosResult> RunChaos(Environment& env,
         argv.push_back(std::move(a));
       }
       // Killed with the harness should it die; output in worker-N.log.
-      const pid_t pid = testing::SpawnServer(
-          std::move(argv), absl::StrCat(dir, "/worker-", id, ".log"));
+      logs.push_back(absl::StrCat(dir, "/worker-", id, ".log"));
+      const pid_t pid = testing::SpawnServer(std::move(argv), logs.back());
       if (pid < 0) {
-        StopWorkers(stop_file, pids);
+        (void)StopWorkers(stop_file, pids, logs);
         return absl::InternalError("fork failed");
       }
       pids.push_back(pid);
@@ -313,9 +327,9 @@ absl::StatusOr<ChaosResult> RunChaos(Environment& env,
   absl::SleepFor(absl::Seconds(1));  // Let the workers take their locks.
   const absl::Status faults = RunFaults(env, gateways, options, &result);
   absl::SleepFor(absl::Seconds(1));  // A last stretch without faults.
-  const bool workers_ok = StopWorkers(stop_file, pids);
+  const absl::Status workers = StopWorkers(stop_file, pids, logs);
   if (!faults.ok()) return faults;
-  if (!workers_ok) return absl::InternalError("a chaos worker failed");
+  if (!workers.ok()) return workers;
 
   std::vector<WriteRecord> writes;
   std::vector<FenceRecord> fences;

@@ -44,6 +44,7 @@ if has_stage asan; then
   # Reports fail the test that triggered them; child gateways inherit this.
   export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+  export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/lsan.supp}
   (cd build-asan && ctest --output-on-failure -j"$JOBS")
   banner "asan: fuzzers"
   bash scripts/fuzz.sh build-asan "${FENCEGATE_FUZZ_SECONDS:-20}"
