@@ -155,20 +155,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         OnAcquire(r, &lease_id);
         break;
       }
-      case 3: {
+      case 3:
+      case 4: {
+        // KeepAlive and Release carry the same fields: name and lease_id.
         v1::KeepAliveRequest r;
         if (!r.ParseFromString(bytes)) break;
         r.set_name(prefix + r.name());
         if (r.lease_id() == "last") r.set_lease_id(lease_id);
-        (void)TheWorld().leases->KeepAlive(r.name(), r.lease_id());
-        break;
-      }
-      case 4: {
-        v1::ReleaseRequest r;
-        if (!r.ParseFromString(bytes)) break;
-        r.set_name(prefix + r.name());
-        if (r.lease_id() == "last") r.set_lease_id(lease_id);
-        (void)TheWorld().leases->Release(r.name(), r.lease_id());
+        if (kind == 3) {
+          (void)TheWorld().leases->KeepAlive(r.name(), r.lease_id());
+        } else {
+          (void)TheWorld().leases->Release(r.name(), r.lease_id());
+        }
         break;
       }
     }
