@@ -152,6 +152,9 @@ absl::StatusOr<GatewayOptions> ResolveOptions(const v1::GatewayConfig& config) {
     options.max_ops_per_write = config.limits().max_ops_per_write();
   }
   const v1::Limits& limits = config.limits();
+  if (limits.max_connections() != 0) {
+    options.max_connections = limits.max_connections();
+  }
   if (limits.max_concurrent_streams() != 0) {
     options.max_concurrent_streams = limits.max_concurrent_streams();
   }

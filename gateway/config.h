@@ -37,6 +37,9 @@ struct GatewayOptions {
   uint32_t max_message_bytes = 16 << 20;
   // Most operations in one Write. Default: 1000.
   uint32_t max_ops_per_write = 1000;
+  // Client connections open at once on the gRPC port (TCP only); more are
+  // closed at accept. Default: 1000.
+  uint32_t max_connections = 1000;
   // Concurrent RPCs on one connection. Default: 100.
   uint32_t max_concurrent_streams = 100;
   // gRPC's ResourceQuota, in bytes. Default: 512 MiB.

@@ -43,6 +43,7 @@ struct Flags {
   std::vector<std::string> routes;
   uint64_t max_message_bytes = 0;
   uint64_t max_ops_per_write = 0;
+  uint64_t max_connections = 0;
   uint64_t max_concurrent_streams = 0;
   uint64_t memory_limit_mib = 0;
   uint64_t max_connection_age_seconds = 0;
@@ -139,7 +140,9 @@ absl::Status ApplyFlags(const Flags& flags, v1::GatewayConfig* config) {
     void (v1::Limits::*set)(uint32_t);
   };
   for (const LimitFlag& f :
-       {LimitFlag{flags.max_concurrent_streams, "max_concurrent_streams",
+       {LimitFlag{flags.max_connections, "max_connections",
+                  &v1::Limits::set_max_connections},
+        LimitFlag{flags.max_concurrent_streams, "max_concurrent_streams",
                   &v1::Limits::set_max_concurrent_streams},
         LimitFlag{flags.memory_limit_mib, "memory_limit_mib",
                   &v1::Limits::set_memory_limit_mib},
@@ -229,6 +232,8 @@ int Run(int argc, char** argv) {
            "largest request in bytes (default 16777216)");
   set.Uint("max_ops_per_write", &flags.max_ops_per_write,
            "most operations in one Write (default 1000)");
+  set.Uint("max_connections", &flags.max_connections,
+           "client connections open at once (default 1000)");
   set.Uint("max_concurrent_streams", &flags.max_concurrent_streams,
            "concurrent RPCs per connection (default 100)");
   set.Uint("memory_limit_mib", &flags.memory_limit_mib,

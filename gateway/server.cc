@@ -2,11 +2,15 @@
 
 #include "gateway/server.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <climits>
 #include <thread>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
@@ -22,7 +26,50 @@
 #include "grpcpp/server_builder.h"
 
 namespace fencegate {
-namespace {}  // namespace
+namespace {
+
+// The TCP port in `listen_address` ("host:port"); 0 for port 0, a unix:
+// address or one that does not parse (gRPC reports the last).
+int ConfiguredPort(absl::string_view listen_address) {
+  if (absl::StartsWith(listen_address, "unix")) return 0;
+  const size_t colon = listen_address.rfind(':');
+  int port = 0;
+  if (colon == absl::string_view::npos ||
+      !absl::SimpleAtoi(listen_address.substr(colon + 1), &port) || port < 0 ||
+      port > 65535) {
+    return 0;
+  }
+  return port;
+}
+
+// Caps the connections on `port`; warns when the descriptor limit would
+// stop new connections first.
+absl::StatusOr<std::unique_ptr<ConnectionLimit>> LimitConnections(
+    int port, uint32_t max, const MetricsContext& metrics) {
+  absl::StatusOr<std::unique_ptr<ConnectionLimit>> limit =
+      ConnectionLimit::Install(port, max, metrics);
+  if (!limit.ok()) return limit.status();
+  rlimit files{};
+  // Descriptors the gateway needs besides its clients': the fence store's
+  // files and reserve, PostgreSQL connections, logs (a generous guess).
+  constexpr rlim_t kOwnUse = 256;
+  if (::getrlimit(RLIMIT_NOFILE, &files) == 0 &&
+      files.rlim_cur != RLIM_INFINITY && files.rlim_cur < max + kOwnUse) {
+    Log(LogSeverity::kWarning,
+        absl::StrCat("max_connections ", max,
+                     " is above what the file "
+                     "descriptor limit (",
+                     files.rlim_cur,
+                     ") leaves for clients: connections past it wait in the "
+                     "kernel's queue instead of being refused"));
+  }
+  Log(LogSeverity::kInfo,
+      absl::StrCat("at most ", max, " client connections on port ", port,
+                   " (max_connections)"));
+  return limit;
+}
+
+}  // namespace
 
 void GatewayServer::RaiseFenceForHolder(absl::string_view kind,
                                         const std::string& domain,
@@ -185,11 +232,26 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
       s->leases_.get(), s->executor_.get(), s->gate_.get());
   builder.RegisterService(s->service_.get());
   builder.RegisterService(s->lease_service_.get());
+  // Installed before the listener opens when the port is known, so that no
+  // connection goes uncounted.
+  const bool tcp = !absl::StartsWith(options.listen_address, "unix");
+  if (const int port = ConfiguredPort(options.listen_address); port > 0) {
+    absl::StatusOr<std::unique_ptr<ConnectionLimit>> limit =
+        LimitConnections(port, options.max_connections, metrics);
+    if (!limit.ok()) return limit.status();
+    s->connection_limit_ = *std::move(limit);
+  }
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || s->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ",
                                                options.listen_address,
                                                " (address in use or invalid)"));
+  }
+  if (tcp && s->connection_limit_ == nullptr) {
+    absl::StatusOr<std::unique_ptr<ConnectionLimit>> limit =
+        LimitConnections(s->port_, options.max_connections, metrics);
+    if (!limit.ok()) return limit.status();
+    s->connection_limit_ = *std::move(limit);
   }
   grpc::HealthCheckServiceInterface* health =
       s->server_->GetHealthCheckService();

@@ -19,6 +19,7 @@
 #include "fencing/rocksdb_fence_store.h"
 #include "gateway/audit_log.h"
 #include "gateway/config.h"
+#include "gateway/connection_limit.h"
 #include "gateway/domain_executor.h"
 #include "gateway/gateway_service.h"
 #include "gateway/lease_service.h"
@@ -97,6 +98,8 @@ class GatewayServer {
   std::unique_ptr<DomainExecutor> executor_;
   std::unique_ptr<GatewayService> service_;
   std::unique_ptr<LeaseService> lease_service_;
+  // Before server_: it outlives the listener.
+  std::unique_ptr<ConnectionLimit> connection_limit_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<RouteHealth> route_health_;
   int port_ = 0;

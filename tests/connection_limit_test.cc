@@ -1,0 +1,204 @@
+// Copyright fencegate authors.
+//
+// max_connections: ConnectionLimit on a listener of the test's own, through
+// the accept4 this process gets from the gateway library, and a gateway
+// process refusing the connection past its limit.
+
+#include "gateway/connection_limit.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "fencegate/v1/gateway.grpc.pb.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "tests/test_util.h"
+
+namespace fencegate {
+namespace {
+
+// A file descriptor closed when it goes out of scope.
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  Fd(Fd&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+  Fd& operator=(Fd&& other) noexcept {
+    std::swap(fd_, other.fd_);
+    return *this;
+  }
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// A non-blocking TCP listener on 127.0.0.1 and a free port, as gRPC's.
+Fd Listen(int* port) {
+  Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)),
+            0);
+  EXPECT_EQ(::listen(fd.get(), 16), 0);
+  socklen_t len = sizeof(addr);
+  EXPECT_EQ(::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr), &len),
+            0);
+  *port = ntohs(addr.sin_port);
+  return fd;
+}
+
+Fd Connect(int port) {
+  Fd fd(::socket(AF_INET, SOCK_STREAM, 0));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  EXPECT_EQ(
+      ::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0)
+      << std::strerror(errno);
+  return fd;
+}
+
+// Accepts through the process's accept4, as gRPC does; -1 with errno
+// EAGAIN when no connection is waiting (loopback connects are queued by
+// the time connect() returns).
+int Accept(int listen_fd) {
+  return ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+}
+
+// Whether the peer closed `fd`: a read sees end of file or a reset.
+bool ClosedByPeer(int fd) {
+  char byte;
+  const ssize_t n = ::recv(fd, &byte, 1, 0);
+  return n == 0 || (n < 0 && errno == ECONNRESET);
+}
+
+TEST(ConnectionLimitTest, ClosesConnectionsPastTheLimitAndCountsClosesOut) {
+  int port = 0;
+  Fd listener = Listen(&port);
+  ASSERT_OK_AND_ASSIGN(limit, ConnectionLimit::Install(port, 2, {}));
+
+  std::vector<Fd> clients;
+  for (int i = 0; i < 4; ++i) clients.push_back(Connect(port));
+  Fd first(Accept(listener.get()));
+  Fd second(Accept(listener.get()));
+  ASSERT_GE(first.get(), 0);
+  ASSERT_GE(second.get(), 0);
+  EXPECT_EQ(limit->Open(), 2u);
+  // The third and fourth are closed, and the listener is left with nothing
+  // waiting.
+  errno = 0;
+  EXPECT_EQ(Accept(listener.get()), -1);
+  EXPECT_EQ(errno, EAGAIN);
+  EXPECT_EQ(limit->refused(), 2u);
+  EXPECT_TRUE(ClosedByPeer(clients[2].get()));
+  EXPECT_TRUE(ClosedByPeer(clients[3].get()));
+
+  // A closed connection no longer counts, even when its descriptor number
+  // is taken by another file in between.
+  const int freed = first.get();
+  first = Fd();
+  Fd reused(::dup2(listener.get(), freed));
+  ASSERT_EQ(reused.get(), freed);
+  Fd fifth_client = Connect(port);
+  Fd fifth(Accept(listener.get()));
+  EXPECT_GE(fifth.get(), 0);
+  EXPECT_EQ(limit->Open(), 2u);
+  EXPECT_EQ(limit->refused(), 2u);
+}
+
+TEST(ConnectionLimitTest, OtherPortsAndUninstalledLimitsPassThrough) {
+  int limited_port = 0;
+  Fd limited = Listen(&limited_port);
+  int other_port = 0;
+  Fd other = Listen(&other_port);
+  ASSERT_OK_AND_ASSIGN(limit, ConnectionLimit::Install(limited_port, 1, {}));
+  EXPECT_EQ(ConnectionLimit::Install(limited_port, 5, {}).status().code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(ConnectionLimit::Install(limited_port + 1, 0, {}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  std::vector<Fd> clients;
+  std::vector<Fd> accepted;
+  for (int i = 0; i < 3; ++i) clients.push_back(Connect(other_port));
+  for (int i = 0; i < 3; ++i) {
+    accepted.emplace_back(Accept(other.get()));
+    EXPECT_GE(accepted.back().get(), 0);
+  }
+
+  limit.reset();
+  for (int i = 0; i < 3; ++i) clients.push_back(Connect(limited_port));
+  for (int i = 0; i < 3; ++i) {
+    accepted.emplace_back(Accept(limited.get()));
+    EXPECT_GE(accepted.back().get(), 0);
+  }
+}
+
+// A channel with a connection of its own.
+std::unique_ptr<v1::Gateway::Stub> OwnConnection(const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return v1::Gateway::NewStub(grpc::CreateCustomChannel(
+      address, grpc::InsecureChannelCredentials(), args));
+}
+
+grpc::Status GetFence(v1::Gateway::Stub* stub) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(10));
+  v1::GetFenceRequest request;
+  request.set_domain("d");
+  v1::FenceState state;
+  return stub->GetFence(&context, request, &state);
+}
+
+TEST(ConnectionLimitTest, GatewayRefusesTheConnectionPastItsLimit) {
+  testing::TempDir dir;
+  ASSERT_OK_AND_ASSIGN(gateway,
+                       testing::GatewayProcess::Start(dir.path() + "/data",
+                                                      {"--max_connections=2"}));
+  auto a = OwnConnection(gateway->address());
+  auto b = OwnConnection(gateway->address());
+  ASSERT_TRUE(GetFence(a.get()).ok());
+  ASSERT_TRUE(GetFence(b.get()).ok());
+
+  auto refused = OwnConnection(gateway->address());
+  const grpc::Status status = GetFence(refused.get());
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE)
+      << status.error_message();
+  EXPECT_TRUE(testing::WaitFor(
+      [&] {
+        absl::StatusOr<std::string> log =
+            testing::ReadFile(gateway->log_path());
+        return log.ok() && absl::StrContains(*log,
+                                             "connection limit: 2 client "
+                                             "connections open on port");
+      },
+      absl::Seconds(10)));
+  // The connections in use keep working.
+  EXPECT_TRUE(GetFence(a.get()).ok());
+
+  // Once one closes, a new client gets in.
+  a.reset();
+  EXPECT_TRUE(testing::WaitFor(
+      [&] { return GetFence(OwnConnection(gateway->address()).get()).ok(); },
+      absl::Seconds(30)));
+  EXPECT_TRUE(GetFence(b.get()).ok());
+}
+
+}  // namespace
+}  // namespace fencegate
