@@ -82,7 +82,7 @@ TEST(ConfigTest, DefaultsAndFileValues) {
       "30 max_connection_age_grace_seconds: 5 "
       "max_connection_idle_seconds: 20 "
       "handshake_timeout_seconds: 3 max_cached_domains: 99 "
-      "max_waiting_acquires: 11 }\n");
+      "max_waiting_acquires: 11 max_connections: 12 }\n");
   ASSERT_OK_AND_ASSIGN(loaded, LoadConfigFile(path));
   loaded.set_data_dir(dir.path() + "/data");
   ASSERT_OK_AND_ASSIGN(from_file, ResolveOptions(loaded));
@@ -97,11 +97,13 @@ TEST(ConfigTest, DefaultsAndFileValues) {
   EXPECT_EQ(from_file.handshake_timeout, absl::Seconds(3));
   EXPECT_EQ(from_file.max_cached_domains, 99u);
   EXPECT_EQ(from_file.max_waiting_acquires, 11u);
+  EXPECT_EQ(from_file.max_connections, 12u);
   // Defaults.
   EXPECT_EQ(options.max_concurrent_streams, 100u);
   EXPECT_EQ(options.memory_limit_bytes, uint64_t{512} << 20);
   EXPECT_EQ(options.max_cached_domains, 100000u);
   EXPECT_EQ(options.max_waiting_acquires, 1024u);
+  EXPECT_EQ(options.max_connections, 1000u);
   v1::GatewayConfig tiny;
   tiny.set_data_dir(dir.path() + "/data");
   tiny.mutable_limits()->set_memory_limit_mib(8);
