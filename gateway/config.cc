@@ -214,6 +214,7 @@ absl::StatusOr<GatewayOptions> ResolveOptions(const v1::GatewayConfig& config) {
   options.tls.cert = config.tls().cert();
   options.tls.key = config.tls().key();
   options.tls.client_ca = config.tls().client_ca();
+  options.tls.crl_dir = config.tls().crl_dir();
   if (config.tls().refresh_seconds() != 0) {
     options.tls.refresh = absl::Seconds(config.tls().refresh_seconds());
   }

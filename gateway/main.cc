@@ -63,7 +63,7 @@ struct Flags {
   std::string metrics_listen;
   std::string log_format;
   std::string zookeeper_lock_path;
-  std::string tls_cert, tls_key, tls_client_ca;
+  std::string tls_cert, tls_key, tls_client_ca, tls_crl_dir;
   uint64_t tls_refresh_seconds = 0;
   std::string policy;
   bool insecure_allow_remote = false;
@@ -100,6 +100,7 @@ absl::Status ApplyFlags(const Flags& flags, v1::GatewayConfig* config) {
         StringFlag{flags.tls_key, config->mutable_tls()->mutable_key()},
         StringFlag{flags.tls_client_ca,
                    config->mutable_tls()->mutable_client_ca()},
+        StringFlag{flags.tls_crl_dir, config->mutable_tls()->mutable_crl_dir()},
         StringFlag{flags.policy, config->mutable_policy()},
         StringFlag{flags.audit_log, config->mutable_audit_log()}}) {
     if (!f.value.empty()) *f.field = f.value;
@@ -284,6 +285,9 @@ int Run(int argc, char** argv) {
   set.String("tls_key", &flags.tls_key, "private key (PEM) of --tls_cert");
   set.String("tls_client_ca", &flags.tls_client_ca,
              "CA bundle (PEM) for client certificates: require them (mTLS)");
+  set.String("tls_crl_dir", &flags.tls_crl_dir,
+             "directory of CRLs (<issuer hash>.r<N>) for client "
+             "certificates: refuse revoked ones");
   set.Uint("tls_refresh_seconds", &flags.tls_refresh_seconds,
            "how often the TLS files are re-read (default 5)");
   set.String("policy", &flags.policy,

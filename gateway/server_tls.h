@@ -5,7 +5,13 @@
 // bundle takes effect without a restart and without dropping connections
 // (new handshakes use the new files; open connections keep theirs). With a
 // client CA, every client must present a certificate that CA signed and
-// that has not expired (mTLS).
+// that has not expired (mTLS). With a CRL directory, a client certificate
+// its CA's CRL revokes is refused too (OpenSSL checks the whole chain: a CA
+// of the bundle with no CRL in the directory has every certificate it
+// signed refused, so start-up requires one for each). OpenSSL reads the
+// directory by issuer hash when it verifies a client and keeps what it
+// read: a newer CRL takes effect once it is added under the next suffix
+// (<hash>.r1, ...), not by rewriting a file it already read.
 
 #ifndef GATEWAY_SERVER_TLS_H_
 #define GATEWAY_SERVER_TLS_H_
@@ -25,6 +31,9 @@ struct ServerTlsOptions {
   std::string key;
   // PEM CA bundle for client certificates; empty: no client certificates.
   std::string client_ca;
+  // Directory of CRLs for client certificates, named <issuer hash>.r<N>;
+  // empty: no revocation check. Needs client_ca.
+  std::string crl_dir;
   // How often the files are re-read. Default: 5 s.
   absl::Duration refresh = absl::Seconds(5);
 
@@ -33,7 +42,8 @@ struct ServerTlsOptions {
 
 // Plaintext credentials if `options` is not enabled. INVALID_ARGUMENT naming
 // the file if one cannot be read or holds no PEM block, or if only one of
-// cert and key is given, or a client CA without them.
+// cert and key is given, or a client CA without them, or a CRL directory
+// without a client CA or without a CRL for one of its CAs.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
     const ServerTlsOptions& options);
 

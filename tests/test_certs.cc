@@ -3,22 +3,30 @@
 #include "tests/test_certs.h"
 
 #include <cstdio>
+#include <filesystem>
+#include <system_error>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "tests/fixtures.h"
 
 namespace fencegate::testing {
 namespace {
 
-absl::Status Openssl(const std::vector<std::string>& args) {
+// Runs openssl with `args`; its standard output goes to `out` if given.
+absl::Status Openssl(const std::vector<std::string>& args,
+                     std::string* out = nullptr) {
   std::vector<std::string> argv = {"/usr/bin/openssl"};
   argv.insert(argv.end(), args.begin(), args.end());
-  std::string out, err;
-  if (RunCommand(argv, &out, &err) != 0) {
+  std::string stdout_text, err;
+  if (RunCommand(argv, &stdout_text, &err) != 0) {
     return absl::InternalError(absl::StrCat("openssl ", args[0], ": ", err));
   }
+  if (out != nullptr) *out = std::move(stdout_text);
   return absl::OkStatus();
 }
 
@@ -78,6 +86,55 @@ absl::StatusOr<CertFiles> TestPki::Issue(const std::string& file,
     return absl::InternalError(absl::StrCat("cannot rename ", tmp));
   }
   return files;
+}
+
+absl::StatusOr<std::string> TestPki::WriteCrl(
+    const std::vector<std::string>& revoked, const std::string& crl_dir,
+    int suffix) const {
+  // `openssl ca` keeps what it revoked in a database: a fresh one per CRL.
+  const std::string work = absl::StrCat(dir_, "/crl-work");
+  std::filesystem::remove_all(work);
+  std::filesystem::create_directories(work);
+  const std::string config = work + "/ca.cnf";
+  WriteFileOrDie(config, absl::StrCat("[ca]\ndefault_ca = d\n[d]\ndatabase = ",
+                                      work, "/index.txt\ncrlnumber = ", work,
+                                      "/crlnumber\ndefault_md = sha256\n"
+                                      "default_crl_days = 30\n"));
+  WriteFileOrDie(work + "/index.txt", "");
+  WriteFileOrDie(work + "/crlnumber", absl::StrCat(suffix + 1, "0\n"));
+  const std::vector<std::string> ca_args = {"-config", config,  "-keyfile",
+                                            ca_.key,   "-cert", ca_.cert};
+  for (const std::string& cert : revoked) {
+    std::vector<std::string> args = {"ca"};
+    args.insert(args.end(), ca_args.begin(), ca_args.end());
+    args.insert(args.end(), {"-revoke", cert});
+    if (absl::Status s = Openssl(args); !s.ok()) return s;
+  }
+  std::vector<std::string> args = {"ca"};
+  args.insert(args.end(), ca_args.begin(), ca_args.end());
+  // OpenSSL prefers the CRL issued last, to the second: one per suffix,
+  // an hour ago plus a minute per suffix, so that a newer one always wins.
+  const std::string last_update = absl::FormatTime(
+      "%Y%m%d%H%M%SZ", absl::Now() - absl::Hours(1) + absl::Minutes(suffix),
+      absl::UTCTimeZone());
+  args.insert(args.end(), {"-gencrl", "-crl_lastupdate", last_update, "-out",
+                           work + "/crl.pem"});
+  if (absl::Status s = Openssl(args); !s.ok()) return s;
+  std::string hash;
+  if (absl::Status s =
+          Openssl({"x509", "-subject_hash", "-noout", "-in", ca_.cert}, &hash);
+      !s.ok()) {
+    return s;
+  }
+  const std::string path = absl::StrCat(
+      crl_dir, "/", absl::StripAsciiWhitespace(hash), ".r", suffix);
+  std::error_code error;
+  std::filesystem::rename(work + "/crl.pem", path, error);
+  if (error) {
+    return absl::InternalError(
+        absl::StrCat("cannot rename the CRL to ", path, ": ", error.message()));
+  }
+  return path;
 }
 
 }  // namespace fencegate::testing

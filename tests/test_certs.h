@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -36,6 +37,13 @@ class TestPki {
   absl::StatusOr<CertFiles> Issue(const std::string& file,
                                   const std::string& cn, const std::string& san,
                                   int days = 2) const;
+
+  // Writes this CA's CRL revoking `revoked` (paths of certificates it
+  // issued) into `crl_dir` as <CA subject hash>.r<suffix>, the name OpenSSL
+  // looks up (a newer CRL goes under the next suffix). Returns its path.
+  absl::StatusOr<std::string> WriteCrl(const std::vector<std::string>& revoked,
+                                       const std::string& crl_dir,
+                                       int suffix = 0) const;
 
   // A server certificate for 127.0.0.1 and localhost.
   absl::StatusOr<CertFiles> IssueServer(const std::string& file) const {

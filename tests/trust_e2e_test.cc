@@ -6,8 +6,10 @@
 
 #include <signal.h>
 
+#include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/synchronization/notification.h"
@@ -226,6 +228,40 @@ TEST_F(TrustE2eTest, ClientCaBundleRotatedWithoutARestart) {
   EXPECT_TRUE(
       WaitFor([&] { return GetFence(Channel(newcomer), "billing/x").ok(); }));
   EXPECT_TRUE(GetFence(Channel(billing_), "billing/x").ok());
+}
+
+// A CRL directory: a client certificate its CA revoked is refused at the
+// handshake while the others connect, and a newer CRL added under the next
+// suffix revokes more without a restart. A directory with no CRL for a
+// client CA is refused at start-up, naming the CA.
+TEST_F(TrustE2eTest, RevokedClientCertificatesAreRefused) {
+  const std::string crl_dir = dir_.path() + "/crl";
+  ASSERT_TRUE(std::filesystem::create_directory(crl_dir));
+  std::vector<std::string> args = TrustFlags();
+  args.push_back("--tls_crl_dir=" + crl_dir);
+  gateway_.reset();
+  absl::StatusOr<std::unique_ptr<testing::GatewayProcess>> refused =
+      testing::GatewayProcess::Start(dir_.path() + "/data", args);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("no CRL for client CA \"/CN=test-ca\""));
+
+  ASSERT_TRUE(pki_->WriteCrl({reporter_.cert}, crl_dir).ok());
+  StartGateway({"--tls_crl_dir=" + crl_dir});
+  EXPECT_TRUE(GetFence(Channel(billing_), "billing/x").ok());
+  // Not PERMISSION_DENIED (the policy's answer to a reporter asking for a
+  // fence): the handshake refused the certificate.
+  EXPECT_EQ(GetFence(Channel(reporter_), "billing/x").error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+
+  ASSERT_TRUE(
+      pki_->WriteCrl({reporter_.cert, billing_.cert}, crl_dir, /*suffix=*/1)
+          .ok());
+  EXPECT_TRUE(WaitFor([&] {
+    return GetFence(Channel(billing_), "billing/x").error_code() ==
+           grpc::StatusCode::UNAVAILABLE;
+  }));
+  EXPECT_TRUE(GetFence(Channel(admin_), "billing/x").ok());
 }
 
 // SIGHUP reopens the audit log: after the file is renamed away (log
