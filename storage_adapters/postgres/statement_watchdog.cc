@@ -45,8 +45,10 @@ StatementWatchdog::Watch::Watch(StatementWatchdog* dog, PGconn* conn)
   }
   {
     absl::MutexLock lock(&dog_->mu_);
+    // Only a watchdog with nothing to watch sleeps past its next tick: wake
+    // it for the first Watch, not for every batch.
+    if (dog_->watched_.empty()) ++dog_->added_;
     dog_->watched_.push_back(state_);
-    ++dog_->added_;
   }
   Progress();
 }
@@ -133,7 +135,7 @@ void StatementWatchdog::Run() {
       mu_.Lock();
       continue;
     }
-    // Wake for the earliest deadline, for a new Watch, and at least every
+    // Wake for the earliest deadline, for a first Watch, and at least every
     // kTick while anything is watched: a Write that completes sets the next
     // one's deadline without waking this thread (that would cost a wake-up
     // per Write), and is found on the next look.

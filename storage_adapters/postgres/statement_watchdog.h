@@ -84,7 +84,8 @@ class StatementWatchdog {
   std::atomic<bool> cancel_all_{false};
   absl::Mutex mu_;
   std::vector<std::shared_ptr<Watch::State>> watched_ ABSL_GUARDED_BY(mu_);
-  // Watches made so far: the thread wakes for a new one.
+  // Watches made while none were watched: the thread, asleep then, wakes
+  // for each.
   uint64_t added_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;  // Last: starts after everything it uses.
