@@ -3,6 +3,7 @@
 #include "gateway/connection_limit.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -11,6 +12,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstring>
 #include <string>
 #include <utility>
 
@@ -39,10 +41,15 @@ int RealAccept4(int fd, sockaddr* addr, socklen_t* len, int flags) {
   return real(fd, addr, len, flags);
 }
 
-// The limits installed, by port.
+int OpenSpare() { return ::open("/dev/null", O_RDONLY | O_CLOEXEC); }
+
+// The limits installed, by port, and the spare descriptor they share.
 struct Registry {
   absl::Mutex mu;
   absl::flat_hash_map<int, ConnectionLimit*> limits ABSL_GUARDED_BY(mu);
+  // Freed to take a connection when descriptors run out; -1 while another
+  // thread holds the number it had.
+  int spare ABSL_GUARDED_BY(mu) = -1;
   // limits.size(), read without the lock: accepts skip every lookup while
   // no limit is installed.
   std::atomic<size_t> installed{0};
@@ -69,22 +76,55 @@ int LocalTcpPort(int fd) {
   return -1;
 }
 
+// The limit of the port `listen_fd` listens on, if any; with the registry
+// locked, so that it is not destroyed meanwhile.
+ConnectionLimit* LimitOf(Registry& registry, int listen_fd)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(registry.mu) {
+  const int port = LocalTcpPort(listen_fd);
+  if (port < 0) return nullptr;
+  auto it = registry.limits.find(port);
+  return it == registry.limits.end() ? nullptr : it->second;
+}
+
 // Whether connection `fd`, just accepted on `listen_fd`, is kept: its port
 // has no limit, or its limit admits it.
 bool Keep(int listen_fd, int fd) {
   Registry& registry = TheRegistry();
   if (registry.installed.load(std::memory_order_acquire) == 0) return true;
-  const int port = LocalTcpPort(listen_fd);
-  if (port < 0) return true;
   absl::MutexLock lock(&registry.mu);
-  auto it = registry.limits.find(port);
-  return it == registry.limits.end() || it->second->Admit(fd);
+  ConnectionLimit* limit = LimitOf(registry, listen_fd);
+  return limit == nullptr || limit->Admit(fd);
+}
+
+enum class Shed { kNotLimited, kOne, kNone };
+
+// accept4 on `listen_fd` failed for want of descriptors. On a limited port:
+// frees the spare descriptor, takes the waiting connection with it and
+// closes it (kOne), or finds none to take (kNone).
+Shed ShedForDescriptors(int listen_fd) {
+  Registry& registry = TheRegistry();
+  if (registry.installed.load(std::memory_order_acquire) == 0) {
+    return Shed::kNotLimited;
+  }
+  absl::MutexLock lock(&registry.mu);
+  ConnectionLimit* limit = LimitOf(registry, listen_fd);
+  if (limit == nullptr) return Shed::kNotLimited;
+  if (registry.spare < 0) registry.spare = OpenSpare();
+  if (registry.spare < 0) return Shed::kNone;
+  ::close(registry.spare);
+  const int taken = RealAccept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+  if (taken >= 0) ::close(taken);
+  registry.spare = OpenSpare();
+  if (taken < 0) return Shed::kNone;
+  limit->RefusedForDescriptors();
+  return Shed::kOne;
 }
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ConnectionLimit>> ConnectionLimit::Install(
-    int port, uint32_t max, const MetricsContext& metrics) {
+    int port, uint32_t max, const MetricsContext& metrics,
+    absl::Duration recount_every) {
   if (port < 1 || port > 65535) {
     return absl::InvalidArgumentError(
         absl::StrCat("connection limit: bad port ", port));
@@ -93,37 +133,47 @@ absl::StatusOr<std::unique_ptr<ConnectionLimit>> ConnectionLimit::Install(
     return absl::InvalidArgumentError(
         "connection limit: max_connections must be at least 1");
   }
-  // The definition gRPC's accept4 is bound to must be this one.
-  void* bound = ::dlsym(RTLD_DEFAULT, "accept4");
-  if (bound != reinterpret_cast<void*>(&::accept4)) {
+  // gRPC's calls reach this definition only if the executable exports it.
+  if (::dlsym(RTLD_DEFAULT, "accept4") != reinterpret_cast<void*>(&::accept4)) {
     return absl::FailedPreconditionError(
-        "connection limit: accept4 is not the gateway's own in this process "
-        "(another library defines it first), so max_connections cannot be "
-        "enforced");
+        "connection limit: this executable does not export its accept4 "
+        "(link with -Wl,--export-dynamic-symbol=accept4), so "
+        "max_connections could not be enforced");
   }
-  std::unique_ptr<ConnectionLimit> limit(
-      new ConnectionLimit(port, max, metrics));
   Registry& registry = TheRegistry();
   absl::MutexLock lock(&registry.mu);
-  if (!registry.limits.try_emplace(port, limit.get()).second) {
+  if (registry.limits.contains(port)) {
     return absl::AlreadyExistsError(
         absl::StrCat("connection limit: port ", port, " already has one"));
   }
+  if (registry.spare < 0) registry.spare = OpenSpare();
+  if (registry.spare < 0) {
+    return absl::InternalError(
+        absl::StrCat("connection limit: cannot open /dev/null for a spare "
+                     "descriptor: ",
+                     std::strerror(errno)));
+  }
+  std::unique_ptr<ConnectionLimit> limit(
+      new ConnectionLimit(port, max, metrics, recount_every));
+  registry.limits.emplace(port, limit.get());
   registry.installed.store(registry.limits.size(), std::memory_order_release);
   return limit;
 }
 
 ConnectionLimit::ConnectionLimit(int port, uint32_t max,
-                                 const MetricsContext& metrics)
-    : port_(port), max_(max) {
+                                 const MetricsContext& metrics,
+                                 absl::Duration recount_every)
+    : port_(port), max_(max), recount_every_(recount_every) {
   if (!metrics.enabled()) return;
-  refused_counter_ = &prometheus::BuildCounter()
-                          .Name("fencegate_connections_refused_total")
-                          .Help(
-                              "Client connections closed at accept because "
-                              "max_connections were open")
-                          .Register(*metrics.registry)
-                          .Add({});
+  auto& refused = prometheus::BuildCounter()
+                      .Name("fencegate_connections_refused_total")
+                      .Help(
+                          "Client connections closed at accept: because "
+                          "max_connections were open (limit), or for want "
+                          "of file descriptors (descriptors)")
+                      .Register(*metrics.registry);
+  refused_counter_ = &refused.Add({{"reason", "limit"}});
+  refused_descriptors_counter_ = &refused.Add({{"reason", "descriptors"}});
   open_gauge_ = metrics.scrape_gauges->Add(
       "fencegate_connections_open", "Client connections open", {},
       [this] { return static_cast<double>(Open()); });
@@ -133,7 +183,10 @@ ConnectionLimit::~ConnectionLimit() {
   open_gauge_.reset();
   Registry& registry = TheRegistry();
   absl::MutexLock lock(&registry.mu);
-  registry.limits.erase(port_);
+  auto it = registry.limits.find(port_);
+  if (it != registry.limits.end() && it->second == this) {
+    registry.limits.erase(it);
+  }
   registry.installed.store(registry.limits.size(), std::memory_order_release);
 }
 
@@ -146,6 +199,11 @@ size_t ConnectionLimit::Open() {
 uint64_t ConnectionLimit::refused() const {
   absl::MutexLock lock(&mu_);
   return refused_;
+}
+
+uint64_t ConnectionLimit::refused_for_descriptors() const {
+  absl::MutexLock lock(&mu_);
+  return refused_descriptors_;
 }
 
 void ConnectionLimit::Prune() {
@@ -161,6 +219,20 @@ void ConnectionLimit::Prune() {
   }
 }
 
+std::string ConnectionLimit::Report(absl::string_view why) {
+  ++unreported_;
+  const absl::Time now = absl::Now();
+  if (now - last_report_ < kReportEvery) return "";
+  std::string line = absl::StrCat(
+      "connection limit: ", why, "; closed ", unreported_,
+      " new connection(s) on port ", port_,
+      " at accept since the last report (", refused_, " for max_connections, ",
+      refused_descriptors_, " for file descriptors in all)");
+  unreported_ = 0;
+  last_report_ = now;
+  return line;
+}
+
 bool ConnectionLimit::Admit(int fd) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) return true;  // Nothing to count.
@@ -169,26 +241,40 @@ bool ConnectionLimit::Admit(int fd) {
     absl::MutexLock lock(&mu_);
     // The descriptor was free, so whatever it held before was closed.
     open_.erase(fd);
-    if (open_.size() >= max_) Prune();
+    if (open_.size() >= max_) {
+      const absl::Time now = absl::Now();
+      if (now - last_recount_ >= recount_every_) {
+        Prune();
+        last_recount_ = now;
+      }
+    }
     if (open_.size() < max_) {
       open_.emplace(fd, st.st_ino);
       return true;
     }
     ++refused_;
-    ++refused_unreported_;
     if (refused_counter_ != nullptr) refused_counter_->Increment();
-    const absl::Time now = absl::Now();
-    if (now - last_report_ >= kReportEvery) {
-      report = absl::StrCat(
-          "connection limit: ", max_, " client connections open on port ",
-          port_, " (max_connections); closed ", refused_unreported_,
-          " new connection(s) at accept since the last report");
-      refused_unreported_ = 0;
-      last_report_ = now;
-    }
+    report = Report(absl::StrCat(max_,
+                                 " client connections open "
+                                 "(max_connections)"));
   }
   if (!report.empty()) Log(LogSeverity::kWarning, report);
   return false;
+}
+
+void ConnectionLimit::RefusedForDescriptors() {
+  std::string report;
+  {
+    absl::MutexLock lock(&mu_);
+    ++refused_descriptors_;
+    if (refused_descriptors_counter_ != nullptr) {
+      refused_descriptors_counter_->Increment();
+    }
+    report = Report(
+        "out of file descriptors (raise RLIMIT_NOFILE or lower "
+        "max_connections)");
+  }
+  if (!report.empty()) Log(LogSeverity::kWarning, report);
 }
 
 }  // namespace fencegate
@@ -196,12 +282,30 @@ bool ConnectionLimit::Admit(int fd) {
 // gRPC's listener (and every other caller in the process) comes here: see
 // connection_limit.h.
 extern "C" int accept4(int fd, sockaddr* addr, socklen_t* len, int flags) {
+  const socklen_t len_in = len != nullptr ? *len : 0;
   for (;;) {
+    if (len != nullptr) *len = len_in;
     const int accepted = fencegate::RealAccept4(fd, addr, len, flags);
-    if (accepted < 0 || fencegate::Keep(fd, accepted)) return accepted;
-    // Refused: close it and take the next one, so that a listener woken
-    // once for several connections is not left with one waiting. With none
-    // left, the caller gets EAGAIN (gRPC's listener is non-blocking).
-    ::close(accepted);
+    if (accepted >= 0) {
+      if (fencegate::Keep(fd, accepted)) return accepted;
+      // Refused: close it and take the next one, so that a listener woken
+      // once for several connections is not left with one waiting.
+      ::close(accepted);
+      continue;
+    }
+    const int error = errno;
+    if (error != EMFILE && error != ENFILE) return -1;
+    switch (fencegate::ShedForDescriptors(fd)) {
+      case fencegate::Shed::kNotLimited:
+        errno = error;
+        return -1;
+      case fencegate::Shed::kOne:
+        continue;  // The next one may find a descriptor free again.
+      case fencegate::Shed::kNone:
+        // Nothing left waiting, or no descriptor to take it with: EAGAIN
+        // keeps gRPC's listener listening (EMFILE would end it).
+        errno = EAGAIN;
+        return -1;
+    }
   }
 }

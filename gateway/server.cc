@@ -28,10 +28,16 @@
 namespace fencegate {
 namespace {
 
-// The TCP port in `listen_address` ("host:port"); 0 for port 0, a unix:
-// address or one that does not parse (gRPC reports the last).
+// Whether gRPC listens on a unix socket for `listen_address`.
+bool IsUnixAddress(absl::string_view listen_address) {
+  return absl::StartsWith(listen_address, "unix:") ||
+         absl::StartsWith(listen_address, "unix-abstract:");
+}
+
+// The TCP port in `listen_address` ("host:port"); 0 for port 0, a unix
+// socket or an address that does not parse (gRPC reports the last).
 int ConfiguredPort(absl::string_view listen_address) {
-  if (absl::StartsWith(listen_address, "unix")) return 0;
+  if (IsUnixAddress(listen_address)) return 0;
   const size_t colon = listen_address.rfind(':');
   int port = 0;
   if (colon == absl::string_view::npos ||
@@ -60,8 +66,8 @@ absl::StatusOr<std::unique_ptr<ConnectionLimit>> LimitConnections(
                      " is above what the file "
                      "descriptor limit (",
                      files.rlim_cur,
-                     ") leaves for clients: connections past it wait in the "
-                     "kernel's queue instead of being refused"));
+                     ") leaves for clients: past it, new connections are "
+                     "closed at accept for want of descriptors"));
   }
   Log(LogSeverity::kInfo,
       absl::StrCat("at most ", max, " client connections on port ", port,
@@ -234,7 +240,7 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
   builder.RegisterService(s->lease_service_.get());
   // Installed before the listener opens when the port is known, so that no
   // connection goes uncounted.
-  const bool tcp = !absl::StartsWith(options.listen_address, "unix");
+  const bool tcp = !IsUnixAddress(options.listen_address);
   if (const int port = ConfiguredPort(options.listen_address); port > 0) {
     absl::StatusOr<std::unique_ptr<ConnectionLimit>> limit =
         LimitConnections(port, options.max_connections, metrics);

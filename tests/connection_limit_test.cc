@@ -7,17 +7,23 @@
 #include "gateway/connection_limit.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "fencegate/v1/gateway.grpc.pb.h"
 #include "grpcpp/create_channel.h"
@@ -80,8 +86,13 @@ int Accept(int listen_fd) {
   return ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
 }
 
-// Whether the peer closed `fd`: a read sees end of file or a reset.
+// Whether the peer closed `fd`: a read sees end of file or a reset (not
+// the 5 s timeout).
 bool ClosedByPeer(int fd) {
+  timeval timeout{};
+  timeout.tv_sec = 5;
+  EXPECT_EQ(
+      ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout)), 0);
   char byte;
   const ssize_t n = ::recv(fd, &byte, 1, 0);
   return n == 0 || (n < 0 && errno == ECONNRESET);
@@ -90,7 +101,8 @@ bool ClosedByPeer(int fd) {
 TEST(ConnectionLimitTest, ClosesConnectionsPastTheLimitAndCountsClosesOut) {
   int port = 0;
   Fd listener = Listen(&port);
-  ASSERT_OK_AND_ASSIGN(limit, ConnectionLimit::Install(port, 2, {}));
+  ASSERT_OK_AND_ASSIGN(
+      limit, ConnectionLimit::Install(port, 2, {}, absl::ZeroDuration()));
 
   std::vector<Fd> clients;
   for (int i = 0; i < 4; ++i) clients.push_back(Connect(port));
@@ -131,6 +143,14 @@ TEST(ConnectionLimitTest, OtherPortsAndUninstalledLimitsPassThrough) {
             absl::StatusCode::kAlreadyExists);
   EXPECT_EQ(ConnectionLimit::Install(limited_port + 1, 0, {}).status().code(),
             absl::StatusCode::kInvalidArgument);
+  // The refused second Install left the first in force.
+  std::vector<Fd> limited_clients;
+  for (int i = 0; i < 2; ++i) limited_clients.push_back(Connect(limited_port));
+  Fd kept(Accept(limited.get()));
+  EXPECT_GE(kept.get(), 0);
+  EXPECT_EQ(Accept(limited.get()), -1);
+  EXPECT_EQ(limit->refused(), 1u);
+  kept = Fd();
 
   std::vector<Fd> clients;
   std::vector<Fd> accepted;
@@ -146,6 +166,57 @@ TEST(ConnectionLimitTest, OtherPortsAndUninstalledLimitsPassThrough) {
     accepted.emplace_back(Accept(limited.get()));
     EXPECT_GE(accepted.back().get(), 0);
   }
+}
+
+// The highest descriptor open in this process.
+int HighestOpenFd() {
+  int highest = 0;
+  for (const auto& entry :
+       std::filesystem::directory_iterator("/proc/self/fd")) {
+    int fd = 0;
+    if (absl::SimpleAtoi(entry.path().filename().string(), &fd)) {
+      highest = std::max(highest, fd);
+    }
+  }
+  return highest;
+}
+
+// Out of descriptors, gRPC 1.51's listener would stop for good on EMFILE:
+// the connection waiting is taken with the spare descriptor and closed, and
+// the caller gets EAGAIN; once descriptors are free again, connections are
+// accepted as before.
+TEST(ConnectionLimitTest, OutOfDescriptorsTheWaitingConnectionIsClosed) {
+  int port = 0;
+  Fd listener = Listen(&port);
+  ASSERT_OK_AND_ASSIGN(limit, ConnectionLimit::Install(port, 100, {}));
+  std::vector<Fd> clients;
+  for (int i = 0; i < 2; ++i) clients.push_back(Connect(port));
+
+  rlimit saved{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+  rlimit low = saved;
+  low.rlim_cur = HighestOpenFd() + 8;
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  std::vector<Fd> filler;
+  for (int fd; (fd = ::open("/dev/null", O_RDONLY)) >= 0;) {
+    filler.emplace_back(fd);
+  }
+  ASSERT_EQ(errno, EMFILE);
+  errno = 0;
+  const int accepted = Accept(listener.get());
+  const int accept_errno = errno;
+  filler.clear();
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &saved), 0);
+
+  EXPECT_EQ(accepted, -1);
+  EXPECT_EQ(accept_errno, EAGAIN) << std::strerror(accept_errno);
+  EXPECT_EQ(limit->refused_for_descriptors(), 2u);
+  EXPECT_TRUE(ClosedByPeer(clients[0].get()));
+  EXPECT_TRUE(ClosedByPeer(clients[1].get()));
+  Fd later = Connect(port);
+  Fd taken(Accept(listener.get()));
+  EXPECT_GE(taken.get(), 0);
+  EXPECT_EQ(limit->Open(), 1u);
 }
 
 // A channel with a connection of its own.
@@ -186,7 +257,8 @@ TEST(ConnectionLimitTest, GatewayRefusesTheConnectionPastItsLimit) {
             testing::ReadFile(gateway->log_path());
         return log.ok() && absl::StrContains(*log,
                                              "connection limit: 2 client "
-                                             "connections open on port");
+                                             "connections open "
+                                             "(max_connections); closed 1");
       },
       absl::Seconds(10)));
   // The connections in use keep working.
