@@ -6,12 +6,13 @@
 // (new handshakes use the new files; open connections keep theirs). With a
 // client CA, every client must present a certificate that CA signed and
 // that has not expired (mTLS). With a CRL directory, a client certificate
-// its CA's CRL revokes is refused too (OpenSSL checks the whole chain: a CA
-// of the bundle with no CRL in the directory has every certificate it
-// signed refused, so start-up requires one for each). OpenSSL reads the
-// directory by issuer hash when it verifies a client and keeps what it
-// read: a newer CRL takes effect once it is added under the next suffix
-// (<hash>.r1, ...), not by rewriting a file it already read.
+// its CA's CRL revokes is refused too (gateway/crl_dir.h has what start-up
+// checks in it). OpenSSL reads the directory by issuer hash when it
+// verifies a client and keeps what it read: a newer CRL takes effect once
+// it is added under the next suffix (<hash>.r1, ...), not by rewriting a
+// file it already read. gRPC 1.51 ignores a CA with no CRL (its
+// certificates go unchecked) and refuses every certificate of a CA whose
+// CRL has expired.
 
 #ifndef GATEWAY_SERVER_TLS_H_
 #define GATEWAY_SERVER_TLS_H_
@@ -43,7 +44,7 @@ struct ServerTlsOptions {
 // Plaintext credentials if `options` is not enabled. INVALID_ARGUMENT naming
 // the file if one cannot be read or holds no PEM block, or if only one of
 // cert and key is given, or a client CA without them, or a CRL directory
-// without a client CA or without a CRL for one of its CAs.
+// without a client CA or that CheckCrlDir refuses.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
     const ServerTlsOptions& options);
 

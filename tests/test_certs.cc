@@ -90,7 +90,7 @@ absl::StatusOr<CertFiles> TestPki::Issue(const std::string& file,
 
 absl::StatusOr<std::string> TestPki::WriteCrl(
     const std::vector<std::string>& revoked, const std::string& crl_dir,
-    int suffix) const {
+    int suffix, bool expired) const {
   // `openssl ca` keeps what it revoked in a database: a fresh one per CRL.
   const std::string work = absl::StrCat(dir_, "/crl-work");
   std::filesystem::remove_all(work);
@@ -114,11 +114,18 @@ absl::StatusOr<std::string> TestPki::WriteCrl(
   args.insert(args.end(), ca_args.begin(), ca_args.end());
   // OpenSSL prefers the CRL issued last, to the second: one per suffix,
   // an hour ago plus a minute per suffix, so that a newer one always wins.
-  const std::string last_update = absl::FormatTime(
-      "%Y%m%d%H%M%SZ", absl::Now() - absl::Hours(1) + absl::Minutes(suffix),
-      absl::UTCTimeZone());
-  args.insert(args.end(), {"-gencrl", "-crl_lastupdate", last_update, "-out",
-                           work + "/crl.pem"});
+  const absl::Time now = absl::Now();
+  auto stamp = [](absl::Time t) {
+    return absl::FormatTime("%Y%m%d%H%M%SZ", t, absl::UTCTimeZone());
+  };
+  const absl::Time last_update = now -
+                                 (expired ? absl::Hours(48) : absl::Hours(1)) +
+                                 absl::Minutes(suffix);
+  args.insert(args.end(), {"-gencrl", "-crl_lastupdate", stamp(last_update),
+                           "-out", work + "/crl.pem"});
+  if (expired) {
+    args.insert(args.end(), {"-crl_nextupdate", stamp(now - absl::Hours(24))});
+  }
   if (absl::Status s = Openssl(args); !s.ok()) return s;
   std::string hash;
   if (absl::Status s =

@@ -40,10 +40,12 @@ class TestPki {
 
   // Writes this CA's CRL revoking `revoked` (paths of certificates it
   // issued) into `crl_dir` as <CA subject hash>.r<suffix>, the name OpenSSL
-  // looks up (a newer CRL goes under the next suffix). Returns its path.
+  // looks up (a newer CRL goes under the next suffix); `expired`: its next
+  // update was yesterday. Returns its path.
   absl::StatusOr<std::string> WriteCrl(const std::vector<std::string>& revoked,
                                        const std::string& crl_dir,
-                                       int suffix = 0) const;
+                                       int suffix = 0,
+                                       bool expired = false) const;
 
   // A server certificate for 127.0.0.1 and localhost.
   absl::StatusOr<CertFiles> IssueServer(const std::string& file) const {
