@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -129,8 +130,13 @@ CpuTimes operator-(const CpuTimes& later, const CpuTimes& earlier) {
   d.gateway = diff(later.gateway, earlier.gateway);
   d.postgres = diff(later.postgres, earlier.postgres);
   d.pgbouncer = diff(later.pgbouncer, earlier.pgbouncer);
-  d.machine_busy = later.machine_busy - earlier.machine_busy;
   d.machine_total = later.machine_total - earlier.machine_total;
+  // Each figure is a tick count divided by the tick rate, so the two
+  // differences of an interval with no idle tick can round apart by an ulp;
+  // and the kernel's iowait count may step back (proc(5)). Busy time is
+  // part of the total, so it is held to it.
+  d.machine_busy = std::clamp(later.machine_busy - earlier.machine_busy, 0.0,
+                              std::max(d.machine_total, 0.0));
   return d;
 }
 

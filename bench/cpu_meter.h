@@ -35,6 +35,7 @@ struct CpuTimes {
 };
 
 // `later - earlier`, field by field; a field unknown in either is unknown.
+// The machine's busy time is held within [0, its total time].
 CpuTimes operator-(const CpuTimes& later, const CpuTimes& earlier);
 
 // Thread safety: Sample() may be called from any thread.

@@ -166,5 +166,32 @@ TEST_F(CpuMeterTest, AnExitedProcessReadsAsUnknown) {
   EXPECT_LT((meter.Sample() - before).gateway.cpu_s, 0);
 }
 
+TEST(CpuTimesTest, MachineBusyIsHeldWithinTheTotal) {
+  // 63 ticks, all busy, read as tick counts over the tick rate: the two
+  // differences round apart, busy above the total.
+  CpuTimes earlier;
+  earlier.machine_total = 790567487 / 100.0;
+  earlier.machine_busy = 87735021 / 100.0;
+  CpuTimes later;
+  later.machine_total = (790567487 + 63) / 100.0;
+  later.machine_busy = (87735021 + 63) / 100.0;
+  ASSERT_GT(later.machine_busy - earlier.machine_busy,
+            later.machine_total - earlier.machine_total);
+  CpuTimes d = later - earlier;
+  EXPECT_EQ(d.machine_busy, d.machine_total);
+  EXPECT_NEAR(d.machine_total, 0.63, 1e-6);
+
+  // An iowait count that steps back.
+  later.machine_busy = earlier.machine_busy + 2;
+  later.machine_total = earlier.machine_total + 1.5;
+  d = later - earlier;
+  EXPECT_EQ(d.machine_busy, 1.5);
+
+  // Never below zero.
+  later.machine_busy = earlier.machine_busy - 1;
+  d = later - earlier;
+  EXPECT_EQ(d.machine_busy, 0);
+}
+
 }  // namespace
 }  // namespace fencegate::bench
