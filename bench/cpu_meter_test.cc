@@ -93,7 +93,8 @@ TEST_F(CpuMeterTest, CountsTheProcessItMeters) {
   EXPECT_LT(used.postgres.cpu_s, 0);
   EXPECT_LT(used.postgres.switches, 0);
   EXPECT_LT(used.pgbouncer.cpu_s, 0);
-  EXPECT_GE(used.machine_busy, kBurnSeconds - kTick);
+  // /proc/stat rounds user and system time to ticks apart.
+  EXPECT_GE(used.machine_busy, kBurnSeconds - 3 * kTick);
   EXPECT_GE(used.machine_total, used.machine_busy);
 }
 

@@ -9,6 +9,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -79,9 +80,26 @@ Fd Connect(int port) {
   return fd;
 }
 
+// Connections waiting in `listen_fd`'s accept queue.
+int Queued(int listen_fd) {
+  tcp_info info{};
+  socklen_t len = sizeof(info);
+  EXPECT_EQ(::getsockopt(listen_fd, IPPROTO_TCP, TCP_INFO, &info, &len), 0);
+  return static_cast<int>(info.tcpi_unacked);  // For a listener: its queue.
+}
+
+// `n` connections to `port`, once all are in `listen_fd`'s accept queue
+// (the handshake's last step may be finished by the kernel after connect()
+// returns), which was empty.
+std::vector<Fd> ConnectQueued(int listen_fd, int port, int n) {
+  std::vector<Fd> clients;
+  for (int i = 0; i < n; ++i) clients.push_back(Connect(port));
+  EXPECT_TRUE(testing::WaitFor([&] { return Queued(listen_fd) >= n; }));
+  return clients;
+}
+
 // Accepts through the process's accept4, as gRPC does; -1 with errno
-// EAGAIN when no connection is waiting (loopback connects are queued by
-// the time connect() returns).
+// EAGAIN when no connection is waiting.
 int Accept(int listen_fd) {
   return ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
 }
@@ -104,8 +122,7 @@ TEST(ConnectionLimitTest, ClosesConnectionsPastTheLimitAndCountsClosesOut) {
   ASSERT_OK_AND_ASSIGN(
       limit, ConnectionLimit::Install(port, 2, {}, absl::ZeroDuration()));
 
-  std::vector<Fd> clients;
-  for (int i = 0; i < 4; ++i) clients.push_back(Connect(port));
+  std::vector<Fd> clients = ConnectQueued(listener.get(), port, 4);
   Fd first(Accept(listener.get()));
   Fd second(Accept(listener.get()));
   ASSERT_GE(first.get(), 0);
@@ -126,7 +143,7 @@ TEST(ConnectionLimitTest, ClosesConnectionsPastTheLimitAndCountsClosesOut) {
   first = Fd();
   Fd reused(::dup2(listener.get(), freed));
   ASSERT_EQ(reused.get(), freed);
-  Fd fifth_client = Connect(port);
+  std::vector<Fd> fifth_client = ConnectQueued(listener.get(), port, 1);
   Fd fifth(Accept(listener.get()));
   EXPECT_GE(fifth.get(), 0);
   EXPECT_EQ(limit->Open(), 2u);
@@ -144,24 +161,25 @@ TEST(ConnectionLimitTest, OtherPortsAndUninstalledLimitsPassThrough) {
   EXPECT_EQ(ConnectionLimit::Install(limited_port + 1, 0, {}).status().code(),
             absl::StatusCode::kInvalidArgument);
   // The refused second Install left the first in force.
-  std::vector<Fd> limited_clients;
-  for (int i = 0; i < 2; ++i) limited_clients.push_back(Connect(limited_port));
+  std::vector<Fd> limited_clients =
+      ConnectQueued(limited.get(), limited_port, 2);
   Fd kept(Accept(limited.get()));
   EXPECT_GE(kept.get(), 0);
   EXPECT_EQ(Accept(limited.get()), -1);
   EXPECT_EQ(limit->refused(), 1u);
   kept = Fd();
 
-  std::vector<Fd> clients;
+  std::vector<Fd> clients = ConnectQueued(other.get(), other_port, 3);
   std::vector<Fd> accepted;
-  for (int i = 0; i < 3; ++i) clients.push_back(Connect(other_port));
   for (int i = 0; i < 3; ++i) {
     accepted.emplace_back(Accept(other.get()));
     EXPECT_GE(accepted.back().get(), 0);
   }
 
   limit.reset();
-  for (int i = 0; i < 3; ++i) clients.push_back(Connect(limited_port));
+  for (Fd& client : ConnectQueued(limited.get(), limited_port, 3)) {
+    clients.push_back(std::move(client));
+  }
   for (int i = 0; i < 3; ++i) {
     accepted.emplace_back(Accept(limited.get()));
     EXPECT_GE(accepted.back().get(), 0);
@@ -189,8 +207,7 @@ TEST(ConnectionLimitTest, OutOfDescriptorsTheWaitingConnectionIsClosed) {
   int port = 0;
   Fd listener = Listen(&port);
   ASSERT_OK_AND_ASSIGN(limit, ConnectionLimit::Install(port, 100, {}));
-  std::vector<Fd> clients;
-  for (int i = 0; i < 2; ++i) clients.push_back(Connect(port));
+  std::vector<Fd> clients = ConnectQueued(listener.get(), port, 2);
 
   rlimit saved{};
   ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
@@ -213,7 +230,7 @@ TEST(ConnectionLimitTest, OutOfDescriptorsTheWaitingConnectionIsClosed) {
   EXPECT_EQ(limit->refused_for_descriptors(), 2u);
   EXPECT_TRUE(ClosedByPeer(clients[0].get()));
   EXPECT_TRUE(ClosedByPeer(clients[1].get()));
-  Fd later = Connect(port);
+  std::vector<Fd> later = ConnectQueued(listener.get(), port, 1);
   Fd taken(Accept(listener.get()));
   EXPECT_GE(taken.get(), 0);
   EXPECT_EQ(limit->Open(), 1u);

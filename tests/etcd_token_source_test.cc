@@ -142,13 +142,13 @@ TEST_F(EtcdTokenSourceTest, WaiterGetsTheLockWhenTheHolderReleases) {
 }
 
 TEST_F(EtcdTokenSourceTest, WaiterTimesOutWhileKeepAliveHoldsTheLease) {
-  // A 2 s lease would be gone long before the 6 s wait ends without
-  // keep-alive.
+  // A 5 s lease would be gone long before the 12 s wait ends without
+  // keep-alive (and is long enough to ride out a stalled etcd).
   ASSERT_OK_AND_ASSIGN(
       holder,
-      source_->Acquire("jobs", Options(absl::ZeroDuration(), absl::Seconds(2)),
+      source_->Acquire("jobs", Options(absl::ZeroDuration(), absl::Seconds(5)),
                        nullptr));
-  EXPECT_THAT(source_->Acquire("jobs", Options(absl::Seconds(6)), nullptr),
+  EXPECT_THAT(source_->Acquire("jobs", Options(absl::Seconds(12)), nullptr),
               StatusIs(absl::StatusCode::kDeadlineExceeded));
   EXPECT_FALSE(holder->lost());
   std::vector<mvccpb::KeyValue> kvs = JobsKeys();

@@ -90,17 +90,16 @@ TEST(GatewayShutdownTest, InFlightWriteFinishesAndNewOnesAreRefused) {
     context.set_deadline(std::chrono::system_clock::now() +
                          std::chrono::seconds(2));
     refused = fresh->Write(&context, late, &response);
-    return !refused.ok();
-  }));
-  // gRPC cancels calls that arrive while the server shuts down, and
-  // refuses connections once its listener is closed; on a loaded machine
-  // the client's own deadline may come first. Whichever: not applied (the
-  // file is checked below, after the server is down).
-  EXPECT_THAT(refused.error_code(),
-              ::testing::AnyOf(grpc::StatusCode::CANCELLED,
-                               grpc::StatusCode::UNAVAILABLE,
-                               grpc::StatusCode::DEADLINE_EXCEEDED))
-      << refused.error_message();
+    // gRPC cancels calls that arrive while the server shuts down, and
+    // refuses connections once its listener is closed. The client's own
+    // deadline is no refusal: on a loaded machine it may run out while
+    // the write is still being applied, so that attempt is not the one
+    // checked.
+    return refused.error_code() == grpc::StatusCode::CANCELLED ||
+           refused.error_code() == grpc::StatusCode::UNAVAILABLE;
+  })) << refused.error_message();
+  // The refused write is not applied (the file is checked below, after the
+  // server is down).
 
   blocking->release.Notify();
   in_flight.join();

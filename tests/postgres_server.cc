@@ -69,14 +69,21 @@ absl::StatusOr<std::unique_ptr<PostgresServer>> PostgresServer::Start() {
       return absl::UnavailableError("chown of the data directory failed");
     }
   }
-  server->port_ = FreeLoopbackPort();
   std::string out;
   int rc = Shell(absl::StrCat(server->bin_, "/initdb -D ", server->dir_,
                               "/data -U postgres --auth=trust -E UTF8 "
                               "--no-sync --locale=C.UTF-8"),
                  &out);
   if (rc != 0) return absl::UnavailableError(absl::StrCat("initdb: ", out));
-  if (absl::Status s = server->Ctl("start"); !s.ok()) return s;
+  // A port picked by FreeLoopbackPort() can be taken before the postmaster
+  // binds it: then it exits, and other ports are tried.
+  absl::Status started;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    server->port_ = FreeLoopbackPort();
+    started = server->Ctl("start");
+    if (started.ok()) break;
+  }
+  if (!started.ok()) return started;
   // The route role, as docs/postgres.md sets one up: no privilege but its
   // tables' and the fence function (fencectl pg-setup). Tables the tests
   // create as the superuser are granted to it.

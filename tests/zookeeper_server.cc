@@ -40,42 +40,47 @@ absl::StatusOr<std::unique_ptr<ZooKeeperServer>> ZooKeeperServer::Start() {
   }
   server->dir_ = tmpl;
   const std::string log_path = server->dir_ + "/zookeeper.log";
-  server->port_ = FreeLoopbackPort();
   const std::string cfg = server->dir_ + "/zoo.cfg";
-  WriteFileOrDie(cfg, absl::StrCat("tickTime=500\ndataDir=", server->dir_,
-                                   "/data\nclientPort=", server->port_,
-                                   "\nclientPortAddress=127.0.0.1\n"
-                                   "minSessionTimeout=1000\n"
-                                   "admin.enableServer=false\n"
-                                   "4lw.commands.whitelist=ruok\n"));
-  std::vector<std::string> argv = {kJava,
-                                   "-Xmx256m",
-                                   "-cp",
-                                   kClassPath,
-                                   "org.apache.zookeeper.server."
-                                   "ZooKeeperServerMain",
-                                   cfg};
-  const pid_t pid = SpawnServer(argv, log_path);
-  if (pid < 0) return absl::UnavailableError("fork failed");
-  server->pid_ = pid;
-  bool exited = false;
-  const bool up = WaitFor(
-      [&] {
-        int status;
-        if (::waitpid(pid, &status, WNOHANG) == pid) {
-          exited = true;
-          return true;
-        }
-        return server->Answers();
-      },
-      absl::Seconds(60));
-  if (!up || exited) {
-    if (exited) server->pid_ = -1;
+  // A port picked by FreeLoopbackPort() can be taken before ZooKeeper binds
+  // it: then it exits, and other ports are tried.
+  std::string failure;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    server->port_ = FreeLoopbackPort();
+    WriteFileOrDie(cfg, absl::StrCat("tickTime=500\ndataDir=", server->dir_,
+                                     "/data\nclientPort=", server->port_,
+                                     "\nclientPortAddress=127.0.0.1\n"
+                                     "minSessionTimeout=1000\n"
+                                     "admin.enableServer=false\n"
+                                     "4lw.commands.whitelist=ruok\n"));
+    std::vector<std::string> argv = {kJava,
+                                     "-Xmx256m",
+                                     "-cp",
+                                     kClassPath,
+                                     "org.apache.zookeeper.server."
+                                     "ZooKeeperServerMain",
+                                     cfg};
+    const pid_t pid = SpawnServer(argv, log_path);
+    if (pid < 0) return absl::UnavailableError("fork failed");
+    server->pid_ = pid;
+    bool exited = false;
+    const bool up = WaitFor(
+        [&] {
+          int status;
+          if (::waitpid(pid, &status, WNOHANG) == pid) {
+            exited = true;
+            return true;
+          }
+          return server->Answers();
+        },
+        absl::Seconds(60));
+    if (up && !exited) return server;
     absl::StatusOr<std::string> log = ReadFile(log_path);
-    return absl::UnavailableError(absl::StrCat("zookeeper did not start: ",
-                                               log.ok() ? *log : "(no log)"));
+    failure = log.ok() ? *log : "(no log)";
+    if (!exited) break;  // Did not answer in time: no other port helps.
+    server->pid_ = -1;
   }
-  return server;
+  return absl::UnavailableError(
+      absl::StrCat("zookeeper did not start: ", failure));
 }
 
 ZooKeeperServer::~ZooKeeperServer() {
