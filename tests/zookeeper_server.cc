@@ -23,6 +23,8 @@ constexpr char kJava[] = "/usr/bin/java";
 constexpr char kClassPath[] =
     "/etc/zookeeper/conf:/usr/share/java/zookeeper.jar:/usr/share/java/*";
 
+constexpr char kMainClass[] = "org.apache.zookeeper.server.ZooKeeperServerMain";
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ZooKeeperServer>> ZooKeeperServer::Start() {
@@ -52,13 +54,8 @@ absl::StatusOr<std::unique_ptr<ZooKeeperServer>> ZooKeeperServer::Start() {
                                      "minSessionTimeout=1000\n"
                                      "admin.enableServer=false\n"
                                      "4lw.commands.whitelist=ruok\n"));
-    std::vector<std::string> argv = {kJava,
-                                     "-Xmx256m",
-                                     "-cp",
-                                     kClassPath,
-                                     "org.apache.zookeeper.server."
-                                     "ZooKeeperServerMain",
-                                     cfg};
+    std::vector<std::string> argv = {kJava,      "-Xmx256m", "-cp",
+                                     kClassPath, kMainClass, cfg};
     const pid_t pid = SpawnServer(argv, log_path);
     if (pid < 0) return absl::UnavailableError("fork failed");
     server->pid_ = pid;
