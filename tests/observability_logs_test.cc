@@ -13,14 +13,13 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "absl/strings/str_split.h"
 #include "fencegate/v1/gateway.grpc.pb.h"
 #include "fencegate/v1/log.pb.h"
 #include "gateway/trace_context.h"
-#include "google/protobuf/util/json_util.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "pqxx/pqxx"
+#include "tests/json_lines.h"
 #include "tests/postgres_server.h"
 #include "tests/test_util.h"
 
@@ -28,6 +27,7 @@ namespace fencegate {
 namespace {
 
 using ::fencegate::testing::GatewayProcess;
+using ::fencegate::testing::ParseJsonLines;
 using ::fencegate::testing::PostgresServer;
 using ::fencegate::testing::ReadFile;
 using ::fencegate::testing::WaitFor;
@@ -96,23 +96,10 @@ class JsonLogTest : public ::testing::Test {
   // Every line of the gateway's log, each parsed as one LogEntry; a line
   // that is not one fails the test.
   std::vector<v1::LogEntry> Entries() {
-    std::vector<v1::LogEntry> entries;
     absl::StatusOr<std::string> text = ReadFile(gateway_->log_path());
     EXPECT_TRUE(text.ok()) << text.status();
-    if (!text.ok()) return entries;
-    // Only whole lines: the gateway may be writing the next one.
-    absl::string_view whole(*text);
-    whole = whole.substr(0, whole.rfind('\n') + 1);
-    for (absl::string_view line : absl::StrSplit(whole, '\n')) {
-      if (line.empty()) continue;
-      v1::LogEntry entry;
-      EXPECT_TRUE(
-          google::protobuf::util::JsonStringToMessage(std::string(line), &entry)
-              .ok())
-          << "not one JSON entry: " << line;
-      entries.push_back(std::move(entry));
-    }
-    return entries;
+    if (!text.ok()) return {};
+    return ParseJsonLines<v1::LogEntry>(*text);
   }
   // The first entry with `request_id` whose message contains `text`.
   std::optional<v1::LogEntry> Find(const std::string& request_id,

@@ -12,13 +12,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
-#include "absl/strings/str_split.h"
 #include "client/tls.h"
 #include "fencegate/v1/audit.pb.h"
 #include "fencegate/v1/gateway.grpc.pb.h"
 #include "fencegate/v1/lease.grpc.pb.h"
-#include "google/protobuf/util/json_util.h"
 #include "grpcpp/create_channel.h"
+#include "tests/json_lines.h"
 #include "tests/test_certs.h"
 #include "tests/test_util.h"
 
@@ -166,22 +165,9 @@ class TrustFixture : public ::testing::Test {
 
   // The audit log's records so far.
   std::vector<v1::AuditRecord> AuditRecords() const {
-    std::vector<v1::AuditRecord> records;
     absl::StatusOr<std::string> text = ReadFile(audit_path_);
-    if (!text.ok()) return records;
-    // The writer may be part-way through the last record: only whole lines.
-    absl::string_view whole = *text;
-    whole = whole.substr(0, whole.rfind('\n') + 1);
-    for (absl::string_view line : absl::StrSplit(whole, '\n')) {
-      if (line.empty()) continue;
-      v1::AuditRecord record;
-      EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(std::string(line),
-                                                              &record)
-                      .ok())
-          << line;
-      records.push_back(std::move(record));
-    }
-    return records;
+    if (!text.ok()) return {};
+    return ParseJsonLines<v1::AuditRecord>(*text);
   }
 
   TempDir dir_;
