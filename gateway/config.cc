@@ -110,7 +110,7 @@ absl::StatusOr<GatewayOptions> ResolveOptions(const v1::GatewayConfig& config) {
   for (const v1::Route& route : config.routes()) {
     RouteSpec spec{route.name(), route.uri(), {}};
     for (const v1::NamedStatement& st : route.statements()) {
-      spec.statements.emplace_back(st.name(), st.sql());
+      spec.statements.push_back({st.name(), st.sql(), st.session_safe()});
     }
     options.routes.push_back(std::move(spec));
   }

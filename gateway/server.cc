@@ -115,8 +115,9 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
     route_names.push_back(route.name);
   }
   s->request_metrics_ = std::make_unique<RequestMetrics>(metrics, route_names);
-  absl::StatusOr<std::unique_ptr<Router>> router =
-      Router::Create(adapters, options.routes, metrics);
+  absl::StatusOr<std::unique_ptr<Router>> router = Router::Create(
+      adapters, options.routes, metrics,
+      [](const std::string& message) { Log(LogSeverity::kWarning, message); });
   if (!router.ok()) return router.status();
   s->router_ = *std::move(router);
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
@@ -127,8 +128,8 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
     s->policy_env_.watched.insert(spec.kind);
   }
   for (const RouteSpec& route : options.routes) {
-    for (const auto& [name, sql] : route.statements) {
-      s->policy_env_.statement_names.insert(name);
+    for (const NamedStatementSpec& statement : route.statements) {
+      s->policy_env_.statement_names.insert(statement.name);
     }
   }
   std::shared_ptr<const Policy> policy;

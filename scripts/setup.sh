@@ -15,7 +15,8 @@ PACKAGES=(
   libhiredis-dev redis-server
   libzookeeper-mt-dev zookeeper
   prometheus-cpp-dev
-  clang clang-tidy libclang-rt-14-dev git
+  clang clang-tidy libclang-rt-14-dev libfuzzer-14-dev git
+  libpg-query-dev libcli11-dev python3-psycopg
 )
 
 missing=()

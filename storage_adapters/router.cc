@@ -30,7 +30,8 @@ bool IsValidStatementName(absl::string_view name) {
 
 absl::StatusOr<std::unique_ptr<Router>> Router::Create(
     const AdapterRegistry& registry, const std::vector<RouteSpec>& routes,
-    const MetricsContext& metrics) {
+    const MetricsContext& metrics,
+    std::function<void(const std::string&)> on_warning) {
   if (routes.empty()) {
     return absl::InvalidArgumentError("routes: at least one route is needed");
   }
@@ -45,17 +46,24 @@ absl::StatusOr<std::unique_ptr<Router>> Router::Create(
       return absl::InvalidArgumentError(
           absl::StrCat("route \"", spec.name, "\": defined twice"));
     }
+    AdapterContext context{spec.name, metrics, {}};
+    if (on_warning) {
+      context.on_warning = [on_warning,
+                            route = spec.name](const std::string& message) {
+        on_warning(absl::StrCat("route ", route, ": ", message));
+      };
+    }
     absl::StatusOr<std::unique_ptr<StorageAdapter>> adapter =
-        registry.Create(spec.uri, AdapterContext{spec.name, metrics});
+        registry.Create(spec.uri, context);
     if (!adapter.ok()) {
       return absl::Status(adapter.status().code(),
                           absl::StrCat("route \"", spec.name,
                                        "\": ", adapter.status().message()));
     }
     Route route{*std::move(adapter), {}};
-    for (const auto& statement : spec.statements) {
-      const std::string& name = statement.first;
-      const std::string& sql = statement.second;
+    for (const NamedStatementSpec& statement : spec.statements) {
+      const std::string& name = statement.name;
+      const std::string& sql = statement.sql;
       auto bad = [&](absl::string_view why) {
         return absl::InvalidArgumentError(absl::StrCat(
             "route \"", spec.name, "\": statement \"", name, "\": ", why));
@@ -64,10 +72,8 @@ absl::StatusOr<std::unique_ptr<Router>> Router::Create(
         return bad("a name is 1-64 of letters, digits and '_'");
       }
       if (route.statements.contains(name)) return bad("defined twice");
-      google::protobuf::RepeatedPtrField<v1::Operation> probe;
-      probe.Add()->mutable_sql()->set_sql(sql);
-      if (absl::Status s = route.adapter->Validate(
-              WriteTarget{"statement", 0, "statement", ""}, probe);
+      if (absl::Status s = route.adapter->AddNamedStatement(
+              name, sql, statement.session_safe);
           !s.ok()) {
         return bad(s.message());
       }

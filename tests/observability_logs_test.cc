@@ -120,13 +120,13 @@ class JsonLogTest : public ::testing::Test {
 };
 
 TEST_F(JsonLogTest, AMultiLinePostgresErrorIsOneJsonLine) {
-  // A syntax error: PostgreSQL's message spans lines (LINE 1: ..., ^).
-  EXPECT_FALSE(Write("jobs", 1, "db/t", "SELEC\n1", "multi").ok());
+  // A bad literal: PostgreSQL's message spans lines (LINE 1: ..., ^).
+  EXPECT_FALSE(Write("jobs", 1, "db/t", "SELECT\n'x'::int", "multi").ok());
   std::optional<v1::LogEntry> entry;
   ASSERT_TRUE(
       WaitFor([&] { return (entry = Find("multi", "failed")).has_value(); }));
   EXPECT_EQ(entry->severity(), "error");
-  EXPECT_TRUE(absl::StrContains(entry->message(), "syntax error"))
+  EXPECT_TRUE(absl::StrContains(entry->message(), "invalid input syntax"))
       << entry->message();
   EXPECT_TRUE(entry->has_time());
 }

@@ -65,12 +65,24 @@ class PostgresAdapterTest : public ::testing::Test {
     adapter_ = MakeAdapter("");
   }
 
-  std::unique_ptr<StorageAdapter> MakeAdapter(const std::string& params) {
+  std::unique_ptr<StorageAdapter> MakeAdapter(
+      const std::string& params, const AdapterContext& context = {}) {
     AdapterRegistry registry;
     EXPECT_OK(RegisterBuiltinAdapters(&registry));
-    auto adapter = registry.Create(server_->Uri(params));
+    auto adapter = registry.Create(server_->Uri(params), context);
     EXPECT_TRUE(adapter.ok()) << adapter.status();
     return adapter.ok() ? *std::move(adapter) : nullptr;
+  }
+
+  // untimed(): switches the server's statement_timeout off for the rest of
+  // the calling transaction, as a function the database's owner wrote
+  // could. The classifier cannot see into a function, so what follows it
+  // in the Write is bounded only by the gateway's own cancel.
+  static void CreateUntimedFunction() {
+    Exec(
+        "CREATE OR REPLACE FUNCTION untimed() RETURNS void LANGUAGE sql AS "
+        "$$SELECT set_config('statement_timeout', '0', true)$$");
+    Exec("GRANT EXECUTE ON FUNCTION untimed() TO fencegate_worker");
   }
 
   static pqxx::result Exec(const std::string& sql) {

@@ -105,15 +105,16 @@ TEST_F(PostgresAdapterTest, TransactionControlIsRefused) {
   EXPECT_THAT(copy.message(), HasSubstr("COPY"));
   EXPECT_EQ(Count(), 1);
   EXPECT_EQ(StoredFence("d"), 1);
-  // A statement that is only a comment is an empty query: no error, no rows.
-  OpResults results;
-  ASSERT_OK(
+  // A statement that is only a comment holds no statement: refused.
+  absl::Status empty =
       Apply("d", 2,
-            {Sql("-- nothing to do"), Sql("INSERT INTO jobs (id) VALUES (3)")},
-            &results));
-  ASSERT_EQ(results.size(), 2);
-  EXPECT_EQ(results[0].sql().rows_affected(), 0u);
-  EXPECT_EQ(results[1].sql().rows_affected(), 1u);
+            {Sql("-- nothing to do"), Sql("INSERT INTO jobs (id) VALUES (3)")});
+  EXPECT_THAT(empty, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(empty.message(), HasSubstr("ops[0].sql: holds no statement"));
+  OpResults results;
+  ASSERT_OK(Apply("d", 2, {Sql("INSERT INTO jobs (id) VALUES (3)")}, &results));
+  ASSERT_EQ(results.size(), 1);
+  EXPECT_EQ(results[0].sql().rows_affected(), 1u);
   EXPECT_EQ(Count(), 2);
   // Words that only start like one are fine.
   ASSERT_OK(Apply(

@@ -301,6 +301,7 @@ TEST_F(PostgresBatchTest, BatchInterruptedBySessionEndIsRetried) {
 // again. Two slow Writes that switched the server's timeout off travel in
 // one batch; both are cancelled, rolled back.
 TEST_F(PostgresBatchTest, EveryWriteOfABatchIsWatched) {
+  CreateUntimedFunction();
   auto one_connection = MakeAdapter("pool_size=1&statement_timeout_ms=200");
   ASSERT_OK(Apply(one_connection.get(), "warm", 1,
                   {Sql("INSERT INTO jobs (id) VALUES (100)")}));
@@ -312,7 +313,7 @@ TEST_F(PostgresBatchTest, EveryWriteOfABatchIsWatched) {
       std::vector<v1::Operation> ops = {
           Sql("INSERT INTO jobs (id) VALUES ($1)", {Int(k)})};
       if (k > 0) {
-        ops.push_back(Sql("SET LOCAL statement_timeout = 0"));
+        ops.push_back(Sql("SELECT untimed()"));
         ops.push_back(Sql("SELECT pg_sleep(60)"));
       }
       outcomes[k] =

@@ -85,14 +85,15 @@ absl::StatusOr<std::unique_ptr<PostgresServer>> PostgresServer::Start() {
   }
   if (!started.ok()) return started;
   // The route role, as docs/postgres.md sets one up: no privilege but its
-  // tables' and the fence function (fencectl pg-setup). Tables the tests
-  // create as the superuser are granted to it.
+  // tables' and the fence function (fencectl pg-setup, which also takes
+  // TEMP from it). Tables the tests create as the superuser are granted to
+  // it; it may use schema public but create nothing there.
   std::string role_out;
   rc = Shell(
       absl::StrCat(
           server->bin_, "/psql -h ", server->dir_, " -p ", server->port_,
           " -U postgres -d postgres -v ON_ERROR_STOP=1 -qc \"CREATE ROLE ",
-          kWorkerRole, " LOGIN; GRANT ALL ON SCHEMA public TO ", kWorkerRole,
+          kWorkerRole, " LOGIN; GRANT USAGE ON SCHEMA public TO ", kWorkerRole,
           "; ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT ALL ON "
           "TABLES TO ",
           kWorkerRole,

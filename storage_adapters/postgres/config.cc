@@ -87,12 +87,34 @@ absl::StatusOr<PostgresAdapterOptions> ParsePostgresUri(const Uri& uri) {
                            "\": allow_privileged_role must be true or false"));
         }
         options.allow_privileged_role = kv.second == "true";
+      } else if (kv.first == "allow_dirty_statements") {
+        if (kv.second != "true" && kv.second != "false") {
+          return absl::InvalidArgumentError(
+              absl::StrCat("adapter URI \"", options.redacted_uri,
+                           "\": allow_dirty_statements must be true or false"));
+        }
+        options.allow_dirty_statements = kv.second == "true";
+      } else if (kv.first == "search_path") {
+        std::vector<std::string> schemas =
+            absl::StrSplit(kv.second, ',', absl::SkipEmpty());
+        for (const std::string& schema : schemas) {
+          if (schema != "$user" && (!postgres::IsPlainIdentifier(schema) ||
+                                    absl::StartsWith(schema, "pg_"))) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "adapter URI \"", options.redacted_uri,
+                "\": search_path=", kv.second,
+                " must list schemas (1-63 lower-case letters, digits and _, "
+                "not pg_...) or $user, separated by commas; pg_temp is added "
+                "last by the gateway"));
+          }
+        }
+        options.search_path = std::move(schemas);
       } else if (kv.first == "options") {
         return absl::InvalidArgumentError(absl::StrCat(
             "adapter URI \"", options.redacted_uri,
             "\": options is not accepted: session settings given at "
-            "connection would apply to every Write; set them for the role "
-            "(ALTER ROLE ... SET) or per Write (SET LOCAL)"));
+            "connection would apply to every Write (the route role may hold "
+            "no settings of its own either; docs/postgres.md)"));
       } else {
         defaults.erase(
             std::remove_if(defaults.begin(), defaults.end(),
@@ -106,10 +128,19 @@ absl::StatusOr<PostgresAdapterOptions> ParsePostgresUri(const Uri& uri) {
   for (const auto& [key, value] : defaults) {
     passthrough.push_back(absl::StrCat(key, "=", value));
   }
-  // In the startup packet, statement_timeout is the session's reset value,
-  // which the reset before every Write restores (%20 is a space, %3D '=').
-  passthrough.push_back(absl::StrCat("options=-c%20statement_timeout%3D",
-                                     options.statement_timeout_ms));
+  // In the startup packet, statement_timeout and search_path are the
+  // session's reset values, which a reset (DISCARD ALL) restores. Each
+  // schema is quoted, and pg_temp comes last, so that no temporary object
+  // can shadow a table or function a Write names (%20 is a space, %3D '=',
+  // %22 '"', %2C ',').
+  std::vector<std::string> path;
+  for (const std::string& schema : options.search_path) {
+    path.push_back(absl::StrCat("%22", schema, "%22"));
+  }
+  path.push_back("pg_temp");
+  passthrough.push_back(absl::StrCat(
+      "options=-c%20statement_timeout%3D", options.statement_timeout_ms,
+      "%20-c%20search_path%3D", absl::StrJoin(path, "%2C")));
   if (uri.authority.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("adapter URI \"", options.redacted_uri,

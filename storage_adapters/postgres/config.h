@@ -18,8 +18,15 @@
 //   max_result_rows      rows returned per Write, in total   Default: 1000
 //   max_result_bytes     bytes of returned fields per Write  Default: 4 MiB
 //   allow_privileged_role  use a role that is superuser or may create
-//                        roles, bypass RLS, or run programs and
-//                        read or write files on the server   Default: false
+//                        roles, bypass RLS, run programs and read or write
+//                        files on the server, or keep state beyond a Write
+//                        (TEMP, CREATE on a schema, other roles' membership,
+//                        settings of its own)                Default: false
+//   allow_dirty_statements take DO and CALL (run in BEGIN ... COMMIT,
+//                        the session reset after them)       Default: false
+//   search_path          schemas, comma-separated ($user allowed), pinned
+//                        in the startup packet with pg_temp last
+//                                                   Default: $user,public
 //
 // libpq parameters (sslmode, connect_timeout, application_name, ...) pass
 // through. Unless the URI sets them: connect_timeout=5; TCP keepalives
@@ -34,6 +41,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "storage_adapters/registry.h"
@@ -75,6 +83,14 @@ struct PostgresAdapterOptions {
   // pg_write_server_files, or one that can write the fence table
   // directly. Default: false (such a connection is refused).
   bool allow_privileged_role = false;
+  // Take DO blocks and CALLs (sql_classifier.h: dirty), which may change
+  // anything the session keeps: each runs last in its batch, inside
+  // BEGIN ... COMMIT, and the session is reset (DISCARD ALL) before its
+  // connection serves anyone else. Default: false (INVALID_ARGUMENT).
+  bool allow_dirty_statements = false;
+  // The session's search_path, sent in the startup packet with pg_temp
+  // appended last. Default: $user, public.
+  std::vector<std::string> search_path = {"$user", "public"};
 };
 
 // Parses and validates the URI. INVALID_ARGUMENT names the parameter.

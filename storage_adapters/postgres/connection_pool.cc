@@ -2,10 +2,8 @@
 
 #include "storage_adapters/postgres/connection_pool.h"
 
-#include <exception>
 
 #include "absl/strings/str_cat.h"
-#include "pqxx/except"
 
 namespace fencegate {
 
@@ -57,24 +55,21 @@ absl::StatusOr<PgConnectionPool::Lease> PgConnectionPool::Acquire() {
   }
   conn.reset();  // Closed by the server while idle: open a fresh one.
   // Open a new connection outside the lock: it can take connect_timeout.
-  try {
-    conn = std::make_unique<PgConnection>(conninfo_);
-    absl::Status set_up = setup_ ? setup_(*conn) : absl::OkStatus();
-    if (!set_up.ok()) {
-      conn.reset();
-      Release(nullptr, true);
-      return set_up;
-    }
-    return Lease(this, std::move(conn));
-  } catch (const std::exception& e) {
+  absl::StatusOr<std::unique_ptr<PgConnection>> opened =
+      PgConnection::Open(conninfo_);
+  if (!opened.ok()) {
     Release(nullptr, true);
-    std::string what = e.what();
-    while (!what.empty() && (what.back() == '\n' || what.back() == ' ')) {
-      what.pop_back();
-    }
     return absl::UnavailableError(
-        absl::StrCat("postgres ", redacted_, ": cannot connect: ", what));
+        absl::StrCat("postgres ", redacted_, ": ", opened.status().message()));
   }
+  conn = *std::move(opened);
+  absl::Status set_up = setup_ ? setup_(*conn) : absl::OkStatus();
+  if (!set_up.ok()) {
+    conn.reset();
+    Release(nullptr, true);
+    return set_up;
+  }
+  return Lease(this, std::move(conn));
 }
 
 void PgConnectionPool::Release(std::unique_ptr<PgConnection> conn,

@@ -91,6 +91,25 @@ BEGIN
     RAISE EXCEPTION 'fencegate.fence() must be the first write of its transaction'
       USING ERRCODE = '$ONCE';
   END IF;
+  -- The common case, a holder writing again with its token: a shared lock
+  -- on the row keeps it as it is, writes no new row version, and lets a
+  -- raise (which locks the row exclusively) wait for this transaction. The
+  -- plain read first keeps a raiser from holding the shared lock it would
+  -- then have to upgrade (two such raisers would deadlock); the locked read
+  -- sees the newest row, so a raise that landed in between is seen.
+  SELECT f.token INTO held FROM $S.fences AS f WHERE f.domain = p_domain;
+  IF held = p_token THEN
+    SELECT f.token INTO held FROM $S.fences AS f WHERE f.domain = p_domain
+      FOR SHARE;
+    IF held = p_token THEN
+      RETURN held;
+    END IF;
+  END IF;
+  IF held > p_token THEN
+    RAISE EXCEPTION 'stale fencing token % for domain %: the database holds %',
+      p_token, quote_literal(p_domain), held
+      USING ERRCODE = '$STALE', DETAIL = held::text;
+  END IF;
   INSERT INTO $S.fences AS f (domain, token) VALUES (p_domain, p_token)
   ON CONFLICT (domain) DO UPDATE SET token = EXCLUDED.token,
     updated_at = now() WHERE f.token <= EXCLUDED.token
@@ -110,6 +129,29 @@ $fn$)sql",
   sql.push_back(absl::StrCat("REVOKE ALL ON FUNCTION ", fn, " FROM PUBLIC"));
   sql.push_back(absl::StrCat("GRANT USAGE ON SCHEMA ", s, " TO ", r));
   sql.push_back(absl::StrCat("GRANT EXECUTE ON FUNCTION ", fn, " TO ", r));
+  // TEMP: a route role must not be able to keep temporary objects across
+  // Writes (role_check.h). PostgreSQL grants TEMP on every database to
+  // PUBLIC; when it still does, every other login role that is not a route
+  // role (one that may call fence()) gets it by name first, so that nothing
+  // else loses it, and PUBLIC's goes.
+  sql.push_back(absl::StrReplaceAll(
+      R"sql(DO $$DECLARE db text := pg_catalog.current_database(); r record;
+BEGIN
+  IF pg_catalog.has_database_privilege('public', db, 'TEMP') THEN
+    FOR r IN SELECT rolname FROM pg_catalog.pg_roles
+        WHERE rolcanlogin AND NOT rolsuper AND rolname <> '$ROLE'
+          AND NOT pg_catalog.has_function_privilege(oid, '$FN', 'EXECUTE')
+    LOOP
+      EXECUTE pg_catalog.format('GRANT TEMPORARY ON DATABASE %I TO %I', db,
+                                r.rolname);
+    END LOOP;
+    EXECUTE pg_catalog.format('REVOKE TEMPORARY ON DATABASE %I FROM PUBLIC',
+                              db);
+  END IF;
+  EXECUTE pg_catalog.format('REVOKE TEMPORARY ON DATABASE %I FROM %I', db,
+                            '$ROLE');
+END$$)sql",
+      {{"$ROLE", role}, {"$FN", fn}}));
   // Fences an earlier version kept in public.fencegate_fences: carried
   // over, raising only, so that no old holder is re-admitted.
   sql.push_back(absl::StrCat(

@@ -7,8 +7,10 @@
 //   <schema>.fences (domain text PRIMARY KEY, token bigint > 0, updated_at)
 //   <schema>.fence(domain text, token bigint) RETURNS bigint
 //
-// fence() raises the domain's row to `token`, or keeps it if equal, taking
-// the row's lock, and returns the token; if the row holds a higher token it
+// fence() raises the domain's row to `token` (locking it exclusively), or
+// keeps it if equal (locking it shared: transactions of one token run side
+// by side and write no new row version, and a raise waits for all of them),
+// and returns the token; if the row holds a higher token it
 // fails with SQLSTATE FG001 (kStaleSqlState), the database's token in the
 // error's DETAIL. It must be its transaction's first write (FG002
 // otherwise), which the gateway's call always is: SQL sent through a route
@@ -17,6 +19,11 @@
 // sent through a route can write, drop or read the fence table, and every name
 // is schema-qualified, so no search_path can redirect the call. Direct writers
 // call the same function first in each transaction (docs/postgres.md).
+//
+// pg-setup also takes TEMP on the database from the route role: where
+// PUBLIC still holds it (PostgreSQL's default), every other login role that
+// is neither a superuser nor a route role is granted it by name, then
+// PUBLIC's is revoked, so that no other application loses it.
 //
 // `fencectl pg-setup` runs SetUpFenceSchema(); the gateway itself creates
 // nothing and needs no privilege beyond its role's.
@@ -41,6 +48,9 @@ inline constexpr char kStaleSqlState[] = "FG001";
 // SQLSTATE of fence() called after its transaction already wrote
 // something: it must come first (so client SQL cannot call it again).
 inline constexpr char kNotFirstSqlState[] = "FG002";
+
+// The name under which every route connection prepares FenceCallSql().
+inline constexpr char kFenceStatement[] = "fencegate_fence";
 
 // True for a name fencegate accepts as schema or role: 1-63 lower-case
 // letters, digits and '_', not starting with a digit.

@@ -1,12 +1,14 @@
 // Copyright fencegate authors.
 //
-// PgConnection: a libpqxx connection that also lends out its libpq handle.
+// PgConnection: one libpq connection of a PostgreSQL route, and what the
+// adapter knows about its session.
 //
-// libpqxx opens, sets up and closes the connection; the adapter's write path
-// uses libpq's pipeline mode on the same handle (libpqxx 6 has no API for
-// it), which sends a whole Write -- fence upsert, statements, sync -- in one
-// round trip. The two never overlap: libpqxx is used only while no pipeline
-// is open, and the pipeline only while no libpqxx transaction is.
+// The adapter drives it in libpq's pipeline mode (a batch of Writes, each
+// with its fence call, statements and sync, in one round trip); set-up
+// queries (the role check, preparing the fence call) run on it before its
+// first batch. It records the parameters the server reported when the
+// session was fresh (the tripwire's baseline: a Write that changes one of
+// them has changed the session).
 //
 // Thread safety: none; one thread at a time (the pool hands it to one).
 
@@ -15,24 +17,33 @@
 
 #include <libpq-fe.h>
 
+#include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
-#include "pqxx/connection"
-#include "pqxx/connection_base"
+#include "absl/status/statusor.h"
+#include "storage_adapters/postgres/sql_text.h"
 
 namespace fencegate {
 
-class PgConnection final : public pqxx::connection_base {
+class PgConnection final {
  public:
-  // Connects now; throws pqxx::broken_connection if it cannot.
-  explicit PgConnection(const std::string& conninfo);
+  // Connects now (blocking, up to the conninfo's connect_timeout).
+  // UNAVAILABLE with libpq's message if it cannot.
+  static absl::StatusOr<std::unique_ptr<PgConnection>> Open(
+      const std::string& conninfo);
   PgConnection(const PgConnection&) = delete;
   PgConnection& operator=(const PgConnection&) = delete;
-  ~PgConnection() noexcept;
+  ~PgConnection();
 
-  // The libpq handle, or nullptr once libpqxx dropped the connection.
-  // Owned by this object.
-  PGconn* raw() const { return policy_.current(); }
+  // The libpq handle, owned by this object; never null.
+  PGconn* raw() const { return conn_; }
+
+  // Runs one query with text parameters outside pipeline mode and waits
+  // for it. UNAVAILABLE with PostgreSQL's message if it fails.
+  absl::StatusOr<postgres::PgResult> Exec(
+      const std::string& sql, const std::vector<std::string>& params = {});
 
   // True if the connection can take a request: open, idle, and the server
   // has sent nothing since the last request (a server that shuts down or
@@ -45,25 +56,20 @@ class PgConnection final : public pqxx::connection_base {
   // notice receiver, not to a result; other notices are dropped.
   bool ended_between_queries() const { return ended_between_queries_; }
 
+  // Records the parameters the server reports now (PQparameterStatus) as
+  // the session's baseline.
+  void RecordBaseline();
+  // The first reported parameter whose value differs from the baseline,
+  // as "name: before -> now"; empty if none does.
+  std::string ChangedParameter() const;
+
  private:
-  // Records the handle libpqxx opens and forgets it when libpqxx drops it.
-  class Policy final : public pqxx::connect_direct {
-   public:
-    explicit Policy(const std::string& opts) : connect_direct(opts) {}
-    handle do_startconnect(handle orig) override;
-    handle do_completeconnect(handle orig) override;
-    handle do_dropconnect(handle orig) noexcept override;
-    handle do_disconnect(handle orig) noexcept override;
-    PGconn* current() const { return handle_; }
-
-   private:
-    PGconn* handle_ = nullptr;
-  };
-
+  explicit PgConnection(PGconn* conn);
   static void OnNotice(void* self, const PGresult* notice);
 
-  Policy policy_;
+  PGconn* const conn_;
   bool ended_between_queries_ = false;
+  std::vector<std::pair<const char*, std::string>> baseline_;
 };
 
 }  // namespace fencegate

@@ -12,6 +12,7 @@
 #include <system_error>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/limits.h"
@@ -23,27 +24,18 @@
 namespace fencegate {
 namespace {
 
-using postgres::FirstKeyword;
-using postgres::IsTransactionControl;
+using postgres::StatementClass;
 
 constexpr size_t kMaxSqlBytes = 1 << 20;
 constexpr int kMaxParams = 65535;
-
 }  // namespace
-
-bool NeedsTransactionBlock(const Operations& ops) {
-  for (const v1::Operation& op : ops) {
-    if (op.op_case() != v1::Operation::kSql) continue;
-    const std::string first = FirstKeyword(op.sql().sql());
-    if (first == "DO" || first == "CALL") return true;
-  }
-  return false;
-}
 
 PostgresAdapter::PostgresAdapter(PostgresAdapterOptions options,
                                  const AdapterContext& context)
     : options_(std::move(options)),
       fence_call_sql_(postgres::FenceCallSql(options_.fence_schema)),
+      on_warning_(context.on_warning),
+      classifier_(postgres::StatementClassifier::Options{}),
       spread_after_(std::clamp(absl::Milliseconds(options_.spread_after_ms),
                                absl::ZeroDuration(),
                                absl::Milliseconds(options_.pool_wait_ms) / 2)),
@@ -71,6 +63,35 @@ PostgresAdapter::PostgresAdapter(PostgresAdapterOptions options,
         {{"route", context.route}, {"state", "busy"}},
         [this] { return static_cast<double>(pool_.Counts().busy); });
   }
+  if (context.metrics.enabled()) {
+    escapes_ = &prometheus::BuildCounter()
+                    .Name("fencegate_postgres_session_escapes_total")
+                    .Help(
+                        "Batches after which a PostgreSQL session's "
+                        "reported parameters differed from its baseline "
+                        "(the connection was closed)")
+                    .Register(*context.metrics.registry)
+                    .Add({{"route", context.route}});
+    auto& lookups = prometheus::BuildCounter()
+                        .Name("fencegate_postgres_classifier_lookups_total")
+                        .Help(
+                            "SQL texts classified, by whether the verdict "
+                            "was cached")
+                        .Register(*context.metrics.registry);
+    classifier_hits_ =
+        &lookups.Add({{"route", context.route}, {"result", "hit"}});
+    classifier_misses_ =
+        &lookups.Add({{"route", context.route}, {"result", "miss"}});
+    constexpr char kCacheHelp[] = "The SQL classifier's cache, by size";
+    cache_entries_gauge_ = context.metrics.scrape_gauges->Add(
+        "fencegate_postgres_classifier_cache", kCacheHelp,
+        {{"route", context.route}, {"size", "entries"}},
+        [this] { return static_cast<double>(classifier_.counts().entries); });
+    cache_bytes_gauge_ = context.metrics.scrape_gauges->Add(
+        "fencegate_postgres_classifier_cache", kCacheHelp,
+        {{"route", context.route}, {"size", "bytes"}},
+        [this] { return static_cast<double>(classifier_.counts().bytes); });
+  }
   absl::MutexLock lock(&queue_mu_);
   // Starting a sender then allocates nothing but the thread.
   senders_.reserve(static_cast<size_t>(options_.pool_size));
@@ -80,19 +101,69 @@ absl::Status PostgresAdapter::SetUpConnection(PgConnection& c) {
   absl::StatusOr<postgres::RoleAttributes> role =
       postgres::ReadRoleAttributes(c, options_.fence_schema);
   if (!role.ok()) return role.status();
-  return postgres::CheckRole(*role, options_.fence_schema,
-                             options_.allow_privileged_role);
+  if (absl::Status s = postgres::CheckRole(*role, options_.fence_schema,
+                                           options_.allow_privileged_role);
+      !s.ok()) {
+    return s;
+  }
+  // Prepared once; nothing a safe Write sends can drop it, and the reset
+  // after a dirty one prepares it again.
+  postgres::PgResult prepared(PQprepare(c.raw(), postgres::kFenceStatement,
+                                        fence_call_sql_.c_str(), 2, nullptr));
+  if (prepared == nullptr ||
+      PQresultStatus(prepared.get()) != PGRES_COMMAND_OK) {
+    return absl::UnavailableError(absl::StrCat(
+        "postgres: preparing the fence call: ",
+        prepared == nullptr
+            ? postgres::ConnectionError(c.raw())
+            : postgres::Trimmed(PQresultErrorMessage(prepared.get()))));
+  }
+  c.RecordBaseline();
+  return absl::OkStatus();
+}
+
+absl::Status PostgresAdapter::AddNamedStatement(const std::string& name,
+                                                const std::string& sql,
+                                                bool session_safe) {
+  if (sql.find('\0') != std::string::npos) {
+    return absl::InvalidArgumentError(
+        "holds a NUL byte, where PostgreSQL would cut the statement");
+  }
+  const postgres::Verdict verdict = postgres::ClassifyStatement(sql);
+  if (verdict.statement.empty() ||
+      absl::StartsWith(verdict.statement, "transaction control") ||
+      verdict.statement == "COPY") {
+    return absl::InvalidArgumentError(verdict.reason);
+  }
+  named_[name] = verdict.kind == StatementClass::kSafe || session_safe
+                     ? StatementClass::kSafe
+                     : StatementClass::kDirty;
+  return absl::OkStatus();
+}
+
+StatementClass PostgresAdapter::ClassOf(const v1::SqlStatement& op) const {
+  if (op.has_statement()) {
+    auto it = named_.find(op.statement());
+    if (it != named_.end()) return it->second;
+  }
+  return classifier_.Classify(op.sql()).kind;
+}
+
+bool PostgresAdapter::IsDirty(const Operations& ops) const {
+  return std::any_of(ops.begin(), ops.end(), [this](const v1::Operation& op) {
+    return op.has_sql() && ClassOf(op.sql()) == StatementClass::kDirty;
+  });
 }
 
 absl::StatusOr<std::string> PostgresAdapter::CheckAtStartup() {
-  std::unique_ptr<PgConnection> c;
-  try {
-    c = std::make_unique<PgConnection>(options_.conninfo);
-  } catch (const std::exception& e) {
+  absl::StatusOr<std::unique_ptr<PgConnection>> opened =
+      PgConnection::Open(options_.conninfo);
+  if (!opened.ok()) {
     return absl::StrCat("postgres ", options_.redacted_uri,
-                        ": not reachable yet (", postgres::Trimmed(e.what()),
+                        ": not reachable yet (", opened.status().message(),
                         "); every new connection's role will be checked");
   }
+  std::unique_ptr<PgConnection> c = *std::move(opened);
   absl::StatusOr<postgres::RoleAttributes> role =
       postgres::ReadRoleAttributes(*c, options_.fence_schema);
   if (!role.ok()) {
@@ -199,19 +270,26 @@ absl::Status PostgresAdapter::Validate(const WriteTarget& target,
       return absl::InvalidArgumentError(absl::StrCat(
           "ops[", i, "].sql: longer than ", kMaxSqlBytes, " bytes"));
     }
-    size_t end = 0;
-    const std::string first = FirstKeyword(stmt.sql(), &end);
-    if (first == "COPY") {
-      return absl::InvalidArgumentError(
-          absl::StrCat("ops[", i,
-                       "].sql: COPY cannot run in a Write; use INSERT or "
-                       "SELECT"));
-    }
-    if (IsTransactionControl(first,
-                             absl::string_view(stmt.sql()).substr(end))) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("ops[", i, "].sql: transaction control (", first,
-                       ") is not allowed: each Write is one transaction"));
+    if (stmt.has_statement() && named_.contains(stmt.statement())) {
+      // Classified at start-up (AddNamedStatement).
+    } else {
+      bool hit = false;
+      const postgres::Verdict verdict = classifier_.Classify(stmt.sql(), &hit);
+      if (classifier_hits_ != nullptr) {
+        (hit ? classifier_hits_ : classifier_misses_)->Increment();
+      }
+      if (verdict.kind == StatementClass::kRefused) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("ops[", i, "].sql: ", verdict.reason));
+      }
+      if (verdict.kind == StatementClass::kDirty &&
+          !options_.allow_dirty_statements) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "ops[", i, "].sql: ", verdict.statement,
+            " runs code that may change the pooled session; this route does "
+            "not take it (the route's URI can allow it with "
+            "allow_dirty_statements=true; docs/postgres.md)"));
+      }
     }
     if (stmt.params_size() > kMaxParams) {
       return absl::InvalidArgumentError(
@@ -290,7 +368,7 @@ void PostgresAdapter::ApplyAsync(const WriteTarget& target,
   w->results = results;
   w->done = std::move(done);
   w->queued_at = absl::Now();
-  w->block = NeedsTransactionBlock(ops);
+  w->dirty = IsDirty(ops);
   PendingWrite* queued = w.get();
   absl::Status refused;
   {
@@ -366,9 +444,10 @@ void PostgresAdapter::Send() {
       queue_.pop_front();
       ++batch.back()->attempts;
       sending.push_back(batch.back().get());
-      // If it fails, its transaction block stays open, aborted, until the
-      // connection is dropped: no other Write may follow it.
-      if (batch.back()->block) break;
+      // Its session is reset after it, and if it fails, its transaction
+      // block stays open, aborted, until the connection is dropped: no
+      // other Write may follow it.
+      if (batch.back()->dirty) break;
     }
     queue_mu_.Unlock();
     // The next batch goes out first, and the one read before it is
@@ -400,7 +479,6 @@ PostgresAdapter::ReportBatch(std::vector<std::unique_ptr<PendingWrite>> batch) {
       w->retryable = false;
       w->stale = false;
       w->held = 0;
-      w->unreset = false;
       retries.push_back(std::move(w));
       continue;
     }

@@ -5,28 +5,43 @@
 //
 // Every Write is one transaction, sent in one round trip (libpq's pipeline
 // mode: the queries and a sync go out together, and the server runs them as
-// one implicit transaction that commits at the sync). It starts with
-// DISCARD ALL, which PostgreSQL runs and commits by itself, so that each
-// Write runs on a session as fresh as a new connection's: nothing an earlier
-// Write set (role, settings, prepared statements, temporary objects,
-// LISTEN, advisory locks, cursors) reaches it; if the reset fails, nothing
-// of the Write runs (it is sent again on a fresh connection). Then:
-//   1. <fence_schema>.fence(domain, token) (fence_schema.h): the domain's
-//      row is raised, or kept if equal, under its row lock, so concurrent
-//      transactions of the domain serialize; if the database already holds
-//      a higher token -- from another gateway or a direct writer following
-//      the same protocol -- it fails (SQLSTATE FG001), the server skips
-//      every statement after it, and the write fails as stale
-//      (FAILED_PRECONDITION with a StaleToken detail holding the
-//      database's token), exactly like a stale write refused by the gateway;
+// one implicit transaction that commits at the sync):
+//   1. <fence_schema>.fence(domain, token) (fence_schema.h), prepared once
+//      per connection: the domain's row is raised, or kept if equal, under
+//      its row lock, so a raise waits for the transactions of lower tokens;
+//      if the database already holds a higher token -- from another gateway
+//      or a direct writer following the same protocol -- it fails (SQLSTATE
+//      FG001), the server skips every statement after it, and the write
+//      fails as stale (FAILED_PRECONDITION with a StaleToken detail holding
+//      the database's token), exactly like a stale write refused by the
+//      gateway;
 //   2. the statements run in order, each with its parameters;
 //   3. the sync commits. Any failure rolls back everything, the fence row
 //      included.
-// A Write with a DO block or a CALL is wrapped in BEGIN ... COMMIT instead:
-// in a transaction block PostgreSQL forbids them to commit or roll back
-// ("invalid transaction termination"); such a Write ends its batch, and the
-// connection is dropped if it fails, so that no later Write runs in its
-// aborted block.
+//
+// Sessions are pooled and are not reset between Writes. Instead, Validate
+// knows what each statement can do to its session, from PostgreSQL's own
+// parser (sql_classifier.h), and refuses (INVALID_ARGUMENT, naming the
+// statement kind) every statement that could leave state behind for a later
+// Write: utility statements (SET, PREPARE, LISTEN, DECLARE, CREATE TEMP,
+// BEGIN, COMMIT, COPY, ...), SELECT INTO, more than one statement, text that
+// does not parse, and calls of functions that reach session state
+// (set_config, session advisory locks, currval, dblink, ...). Dirty
+// statements -- DO and CALL, on routes with allow_dirty_statements=true, and
+// named statements not marked session_safe -- run last in their batch,
+// wrapped in BEGIN ... COMMIT (in a transaction block PostgreSQL forbids
+// them to commit or roll back), and the session is reset (DISCARD ALL, and
+// the fence call prepared again) in the same round trip, before the
+// connection serves another Write; if the dirty Write or the reset fails,
+// the connection is closed. As a tripwire, after each batch every parameter
+// the server reports (PQparameterStatus) is compared with the session's
+// baseline: a difference closes the connection, is counted
+// (fencegate_postgres_session_escapes_total) and reported to the route's
+// warning sink with the batch's request ids. The route role itself must not
+// be able to make anything outlast a Write (role_check.h: no TEMP, no
+// CREATE on any schema, no other role's membership, no settings of its own),
+// and search_path is pinned in the startup packet with pg_temp last.
+//
 // Concurrent Writes share round trips: at most pool_size batches are in
 // flight, one per connection, and a Write that arrives while they are
 // waits in a queue and goes out with the next batch (up to kMaxBatch
@@ -50,17 +65,13 @@
 // on its connection completed, or past its client's deadline, is cancelled
 // from the gateway (PQcancel), so no statement outlives the route's timeout
 // whatever the session set; the Write fails DEADLINE_EXCEEDED, rolled back.
-//
-// Statements must not control the transaction: BEGIN, COMMIT, ROLLBACK,
-// SAVEPOINT and the like are refused by Validate (INVALID_ARGUMENT), and a
-// statement that still leaves a transaction open is rolled back and refused.
-// COPY is refused by Validate too, and so are NUL bytes in SQL text or text
-// parameters (libpq would cut the string there).
+// NUL bytes in SQL text or text parameters are refused by Validate (libpq
+// would cut the string there).
 //
 // Every new connection reads its role's privileges (role_check.h) and is
 // refused (FAILED_PRECONDITION) if the role cannot call the fence function,
-// or is privileged and the URI does not allow it; CheckAtStartup does the
-// same once before the gateway serves.
+// or is privileged or can keep state beyond a Write and the URI does not
+// allow it; CheckAtStartup does the same once before the gateway serves.
 //
 // Errors: SQL errors carry the SQLSTATE in the message and a SqlError
 // detail; integrity violations (class 23) are FAILED_PRECONDITION, a
@@ -82,6 +93,7 @@
 #include <libpq-fe.h>
 
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -89,10 +101,13 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "prometheus/counter.h"
 #include "prometheus/histogram.h"
 #include "storage_adapters/postgres/config.h"
 #include "storage_adapters/postgres/connection_pool.h"
+#include "storage_adapters/postgres/sql_classifier.h"
 #include "storage_adapters/postgres/statement_watchdog.h"
 #include "storage_adapters/registry.h"
 #include "storage_adapters/storage_adapter.h"
@@ -102,16 +117,27 @@ namespace fencegate {
 class PostgresAdapter final : public StorageAdapter {
  public:
   // With metrics on, exports fencegate_postgres_connections{route,state}
-  // (idle, busy; read at scrape) and fencegate_postgres_queue_wait_seconds
+  // (idle, busy; read at scrape), fencegate_postgres_queue_wait_seconds
   // {route} (from a write's queueing to a sender taking it into a batch, or
   // to its giving up after pool_wait_ms; a write sent again after a broken
-  // connection is observed each time it waited).
+  // connection is observed each time it waited),
+  // fencegate_postgres_session_escapes_total{route},
+  // fencegate_postgres_classifier_lookups_total{route,result=hit|miss} and
+  // fencegate_postgres_classifier_cache{route,size=entries|bytes}.
   explicit PostgresAdapter(PostgresAdapterOptions options,
                            const AdapterContext& context = {});
   ~PostgresAdapter() override;
 
   absl::Status Validate(const WriteTarget& target,
                         const Operations& ops) const override;
+  // Classifies `sql` (sql_classifier.h): INVALID_ARGUMENT for text that
+  // holds no single statement, transaction control or COPY; otherwise the
+  // statement is kept by name, safe if it classifies so or `session_safe`,
+  // dirty otherwise (allowed whatever allow_dirty_statements says: the
+  // operator wrote it).
+  absl::Status AddNamedStatement(const std::string& name,
+                                 const std::string& sql,
+                                 bool session_safe) override;
   // Blocks until the write's outcome is known.
   absl::Status Apply(const WriteTarget& target, const Operations& ops,
                      OpResults* results) override;
@@ -143,8 +169,7 @@ class PostgresAdapter final : public StorageAdapter {
     bool retryable = false;  // Nothing was committed; safe to send again.
     bool stale = false;      // The database holds a higher token.
     uint64_t held = 0;       // The database's token, when stale.
-    bool block = false;      // Sent in BEGIN ... COMMIT (DO or CALL).
-    bool unreset = false;    // Its reset failed: drop the session.
+    bool dirty = false;      // Sent in BEGIN ... COMMIT, then a reset.
   };
   // How a write's results ended: at its sync, or with the connection.
   enum class Ending {
@@ -203,6 +228,19 @@ class PostgresAdapter final : public StorageAdapter {
   void SpreadLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_);
   // Queues one write's queries and its sync; false if sending failed.
   bool SendWrite(PGconn* c, const PendingWrite& w);
+  // Queues the session reset after a dirty write: DISCARD ALL, the fence
+  // call prepared again, and a sync; false if sending failed.
+  bool SendReset(PGconn* c);
+  // Reads the reset's results; false if it failed (drop the connection).
+  bool ReadReset(PGconn* c);
+  // After a batch: true if the session's reported parameters still match
+  // its baseline; otherwise counts and reports the escape.
+  bool SessionUnchanged(PgConnection& conn,
+                        const std::vector<PendingWrite*>& batch, size_t sent);
+  // The verdict for operation `op` (named statements by their name).
+  postgres::StatementClass ClassOf(const v1::SqlStatement& op) const;
+  // True if any operation of `ops` is dirty.
+  bool IsDirty(const Operations& ops) const;
   // Reads one write's results (its reset's first) up to its sync.
   Ending ReadWrite(PgConnection& conn, PendingWrite* w,
                    const postgres::StatementWatchdog::Watch& watch);
@@ -211,6 +249,16 @@ class PostgresAdapter final : public StorageAdapter {
 
   const PostgresAdapterOptions options_;
   const std::string fence_call_sql_;
+  const std::function<void(const std::string&)> on_warning_;
+  // Verdicts of SQL texts sent by callers (bounded cache).
+  mutable postgres::StatementClassifier classifier_;
+  // Named statements' classes, by name; filled before the first Write.
+  absl::flat_hash_map<std::string, postgres::StatementClass> named_;
+  // Null when metrics are off.
+  prometheus::Counter* escapes_ = nullptr;
+  prometheus::Counter* classifier_hits_ = nullptr;
+  prometheus::Counter* classifier_misses_ = nullptr;
+  std::shared_ptr<void> cache_entries_gauge_, cache_bytes_gauge_;
   // options_.spread_after_ms, at most half of pool_wait_ms.
   const absl::Duration spread_after_;
   PgConnectionPool pool_;
@@ -237,10 +285,6 @@ class PostgresAdapter final : public StorageAdapter {
   // Runs ExpireQueued(); last, so it starts after everything it uses.
   std::thread expirer_;
 };
-
-// True if `ops` hold a DO block or a CALL, which the adapter runs inside
-// BEGIN ... COMMIT so that they cannot end the transaction.
-bool NeedsTransactionBlock(const Operations& ops);
 
 }  // namespace fencegate
 

@@ -1,9 +1,10 @@
 // Copyright fencegate authors.
 //
 // PostgresAdapter, one batch on one connection: sending each write's
-// pipeline (the session reset and its sync; then the fence call, the
-// statements -- inside BEGIN ... COMMIT for DO and CALL -- and a sync) and
-// reading its results back.
+// pipeline (the prepared fence call, the statements -- inside BEGIN ...
+// COMMIT for a dirty write -- and a sync; after a dirty write, the session
+// reset and its sync) and reading its results back, then checking the
+// session's reported parameters against its baseline.
 // The queue, the sender threads and the timer are in postgres_adapter.cc.
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/stale_token.h"
 #include "fencing/sync_point.h"
 #include "storage_adapters/postgres/fence_schema.h"
@@ -34,10 +36,10 @@ using postgres::SetRowsAffected;
 using postgres::SqlErrorStatus;
 using postgres::Trimmed;
 
-// Sent first in every Write's segment (it cannot run inside a transaction,
-// so PostgreSQL commits it by itself, before the Write's transaction
-// starts): the session as a new connection has it, but for the startup
-// packet's settings (statement_timeout), which are reset values.
+// The session reset after a dirty write: the session as a new connection
+// has it, but for the startup packet's settings (statement_timeout,
+// search_path), which are reset values. First in its own segment, where
+// PostgreSQL allows it.
 constexpr char kResetSql[] = "DISCARD ALL";
 
 // The connection broke after the write was sent, with no error before it.
@@ -91,6 +93,10 @@ size_t PostgresAdapter::SendBatch(std::optional<PgConnectionPool::Lease>* lease,
   // error in one write rolls back that write only.
   size_t sent = 0;
   while (sent < batch.size() && SendWrite(c, *batch[sent])) ++sent;
+  if (sent > 0 && batch[sent - 1]->dirty && !SendReset(c)) {
+    // The dirty write's sync went out whole: its outcome will be read; the
+    // reset's failure shows there, and the connection is dropped.
+  }
   for (size_t i = sent; i < batch.size(); ++i) {
     // Its sync never reached the server whole, so nothing was committed.
     batch[i]->status = absl::UnavailableError(absl::StrCat(
@@ -139,6 +145,7 @@ void PostgresAdapter::ReadBatch(std::optional<PgConnectionPool::Lease>* lease,
     return;
   }
   bool usable = true;
+  if (sent > 0 && batch[sent - 1]->dirty && !ReadReset(c)) usable = false;
   if (PQexitPipelineMode(c) != 1) {
     // Every result was read, so this cannot happen; the outcomes are known,
     // but do not reuse a connection in a state nobody expects.
@@ -149,16 +156,15 @@ void PostgresAdapter::ReadBatch(std::optional<PgConnectionPool::Lease>* lease,
       batch[i]->status = StaleTokenError(
           batch[i]->target->domain, batch[i]->target->token, batch[i]->held);
     }
-    if (batch[i]->unreset) usable = false;
   }
   // No cancel is sent from here on; one sent already may still reach the
   // server: then do not reuse the connection.
   if (watch->Disarm()) usable = false;
   const PGTransactionStatusType tx = PQtransactionStatus(c);
-  if (tx == PQTRANS_INERROR && sent > 0 && batch[sent - 1]->block &&
+  if (tx == PQTRANS_INERROR && sent > 0 && batch[sent - 1]->dirty &&
       !batch[sent - 1]->status.ok()) {
-    // The last write (a DO or CALL, always last in its batch) failed inside
-    // its BEGIN: its block is aborted, nothing of it committed. Dropping the
+    // The last write (dirty, always last in its batch) failed inside its
+    // BEGIN: its block is aborted, nothing of it committed. Dropping the
     // connection ends the block; every outcome is known.
     usable = false;
   } else if (tx != PQTRANS_IDLE) {
@@ -176,28 +182,72 @@ void PostgresAdapter::ReadBatch(std::optional<PgConnectionPool::Lease>* lease,
     }
     return;
   }
+  if (usable && !SessionUnchanged(l.conn(), batch, sent)) usable = false;
   if (!usable) {
     l.Discard();
     lease->reset();
   }
 }
 
-bool PostgresAdapter::SendWrite(PGconn* c, const PendingWrite& w) {
-  // First in the Write's segment, where PostgreSQL allows it: it commits
-  // by itself at once, and if it fails nothing after it runs.
-  if (PQsendQueryParams(c, kResetSql, 0, nullptr, nullptr, nullptr, nullptr,
-                        0) != 1) {
-    return false;
+bool PostgresAdapter::SessionUnchanged(PgConnection& conn,
+                                       const std::vector<PendingWrite*>& batch,
+                                       size_t sent) {
+  const std::string changed = conn.ChangedParameter();
+  if (changed.empty()) return true;
+  // A statement the classifier let through changed the session (a function
+  // that sets a reported parameter, say): close the connection rather than
+  // hand the change to the next Write. Once per connection, since it is
+  // closed now.
+  if (escapes_ != nullptr) escapes_->Increment();
+  if (on_warning_) {
+    std::vector<std::string> ids;
+    for (size_t i = 0; i < sent; ++i) {
+      ids.emplace_back(batch[i]->target->request_id.empty()
+                           ? "-"
+                           : std::string(batch[i]->target->request_id));
+    }
+    on_warning_(
+        absl::StrCat("postgres: a Write changed its pooled session (", changed,
+                     "); the connection was closed. request_ids of its batch: ",
+                     absl::StrJoin(ids, ",")));
   }
-  if (w.block && PQsendQueryParams(c, "BEGIN", 0, nullptr, nullptr, nullptr,
+  return false;
+}
+
+bool PostgresAdapter::SendReset(PGconn* c) {
+  return PQsendQueryParams(c, kResetSql, 0, nullptr, nullptr, nullptr, nullptr,
+                           0) == 1 &&
+         PQsendPrepare(c, postgres::kFenceStatement, fence_call_sql_.c_str(), 2,
+                       nullptr) == 1 &&
+         PQpipelineSync(c) == 1;
+}
+
+bool PostgresAdapter::ReadReset(PGconn* c) {
+  // DISCARD ALL's result and its end, the prepare's and its end, the sync.
+  bool ok = true;
+  for (int q = 0; q < 2; ++q) {
+    PgResult r(PQgetResult(c));
+    if (r == nullptr || PQresultStatus(r.get()) != PGRES_COMMAND_OK) {
+      ok = false;
+    }
+    if (r == nullptr) return false;
+    PgResult end(PQgetResult(c));
+  }
+  PgResult sync(PQgetResult(c));
+  return ok && sync != nullptr &&
+         PQresultStatus(sync.get()) == PGRES_PIPELINE_SYNC;
+}
+
+bool PostgresAdapter::SendWrite(PGconn* c, const PendingWrite& w) {
+  if (w.dirty && PQsendQueryParams(c, "BEGIN", 0, nullptr, nullptr, nullptr,
                                    nullptr, 0) != 1) {
     return false;
   }
   const std::string domain(w.target->domain);
   const std::string token = absl::StrCat(w.target->token);
   const char* fence_params[2] = {domain.c_str(), token.c_str()};
-  if (PQsendQueryParams(c, fence_call_sql_.c_str(), 2, nullptr, fence_params,
-                        nullptr, nullptr, 0) != 1) {
+  if (PQsendQueryPrepared(c, postgres::kFenceStatement, 2, fence_params,
+                          nullptr, nullptr, 0) != 1) {
     return false;
   }
   std::vector<std::string> texts;
@@ -218,7 +268,7 @@ bool PostgresAdapter::SendWrite(PGconn* c, const PendingWrite& w) {
       return false;
     }
   }
-  if (w.block && PQsendQueryParams(c, "COMMIT", 0, nullptr, nullptr, nullptr,
+  if (w.dirty && PQsendQueryParams(c, "COMMIT", 0, nullptr, nullptr, nullptr,
                                    nullptr, 0) != 1) {
     return false;
   }
@@ -230,20 +280,19 @@ PostgresAdapter::Ending PostgresAdapter::ReadWrite(
     PgConnection& conn, PendingWrite* w,
     const postgres::StatementWatchdog::Watch& watch) {
   PGconn* c = conn.raw();
-  // One result per query: the reset, [BEGIN], the fence call, the
-  // statements, [COMMIT]. After the first error the server skips the rest
+  // One result per query: [BEGIN], the fence call, the statements,
+  // [COMMIT]. After the first error the server skips the rest
   // (PIPELINE_ABORTED) and rolls the transaction back at the sync (or
   // leaves a BEGIN's block aborted, for the caller to drop).
   const Operations& ops = *w->ops;
-  const int fence_query = w->block ? 2 : 1;
-  const int queries = ops.size() + fence_query + 1 + (w->block ? 1 : 0);
-  const int commit_query = w->block ? queries - 1 : -1;
+  const int fence_query = w->dirty ? 1 : 0;
+  const int queries = ops.size() + fence_query + 1 + (w->dirty ? 1 : 0);
+  const int commit_query = w->dirty ? queries - 1 : -1;
   bool failed = false;
   ResultBudget budget{options_.max_result_rows, options_.max_result_bytes};
   for (int q = 0; q < queries; ++q) {
-    // The operation a result belongs to: -1 for the reset, BEGIN and the
-    // fence call, the last one for COMMIT (where deferred constraints are
-    // checked).
+    // The operation a result belongs to: -1 for BEGIN and the fence call,
+    // the last one for COMMIT (where deferred constraints are checked).
     const int op_index = std::min(q - fence_query - 1, ops.size() - 1);
     const bool is_op = q > fence_query && q <= fence_query + ops.size();
     // A statement's rows are read one at a time, so that a huge result
@@ -316,16 +365,7 @@ PostgresAdapter::Ending PostgresAdapter::ReadWrite(
       }
       if (!failed) {
         failed = true;
-        if (q == 0) {
-          // The reset failed, so nothing after it ran: safe to send again
-          // on a fresh connection.
-          w->status = absl::UnavailableError(
-              absl::StrCat("postgres: resetting the session failed: ",
-                           Trimmed(PQresultErrorMessage(r.get()))));
-          w->retryable = true;
-          w->unreset = true;
-        } else if (q == fence_query &&
-                   std::string_view(state) == kStaleSqlState) {
+        if (q == fence_query && std::string_view(state) == kStaleSqlState) {
           w->stale = true;
           // fence() puts the database's token in DETAIL.
           const char* detail =

@@ -7,7 +7,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "pqxx/nontransaction"
 #include "storage_adapters/postgres/fence_schema.h"
 
 namespace fencegate::postgres {
@@ -32,7 +31,18 @@ SELECT r.rolname, r.rolsuper, r.rolcreaterole, r.rolbypassrls,
   CASE WHEN pg_catalog.to_regnamespace($1) IS NULL THEN false
        WHEN NOT pg_catalog.has_schema_privilege(r.oid, $1, 'USAGE') THEN false
        ELSE COALESCE(pg_catalog.has_function_privilege(r.oid,
-              pg_catalog.to_regprocedure($2), 'EXECUTE'), false) END
+              pg_catalog.to_regprocedure($2), 'EXECUTE'), false) END,
+  pg_catalog.has_database_privilege(r.oid, pg_catalog.current_database(),
+    'TEMP'),
+  COALESCE((SELECT string_agg(n.nspname, ',' ORDER BY n.nspname)
+    FROM pg_catalog.pg_namespace n
+    WHERE pg_catalog.has_schema_privilege(r.oid, n.oid, 'CREATE')), ''),
+  COALESCE((SELECT string_agg(s.rolname, ',' ORDER BY s.rolname)
+    FROM pg_catalog.pg_roles s
+    WHERE s.oid <> r.oid AND pg_catalog.pg_has_role(r.oid, s.oid, 'MEMBER')),
+    ''),
+  COALESCE((SELECT string_agg(pg_catalog.array_to_string(d.setconfig, ' '),
+      '; ') FROM pg_catalog.pg_db_role_setting d WHERE d.setrole = r.oid), '')
 FROM pg_catalog.pg_roles r WHERE r.rolname = session_user)sql";
 
 const char* YesNo(bool b) { return b ? "yes" : "no"; }
@@ -42,27 +52,34 @@ const char* YesNo(bool b) { return b ? "yes" : "no"; }
 absl::StatusOr<RoleAttributes> ReadRoleAttributes(PgConnection& conn,
                                                   const std::string& schema) {
   const std::string quoted = absl::StrCat("\"", schema, "\"");
-  try {
-    pqxx::nontransaction tx(conn);
-    pqxx::result r = tx.exec_params(
-        kRoleQuery, schema, absl::StrCat(quoted, ".fence(text,bigint)"),
-        absl::StrCat(quoted, ".fences"), OwnerRole(schema));
-    if (r.size() != 1) {
-      return absl::UnavailableError("postgres: session user not in pg_roles");
-    }
-    RoleAttributes a;
-    a.name = r[0][0].as<std::string>();
-    a.superuser = r[0][1].as<bool>();
-    a.create_role = r[0][2].as<bool>();
-    a.bypass_rls = r[0][3].as<bool>();
-    a.privileged_memberships = r[0][4].as<std::string>();
-    a.writes_fence_table = r[0][5].as<bool>();
-    a.can_call_fence = r[0][6].as<bool>();
-    return a;
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(
-        absl::StrCat("postgres: reading the role's privileges: ", e.what()));
+  absl::StatusOr<PgResult> r = conn.Exec(
+      kRoleQuery, {schema, absl::StrCat(quoted, ".fence(text,bigint)"),
+                   absl::StrCat(quoted, ".fences"), OwnerRole(schema)});
+  if (!r.ok()) {
+    return absl::UnavailableError(absl::StrCat(
+        "postgres: reading the role's privileges: ", r.status().message()));
   }
+  const PGresult* row = r->get();
+  if (PQntuples(row) != 1) {
+    return absl::UnavailableError("postgres: session user not in pg_roles");
+  }
+  auto text = [&](int column) {
+    return std::string(PQgetvalue(row, 0, column));
+  };
+  auto flag = [&](int column) { return text(column) == "t"; };
+  RoleAttributes a;
+  a.name = text(0);
+  a.superuser = flag(1);
+  a.create_role = flag(2);
+  a.bypass_rls = flag(3);
+  a.privileged_memberships = text(4);
+  a.writes_fence_table = flag(5);
+  a.can_call_fence = flag(6);
+  a.temp = flag(7);
+  a.create_schemas = text(8);
+  a.memberships = text(9);
+  a.role_settings = text(10);
+  return a;
 }
 
 std::string DescribeRole(const RoleAttributes& role) {
@@ -73,7 +90,11 @@ std::string DescribeRole(const RoleAttributes& role) {
       role.privileged_memberships.empty() ? "none"
                                           : role.privileged_memberships,
       " writes_fence_table=", YesNo(role.writes_fence_table),
-      " can_call_fence=", YesNo(role.can_call_fence));
+      " can_call_fence=", YesNo(role.can_call_fence),
+      " temp=", YesNo(role.temp),
+      " create_on=", role.create_schemas.empty() ? "none" : role.create_schemas,
+      " member_of=", role.memberships.empty() ? "none" : role.memberships,
+      " role_settings=", role.role_settings.empty() ? "none" : "yes");
 }
 
 absl::Status CheckRole(const RoleAttributes& role, const std::string& schema,
@@ -96,12 +117,31 @@ absl::Status CheckRole(const RoleAttributes& role, const std::string& schema,
   if (role.writes_fence_table) {
     privileges.push_back(absl::StrCat("can write ", schema, ".fences"));
   }
+  // What a Write could make outlast itself, in this session or in every
+  // later one of the role.
+  if (role.temp) {
+    privileges.push_back("TEMP on the database (temporary tables)");
+  }
+  if (!role.create_schemas.empty()) {
+    privileges.push_back(
+        absl::StrCat("CREATE on schema ", role.create_schemas));
+  }
+  if (!role.memberships.empty()) {
+    privileges.push_back(
+        absl::StrCat("member of ", role.memberships, " (SET ROLE)"));
+  }
+  if (!role.role_settings.empty()) {
+    privileges.push_back(absl::StrCat(
+        "role settings (ALTER ROLE ... SET: ", role.role_settings, ")"));
+  }
   if (privileges.empty() || allow_privileged) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
       "postgres: role ", role.name, " is privileged (",
       absl::StrJoin(privileges, ", "),
-      "): SQL sent through the route could bypass fencing or reach the "
-      "database host. Use a role without these privileges, or add "
+      "): SQL sent through the route could bypass fencing, reach the "
+      "database host, or leave state behind for later Writes. Use a role "
+      "without these privileges (`fencectl pg-setup` revokes TEMP; "
+      "docs/postgres.md), or add "
       "allow_privileged_role=true to the route's URI"));
 }
 

@@ -38,9 +38,18 @@ struct RoleAttributes {
   // It may call <schema>.fence(text, bigint): the schema and function
   // exist and it has USAGE and EXECUTE.
   bool can_call_fence = false;
+  // It may create temporary tables in the current database.
+  bool temp = false;
+  // Schemas it may create objects in; comma-separated, empty if none.
+  std::string create_schemas;
+  // Every role it is a member of but itself; comma-separated.
+  std::string memberships;
+  // Its own settings from ALTER ROLE ... SET (pg_db_role_setting), which
+  // every new session of the role starts with; empty if none.
+  std::string role_settings;
 };
 
-// One query on `conn`. UNAVAILABLE if it fails (libpqxx's message).
+// One query on `conn`. UNAVAILABLE if it fails (PostgreSQL's message).
 absl::StatusOr<RoleAttributes> ReadRoleAttributes(PgConnection& conn,
                                                   const std::string& schema);
 
@@ -48,8 +57,10 @@ absl::StatusOr<RoleAttributes> ReadRoleAttributes(PgConnection& conn,
 std::string DescribeRole(const RoleAttributes& role);
 
 // FAILED_PRECONDITION if the role cannot call the fence function (run
-// `fencectl pg-setup`), or is privileged (naming every privilege) and
-// `allow_privileged` is false; OK otherwise.
+// `fencectl pg-setup`), or, unless `allow_privileged`, is privileged or can
+// make a Write's effects on the session outlast it: TEMP on the database,
+// CREATE on any schema, membership of any other role, or settings of its
+// own (ALTER ROLE ... SET). The message names every such privilege.
 absl::Status CheckRole(const RoleAttributes& role, const std::string& schema,
                        bool allow_privileged);
 

@@ -20,52 +20,6 @@ constexpr char kSqlErrorTypeUrl[] = "type.googleapis.com/fencegate.v1.SqlError";
 
 }  // namespace
 
-std::string FirstKeyword(absl::string_view sql, size_t* end) {
-  size_t i = 0;
-  while (i < sql.size()) {
-    if (absl::ascii_isspace(static_cast<unsigned char>(sql[i]))) {
-      ++i;
-    } else if (sql.substr(i, 2) == "--") {
-      // PostgreSQL's lexer ends a line comment at \n or \r.
-      size_t nl = sql.find_first_of("\n\r", i);
-      i = nl == absl::string_view::npos ? sql.size() : nl + 1;
-    } else if (sql.substr(i, 2) == "/*") {
-      // PostgreSQL's block comments nest.
-      int depth = 0;
-      do {
-        if (sql.substr(i, 2) == "/*") {
-          ++depth;
-          i += 2;
-        } else if (sql.substr(i, 2) == "*/") {
-          --depth;
-          i += 2;
-        } else {
-          ++i;
-        }
-      } while (depth > 0 && i < sql.size());
-    } else {
-      break;
-    }
-  }
-  size_t j = i;
-  while (j < sql.size() &&
-         (absl::ascii_isalpha(static_cast<unsigned char>(sql[j])) ||
-          sql[j] == '_')) {
-    ++j;
-  }
-  if (end != nullptr) *end = j;
-  return absl::AsciiStrToUpper(sql.substr(i, j - i));
-}
-
-bool IsTransactionControl(const std::string& first, absl::string_view rest) {
-  if (first == "BEGIN" || first == "START" || first == "COMMIT" ||
-      first == "END" || first == "ROLLBACK" || first == "ABORT" ||
-      first == "SAVEPOINT" || first == "RELEASE") {
-    return true;
-  }
-  return first == "PREPARE" && FirstKeyword(rest) == "TRANSACTION";
-}
-
 std::string ParamText(const v1::SqlValue& v) {
   switch (v.kind_case()) {
     case v1::SqlValue::kText:

@@ -1,10 +1,9 @@
 // Copyright fencegate authors.
 //
-// SQL text and libpq results, for the PostgreSQL adapter: reading a
-// statement's first keyword, turning request values into libpq's text
-// parameters and results into response messages, and SQL errors into
-// absl::Status with a SqlError detail. Pure functions, safe from any
-// thread.
+// SQL values and libpq results, for the PostgreSQL adapter: turning
+// request values into libpq's text parameters and results into response
+// messages, and SQL errors into absl::Status with a SqlError detail. Pure
+// functions, safe from any thread.
 
 #ifndef STORAGE_ADAPTERS_POSTGRES_SQL_TEXT_H_
 #define STORAGE_ADAPTERS_POSTGRES_SQL_TEXT_H_
@@ -26,16 +25,6 @@ struct PgResultDeleter {
   void operator()(PGresult* r) const { PQclear(r); }
 };
 using PgResult = std::unique_ptr<PGresult, PgResultDeleter>;
-
-// The first keyword of `sql`, upper-cased, after whitespace and comments,
-// read as PostgreSQL's lexer reads them: whitespace is space, \t, \n, \r,
-// \f and \v; a -- comment ends at \n or \r; block comments nest. Where it
-// ends in *end if not null.
-std::string FirstKeyword(absl::string_view sql, size_t* end = nullptr);
-
-// True for statements that begin, end or split a transaction. `first` is
-// the statement's first keyword, `rest` what follows it.
-bool IsTransactionControl(const std::string& first, absl::string_view rest);
 
 // `v` in PostgreSQL's text input format ("" for NULL, which the caller
 // sends as a null pointer).

@@ -29,6 +29,10 @@ struct AdapterContext {
   std::string route;
   // Where it registers its metrics; empty when metrics are off.
   MetricsContext metrics;
+  // Told what an operator should know and no caller is told (a Write that
+  // changed its pooled session, say), from any of the adapter's threads; it
+  // must not block. Default: none.
+  std::function<void(const std::string&)> on_warning;
 };
 
 // Builds an adapter from a parsed URI whose scheme matched. Validates the

@@ -6,6 +6,7 @@
 #ifndef STORAGE_ADAPTERS_ROUTER_H_
 #define STORAGE_ADAPTERS_ROUTER_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -19,14 +20,24 @@
 
 namespace fencegate {
 
+struct NamedStatementSpec {
+  // [A-Za-z0-9_]{1,64}, unique within the route.
+  std::string name;
+  // One SQL statement with $n parameters.
+  std::string sql;
+  // The operator vouches that it leaves nothing behind in a pooled session
+  // (the PostgreSQL adapter then runs it as safe whatever its parse says).
+  // Default: false.
+  bool session_safe = false;
+};
+
 struct RouteSpec {
   // First path segment of the resources it serves: [A-Za-z0-9_.-]+.
   std::string name;
   // Adapter URI, e.g. "file:///var/lib/fencegate/files".
   std::string uri;
-  // Named SQL statements: name -> SQL text with $n parameters. Names are
-  // [A-Za-z0-9_]{1,64}; each SQL must pass the adapter's Validate().
-  std::vector<std::pair<std::string, std::string>> statements = {};
+  // Named SQL statements; each must pass the adapter's AddNamedStatement().
+  std::vector<NamedStatementSpec> statements = {};
 };
 
 struct ResolvedResource {
@@ -46,9 +57,11 @@ class Router {
   // duplicate route name, a bad URI, or a bad, duplicate or refused named
   // statement (the message names the route); otherwise the factory's error.
   // Each route's adapter gets the route's name and `metrics`.
+  // Each adapter's warnings go to `on_warning`, prefixed with its route.
   static absl::StatusOr<std::unique_ptr<Router>> Create(
       const AdapterRegistry& registry, const std::vector<RouteSpec>& routes,
-      const MetricsContext& metrics = {});
+      const MetricsContext& metrics = {},
+      std::function<void(const std::string&)> on_warning = {});
 
   // INVALID_ARGUMENT, naming the field "resource", for a resource without
   // "<route>/" or with an unknown route (the message lists the known ones).
@@ -59,9 +72,9 @@ class Router {
   // per adapter that had something to say.
   absl::StatusOr<std::vector<std::string>> CheckAtStartup() const;
 
-  // Replaces each SQL operation of `ops` that names a statement with the
-  // statement's SQL (keeping its parameters). INVALID_ARGUMENT naming the
-  // operation for an unknown name, or for both or neither of sql and
+  // Sets the SQL of each SQL operation of `ops` that names a statement to
+  // the statement's SQL (keeping its name and parameters). INVALID_ARGUMENT
+  // naming the operation for an unknown name, or for both or neither of sql and
   // statement.
   static absl::Status ExpandStatements(
       const ResolvedResource& resolved,

@@ -89,6 +89,17 @@ class StorageAdapter {
   // nothing to say). May block. The default checks nothing.
   virtual absl::StatusOr<std::string> CheckAtStartup() { return std::string(); }
 
+  // Checks a named statement of the route's configuration, once at start-up
+  // and before any Write, and keeps what the adapter needs to know of it;
+  // Writes then name it in SqlStatement.statement (the router puts its SQL
+  // in SqlStatement.sql and keeps the name). `session_safe`: the operator
+  // vouches that it leaves nothing behind in a pooled session.
+  // INVALID_ARGUMENT if the adapter would never run it. The default checks
+  // it as Validate() would a Write holding it.
+  virtual absl::Status AddNamedStatement(const std::string& name,
+                                         const std::string& sql,
+                                         bool session_safe);
+
   // Whether the storage can be reached now, for the route's health
   // (route/<name> in the gRPC health service): UNAVAILABLE saying why if
   // not. Called every few seconds from the gateway's health thread only;

@@ -1,0 +1,313 @@
+// Copyright fencegate authors.
+
+#include "storage_adapters/postgres/sql_classifier.h"
+
+#include <pg_query.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "pg_query.pb.h"
+
+namespace fencegate::postgres {
+namespace {
+
+using google::protobuf::Descriptor;
+using google::protobuf::FieldDescriptor;
+using google::protobuf::Message;
+using google::protobuf::Reflection;
+
+// Parse trees nested deeper than this are refused (protobuf's default, 100,
+// is too low for long expressions: a + b + c nests one level per term).
+constexpr int kMaxTreeDepth = 1000;
+
+constexpr char kAllowed[] =
+    "an operation is one INSERT, UPDATE, DELETE, MERGE or SELECT (without "
+    "INTO)";
+
+Verdict Refused(std::string statement, std::string reason) {
+  return Verdict{StatementClass::kRefused, std::move(statement),
+                 std::move(reason)};
+}
+
+// "create_table_as_stmt" -> "CREATE TABLE AS".
+std::string KindFromFieldName(const std::string& field) {
+  std::string name = field;
+  if (absl::EndsWith(name, "_stmt")) name.resize(name.size() - 5);
+  absl::AsciiStrToUpper(&name);
+  return absl::StrReplaceAll(name, {{"_", " "}});
+}
+
+// The SQL name of a top-level statement that is not DML.
+std::string UtilityKind(const pg_query::Node& node) {
+  switch (node.node_case()) {
+    case pg_query::Node::kVariableSetStmt: {
+      const pg_query::VariableSetStmt& set = node.variable_set_stmt();
+      const bool reset = set.kind() == pg_query::VAR_RESET ||
+                         set.kind() == pg_query::VAR_RESET_ALL;
+      if (reset) return "RESET";
+      return set.is_local() ? "SET LOCAL" : "SET";
+    }
+    case pg_query::Node::kVariableShowStmt:
+      return "SHOW";
+    case pg_query::Node::kCreateStmt:
+      return "CREATE TABLE";
+    case pg_query::Node::kIndexStmt:
+      return "CREATE INDEX";
+    case pg_query::Node::kViewStmt:
+      return "CREATE VIEW";
+    case pg_query::Node::kCreateFunctionStmt:
+      return "CREATE FUNCTION";
+    case pg_query::Node::kDeclareCursorStmt:
+      return "DECLARE";
+    case pg_query::Node::kClosePortalStmt:
+      return "CLOSE";
+    case pg_query::Node::kVacuumStmt:
+      return "VACUUM or ANALYZE";
+    case pg_query::Node::kRenameStmt:
+      return "ALTER ... RENAME";
+    case pg_query::Node::kGrantStmt:
+      return "GRANT or REVOKE";
+    case pg_query::Node::kAlterRoleSetStmt:
+      return "ALTER ROLE ... SET";
+    case pg_query::Node::kAlterDatabaseSetStmt:
+      return "ALTER DATABASE ... SET";
+    default:
+      break;
+  }
+  const FieldDescriptor* field =
+      pg_query::Node::descriptor()->FindFieldByNumber(node.node_case());
+  return field == nullptr ? std::string("an unknown statement")
+                          : KindFromFieldName(field->name());
+}
+
+// "TRANS_STMT_ROLLBACK_TO" -> "ROLLBACK TO".
+std::string TransactionKind(const pg_query::TransactionStmt& stmt) {
+  std::string name = pg_query::TransactionStmtKind_Name(stmt.kind());
+  constexpr absl::string_view kPrefix = "TRANS_STMT_";
+  if (absl::StartsWith(name, kPrefix)) name.erase(0, kPrefix.size());
+  return absl::StrReplaceAll(name, {{"_", " "}});
+}
+
+bool IsSessionStateFunction(const std::string& name) {
+  if (absl::StartsWith(name, "dblink")) return true;
+  const std::vector<std::string>& names = SessionStateFunctions();
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+// Walks every message of the tree under `root` (without recursion) and
+// returns why it reaches session state, or "" if nothing does.
+std::string FindSessionStateUse(const Message& root) {
+  std::vector<const Message*> pending = {&root};
+  std::vector<const FieldDescriptor*> fields;
+  const Descriptor* func_call = pg_query::FuncCall::descriptor();
+  const Descriptor* range_var = pg_query::RangeVar::descriptor();
+  const Descriptor* into = pg_query::IntoClause::descriptor();
+  while (!pending.empty()) {
+    const Message* m = pending.back();
+    pending.pop_back();
+    const Descriptor* type = m->GetDescriptor();
+    if (type == func_call) {
+      const auto& call = static_cast<const pg_query::FuncCall&>(*m);
+      if (!call.funcname().empty() && call.funcname().rbegin()->has_string()) {
+        const std::string& name = call.funcname().rbegin()->string().sval();
+        if (IsSessionStateFunction(name)) {
+          return absl::StrCat("calls ", name,
+                              "(), which reaches the session's state or runs "
+                              "SQL text of its own");
+        }
+      }
+    } else if (type == range_var) {
+      const std::string& name =
+          static_cast<const pg_query::RangeVar&>(*m).relname();
+      const std::vector<std::string>& names = SessionStateRelations();
+      if (std::find(names.begin(), names.end(), name) != names.end()) {
+        return absl::StrCat("uses ", name,
+                            ", which reads or changes the session's settings");
+      }
+    } else if (type == into) {
+      return "SELECT INTO creates a table; use INSERT ... SELECT";
+    }
+    const Reflection* reflection = m->GetReflection();
+    fields.clear();
+    reflection->ListFields(*m, &fields);
+    for (const FieldDescriptor* f : fields) {
+      if (f->cpp_type() != FieldDescriptor::CPPTYPE_MESSAGE) continue;
+      if (f->is_repeated()) {
+        const int n = reflection->FieldSize(*m, f);
+        for (int i = 0; i < n; ++i) {
+          pending.push_back(&reflection->GetRepeatedMessage(*m, f, i));
+        }
+      } else {
+        pending.push_back(&reflection->GetMessage(*m, f));
+      }
+    }
+  }
+  return std::string();
+}
+
+Verdict ClassifyTree(const pg_query::ParseResult& tree) {
+  if (tree.stmts_size() == 0) {
+    return Refused("", "holds no statement (only spaces or comments)");
+  }
+  if (tree.stmts_size() > 1) {
+    return Refused("", absl::StrCat("holds ", tree.stmts_size(),
+                                    " statements; send each as an operation "
+                                    "of its own (",
+                                    kAllowed, ")"));
+  }
+  const pg_query::Node& node = tree.stmts(0).stmt();
+  std::string statement;
+  switch (node.node_case()) {
+    case pg_query::Node::kInsertStmt:
+      statement = "INSERT";
+      break;
+    case pg_query::Node::kUpdateStmt:
+      statement = "UPDATE";
+      break;
+    case pg_query::Node::kDeleteStmt:
+      statement = "DELETE";
+      break;
+    case pg_query::Node::kMergeStmt:
+      statement = "MERGE";
+      break;
+    case pg_query::Node::kSelectStmt:
+      statement = "SELECT";
+      break;
+    case pg_query::Node::kDoStmt:
+      return Verdict{StatementClass::kDirty, "DO", ""};
+    case pg_query::Node::kCallStmt:
+      return Verdict{StatementClass::kDirty, "CALL", ""};
+    case pg_query::Node::kTransactionStmt: {
+      std::string kind =
+          absl::StrCat("transaction control (",
+                       TransactionKind(node.transaction_stmt()), ")");
+      return Refused(kind, absl::StrCat(kind,
+                                        " is not allowed: each Write is one "
+                                        "transaction"));
+    }
+    default: {
+      std::string kind = UtilityKind(node);
+      return Refused(kind, absl::StrCat(kind, " is not allowed: ", kAllowed));
+    }
+  }
+  if (std::string why = FindSessionStateUse(node); !why.empty()) {
+    if (absl::StartsWith(why, "SELECT INTO")) {
+      return Refused("SELECT INTO", std::move(why));
+    }
+    return Refused(statement, absl::StrCat(statement, " ", why));
+  }
+  return Verdict{StatementClass::kSafe, std::move(statement), ""};
+}
+
+}  // namespace
+
+const std::vector<std::string>& SessionStateFunctions() {
+  static const auto* const kNames = new std::vector<std::string>{
+      "set_config",
+      "pg_advisory_lock",
+      "pg_advisory_lock_shared",
+      "pg_try_advisory_lock",
+      "pg_try_advisory_lock_shared",
+      "pg_advisory_unlock",
+      "pg_advisory_unlock_shared",
+      "pg_advisory_unlock_all",
+      "currval",
+      "lastval",
+      "query_to_xml",
+      "query_to_xmlschema",
+      "query_to_xml_and_xmlschema",
+      "cursor_to_xml",
+      "cursor_to_xmlschema",
+      "ts_stat",
+      "ts_rewrite",
+      "lo_import",
+      "lo_export",
+      "pg_cancel_backend",
+      "pg_terminate_backend",
+  };
+  return *kNames;
+}
+
+const std::vector<std::string>& SessionStateRelations() {
+  static const auto* const kNames = new std::vector<std::string>{"pg_settings"};
+  return *kNames;
+}
+
+Verdict ClassifyStatement(absl::string_view sql) {
+  // libpg_query reads a C string.
+  const std::string text(sql);
+  PgQueryProtobufParseResult parsed = pg_query_parse_protobuf(text.c_str());
+  Verdict verdict;
+  if (parsed.error != nullptr) {
+    verdict = Refused(
+        "",
+        absl::StrCat(
+            "does not parse: ",
+            parsed.error->message != nullptr ? parsed.error->message
+                                             : "unknown error",
+            parsed.error->cursorpos > 0
+                ? absl::StrCat(" (at character ", parsed.error->cursorpos, ")")
+                : std::string()));
+  } else {
+    pg_query::ParseResult tree;
+    google::protobuf::io::CodedInputStream in(
+        reinterpret_cast<const uint8_t*>(parsed.parse_tree.data),
+        static_cast<int>(parsed.parse_tree.len));
+    in.SetRecursionLimit(kMaxTreeDepth);
+    if (!tree.ParseFromCodedStream(&in) || !in.ConsumedEntireMessage()) {
+      verdict = Refused(
+          "", absl::StrCat("nests deeper than ", kMaxTreeDepth, " levels"));
+    } else {
+      verdict = ClassifyTree(tree);
+    }
+  }
+  pg_query_free_protobuf_parse_result(parsed);
+  return verdict;
+}
+
+StatementClassifier::StatementClassifier(Options options) : options_(options) {}
+
+Verdict StatementClassifier::Classify(absl::string_view sql, bool* hit) {
+  if (hit != nullptr) *hit = false;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = index_.find(sql);
+    if (it != index_.end()) {
+      ++hits_;
+      if (hit != nullptr) *hit = true;
+      lru_.splice(lru_.begin(), lru_, it->second);
+      return it->second->second;
+    }
+    ++misses_;
+  }
+  Verdict verdict = ClassifyStatement(sql);
+  if (sql.size() > options_.max_bytes / 4 || options_.max_entries == 0) {
+    return verdict;
+  }
+  absl::MutexLock lock(&mu_);
+  if (index_.contains(sql)) return verdict;  // Another thread kept it.
+  lru_.emplace_front(std::string(sql), verdict);
+  index_.emplace(lru_.front().first, lru_.begin());
+  bytes_ += sql.size();
+  while (index_.size() > options_.max_entries || bytes_ > options_.max_bytes) {
+    const Entry& oldest = lru_.back();
+    bytes_ -= oldest.first.size();
+    index_.erase(oldest.first);
+    lru_.pop_back();
+  }
+  return verdict;
+}
+
+StatementClassifier::Counts StatementClassifier::counts() const {
+  absl::MutexLock lock(&mu_);
+  return Counts{index_.size(), bytes_, hits_, misses_};
+}
+
+}  // namespace fencegate::postgres

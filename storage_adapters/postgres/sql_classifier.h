@@ -1,0 +1,121 @@
+// Copyright fencegate authors.
+//
+// What one SQL statement sent through a PostgreSQL route can do to the
+// session it runs on, decided by PostgreSQL's own parser (libpg_query, the
+// PostgreSQL 15 grammar), never by keywords:
+//
+//   kSafe     exactly one INSERT, UPDATE, DELETE or MERGE, or a SELECT
+//             without INTO, none of whose function calls or relations
+//             reaches session state (SessionStateFunctions(),
+//             SessionStateRelations()). It runs on a pooled session without
+//             a reset before or after it.
+//   kDirty    DO or CALL: PL code may change anything the session keeps.
+//             The adapter runs it last in its batch, inside BEGIN ... COMMIT,
+//             and resets the session (DISCARD ALL) before anyone else uses
+//             the connection; only routes that allow it take one.
+//   kRefused  everything else: every utility statement (SET, RESET, BEGIN,
+//             COMMIT, PREPARE, DECLARE, LISTEN, DISCARD, LOAD, LOCK, COPY,
+//             CREATE, ALTER, DROP, TRUNCATE, EXPLAIN, SHOW, ...), SELECT INTO,
+//             text that does not parse, empty text, and more than one
+//             statement.
+//
+// Names are compared as the parser decoded them (a quoted or U&"..." name
+// is its decoded text; unquoted names are folded to lower case), and a
+// function is matched on its last name part, whatever schema qualifies it.
+//
+// Thread safety: ClassifyStatement is a pure function, safe from any thread
+// (libpg_query keeps its memory per thread). StatementClassifier is safe for
+// concurrent use.
+
+#ifndef STORAGE_ADAPTERS_POSTGRES_SQL_CLASSIFIER_H_
+#define STORAGE_ADAPTERS_POSTGRES_SQL_CLASSIFIER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+
+namespace fencegate::postgres {
+
+enum class StatementClass { kSafe, kDirty, kRefused };
+
+struct Verdict {
+  StatementClass kind = StatementClass::kRefused;
+  // The statement's kind as SQL names it: "UPDATE", "SELECT", "DO", "SET",
+  // "transaction control (COMMIT)", "SELECT INTO", ...; empty when the text
+  // holds no single statement.
+  std::string statement;
+  // For kRefused: why, in words a caller can act on (names the statement
+  // kind, or the function or relation that reaches session state, or the
+  // parser's message).
+  std::string reason;
+};
+
+// Functions (decoded last name part) that read or change session state, or
+// run SQL text of their own: set_config, the session-level advisory lock
+// functions, currval, lastval, query_to_xml*, cursor_to_xml*, ts_stat,
+// ts_rewrite, lo_import, lo_export, pg_cancel_backend,
+// pg_terminate_backend; and every name that starts with "dblink".
+const std::vector<std::string>& SessionStateFunctions();
+// Relations that read or change session settings: pg_settings.
+const std::vector<std::string>& SessionStateRelations();
+
+// Parses `sql` and classifies it. Never fails: what cannot be parsed is
+// kRefused with the parser's message.
+Verdict ClassifyStatement(absl::string_view sql);
+
+// ClassifyStatement with a bounded cache of verdicts keyed by SQL text,
+// least recently used out first. Parsing costs tens of microseconds; a hit
+// costs a hash of the text under a mutex.
+class StatementClassifier {
+ public:
+  struct Options {
+    // Verdicts kept at most. Default: 4096.
+    size_t max_entries = 4096;
+    // Bytes of SQL text kept at most (texts longer than a quarter of it are
+    // classified every time, never kept). Default: 4 MiB.
+    size_t max_bytes = 4 << 20;
+  };
+  struct Counts {
+    size_t entries = 0;
+    size_t bytes = 0;
+    uint64_t hits = 0;
+    uint64_t misses = 0;
+  };
+
+  explicit StatementClassifier(Options options);
+  StatementClassifier(const StatementClassifier&) = delete;
+  StatementClassifier& operator=(const StatementClassifier&) = delete;
+
+  // The verdict for `sql`, from the cache or parsed now (and kept). Sets
+  // *hit, if given, to whether it came from the cache.
+  Verdict Classify(absl::string_view sql, bool* hit = nullptr);
+
+  Counts counts() const;
+
+ private:
+  using Entry = std::pair<std::string, Verdict>;
+
+  const Options options_;
+  mutable absl::Mutex mu_;
+  // Most recently used first.
+  std::list<Entry> lru_ ABSL_GUARDED_BY(mu_);
+  // Keys are views of the texts held in lru_.
+  absl::flat_hash_map<absl::string_view, std::list<Entry>::iterator> index_
+      ABSL_GUARDED_BY(mu_);
+  size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t hits_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t misses_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace fencegate::postgres
+
+#endif  // STORAGE_ADAPTERS_POSTGRES_SQL_CLASSIFIER_H_

@@ -1,0 +1,18 @@
+// Copyright fencegate authors.
+
+#include "storage_adapters/storage_adapter.h"
+
+namespace fencegate {
+
+absl::Status StorageAdapter::AddNamedStatement(const std::string& name,
+                                               const std::string& sql,
+                                               bool session_safe) {
+  (void)session_safe;  // Only adapters that pool sessions need it.
+  Operations probe;
+  v1::SqlStatement* statement = probe.Add()->mutable_sql();
+  statement->set_sql(sql);
+  statement->set_statement(name);
+  return Validate(WriteTarget{"statement", 0, "statement", ""}, probe);
+}
+
+}  // namespace fencegate

@@ -1,0 +1,79 @@
+// Copyright fencegate authors.
+//
+// The database's fence function itself (storage_adapters/postgres/
+// fence_schema.h), called as a direct writer or the gateway calls it: a
+// token equal to the fence keeps the row without writing a new version of
+// it, and a raise waits for every open transaction that holds the fence at
+// the lower token.
+
+#include <string>
+#include <thread>
+
+#include "absl/synchronization/notification.h"
+#include "tests/postgres_adapter_fixture.h"
+
+namespace fencegate {
+namespace {
+
+class PostgresFenceFunctionTest : public PostgresAdapterTest {
+ protected:
+  // The fence row's xmin: the transaction that wrote its current version.
+  static std::string RowVersion(const std::string& domain) {
+    return Exec("SELECT xmin::text FROM fencegate.fences WHERE domain = '" +
+                domain + "'")[0][0]
+        .as<std::string>();
+  }
+};
+
+TEST_F(PostgresFenceFunctionTest, AnEqualTokenKeepsTheRowAsItIs) {
+  Exec("SELECT fencegate.fence('d', 5)");
+  const std::string version = RowVersion("d");
+  EXPECT_EQ(Exec("SELECT fencegate.fence('d', 5)")[0][0].as<int64_t>(), 5);
+  EXPECT_EQ(RowVersion("d"), version);
+  EXPECT_EQ(Exec("SELECT fencegate.fence('d', 6)")[0][0].as<int64_t>(), 6);
+  EXPECT_NE(RowVersion("d"), version);
+  EXPECT_THROW(Exec("SELECT fencegate.fence('d', 5)"), pqxx::sql_error);
+  EXPECT_EQ(StoredFence("d"), 6);
+}
+
+TEST_F(PostgresFenceFunctionTest, ARaiseWaitsForTheLowerTokensTransactions) {
+  Exec("SELECT fencegate.fence('d', 5)");
+  pqxx::connection old_holder(server_->Conninfo());
+  pqxx::work open(old_holder);
+  open.exec("SELECT fencegate.fence('d', 5)");
+  const int old_pid = old_holder.backendpid();
+
+  absl::Notification raised;
+  int new_pid = 0;
+  std::thread raiser([&] {
+    pqxx::connection c(server_->Conninfo());
+    new_pid = c.backendpid();
+    pqxx::work tx(c);
+    tx.exec("SELECT fencegate.fence('d', 6)");
+    tx.commit();
+    raised.Notify();
+  });
+  // The raiser is seen blocked on a lock held by the old holder's open
+  // transaction -- or, if it never waited, done, and the test fails.
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        if (raised.HasBeenNotified()) return true;
+        return Exec(
+                   "SELECT count(*) FROM pg_stat_activity WHERE "
+                   "wait_event_type = 'Lock' AND pid <> " +
+                   std::to_string(old_pid))[0][0]
+                   .as<int64_t>() > 0;
+      },
+      absl::Seconds(30)));
+  EXPECT_FALSE(raised.HasBeenNotified())
+      << "the raise did not wait for the open transaction at token 5";
+  EXPECT_EQ(StoredFence("d"), 5);
+  open.commit();
+  raiser.join();
+  EXPECT_TRUE(raised.HasBeenNotified());
+  EXPECT_NE(new_pid, 0);
+  EXPECT_EQ(StoredFence("d"), 6);
+}
+
+}  // namespace
+}  // namespace fencegate

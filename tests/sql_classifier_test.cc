@@ -1,0 +1,200 @@
+// Copyright fencegate authors.
+//
+// The SQL classifier (storage_adapters/postgres/sql_classifier.h): every way
+// a statement can reach a pooled session's state that a per-Write reset
+// used to undo, and every way to hide transaction control, is refused or
+// marked dirty by PostgreSQL's own parser; plain DML is safe; the verdict
+// cache is bounded.
+
+#include "storage_adapters/postgres/sql_classifier.h"
+
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace fencegate::postgres {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Case {
+  std::string sql;
+  std::string reason;  // A part of the refusal's reason.
+};
+
+TEST(SqlClassifierTest, PlainDmlIsSafe) {
+  for (const std::string sql : {
+           "UPDATE jobs SET done = true WHERE id = $1",
+           "insert into jobs (id) values ($1) on conflict (id) do nothing",
+           "DELETE FROM jobs WHERE id = $1 RETURNING id",
+           "MERGE INTO jobs j USING (SELECT $1::int AS id) s ON j.id = s.id "
+           "WHEN NOT MATCHED THEN INSERT (id) VALUES (s.id)",
+           "SELECT id, done FROM jobs WHERE id = $1 FOR UPDATE",
+           "WITH moved AS (DELETE FROM jobs WHERE id = $1 RETURNING *) "
+           "INSERT INTO done_jobs SELECT * FROM moved",
+           "  -- a comment\n  SELECT 1  ",
+           "SELECT 1;",  // One statement and its terminator.
+           // \r ends the comment, and COMMIT is then the column's alias
+           // (SELECT 1 AS commit), as PostgreSQL's own lexer reads it.
+           "select 1 --x\rCOMMIT",
+           "SELECT pg_advisory_xact_lock(42)",  // Ends with its transaction.
+           "SELECT current_setting('statement_timeout')",
+           "SELECT \"set_config_log\"(1)",  // Another function.
+       }) {
+    const Verdict v = ClassifyStatement(sql);
+    EXPECT_EQ(v.kind, StatementClass::kSafe) << sql << ": " << v.reason;
+  }
+  EXPECT_EQ(ClassifyStatement("update t set a = 1").statement, "UPDATE");
+}
+
+// Each vector the per-Write DISCARD ALL closed, and each the keyword check
+// let through, refused with a reason naming what it is.
+TEST(SqlClassifierTest, WhatCouldOutliveTheWriteIsRefused) {
+  const std::vector<Case> cases = {
+      // Transaction control, plain and hidden behind separators and
+      // comments.
+      {"COMMIT", "transaction control (COMMIT)"},
+      {" ;\n commit", "transaction control (COMMIT)"},
+      {";;end", "transaction control (COMMIT)"},
+      {"/* a /* nested */ comment */ ROLLBACK", "transaction control"},
+      {"SELECT 1; COMMIT; SELECT fencegate.fence('other', 99)", "3 statements"},
+      {"SAVEPOINT a", "transaction control (SAVEPOINT)"},
+      {"PREPARE TRANSACTION 'x'", "transaction control (PREPARE)"},
+      {"start transaction isolation level serializable",
+       "transaction control (START)"},
+      // Settings.
+      {"SET search_path = shadow, public", "SET is not allowed"},
+      {"SET LOCAL statement_timeout = 0", "SET LOCAL is not allowed"},
+      {"RESET ALL", "RESET is not allowed"},
+      {"SET SESSION AUTHORIZATION DEFAULT", "is not allowed"},
+      {"SET ROLE other_role", "SET is not allowed"},
+      {"SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY",
+       "is not allowed"},
+      {"SELECT set_config('search_path', 'shadow', false)", "set_config"},
+      {"SELECT pg_catalog.set_config('statement_timeout', '0', false)",
+       "set_config"},
+      {"SELECT U&\"\\0073et_config\"('work_mem', '1GB', false)", "set_config"},
+      {"UPDATE pg_settings SET setting = '0' WHERE name = "
+       "'statement_timeout'",
+       "pg_settings"},
+      {"SELECT * FROM pg_catalog.pg_settings", "pg_settings"},
+      {"ALTER ROLE CURRENT_USER SET statement_timeout = 0",
+       "ALTER ROLE ... SET"},
+      {"SHOW search_path", "SHOW is not allowed"},
+      // What a session keeps.
+      {"SELECT pg_advisory_lock(42)", "pg_advisory_lock"},
+      {"SELECT pg_try_advisory_lock_shared(1, 2)", "pg_try_advisory_lock"},
+      {"SELECT pg_advisory_unlock_all()", "pg_advisory_unlock_all"},
+      {"PREPARE p AS SELECT 1", "PREPARE is not allowed"},
+      {"EXECUTE p", "EXECUTE is not allowed"},
+      {"DEALLOCATE ALL", "DEALLOCATE is not allowed"},
+      {"DECLARE c CURSOR WITH HOLD FOR SELECT 1", "DECLARE is not allowed"},
+      {"LISTEN jobs", "LISTEN is not allowed"},
+      {"CREATE TEMP TABLE jobs (id int)", "CREATE TABLE is not allowed"},
+      {"SELECT * INTO TEMP jobs FROM other", "SELECT INTO"},
+      {"SELECT 1 AS id INTO new_table", "SELECT INTO"},
+      {"DISCARD ALL", "DISCARD is not allowed"},
+      {"LOAD 'auto_explain'", "LOAD is not allowed"},
+      {"SELECT currval('jobs_id_seq')", "currval"},
+      {"SELECT lastval()", "lastval"},
+      // Other callers and SQL run by functions.
+      {"SELECT pg_cancel_backend(1234)", "pg_cancel_backend"},
+      {"SELECT pg_terminate_backend(pid) FROM pg_stat_activity",
+       "pg_terminate_backend"},
+      {"SELECT query_to_xml('SET search_path = x', true, false, '')",
+       "query_to_xml"},
+      {"SELECT ts_stat('SELECT 1')", "ts_stat"},
+      {"SELECT dblink_exec('dbname=x', 'DELETE FROM jobs')", "dblink_exec"},
+      {"SELECT lo_import('/etc/passwd')", "lo_import"},
+      // Functions inside other clauses.
+      {"UPDATE jobs SET note = (SELECT set_config('a.b', 'c', false))",
+       "set_config"},
+      {"INSERT INTO jobs SELECT 1 FROM pg_advisory_lock(7)",
+       "pg_advisory_lock"},
+      // Utility statements.
+      {"COPY jobs TO STDOUT", "COPY is not allowed"},
+      {"TRUNCATE jobs", "TRUNCATE is not allowed"},
+      {"DROP TABLE jobs", "DROP is not allowed"},
+      {"LOCK TABLE jobs", "LOCK is not allowed"},
+      {"EXPLAIN ANALYZE DELETE FROM jobs", "EXPLAIN is not allowed"},
+      {"VACUUM jobs", "VACUUM or ANALYZE is not allowed"},
+      {"NOTIFY jobs", "NOTIFY is not allowed"},
+      {"CREATE OR REPLACE FUNCTION fencegate.fence(text, bigint) RETURNS "
+       "bigint LANGUAGE sql AS 'SELECT 1::bigint'",
+       "CREATE FUNCTION is not allowed"},
+      // Not one statement.
+      {"", "no statement"},
+      {"-- nothing to do", "no statement"},
+      {";", "no statement"},
+      {"SELEC 1", "does not parse"},
+      {"SELECT 'unterminated", "does not parse"},
+  };
+  for (const Case& c : cases) {
+    const Verdict v = ClassifyStatement(c.sql);
+    EXPECT_EQ(v.kind, StatementClass::kRefused) << c.sql;
+    EXPECT_THAT(v.reason, HasSubstr(c.reason)) << c.sql;
+  }
+}
+
+TEST(SqlClassifierTest, DoAndCallAreDirty) {
+  const Verdict d = ClassifyStatement(
+      "DO $$BEGIN PERFORM set_config('a.b', 'c', false); "
+      "END$$");
+  EXPECT_EQ(d.kind, StatementClass::kDirty);
+  EXPECT_EQ(d.statement, "DO");
+  const Verdict c = ClassifyStatement("CALL complete_job($1)");
+  EXPECT_EQ(c.kind, StatementClass::kDirty);
+  EXPECT_EQ(c.statement, "CALL");
+  // A DO block among other statements is still more than one statement.
+  EXPECT_EQ(ClassifyStatement("DO $$BEGIN END$$; SELECT 1").kind,
+            StatementClass::kRefused);
+}
+
+TEST(SqlClassifierTest, DeepButLegalExpressionsParse) {
+  std::string sql = "SELECT 1";
+  for (int i = 0; i < 200; ++i) sql += " + 1";
+  EXPECT_EQ(ClassifyStatement(sql).kind, StatementClass::kSafe);
+}
+
+TEST(SqlClassifierTest, CacheCountsHitsAndKeepsItsBounds) {
+  StatementClassifier classifier(
+      StatementClassifier::Options{/*max_entries=*/3, /*max_bytes=*/1000});
+  bool hit = true;
+  EXPECT_EQ(classifier.Classify("SELECT 1", &hit).kind, StatementClass::kSafe);
+  EXPECT_FALSE(hit);
+  EXPECT_EQ(classifier.Classify("SELECT 1", &hit).kind, StatementClass::kSafe);
+  EXPECT_TRUE(hit);
+  // A refusal is cached with its reason.
+  EXPECT_EQ(classifier.Classify("SET a = 1").kind, StatementClass::kRefused);
+  EXPECT_THAT(classifier.Classify("SET a = 1", &hit).reason,
+              HasSubstr("SET is not allowed"));
+  EXPECT_TRUE(hit);
+  for (int i = 0; i < 10; ++i) {
+    (void)classifier.Classify("SELECT " + std::to_string(i));
+  }
+  StatementClassifier::Counts counts = classifier.counts();
+  EXPECT_EQ(counts.entries, 3u);
+  EXPECT_EQ(counts.bytes, 3 * std::string("SELECT 9").size());
+  EXPECT_EQ(counts.hits, 3u);  // SELECT 1, SET a = 1, SELECT 1 in the loop.
+  // Least recently used out first: the newest is still there.
+  (void)classifier.Classify("SELECT 9", &hit);
+  EXPECT_TRUE(hit);
+  (void)classifier.Classify("SELECT 1", &hit);
+  EXPECT_FALSE(hit);
+
+  // Bytes bound: texts over a quarter of it are never kept; others evict.
+  StatementClassifier small(
+      StatementClassifier::Options{/*max_entries=*/100, /*max_bytes=*/40});
+  const std::string long_sql = "SELECT 1 /* " + std::string(20, 'x') + " */";
+  (void)small.Classify(long_sql);
+  EXPECT_EQ(small.counts().entries, 0u);
+  for (int i = 0; i < 10; ++i)
+    (void)small.Classify("SELECT " + std::to_string(i));
+  EXPECT_LE(small.counts().bytes, 40u);
+  EXPECT_EQ(small.counts().entries, 40u / std::string("SELECT 1").size());
+}
+
+}  // namespace
+}  // namespace fencegate::postgres
