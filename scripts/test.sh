@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what is missing, then runs every check CI runs, in stages:
+# Installs what is missing, then runs the checks in stages:
 #
 #   suite     g++ Debug build with sync points, the whole suite (CTest)
 #   asan      clang build with AddressSanitizer + UndefinedBehaviorSanitizer,
@@ -10,13 +10,20 @@
 #   tidy      clang-tidy on the C++ files changed since FENCEGATE_TIDY_BASE
 #             (default: the previous commit)
 #
-# Usage: bash scripts/test.sh [extra ctest args for the suite stage]
-# FENCEGATE_TEST_STAGES="suite tidy" picks stages (default: all four).
-# FENCEGATE_FUZZ_SECONDS sets each fuzzer's run (default 20).
+# Usage: bash scripts/test.sh [--all] [extra ctest args for the suite stage]
+# Without --all only the suite runs (the everyday command); --all runs the
+# four stages, as CI does (.ci/run). FENCEGATE_TEST_STAGES="suite tidy"
+# picks stages by name. FENCEGATE_FUZZ_SECONDS sets each fuzzer's run
+# (default 20).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-STAGES=${FENCEGATE_TEST_STAGES:-suite asan tsan tidy}
+DEFAULT_STAGES=suite
+if [[ "${1:-}" == "--all" ]]; then
+  DEFAULT_STAGES="suite asan tsan tidy"
+  shift
+fi
+STAGES=${FENCEGATE_TEST_STAGES:-$DEFAULT_STAGES}
 JOBS=$(nproc)
 has_stage() { [[ " $STAGES " == *" $1 "* ]]; }
 banner() { echo; echo "=== test.sh: $* ($(date -u +%H:%M:%S))"; }

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "fencegate/v1/gateway.pb.h"
 #include "pqxx/pqxx"
 #include "storage_adapters/builtin.h"
@@ -83,6 +84,25 @@ class PostgresAdapterTest : public ::testing::Test {
         "CREATE OR REPLACE FUNCTION untimed() RETURNS void LANGUAGE sql AS "
         "$$SELECT set_config('statement_timeout', '0', true)$$");
     Exec("GRANT EXECUTE ON FUNCTION untimed() TO fencegate_worker");
+  }
+
+  // An adapter connecting as `role` (no password: the test server trusts
+  // loopback), with the URI parameters `params`.
+  std::unique_ptr<StorageAdapter> MakeAdapterAs(const std::string& role,
+                                                const std::string& params) {
+    AdapterRegistry registry;
+    EXPECT_OK(RegisterBuiltinAdapters(&registry));
+    auto adapter = registry.Create(absl::StrCat("postgres://", role,
+                                                "@127.0.0.1:", server_->port(),
+                                                "/postgres?", params));
+    EXPECT_TRUE(adapter.ok()) << adapter.status();
+    return adapter.ok() ? *std::move(adapter) : nullptr;
+  }
+  // Creates a role unless it exists (roles outlive a test's tables).
+  static void CreateRole(const std::string& name, const std::string& options) {
+    Exec(absl::StrCat(
+        "DO $$BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '",
+        name, "') THEN CREATE ROLE ", name, " ", options, "; END IF; END$$"));
   }
 
   static pqxx::result Exec(const std::string& sql) {

@@ -44,22 +44,6 @@ class PostgresIsolationTest : public PostgresAdapterTest {
     }
     return out;
   }
-  // Creates a role unless it exists (roles outlive a test's tables).
-  static void CreateRole(const std::string& name, const std::string& options) {
-    Exec(absl::StrCat(
-        "DO $$BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '",
-        name, "') THEN CREATE ROLE ", name, " ", options, "; END IF; END$$"));
-  }
-  std::unique_ptr<StorageAdapter> MakeAdapterAs(const std::string& role,
-                                                const std::string& params) {
-    AdapterRegistry registry;
-    EXPECT_OK(RegisterBuiltinAdapters(&registry));
-    auto adapter = registry.Create(absl::StrCat("postgres://", role,
-                                                "@127.0.0.1:", server_->port(),
-                                                "/postgres?", params));
-    EXPECT_TRUE(adapter.ok()) << adapter.status();
-    return adapter.ok() ? *std::move(adapter) : nullptr;
-  }
 };
 
 // The fence in the database can only be raised, through its function: the

@@ -38,21 +38,6 @@ class PostgresSessionTest : public PostgresAdapterTest {
                     {Sql("SELECT pg_backend_pid()"), Sql(probe)}, &r));
     return {Field(r, 0), Field(r, 1)};
   }
-  static void CreateRole(const std::string& name) {
-    Exec(absl::StrCat(
-        "DO $$BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '",
-        name, "') THEN CREATE ROLE ", name, " LOGIN; END IF; END$$"));
-  }
-  std::unique_ptr<StorageAdapter> MakeAdapterAs(const std::string& role,
-                                                const std::string& params) {
-    AdapterRegistry registry;
-    EXPECT_OK(RegisterBuiltinAdapters(&registry));
-    auto adapter = registry.Create(absl::StrCat("postgres://", role,
-                                                "@127.0.0.1:", server_->port(),
-                                                "/postgres?", params));
-    EXPECT_TRUE(adapter.ok()) << adapter.status();
-    return adapter.ok() ? *std::move(adapter) : nullptr;
-  }
 };
 
 // Each statement that could change what a later Write on the same pooled
@@ -243,11 +228,11 @@ TEST_F(PostgresSessionTest, NamedStatementsAreDirtyUnlessMarkedSessionSafe) {
 // allows a privileged role. pg-setup takes TEMP from the route role and
 // leaves it to every other login role.
 TEST_F(PostgresSessionTest, TheRouteRoleMayKeepNothing) {
-  CreateRole("other_app");
-  CreateRole("keeps_temp");
-  CreateRole("creates");
-  CreateRole("member");
-  CreateRole("has_settings");
+  CreateRole("other_app", "LOGIN");
+  CreateRole("keeps_temp", "LOGIN");
+  CreateRole("creates", "LOGIN");
+  CreateRole("member", "LOGIN");
+  CreateRole("has_settings", "LOGIN");
   for (const char* role : {"keeps_temp", "creates", "member", "has_settings"}) {
     ASSERT_OK(
         postgres::SetUpFenceSchema(server_->Conninfo(), "fencegate", role));

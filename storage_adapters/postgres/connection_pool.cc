@@ -2,7 +2,6 @@
 
 #include "storage_adapters/postgres/connection_pool.h"
 
-
 #include "absl/strings/str_cat.h"
 
 namespace fencegate {

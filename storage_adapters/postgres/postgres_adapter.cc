@@ -344,7 +344,12 @@ bool PostgresAdapter::CallSenderForQueuedLocked() {
       spread_after_ > absl::ZeroDuration() && !stopping_
           ? senders_.size() - static_cast<size_t>(idle_senders_ + starting_)
           : 0;
-  if (queue_.size() <= (signalled_ + carrying) * kMaxBatch) return true;
+  if (queue_.size() <= (signalled_ + carrying) * kMaxBatch) {
+    // A sender carrying a batch takes it next, unless it waits too long:
+    // the expirer spreads it then.
+    if (carrying > 0) expirer_called_ = true;
+    return true;
+  }
   if (idle_senders_ > signalled_) {
     ++signalled_;
     queue_cv_.Signal();
@@ -354,7 +359,9 @@ bool PostgresAdapter::CallSenderForQueuedLocked() {
     return true;
   }
   if (stopping_ || senders_.size() >= static_cast<size_t>(options_.pool_size)) {
-    return true;  // Every sender carries a batch and takes this write next.
+    // Every sender carries a batch and takes this write next.
+    expirer_called_ = true;
+    return true;
   }
   return StartSenderLocked() || !senders_.empty();  // Else none will.
 }
@@ -542,16 +549,22 @@ void PostgresAdapter::ExpireQueued() {
   const absl::Duration wait = absl::Milliseconds(options_.pool_wait_ms);
   const absl::Duration tick =
       std::clamp(wait / 10, absl::Milliseconds(1), absl::Milliseconds(100));
-  auto stopping_or_waiting = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_) {
-    return stopping_ || !queue_.empty();
+  auto stopping_or_called = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_) {
+    return stopping_ || expirer_called_;
   };
   queue_mu_.Lock();
   while (!stopping_) {
     if (queue_.empty()) {
-      // Nothing waits: sleep until something does.
-      queue_mu_.Await(absl::Condition(&stopping_or_waiting));
+      // Nothing waits: look again in a tick, or when a write is queued
+      // that only a sender carrying a batch will take (it may need
+      // spreading). A write an idle or new sender takes does not wake this
+      // thread: that would cost a wake-up per Write when the load is light.
+      queue_mu_.AwaitWithDeadline(absl::Condition(&stopping_or_called),
+                                  absl::Now() + tick);
+      expirer_called_ = false;
       continue;
     }
+    expirer_called_ = false;
     absl::Time next = absl::Now() + tick;
     const bool spreading = spread_after_ > absl::ZeroDuration();
     const bool could_call = spreading && CanCallSenderLocked();

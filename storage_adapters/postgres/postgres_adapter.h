@@ -211,7 +211,8 @@ class PostgresAdapter final : public StorageAdapter {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_);
   // Fails writes that waited pool_wait_ms, and calls a sender for writes
   // that waited spread_after_ (SpreadLocked), until the adapter is
-  // destroyed.
+  // destroyed. Looks once a tick (a tenth of pool_wait_ms, 1 to 100 ms),
+  // and sooner when called (expirer_called_).
   void ExpireQueued();
   // True if no sender is on its way (signalled or starting) and one can be
   // called: an idle one, or a new one while there are fewer than
@@ -277,6 +278,9 @@ class PostgresAdapter final : public StorageAdapter {
   int signalled_ ABSL_GUARDED_BY(queue_mu_) = 0;
   int starting_ ABSL_GUARDED_BY(queue_mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(queue_mu_) = false;
+  // Set when a queued write waits for a sender carrying a batch: wakes the
+  // expirer, which otherwise looks at the queue once a tick.
+  bool expirer_called_ ABSL_GUARDED_BY(queue_mu_) = false;
   // Set by CancelInFlight(): new writes fail at once.
   bool abandoned_ ABSL_GUARDED_BY(queue_mu_) = false;
   // Cancels a batch when no write of it completes within

@@ -44,10 +44,10 @@ StatementWatchdog::Watch::Watch(StatementWatchdog* dog, PGconn* conn)
     state_->cancel = PQgetCancel(conn);
   }
   {
+    // The thread looks every kTick whether or not anything is watched, so a
+    // new Watch never wakes it (at a light load every batch's Watch is a
+    // first one, and a wake-up per batch cost a context switch per Write).
     absl::MutexLock lock(&dog_->mu_);
-    // Only a watchdog with nothing to watch sleeps past its next tick: wake
-    // it for the first Watch, not for every batch.
-    if (dog_->watched_.empty()) ++dog_->added_;
     dog_->watched_.push_back(state_);
   }
   Progress();
@@ -135,20 +135,14 @@ void StatementWatchdog::Run() {
       mu_.Lock();
       continue;
     }
-    // Wake for the earliest deadline, for a first Watch, and at least every
-    // kTick while anything is watched: a Write that completes sets the next
-    // one's deadline without waking this thread (that would cost a wake-up
-    // per Write), and is found on the next look.
-    if (!watched_.empty()) next = std::min(next, now + kTick);
-    const uint64_t added = added_;
-    auto changed = [this, added]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return stopping_ || added_ != added;
+    // Wake for the earliest deadline, and at least every kTick: a new Watch
+    // or a Write that completes sets a deadline without waking this thread
+    // (that would cost a wake-up per Write), and is found on the next look.
+    next = std::min(next, now + kTick);
+    auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopping_;
     };
-    if (next == absl::InfiniteFuture()) {
-      mu_.Await(absl::Condition(&changed));
-    } else {
-      mu_.AwaitWithDeadline(absl::Condition(&changed), next);
-    }
+    mu_.AwaitWithDeadline(absl::Condition(&stopping), next);
   }
   mu_.Unlock();
 }

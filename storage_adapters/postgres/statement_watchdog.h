@@ -14,10 +14,10 @@
 // (rolled back). Senders drop a connection whose batch was cancelled.
 //
 // Thread safety: safe for concurrent use. A Watch is used by the thread
-// that made it. The watchdog has one thread ("pg-watchdog"), which sleeps
-// while nothing is watched and otherwise looks every 100 ms (a cancel comes
-// up to that late); PQcancel runs on it (it opens a connection to
-// the server, so it may take up to connect_timeout).
+// that made it. The watchdog has one thread ("pg-watchdog"), which looks
+// every 100 ms (a cancel comes up to that late) and is never woken by a
+// Watch; PQcancel runs on it (it opens a connection to the server, so it
+// may take up to connect_timeout).
 
 #ifndef STORAGE_ADAPTERS_POSTGRES_STATEMENT_WATCHDOG_H_
 #define STORAGE_ADAPTERS_POSTGRES_STATEMENT_WATCHDOG_H_
@@ -84,9 +84,6 @@ class StatementWatchdog {
   std::atomic<bool> cancel_all_{false};
   absl::Mutex mu_;
   std::vector<std::shared_ptr<Watch::State>> watched_ ABSL_GUARDED_BY(mu_);
-  // Watches made while none were watched: the thread, asleep then, wakes
-  // for each.
-  uint64_t added_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;  // Last: starts after everything it uses.
 };
