@@ -20,6 +20,7 @@
 #include "absl/synchronization/mutex.h"
 #include "bench/bench.h"
 #include "bench/chaos.h"
+#include "bench/classifier.h"
 #include "bench/memory.h"
 #include "bench/safety.h"
 #include "bench/throughput.h"
@@ -29,7 +30,8 @@ namespace fencegate::bench {
 namespace {
 
 constexpr char kUsage[] =
-    "Usage: fencegate-bench throughput|safety|all|memory|chaos [flags]\n"
+    "Usage: fencegate-bench throughput|safety|all|memory|chaos|classifier "
+    "[flags]\n"
     "\n"
     "Starts a throwaway PostgreSQL, pgbouncer (if installed) and a gateway\n"
     "unless given DSNs, runs the scenario, prints a summary table (with CPU\n"
@@ -41,7 +43,8 @@ constexpr char kUsage[] =
     "--name_bytes). `chaos` runs the safety workload on two gateways while\n"
     "killing them (kill -9, --cycles times), restarting PostgreSQL and\n"
     "pausing a gateway, then checks every acknowledged write; it exits 1\n"
-    "on any lost, stale or duplicated write.\n"
+    "on any lost, stale or duplicated write. `classifier` times the\n"
+    "PostgreSQL route's SQL classifier on a cache hit and a miss (--rounds).\n"
     "\n"
     "Flags:\n";
 
@@ -196,9 +199,13 @@ int Run(int argc, char** argv) {
   }
   if (help || args.size() != 1 ||
       (args[0] != "throughput" && args[0] != "safety" && args[0] != "all" &&
-       args[0] != "memory" && args[0] != "chaos")) {
+       args[0] != "memory" && args[0] != "chaos" &&
+       args[0] != "classifier")) {
     std::cout << kUsage << set.Usage();
     return help ? 0 : 2;
+  }
+  if (args[0] == "classifier") {
+    return RunClassifier(rounds < 1 ? 1 : static_cast<int>(std::min<uint64_t>(rounds, 100)));
   }
   if (args[0] == "chaos") {
     ChaosOptions copts;

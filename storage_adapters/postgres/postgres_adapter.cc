@@ -135,16 +135,18 @@ absl::Status PostgresAdapter::AddNamedStatement(const std::string& name,
       verdict.statement == "COPY") {
     return absl::InvalidArgumentError(verdict.reason);
   }
-  named_[name] = verdict.kind == StatementClass::kSafe || session_safe
-                     ? StatementClass::kSafe
-                     : StatementClass::kDirty;
+  named_[name] = NamedStatement{
+      verdict.kind == StatementClass::kSafe || session_safe
+          ? StatementClass::kSafe
+          : StatementClass::kDirty,
+      verdict.params};
   return absl::OkStatus();
 }
 
 StatementClass PostgresAdapter::ClassOf(const v1::SqlStatement& op) const {
   if (op.has_statement()) {
     auto it = named_.find(op.statement());
-    if (it != named_.end()) return it->second;
+    if (it != named_.end()) return it->second.kind;
   }
   return classifier_.Classify(op.sql()).kind;
 }
@@ -270,8 +272,12 @@ absl::Status PostgresAdapter::Validate(const WriteTarget& target,
       return absl::InvalidArgumentError(absl::StrCat(
           "ops[", i, "].sql: longer than ", kMaxSqlBytes, " bytes"));
     }
-    if (stmt.has_statement() && named_.contains(stmt.statement())) {
+    int params = 0;
+    if (auto named = stmt.has_statement() ? named_.find(stmt.statement())
+                                          : named_.end();
+        named != named_.end()) {
       // Classified at start-up (AddNamedStatement).
+      params = named->second.params;
     } else {
       bool hit = false;
       const postgres::Verdict verdict = classifier_.Classify(stmt.sql(), &hit);
@@ -290,6 +296,15 @@ absl::Status PostgresAdapter::Validate(const WriteTarget& target,
             "not take it (the route's URI can allow it with "
             "allow_dirty_statements=true; docs/postgres.md)"));
       }
+      params = verdict.params;
+    }
+    if (stmt.params_size() != params) {
+      // PostgreSQL would refuse the Write's bind with a protocol error.
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ops[", i, "].params: the statement takes ", params,
+          params == 0 ? " parameters"
+                      : absl::StrCat(" parameters ($1 to $", params, ")"),
+          ", ", stmt.params_size(), " given"));
     }
     if (stmt.params_size() > kMaxParams) {
       return absl::InvalidArgumentError(

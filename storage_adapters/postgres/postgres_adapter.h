@@ -253,8 +253,13 @@ class PostgresAdapter final : public StorageAdapter {
   const std::function<void(const std::string&)> on_warning_;
   // Verdicts of SQL texts sent by callers (bounded cache).
   mutable postgres::StatementClassifier classifier_;
-  // Named statements' classes, by name; filled before the first Write.
-  absl::flat_hash_map<std::string, postgres::StatementClass> named_;
+  // What AddNamedStatement learnt of a named statement.
+  struct NamedStatement {
+    postgres::StatementClass kind;
+    int params;  // The parameters it takes.
+  };
+  // Named statements, by name; filled before the first Write.
+  absl::flat_hash_map<std::string, NamedStatement> named_;
   // Null when metrics are off.
   prometheus::Counter* escapes_ = nullptr;
   prometheus::Counter* classifier_hits_ = nullptr;

@@ -33,7 +33,7 @@ constexpr char kAllowed[] =
 
 Verdict Refused(std::string statement, std::string reason) {
   return Verdict{StatementClass::kRefused, std::move(statement),
-                 std::move(reason)};
+                 std::move(reason), 0};
 }
 
 // "create_table_as_stmt" -> "CREATE TABLE AS".
@@ -101,26 +101,41 @@ bool IsSessionStateFunction(const std::string& name) {
   return std::find(names.begin(), names.end(), name) != names.end();
 }
 
-// Walks every message of the tree under `root` (without recursion) and
-// returns why it reaches session state, or "" if nothing does.
-std::string FindSessionStateUse(const Message& root) {
+// What a walk of a parse tree finds.
+struct TreeFacts {
+  // Why the statement reaches session state; empty if nothing does.
+  std::string session_use;
+  // The highest $n it refers to.
+  int params = 0;
+};
+
+// Walks every message of the tree under `root`, without recursion.
+TreeFacts WalkTree(const Message& root) {
+  TreeFacts facts;
   std::vector<const Message*> pending = {&root};
   std::vector<const FieldDescriptor*> fields;
   const Descriptor* func_call = pg_query::FuncCall::descriptor();
   const Descriptor* range_var = pg_query::RangeVar::descriptor();
   const Descriptor* into = pg_query::IntoClause::descriptor();
+  const Descriptor* param_ref = pg_query::ParamRef::descriptor();
+  auto found = [&facts](std::string why) {
+    if (facts.session_use.empty()) facts.session_use = std::move(why);
+  };
   while (!pending.empty()) {
     const Message* m = pending.back();
     pending.pop_back();
     const Descriptor* type = m->GetDescriptor();
-    if (type == func_call) {
+    if (type == param_ref) {
+      facts.params = std::max(
+          facts.params, static_cast<const pg_query::ParamRef&>(*m).number());
+    } else if (type == func_call) {
       const auto& call = static_cast<const pg_query::FuncCall&>(*m);
       if (!call.funcname().empty() && call.funcname().rbegin()->has_string()) {
         const std::string& name = call.funcname().rbegin()->string().sval();
         if (IsSessionStateFunction(name)) {
-          return absl::StrCat("calls ", name,
-                              "(), which reaches the session's state or runs "
-                              "SQL text of its own");
+          found(absl::StrCat("calls ", name,
+                             "(), which reaches the session's state or runs "
+                             "SQL text of its own"));
         }
       }
     } else if (type == range_var) {
@@ -128,11 +143,11 @@ std::string FindSessionStateUse(const Message& root) {
           static_cast<const pg_query::RangeVar&>(*m).relname();
       const std::vector<std::string>& names = SessionStateRelations();
       if (std::find(names.begin(), names.end(), name) != names.end()) {
-        return absl::StrCat("uses ", name,
-                            ", which reads or changes the session's settings");
+        found(absl::StrCat("uses ", name,
+                           ", which reads or changes the session's settings"));
       }
     } else if (type == into) {
-      return "SELECT INTO creates a table; use INSERT ... SELECT";
+      found("SELECT INTO creates a table; use INSERT ... SELECT");
     }
     const Reflection* reflection = m->GetReflection();
     fields.clear();
@@ -149,7 +164,7 @@ std::string FindSessionStateUse(const Message& root) {
       }
     }
   }
-  return std::string();
+  return facts;
 }
 
 Verdict ClassifyTree(const pg_query::ParseResult& tree) {
@@ -181,9 +196,10 @@ Verdict ClassifyTree(const pg_query::ParseResult& tree) {
       statement = "SELECT";
       break;
     case pg_query::Node::kDoStmt:
-      return Verdict{StatementClass::kDirty, "DO", ""};
+      return Verdict{StatementClass::kDirty, "DO", "", 0};
     case pg_query::Node::kCallStmt:
-      return Verdict{StatementClass::kDirty, "CALL", ""};
+      return Verdict{StatementClass::kDirty, "CALL", "",
+                     WalkTree(node).params};
     case pg_query::Node::kTransactionStmt: {
       std::string kind =
           absl::StrCat("transaction control (",
@@ -194,16 +210,24 @@ Verdict ClassifyTree(const pg_query::ParseResult& tree) {
     }
     default: {
       std::string kind = UtilityKind(node);
-      return Refused(kind, absl::StrCat(kind, " is not allowed: ", kAllowed));
+      Verdict refused =
+          Refused(kind, absl::StrCat(kind, " is not allowed: ", kAllowed));
+      refused.params = WalkTree(node).params;  // For named statements.
+      return refused;
     }
   }
-  if (std::string why = FindSessionStateUse(node); !why.empty()) {
-    if (absl::StartsWith(why, "SELECT INTO")) {
-      return Refused("SELECT INTO", std::move(why));
-    }
-    return Refused(statement, absl::StrCat(statement, " ", why));
+  TreeFacts facts = WalkTree(node);
+  if (!facts.session_use.empty()) {
+    Verdict refused =
+        absl::StartsWith(facts.session_use, "SELECT INTO")
+            ? Refused("SELECT INTO", std::move(facts.session_use))
+            : Refused(statement,
+                      absl::StrCat(statement, " ", facts.session_use));
+    refused.params = facts.params;
+    return refused;
   }
-  return Verdict{StatementClass::kSafe, std::move(statement), ""};
+  return Verdict{StatementClass::kSafe, std::move(statement), "",
+                 facts.params};
 }
 
 }  // namespace

@@ -57,6 +57,9 @@ struct Verdict {
   // kind, or the function or relation that reaches session state, or the
   // parser's message).
   std::string reason;
+  // The parameters the statement takes: the highest $n it refers to
+  // (PostgreSQL wants exactly that many). 0 for a DO block.
+  int params = 0;
 };
 
 // Functions (decoded last name part) that read or change session state, or
