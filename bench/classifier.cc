@@ -34,8 +34,7 @@ std::vector<Statement> Statements() {
       "SELECT j.id, j.owner, a.amount, b.note FROM jobs j JOIN accounts a ON "
       "a.id = j.account JOIN notes b ON b.job = j.id WHERE j.id = $1";
   for (int i = 0; i < 30; ++i) {
-    absl::StrAppend(&joins, " AND (j.tag", i, " IS NULL OR j.tag", i,
-                    " = $2)");
+    absl::StrAppend(&joins, " AND (j.tag", i, " IS NULL OR j.tag", i, " = $2)");
   }
   return {
       {"update (the throughput UPDATE)",

@@ -199,13 +199,13 @@ int Run(int argc, char** argv) {
   }
   if (help || args.size() != 1 ||
       (args[0] != "throughput" && args[0] != "safety" && args[0] != "all" &&
-       args[0] != "memory" && args[0] != "chaos" &&
-       args[0] != "classifier")) {
+       args[0] != "memory" && args[0] != "chaos" && args[0] != "classifier")) {
     std::cout << kUsage << set.Usage();
     return help ? 0 : 2;
   }
   if (args[0] == "classifier") {
-    return RunClassifier(rounds < 1 ? 1 : static_cast<int>(std::min<uint64_t>(rounds, 100)));
+    return RunClassifier(
+        rounds < 1 ? 1 : static_cast<int>(std::min<uint64_t>(rounds, 100)));
   }
   if (args[0] == "chaos") {
     ChaosOptions copts;

@@ -3,6 +3,8 @@
 #include "metrics/metrics_server.h"
 
 #include <exception>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "prometheus/exposer.h"
@@ -20,8 +22,15 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
   server->registry_ = std::make_shared<prometheus::Registry>();
   server->scrape_gauges_ = std::make_shared<ScrapeGauges>();
   try {
-    // Two threads: a scrape never waits for another one to finish.
-    server->exposer_ = std::make_unique<prometheus::Exposer>(listen, 2);
+    // civetweb serves one connection per thread, and reads a request for
+    // up to request_timeout_ms (30 s by default): with few threads, two
+    // clients that send half a request and wait blind every scrape. Enough
+    // threads for scrapers and a short read timeout keep it answering.
+    server->exposer_ =
+        std::make_unique<prometheus::Exposer>(std::vector<std::string>{
+            "listening_ports", listen, "num_threads", std::to_string(kThreads),
+            "request_timeout_ms",
+            std::to_string(absl::ToInt64Milliseconds(kReadTimeout))});
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat(
         "metrics_listen: cannot serve on ", listen, ": ", e.what()));

@@ -242,13 +242,13 @@ TEST_F(PostgresAdapterTest, ValidateRefusesMalformedOperations) {
               StatusIs(absl::StatusCode::kInvalidArgument));
   // As many parameters as the statement takes, or nothing is sent (the
   // server would refuse the bind with a protocol error).
-  for (const auto& [sql, given] :
-       std::vector<std::pair<std::string, int>>{
+  for (const auto& [sql, given] : std::vector<std::pair<std::string, int>>{
            {"UPDATE jobs SET owner = $1 WHERE id = $2", 1},
            {"UPDATE jobs SET owner = 'x' WHERE id = $1", 2},
            {"UPDATE jobs SET owner = 'x'", 1}}) {
     std::vector<v1::Operation> ops = {Sql(sql)};
-    for (int p = 0; p < given; ++p) *ops[0].mutable_sql()->add_params() = Int(p);
+    for (int p = 0; p < given; ++p)
+      *ops[0].mutable_sql()->add_params() = Int(p);
     absl::Status s = Apply("d", 1, ops);
     EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument)) << sql;
     EXPECT_THAT(s.message(), HasSubstr("ops[0].params: the statement takes"))

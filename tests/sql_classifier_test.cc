@@ -156,11 +156,10 @@ TEST(SqlClassifierTest, CountsTheParametersAStatementTakes) {
   EXPECT_EQ(ClassifyStatement("SELECT 1").params, 0);
   EXPECT_EQ(ClassifyStatement("UPDATE jobs SET a = $2 WHERE id = $1").params,
             2);
-  EXPECT_EQ(
-      ClassifyStatement("INSERT INTO t SELECT $3 FROM u WHERE v IN "
-                        "(SELECT w FROM x WHERE y = $1)")
-          .params,
-      3);
+  EXPECT_EQ(ClassifyStatement("INSERT INTO t SELECT $3 FROM u WHERE v IN "
+                              "(SELECT w FROM x WHERE y = $1)")
+                .params,
+            3);
   // Text that only looks like a parameter is not one.
   EXPECT_EQ(ClassifyStatement("SELECT '$1', \"$2\" FROM t").params, 0);
   EXPECT_EQ(ClassifyStatement("CALL p($1)").params, 1);

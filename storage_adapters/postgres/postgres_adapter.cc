@@ -135,11 +135,11 @@ absl::Status PostgresAdapter::AddNamedStatement(const std::string& name,
       verdict.statement == "COPY") {
     return absl::InvalidArgumentError(verdict.reason);
   }
-  named_[name] = NamedStatement{
-      verdict.kind == StatementClass::kSafe || session_safe
-          ? StatementClass::kSafe
-          : StatementClass::kDirty,
-      verdict.params};
+  named_[name] =
+      NamedStatement{verdict.kind == StatementClass::kSafe || session_safe
+                         ? StatementClass::kSafe
+                         : StatementClass::kDirty,
+                     verdict.params};
   return absl::OkStatus();
 }
 
@@ -273,8 +273,8 @@ absl::Status PostgresAdapter::Validate(const WriteTarget& target,
           "ops[", i, "].sql: longer than ", kMaxSqlBytes, " bytes"));
     }
     int params = 0;
-    if (auto named = stmt.has_statement() ? named_.find(stmt.statement())
-                                          : named_.end();
+    if (auto named =
+            stmt.has_statement() ? named_.find(stmt.statement()) : named_.end();
         named != named_.end()) {
       // Classified at start-up (AddNamedStatement).
       params = named->second.params;

@@ -198,8 +198,7 @@ Verdict ClassifyTree(const pg_query::ParseResult& tree) {
     case pg_query::Node::kDoStmt:
       return Verdict{StatementClass::kDirty, "DO", "", 0};
     case pg_query::Node::kCallStmt:
-      return Verdict{StatementClass::kDirty, "CALL", "",
-                     WalkTree(node).params};
+      return Verdict{StatementClass::kDirty, "CALL", "", WalkTree(node).params};
     case pg_query::Node::kTransactionStmt: {
       std::string kind =
           absl::StrCat("transaction control (",
@@ -218,16 +217,14 @@ Verdict ClassifyTree(const pg_query::ParseResult& tree) {
   }
   TreeFacts facts = WalkTree(node);
   if (!facts.session_use.empty()) {
-    Verdict refused =
-        absl::StartsWith(facts.session_use, "SELECT INTO")
-            ? Refused("SELECT INTO", std::move(facts.session_use))
-            : Refused(statement,
-                      absl::StrCat(statement, " ", facts.session_use));
+    Verdict refused = absl::StartsWith(facts.session_use, "SELECT INTO")
+                          ? Refused("SELECT INTO", std::move(facts.session_use))
+                          : Refused(statement, absl::StrCat(statement, " ",
+                                                            facts.session_use));
     refused.params = facts.params;
     return refused;
   }
-  return Verdict{StatementClass::kSafe, std::move(statement), "",
-                 facts.params};
+  return Verdict{StatementClass::kSafe, std::move(statement), "", facts.params};
 }
 
 }  // namespace

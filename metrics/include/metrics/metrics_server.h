@@ -6,7 +6,9 @@
 // context() and register their own metrics there.
 //
 // Thread safety: context() and port() are safe from any thread. Scrapes run
-// on the exposer's own threads.
+// on the exposer's own kThreads threads; a connection that does not send its
+// request within kReadTimeout is closed, so clients that stall cannot keep
+// the scrapes out for longer.
 
 #ifndef METRICS_METRICS_SERVER_H_
 #define METRICS_METRICS_SERVER_H_
@@ -15,6 +17,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "metrics/metrics_context.h"
 #include "metrics/scrape_gauges.h"
 #include "prometheus/registry.h"
@@ -27,6 +30,13 @@ namespace fencegate {
 
 class MetricsServer {
  public:
+  // Connections served at once; one more waits for a free thread.
+  static constexpr int kThreads = 8;
+  // How long a connection may take to send its request (or to read the
+  // answer) before it is closed: a client that sends half a request holds
+  // a thread for this long at most.
+  static constexpr absl::Duration kReadTimeout = absl::Seconds(2);
+
   // Serves on `listen`, "host:port" (port 0 picks a free one).
   // INVALID_ARGUMENT for an address without a port; UNAVAILABLE if it
   // cannot be bound.
