@@ -376,13 +376,15 @@ absl::StatusOr<LockHolder> EtcdWatcher::HolderOf(const std::string& name) {
   if (connection == nullptr) {
     return absl::FailedPreconditionError("the etcd watcher is not started");
   }
-  // The lock's keys, oldest first: the oldest is the holder.
+  // The keys under "<prefix>/<name>/", oldest first. The lock's own keys
+  // are "<prefix>/<name>/<id>"; keys of nested lock names
+  // ("<prefix>/<name>/sub/<id>") share the range but are other locks, so
+  // the holder is the oldest key whose name is exactly `name`.
   const std::string keys = absl::StrCat(dir_, name, "/");
   etcdserverpb::RangeRequest request;
   request.set_key(keys);
   request.set_range_end(PrefixEnd(keys));
   request.set_keys_only(true);
-  request.set_limit(1);
   request.set_sort_order(etcdserverpb::RangeRequest::ASCEND);
   request.set_sort_target(etcdserverpb::RangeRequest::CREATE);
   absl::StatusOr<etcdserverpb::RangeResponse> response =
@@ -390,8 +392,12 @@ absl::StatusOr<LockHolder> EtcdWatcher::HolderOf(const std::string& name) {
   if (!response.ok()) return response.status();
   LockHolder holder;
   holder.newest = static_cast<uint64_t>(response->header().revision());
-  if (response->kvs_size() > 0) {
-    holder.token = static_cast<uint64_t>(response->kvs(0).create_revision());
+  std::string key_name;
+  for (const mvccpb::KeyValue& kv : response->kvs()) {
+    if (NameOf(kv.key(), &key_name) && key_name == name) {
+      holder.token = static_cast<uint64_t>(kv.create_revision());
+      break;
+    }
   }
   return holder;
 }
