@@ -25,12 +25,18 @@ absl::Status ValidateDomain(absl::string_view domain, absl::string_view field) {
 }
 
 absl::Status ValidateRequestId(absl::string_view request_id) {
-  if (request_id.size() > kMaxRequestIdBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("request_id: ", request_id.size(), " bytes exceed the ",
-                     kMaxRequestIdBytes, "-byte limit"));
+  return ValidateText(request_id, "request_id", kMaxRequestIdBytes);
+}
+
+absl::Status ValidateText(absl::string_view value, absl::string_view field,
+                          size_t max_bytes) {
+  if (value.size() > max_bytes) {
+    // The value itself is left out: it may be huge.
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", value.size(),
+                                                   " bytes exceed the ",
+                                                   max_bytes, "-byte limit"));
   }
-  return ValidateUtf8(request_id, "request_id");
+  return ValidateUtf8(value, field);
 }
 
 absl::Status ValidateUtf8(absl::string_view value, absl::string_view field) {

@@ -103,7 +103,7 @@ void LeaseManager::Acquire(const std::string& name, const std::string& owner,
     std::move(done)(s);
     return;
   }
-  if (absl::Status s = ValidateUtf8(owner, "owner"); !s.ok()) {
+  if (absl::Status s = ValidateText(owner, "owner", kMaxOwnerBytes); !s.ok()) {
     std::move(done)(s);
     return;
   }
@@ -322,6 +322,10 @@ void LeaseManager::DropCancelledWaitersLocked(
 
 absl::StatusOr<absl::Duration> LeaseManager::KeepAlive(
     const std::string& name, const std::string& lease_id) {
+  if (absl::Status s = ValidateText(lease_id, "lease_id", kMaxLeaseIdBytes);
+      !s.ok()) {
+    return s;
+  }
   absl::MutexLock lock(&mu_);
   if (shut_down_) {
     // The lease is kept (and reloaded after a restart): not lost.
@@ -343,6 +347,10 @@ absl::StatusOr<absl::Duration> LeaseManager::KeepAlive(
 
 absl::Status LeaseManager::Release(const std::string& name,
                                    const std::string& lease_id) {
+  if (absl::Status s = ValidateText(lease_id, "lease_id", kMaxLeaseIdBytes);
+      !s.ok()) {
+    return s;
+  }
   std::vector<absl::AnyInvocable<void() &&>> deferred;
   {
     absl::MutexLock lock(&mu_);

@@ -73,7 +73,9 @@ absl::Status CheckWrite(const Router& router, v1::WriteRequest* request,
   if (absl::Status s = ValidateRequestId(request->request_id()); !s.ok()) {
     return s;
   }
-  if (absl::Status s = ValidateUtf8(request->resource(), "resource"); !s.ok()) {
+  if (absl::Status s =
+          ValidateText(request->resource(), "resource", kMaxResourceBytes);
+      !s.ok()) {
     return s;
   }
   absl::StatusOr<ResolvedResource> resolved =

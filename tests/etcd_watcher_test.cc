@@ -361,14 +361,13 @@ TEST_F(EtcdFenceWatcherTest, HolderOfSeesOnlyTheLocksOwnKeys) {
   std::unique_ptr<TokenWatcher> watcher = NewWatcher();
   ASSERT_OK(watcher->Start());
   EXPECT_TRUE(WaitFor([&] { return watcher->connected(); }));
-  ASSERT_OK_AND_ASSIGN(nested, source_->Acquire("reports/daily",
-                                                Options(absl::ZeroDuration()),
-                                                nullptr));
+  ASSERT_OK_AND_ASSIGN(
+      nested, source_->Acquire("reports/daily", Options(absl::ZeroDuration()),
+                               nullptr));
   ASSERT_OK_AND_ASSIGN(free_lock, watcher->HolderOf("reports"));
   EXPECT_EQ(free_lock.token, 0u);
-  ASSERT_OK_AND_ASSIGN(own, source_->Acquire("reports",
-                                             Options(absl::ZeroDuration()),
-                                             nullptr));
+  ASSERT_OK_AND_ASSIGN(
+      own, source_->Acquire("reports", Options(absl::ZeroDuration()), nullptr));
   ASSERT_OK_AND_ASSIGN(held, watcher->HolderOf("reports"));
   EXPECT_EQ(held.token, own->token());
   EXPECT_NE(held.token, nested->token());

@@ -250,6 +250,9 @@ TEST_F(GatewayE2eTest, MalformedRequestsAreInvalidArgument) {
   r = base;
   r.set_request_id(std::string(257, 'r'));
   expect_invalid(r, "request_id");
+  r = base;
+  r.set_resource("files/" + std::string(4096, 'n'));
+  expect_invalid(r, "resource: 4102 bytes exceed the 4096-byte limit");
   // Bytes that are not UTF-8 in a string field: refused by the gateway,
   // naming the field (not by the parser, with an error naming nothing).
   r = base;

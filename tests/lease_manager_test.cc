@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/synchronization/notification.h"
+#include "common/limits.h"
 #include "fencing/clock.h"
 #include "fencing/fencer.h"
 #include "fencing/rocksdb_fence_store.h"
@@ -377,6 +378,40 @@ TEST_F(LeaseManagerTest, BadArguments) {
   done.WaitForNotification();
   EXPECT_THAT(bad_owner.status(), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(Acquire("jobs\xff").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+// Strings a caller supplies are bounded before anything is stored or
+// logged; the refusal names the field and its size, never the value.
+TEST_F(LeaseManagerTest, CallerStringsAreBounded) {
+  auto acquire_as = [&](const std::string& owner) {
+    absl::Notification done;
+    absl::StatusOr<AcquireOutcome> outcome;
+    manager_->Acquire("jobs", owner, absl::Seconds(1), absl::ZeroDuration(),
+                      nullptr, [&](absl::StatusOr<AcquireOutcome> o) {
+                        outcome = std::move(o);
+                        done.Notify();
+                      });
+    done.WaitForNotification();
+    return outcome;
+  };
+  const std::string huge(kMaxOwnerBytes + 1, 'o');
+  absl::StatusOr<AcquireOutcome> refused = acquire_as(huge);
+  EXPECT_THAT(refused.status(), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(refused.status().message(), HasSubstr("owner: 257 bytes"));
+  EXPECT_EQ(refused.status().message().find(huge.substr(0, 64)),
+            absl::string_view::npos);
+  absl::StatusOr<std::vector<LeaseRecord>> stored = store_->LoadLeases();
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_TRUE(stored->empty());
+  absl::StatusOr<AcquireOutcome> granted =
+      acquire_as(std::string(kMaxOwnerBytes, 'o'));
+  ASSERT_TRUE(granted.ok()) << granted.status();
+  EXPECT_TRUE(granted->acquired);
+  EXPECT_THAT(
+      manager_->KeepAlive("jobs", std::string(kMaxLeaseIdBytes + 1, 'x')),
+      StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(manager_->Release("jobs", std::string(kMaxLeaseIdBytes + 1, 'x')),
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
 

@@ -31,6 +31,18 @@ inline constexpr size_t kMaxRequestIdBytes = 256;
 // short.
 absl::Status ValidateRequestId(absl::string_view request_id);
 
+// Longest lease owner (a free-form holder description, stored with the
+// lease and logged), resource name, and lease id accepted, in bytes.
+inline constexpr size_t kMaxOwnerBytes = 256;
+inline constexpr size_t kMaxResourceBytes = 4096;
+inline constexpr size_t kMaxLeaseIdBytes = 64;
+
+// OK if `value` is at most `max_bytes` bytes of valid UTF-8; otherwise
+// INVALID_ARGUMENT naming `field` and, for a long one, its size (never the
+// value itself).
+absl::Status ValidateText(absl::string_view value, absl::string_view field,
+                          size_t max_bytes);
+
 // OK if `value` is valid UTF-8; otherwise INVALID_ARGUMENT naming `field`.
 // The API's messages are proto2, whose parser leaves string fields
 // unchecked, so that the gateway can say which field is wrong (proto3's

@@ -85,7 +85,8 @@ class LeaseManager {
   // not at all) and then reports acquired = false. `cancelled`, if set, is
   // asked before a waiter is granted the lock: a waiter whose caller went
   // away is skipped. `done` runs exactly once. INVALID_ARGUMENT for a bad
-  // name; OUT_OF_RANGE when the domain's fence is at 2^64-1;
+  // name, or an owner that is not UTF-8 or is longer than kMaxOwnerBytes
+  // (common/limits.h; nothing is stored); OUT_OF_RANGE when the domain's fence is at 2^64-1;
   // RESOURCE_EXHAUSTED when max_waiters Acquire calls wait already;
   // UNAVAILABLE after Shutdown(). Never waits for the domain's Fencer lock
   // itself unless the lock is free to take now: call it from the domain's
@@ -95,12 +96,13 @@ class LeaseManager {
                std::function<bool()> cancelled, AcquireCallback done);
 
   // Renews the lease for its ttl from now. NOT_FOUND if it is lost;
+  // INVALID_ARGUMENT for a lease_id longer than kMaxLeaseIdBytes;
   // UNAVAILABLE while shutting down (the lease itself is kept).
   absl::StatusOr<absl::Duration> KeepAlive(const std::string& name,
                                            const std::string& lease_id);
 
   // Deletes the lease if `lease_id` holds `name`; FAILED_PRECONDITION if
-  // not. The next waiter, if any, is granted the lock.
+  // not; INVALID_ARGUMENT for a lease_id longer than kMaxLeaseIdBytes. The next waiter, if any, is granted the lock.
   absl::Status Release(const std::string& name, const std::string& lease_id);
 
   // Fails pending waiters with UNAVAILABLE and refuses further calls.
