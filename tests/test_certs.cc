@@ -50,12 +50,21 @@ absl::StatusOr<CertFiles> TestPki::Issue(const std::string& file,
                                          const std::string& cn,
                                          const std::string& san,
                                          int days) const {
+  return IssueSubject(
+      file, absl::StrCat("/CN=", absl::StrReplaceAll(cn, {{"/", "\\/"}})),
+      san, days);
+}
+
+absl::StatusOr<CertFiles> TestPki::IssueSubject(const std::string& file,
+                                                const std::string& subject,
+                                                const std::string& san,
+                                                int days) const {
   const std::string base = absl::StrCat(dir_, "/", file);
   const std::string tmp = absl::StrCat(base, ".new");
   if (absl::Status s = Openssl(
           {"req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
            "-nodes", "-keyout", tmp + ".key", "-out", tmp + ".csr", "-subj",
-           absl::StrCat("/CN=", absl::StrReplaceAll(cn, {{"/", "\\/"}}))});
+           subject});
       !s.ok()) {
     return s;
   }

@@ -37,6 +37,11 @@ class TestPki {
   absl::StatusOr<CertFiles> Issue(const std::string& file,
                                   const std::string& cn, const std::string& san,
                                   int days = 2) const;
+  // Issue() with a whole subject in openssl's -subj form ("/CN=a/CN=b").
+  absl::StatusOr<CertFiles> IssueSubject(const std::string& file,
+                                         const std::string& subject,
+                                         const std::string& san,
+                                         int days = 2) const;
 
   // Writes this CA's CRL revoking `revoked` (paths of certificates it
   // issued) into `crl_dir` as <CA subject hash>.r<suffix>, the name OpenSSL

@@ -90,6 +90,13 @@ TEST_F(TrustE2eTest, IdentityIsTheUriSanThenTheDnsSanThenTheCn) {
       spelled, pki_->Issue("spelled", std::string(testing::kBilling), ""));
   EXPECT_EQ(GetFence(Channel(spelled), "billing/x").error_code(),
             grpc::StatusCode::UNAUTHENTICATED);
+  // A subject with two CNs and no SAN names nobody, whichever comes first.
+  for (const char* subject : {"/CN=admin/CN=nobody", "/CN=nobody/CN=admin"}) {
+    ASSERT_OK_AND_ASSIGN(two_cns, pki_->IssueSubject("two_cns", subject, ""));
+    EXPECT_EQ(GetFence(Channel(two_cns), "anything").error_code(),
+              grpc::StatusCode::UNAUTHENTICATED)
+        << subject;
+  }
 }
 
 // Authorization runs for every method of both services: an identity no rule
