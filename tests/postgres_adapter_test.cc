@@ -282,7 +282,11 @@ TEST_F(PostgresAdapterTest, CustomFenceSchemaAndBadUris) {
                           "postgres://u@h/db?allow_privileged_role=yes",
                           "postgres://u@h/db?options=-c%20role%3Dx",
                           "postgres://u@h/db?statement_timeout_ms=abc",
-                          "postgres://u@h/db?spread_after_ms=-1"}) {
+                          "postgres://u@h/db?spread_after_ms=-1",
+                          "postgres://u@h/db?client_encoding=SJIS",
+                          "postgres://u@h/db?allow_dirty_statements=1",
+                          "postgres://u@h/db?search_path=pg_temp",
+                          "postgres://u@h/db?search_path=a;b"}) {
     EXPECT_THAT(registry.Create(bad),
                 StatusIs(absl::StatusCode::kInvalidArgument))
         << bad;

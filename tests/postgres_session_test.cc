@@ -149,6 +149,21 @@ TEST_F(PostgresSessionTest, ADirtyWritesSessionIsResetBeforeTheNextWrite) {
   }
 }
 
+// A dirty Write that fails inside its block costs no connection: the
+// reset's ROLLBACK ends the block, and the next Write runs on the same
+// backend.
+TEST_F(PostgresSessionTest, AFailedDirtyWriteKeepsItsConnection) {
+  auto one = MakeAdapter("pool_size=1&allow_dirty_statements=true");
+  const std::string pid = Probe(one.get(), "SELECT 1").first;
+  EXPECT_THAT(
+      Apply(one.get(), "iso", 1, {Sql("DO $$BEGIN PERFORM 1/0; END$$")}),
+      StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(Probe(one.get(), "SELECT 1").first, pid);
+  ASSERT_OK(
+      Apply(one.get(), "iso", 1, {Sql("INSERT INTO jobs (id) VALUES (5)")}));
+  EXPECT_EQ(Count(), 1);
+}
+
 // A change no parser can see -- a function the database's owner wrote,
 // called from a safe SELECT, sets a parameter the server reports -- trips
 // the tripwire: the connection is closed, the next Write gets a fresh

@@ -108,6 +108,16 @@ TEST(SqlClassifierTest, WhatCouldOutliveTheWriteIsRefused) {
       {"SELECT ts_stat('SELECT 1')", "ts_stat"},
       {"SELECT dblink_exec('dbname=x', 'DELETE FROM jobs')", "dblink_exec"},
       {"SELECT lo_import('/etc/passwd')", "lo_import"},
+      // Functional notation: PostgreSQL reads x.f as f(x).
+      {"SELECT (42::bigint).pg_advisory_lock", "pg_advisory_lock"},
+      {"SELECT (pid).pg_terminate_backend FROM pg_stat_activity",
+       "pg_terminate_backend"},
+      {"SELECT a.pg_cancel_backend FROM pg_stat_activity a",
+       "pg_cancel_backend"},
+      {"SELECT ('SELECT 1'::text).ts_stat", "ts_stat"},
+      {"SELECT setseed(0.5)", "setseed"},
+      {"SELECT * FROM crosstab('SELECT 1, 2, 3') AS t(a int, b int)",
+       "crosstab"},
       // Functions inside other clauses.
       {"UPDATE jobs SET note = (SELECT set_config('a.b', 'c', false))",
        "set_config"},

@@ -39,9 +39,10 @@ absl::StatusOr<PostgresAdapterOptions> ParsePostgresUri(const Uri& uri) {
   // network that goes silent fails a write within about a minute instead
   // of holding its connection for ever.
   std::vector<std::pair<std::string, std::string>> defaults = {
-      {"connect_timeout", "5"},  {"keepalives", "1"},
-      {"keepalives_idle", "30"}, {"keepalives_interval", "10"},
-      {"keepalives_count", "3"}, {"tcp_user_timeout", "60000"}};
+      {"client_encoding", "UTF8"},   {"connect_timeout", "5"},
+      {"keepalives", "1"},           {"keepalives_idle", "30"},
+      {"keepalives_interval", "10"}, {"keepalives_count", "3"},
+      {"tcp_user_timeout", "60000"}};
   if (!uri.query.empty()) {
     for (absl::string_view pair : absl::StrSplit(uri.query, '&')) {
       if (pair.empty()) continue;
@@ -109,6 +110,11 @@ absl::StatusOr<PostgresAdapterOptions> ParsePostgresUri(const Uri& uri) {
           }
         }
         options.search_path = std::move(schemas);
+      } else if (kv.first == "client_encoding") {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "adapter URI \"", options.redacted_uri,
+            "\": client_encoding is not accepted: the gateway speaks UTF8 to "
+            "PostgreSQL (its SQL classifier reads text as UTF-8)"));
       } else if (kv.first == "options") {
         return absl::InvalidArgumentError(absl::StrCat(
             "adapter URI \"", options.redacted_uri,
@@ -138,9 +144,12 @@ absl::StatusOr<PostgresAdapterOptions> ParsePostgresUri(const Uri& uri) {
     path.push_back(absl::StrCat("%22", schema, "%22"));
   }
   path.push_back("pg_temp");
+  // standard_conforming_strings as PostgreSQL's parser in the classifier
+  // reads text; SetUpConnection checks it and client_encoding.
   passthrough.push_back(absl::StrCat(
       "options=-c%20statement_timeout%3D", options.statement_timeout_ms,
-      "%20-c%20search_path%3D", absl::StrJoin(path, "%2C")));
+      "%20-c%20search_path%3D", absl::StrJoin(path, "%2C"),
+      "%20-c%20standard_conforming_strings%3Don"));
   if (uri.authority.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("adapter URI \"", options.redacted_uri,

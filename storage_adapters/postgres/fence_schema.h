@@ -49,9 +49,6 @@ inline constexpr char kStaleSqlState[] = "FG001";
 // something: it must come first (so client SQL cannot call it again).
 inline constexpr char kNotFirstSqlState[] = "FG002";
 
-// The name under which every route connection prepares FenceCallSql().
-inline constexpr char kFenceStatement[] = "fencegate_fence";
-
 // True for a name fencegate accepts as schema or role: 1-63 lower-case
 // letters, digits and '_', not starting with a digit.
 bool IsPlainIdentifier(absl::string_view name);

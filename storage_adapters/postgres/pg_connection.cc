@@ -4,9 +4,11 @@
 
 #include <poll.h>
 
+#include <random>
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace fencegate {
 namespace {
@@ -31,6 +33,11 @@ constexpr const char* kReported[] = {
     "TimeZone",
 };
 
+std::mt19937_64& RandomBits() {
+  thread_local std::mt19937_64 bits{std::random_device{}()};
+  return bits;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<PgConnection>> PgConnection::Open(
@@ -47,7 +54,11 @@ absl::StatusOr<std::unique_ptr<PgConnection>> PgConnection::Open(
   return std::unique_ptr<PgConnection>(new PgConnection(c));
 }
 
-PgConnection::PgConnection(PGconn* conn) : conn_(conn) {
+PgConnection::PgConnection(PGconn* conn)
+    : conn_(conn),
+      fence_statement_(absl::StrFormat(
+          "fencegate_fence_%016x",
+          std::uniform_int_distribution<uint64_t>()(RandomBits()))) {
   PQsetNoticeReceiver(conn_, &PgConnection::OnNotice, this);
 }
 

@@ -56,6 +56,11 @@ class PgConnection final {
   // notice receiver, not to a result; other notices are dropped.
   bool ended_between_queries() const { return ended_between_queries_; }
 
+  // The name of the fence call's prepared statement on this session:
+  // "fencegate_fence_" and 16 random hex digits, so that nothing a Write
+  // sends can name it without first reading it.
+  const std::string& fence_statement() const { return fence_statement_; }
+
   // Records the parameters the server reports now (PQparameterStatus) as
   // the session's baseline.
   void RecordBaseline();
@@ -68,6 +73,7 @@ class PgConnection final {
   static void OnNotice(void* self, const PGresult* notice);
 
   PGconn* const conn_;
+  const std::string fence_statement_;
   bool ended_between_queries_ = false;
   std::vector<std::pair<const char*, std::string>> baseline_;
 };

@@ -27,6 +27,9 @@ namespace {
 using postgres::StatementClass;
 
 constexpr size_t kMaxSqlBytes = 1 << 20;
+// How often the expirer looks at an empty queue: a write that a sender
+// took at once needs nothing of it, and one that waits calls it.
+constexpr absl::Duration kIdleLook = absl::Milliseconds(100);
 constexpr int kMaxParams = 65535;
 }  // namespace
 
@@ -108,7 +111,20 @@ absl::Status PostgresAdapter::SetUpConnection(PgConnection& c) {
   }
   // Prepared once; nothing a safe Write sends can drop it, and the reset
   // after a dirty one prepares it again.
-  postgres::PgResult prepared(PQprepare(c.raw(), postgres::kFenceStatement,
+  // Neither setting may differ from what PostgreSQL's parser in the
+  // classifier assumes, or the server could read a statement's text
+  // otherwise than the classifier did (a backslash in a string, say).
+  for (const auto& [name, value] : {std::pair<const char*, const char*>{
+                                        "standard_conforming_strings", "on"},
+                                    {"client_encoding", "UTF8"}}) {
+    const char* now = PQparameterStatus(c.raw(), name);
+    if (now == nullptr || std::string_view(now) != value) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "postgres: the server reports ", name, "=",
+          now == nullptr ? "(nothing)" : now, "; the gateway needs ", value));
+    }
+  }
+  postgres::PgResult prepared(PQprepare(c.raw(), c.fence_statement().c_str(),
                                         fence_call_sql_.c_str(), 2, nullptr));
   if (prepared == nullptr ||
       PQresultStatus(prepared.get()) != PGRES_COMMAND_OK) {
@@ -371,6 +387,8 @@ bool PostgresAdapter::CallSenderForQueuedLocked() {
     return true;
   }
   if (queue_.size() <= (signalled_ + starting_ + carrying) * kMaxBatch) {
+    // A sender that is starting may take a while to connect.
+    expirer_called_ = true;
     return true;
   }
   if (stopping_ || senders_.size() >= static_cast<size_t>(options_.pool_size)) {
@@ -575,7 +593,7 @@ void PostgresAdapter::ExpireQueued() {
       // spreading). A write an idle or new sender takes does not wake this
       // thread: that would cost a wake-up per Write when the load is light.
       queue_mu_.AwaitWithDeadline(absl::Condition(&stopping_or_called),
-                                  absl::Now() + tick);
+                                  absl::Now() + kIdleLook);
       expirer_called_ = false;
       continue;
     }

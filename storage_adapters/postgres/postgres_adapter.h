@@ -228,10 +228,11 @@ class PostgresAdapter final : public StorageAdapter {
   // carrying batches, wakes an idle sender or starts one for it.
   void SpreadLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_);
   // Queues one write's queries and its sync; false if sending failed.
-  bool SendWrite(PGconn* c, const PendingWrite& w);
-  // Queues the session reset after a dirty write: DISCARD ALL, the fence
-  // call prepared again, and a sync; false if sending failed.
-  bool SendReset(PGconn* c);
+  bool SendWrite(PgConnection& conn, const PendingWrite& w);
+  // Queues the session reset after a dirty write: ROLLBACK (ending the
+  // write's block if it failed in it) and a sync, then DISCARD ALL, the
+  // fence call prepared again, and a sync; false if sending failed.
+  bool SendReset(PgConnection& conn);
   // Reads the reset's results; false if it failed (drop the connection).
   bool ReadReset(PGconn* c);
   // After a batch: true if the session's reported parameters still match

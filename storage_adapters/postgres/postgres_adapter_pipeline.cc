@@ -92,8 +92,10 @@ size_t PostgresAdapter::SendBatch(std::optional<PgConnectionPool::Lease>* lease,
   // ends its own implicit transaction. One round trip for the batch; an
   // error in one write rolls back that write only.
   size_t sent = 0;
-  while (sent < batch.size() && SendWrite(c, *batch[sent])) ++sent;
-  if (sent > 0 && batch[sent - 1]->dirty && !SendReset(c)) {
+  while (sent < batch.size() && SendWrite((*lease)->conn(), *batch[sent])) {
+    ++sent;
+  }
+  if (sent > 0 && batch[sent - 1]->dirty && !SendReset((*lease)->conn())) {
     // The dirty write's sync went out whole: its outcome will be read; the
     // reset's failure shows there, and the connection is dropped.
   }
@@ -146,6 +148,7 @@ void PostgresAdapter::ReadBatch(std::optional<PgConnectionPool::Lease>* lease,
   }
   bool usable = true;
   if (sent > 0 && batch[sent - 1]->dirty && !ReadReset(c)) usable = false;
+  // The reset ended a dirty Write's aborted block, if it left one.
   if (PQexitPipelineMode(c) != 1) {
     // Every result was read, so this cannot happen; the outcomes are known,
     // but do not reuse a connection in a state nobody expects.
@@ -214,31 +217,43 @@ bool PostgresAdapter::SessionUnchanged(PgConnection& conn,
   return false;
 }
 
-bool PostgresAdapter::SendReset(PGconn* c) {
-  return PQsendQueryParams(c, kResetSql, 0, nullptr, nullptr, nullptr, nullptr,
+bool PostgresAdapter::SendReset(PgConnection& conn) {
+  PGconn* c = conn.raw();
+  // ROLLBACK ends the block of a dirty Write that failed inside it (and is
+  // only a warning after one that committed), so that a failed dirty Write
+  // costs no new connection; then the reset, first in a segment of its own.
+  return PQsendQueryParams(c, "ROLLBACK", 0, nullptr, nullptr, nullptr, nullptr,
                            0) == 1 &&
-         PQsendPrepare(c, postgres::kFenceStatement, fence_call_sql_.c_str(), 2,
-                       nullptr) == 1 &&
+         PQpipelineSync(c) == 1 &&
+         PQsendQueryParams(c, kResetSql, 0, nullptr, nullptr, nullptr, nullptr,
+                           0) == 1 &&
+         PQsendPrepare(c, conn.fence_statement().c_str(),
+                       fence_call_sql_.c_str(), 2, nullptr) == 1 &&
          PQpipelineSync(c) == 1;
 }
 
 bool PostgresAdapter::ReadReset(PGconn* c) {
-  // DISCARD ALL's result and its end, the prepare's and its end, the sync.
+  // Each query's result and its end; a sync after ROLLBACK, and after the
+  // reset and the prepare.
   bool ok = true;
-  for (int q = 0; q < 2; ++q) {
+  for (int q = 0; q < 3; ++q) {
     PgResult r(PQgetResult(c));
-    if (r == nullptr || PQresultStatus(r.get()) != PGRES_COMMAND_OK) {
-      ok = false;
-    }
     if (r == nullptr) return false;
+    if (PQresultStatus(r.get()) != PGRES_COMMAND_OK) ok = false;
     PgResult end(PQgetResult(c));
+    if (q == 0 || q == 2) {
+      PgResult sync(PQgetResult(c));
+      if (sync == nullptr ||
+          PQresultStatus(sync.get()) != PGRES_PIPELINE_SYNC) {
+        return false;
+      }
+    }
   }
-  PgResult sync(PQgetResult(c));
-  return ok && sync != nullptr &&
-         PQresultStatus(sync.get()) == PGRES_PIPELINE_SYNC;
+  return ok;
 }
 
-bool PostgresAdapter::SendWrite(PGconn* c, const PendingWrite& w) {
+bool PostgresAdapter::SendWrite(PgConnection& conn, const PendingWrite& w) {
+  PGconn* c = conn.raw();
   if (w.dirty && PQsendQueryParams(c, "BEGIN", 0, nullptr, nullptr, nullptr,
                                    nullptr, 0) != 1) {
     return false;
@@ -246,7 +261,7 @@ bool PostgresAdapter::SendWrite(PGconn* c, const PendingWrite& w) {
   const std::string domain(w.target->domain);
   const std::string token = absl::StrCat(w.target->token);
   const char* fence_params[2] = {domain.c_str(), token.c_str()};
-  if (PQsendQueryPrepared(c, postgres::kFenceStatement, 2, fence_params,
+  if (PQsendQueryPrepared(c, conn.fence_statement().c_str(), 2, fence_params,
                           nullptr, nullptr, 0) != 1) {
     return false;
   }

@@ -96,7 +96,9 @@ std::string TransactionKind(const pg_query::TransactionStmt& stmt) {
 }
 
 bool IsSessionStateFunction(const std::string& name) {
-  if (absl::StartsWith(name, "dblink")) return true;
+  if (absl::StartsWith(name, "dblink") || absl::StartsWith(name, "crosstab")) {
+    return true;
+  }
   const std::vector<std::string>& names = SessionStateFunctions();
   return std::find(names.begin(), names.end(), name) != names.end();
 }
@@ -118,8 +120,26 @@ TreeFacts WalkTree(const Message& root) {
   const Descriptor* range_var = pg_query::RangeVar::descriptor();
   const Descriptor* into = pg_query::IntoClause::descriptor();
   const Descriptor* param_ref = pg_query::ParamRef::descriptor();
+  const Descriptor* column_ref = pg_query::ColumnRef::descriptor();
+  const Descriptor* indirection = pg_query::A_Indirection::descriptor();
   auto found = [&facts](std::string why) {
     if (facts.session_use.empty()) facts.session_use = std::move(why);
+  };
+  auto calls = [](const std::string& name) {
+    return absl::StrCat("calls ", name,
+                        "(), which reaches the session's state or runs SQL "
+                        "text of its own");
+  };
+  // PostgreSQL reads x.f, where x has no column f, as the call f(x)
+  // ("functional notation"): a name after the first of a column reference,
+  // or a field selected from an expression, may be a call.
+  auto check_field_names = [&](const auto& names, int from) {
+    for (int i = from; i < names.size(); ++i) {
+      if (names[i].has_string() &&
+          IsSessionStateFunction(names[i].string().sval())) {
+        found(calls(names[i].string().sval()));
+      }
+    }
   };
   while (!pending.empty()) {
     const Message* m = pending.back();
@@ -132,12 +152,14 @@ TreeFacts WalkTree(const Message& root) {
       const auto& call = static_cast<const pg_query::FuncCall&>(*m);
       if (!call.funcname().empty() && call.funcname().rbegin()->has_string()) {
         const std::string& name = call.funcname().rbegin()->string().sval();
-        if (IsSessionStateFunction(name)) {
-          found(absl::StrCat("calls ", name,
-                             "(), which reaches the session's state or runs "
-                             "SQL text of its own"));
-        }
+        if (IsSessionStateFunction(name)) found(calls(name));
       }
+    } else if (type == column_ref) {
+      check_field_names(static_cast<const pg_query::ColumnRef&>(*m).fields(),
+                        1);
+    } else if (type == indirection) {
+      check_field_names(
+          static_cast<const pg_query::A_Indirection&>(*m).indirection(), 0);
     } else if (type == range_var) {
       const std::string& name =
           static_cast<const pg_query::RangeVar&>(*m).relname();
@@ -252,6 +274,9 @@ const std::vector<std::string>& SessionStateFunctions() {
       "lo_export",
       "pg_cancel_backend",
       "pg_terminate_backend",
+      "setseed",
+      "connectby",
+      "xpath_table",
   };
   return *kNames;
 }

@@ -64,9 +64,11 @@ struct Verdict {
 
 // Functions (decoded last name part) that read or change session state, or
 // run SQL text of their own: set_config, the session-level advisory lock
-// functions, currval, lastval, query_to_xml*, cursor_to_xml*, ts_stat,
-// ts_rewrite, lo_import, lo_export, pg_cancel_backend,
-// pg_terminate_backend; and every name that starts with "dblink".
+// functions, currval, lastval, setseed, query_to_xml*, cursor_to_xml*,
+// ts_stat, ts_rewrite, lo_import, lo_export, pg_cancel_backend,
+// pg_terminate_backend, connectby, xpath_table; and every name that starts
+// with "dblink" or "crosstab". Matched in calls f(...), and in the
+// functional notation x.f that PostgreSQL reads as f(x).
 const std::vector<std::string>& SessionStateFunctions();
 // Relations that read or change session settings: pg_settings.
 const std::vector<std::string>& SessionStateRelations();
