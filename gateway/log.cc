@@ -10,12 +10,15 @@
 #include <string>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "fencegate/v1/log.pb.h"
 #include "gateway/line_writer.h"
+#include "google/protobuf/stubs/logging.h"
 #include "google/protobuf/util/json_util.h"
+#include "grpc/support/log.h"
 
 namespace fencegate {
 namespace {
@@ -130,5 +133,54 @@ void Log(LogSeverity severity, absl::string_view message,
 }
 
 void FlushLog() { Logger()->Flush(kFlushWait); }
+
+}  // namespace fencegate
+
+namespace fencegate {
+namespace {
+
+// A line from a library that is about to abort the process: written at
+// once, since the writer thread may never get to it.
+void WriteNow(absl::string_view what, absl::string_view message) {
+  FlushLog();
+  (void)WriteAll(absl::StrCat(what, ": ", EscapeControl(message), "\n"));
+}
+
+void OnGrpcLog(gpr_log_func_args* args) {
+  const absl::string_view message =
+      args->message == nullptr ? "" : args->message;
+  if (absl::StartsWith(message, "assertion failed")) {
+    WriteNow("grpc", message);  // GPR_ASSERT aborts next.
+    return;
+  }
+  const LogSeverity severity =
+      args->severity == GPR_LOG_SEVERITY_ERROR   ? LogSeverity::kError
+      : args->severity == GPR_LOG_SEVERITY_INFO  ? LogSeverity::kInfo
+      : args->severity == GPR_LOG_SEVERITY_DEBUG ? LogSeverity::kInfo
+                                                 : LogSeverity::kWarning;
+  Log(severity, absl::StrCat("grpc: ", message, " (",
+                             args->file == nullptr ? "" : args->file, ":",
+                             args->line, ")"));
+}
+
+void OnProtobufLog(google::protobuf::LogLevel level, const char* file, int line,
+                   const std::string& message) {
+  if (level == google::protobuf::LOGLEVEL_FATAL) {
+    WriteNow("protobuf", message);
+    return;
+  }
+  Log(level == google::protobuf::LOGLEVEL_ERROR     ? LogSeverity::kError
+      : level == google::protobuf::LOGLEVEL_WARNING ? LogSeverity::kWarning
+                                                    : LogSeverity::kInfo,
+      absl::StrCat("protobuf: ", message, " (", file == nullptr ? "" : file,
+                   ":", line, ")"));
+}
+
+}  // namespace
+
+void CaptureLibraryLogs() {
+  gpr_set_log_function(&OnGrpcLog);
+  google::protobuf::SetLogHandler(&OnProtobufLog);
+}
 
 }  // namespace fencegate

@@ -57,6 +57,16 @@ void Log(LogSeverity severity, absl::string_view message,
 // refused by stderr), or after 2 s. Thread safe.
 void FlushLog();
 
+// Sends gRPC's (gpr_log) and protobuf's own log lines through Log(), so
+// that they never wait for stderr either: a stalled stderr pipe plus a
+// flood of failed TLS handshakes, each of which gRPC logs, cannot stop the
+// gateway. Lines announcing an abort (a failed GPR_ASSERT, a protobuf
+// FATAL) are written at once instead. Call once at start-up, before gRPC
+// starts threads. (libpq's notices on the PostgreSQL route's connections
+// never reach stderr: PgConnection takes them. Debian's Abseil has no log
+// of its own.)
+void CaptureLibraryLogs();
+
 }  // namespace fencegate
 
 #endif  // GATEWAY_LOG_H_

@@ -334,6 +334,7 @@ int Run(int argc, char** argv) {
   }
   options->log_writes = flags.log_writes;
   SetLogFormat(options->log_format);
+  CaptureLibraryLogs();
 
   // Block the shutdown signals in every thread; main waits for them below.
   sigset_t signals;

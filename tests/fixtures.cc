@@ -48,7 +48,8 @@ bool WaitFor(const std::function<bool()>& condition, absl::Duration timeout) {
 }
 
 absl::StatusOr<std::unique_ptr<GatewayProcess>> GatewayProcess::Start(
-    const std::string& data_dir, const std::vector<std::string>& args) {
+    const std::string& data_dir, const std::vector<std::string>& args,
+    int stderr_fd) {
   auto process = std::unique_ptr<GatewayProcess>(new GatewayProcess());
   std::string port_file = absl::StrCat(data_dir, ".port");
   ::unlink(port_file.c_str());
@@ -63,8 +64,12 @@ absl::StatusOr<std::unique_ptr<GatewayProcess>> GatewayProcess::Start(
     // Never outlive the test (or harness) that started it, even one that
     // crashed: an orphaned gateway would hold its pipes open.
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    FILE* log = std::fopen(process->log_path_.c_str(), "a");
-    if (log != nullptr) ::dup2(fileno(log), STDERR_FILENO);
+    if (stderr_fd >= 0) {
+      ::dup2(stderr_fd, STDERR_FILENO);
+    } else {
+      FILE* log = std::fopen(process->log_path_.c_str(), "a");
+      if (log != nullptr) ::dup2(fileno(log), STDERR_FILENO);
+    }
     std::vector<char*> c_argv;
     for (std::string& a : argv) c_argv.push_back(a.data());
     c_argv.push_back(nullptr);

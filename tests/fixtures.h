@@ -35,9 +35,11 @@ bool WaitFor(const std::function<bool()>& condition,
 class GatewayProcess {
  public:
   // Starts fencegate --data_dir=data_dir --listen=127.0.0.1:0 plus `args`,
-  // and waits until it serves.
+  // and waits until it serves. Its stderr goes to log_path(), or to
+  // `stderr_fd` if that is not -1.
   static absl::StatusOr<std::unique_ptr<GatewayProcess>> Start(
-      const std::string& data_dir, const std::vector<std::string>& args = {});
+      const std::string& data_dir, const std::vector<std::string>& args = {},
+      int stderr_fd = -1);
   ~GatewayProcess();  // SIGKILLs the process if still running.
 
   int port() const { return port_; }

@@ -85,11 +85,12 @@ class TrustFixture : public ::testing::Test {
             "--policy=" + policy_path_,      "--audit_log=" + audit_path_};
   }
 
-  void StartGateway(std::vector<std::string> extra = {}) {
+  void StartGateway(std::vector<std::string> extra = {}, int stderr_fd = -1) {
     std::vector<std::string> args = TrustFlags();
     args.insert(args.end(), extra.begin(), extra.end());
     gateway_.reset();
-    auto gateway = GatewayProcess::Start(dir_.path() + "/data", args);
+    auto gateway =
+        GatewayProcess::Start(dir_.path() + "/data", args, stderr_fd);
     ASSERT_TRUE(gateway.ok()) << gateway.status();
     gateway_ = *std::move(gateway);
   }
