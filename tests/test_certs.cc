@@ -51,8 +51,8 @@ absl::StatusOr<CertFiles> TestPki::Issue(const std::string& file,
                                          const std::string& san,
                                          int days) const {
   return IssueSubject(
-      file, absl::StrCat("/CN=", absl::StrReplaceAll(cn, {{"/", "\\/"}})),
-      san, days);
+      file, absl::StrCat("/CN=", absl::StrReplaceAll(cn, {{"/", "\\/"}})), san,
+      days);
 }
 
 absl::StatusOr<CertFiles> TestPki::IssueSubject(const std::string& file,
@@ -61,10 +61,10 @@ absl::StatusOr<CertFiles> TestPki::IssueSubject(const std::string& file,
                                                 int days) const {
   const std::string base = absl::StrCat(dir_, "/", file);
   const std::string tmp = absl::StrCat(base, ".new");
-  if (absl::Status s = Openssl(
-          {"req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-           "-nodes", "-keyout", tmp + ".key", "-out", tmp + ".csr", "-subj",
-           subject});
+  if (absl::Status s =
+          Openssl({"req", "-newkey", "ec", "-pkeyopt",
+                   "ec_paramgen_curve:P-256", "-nodes", "-keyout", tmp + ".key",
+                   "-out", tmp + ".csr", "-subj", subject});
       !s.ok()) {
     return s;
   }

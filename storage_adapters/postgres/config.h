@@ -32,11 +32,12 @@
 // through, but for client_encoding (refused: the gateway speaks UTF8) and
 // options (refused: settings given at connection would apply to every
 // Write). standard_conforming_strings=on is sent in the startup packet, so
-// that the server reads a statement's text as the classifier did. Unless the URI sets them: connect_timeout=5; TCP keepalives
-// (keepalives=1, keepalives_idle=30, keepalives_interval=10,
-// keepalives_count=3) and tcp_user_timeout=60000, so that a server or
-// network gone silent breaks the connection within about a minute (the
-// write then fails UNAVAILABLE) instead of holding it for ever.
+// that the server reads a statement's text as the classifier did. Unless the
+// URI sets them: connect_timeout=5; TCP keepalives (keepalives=1,
+// keepalives_idle=30, keepalives_interval=10, keepalives_count=3) and
+// tcp_user_timeout=60000, so that a server or network gone silent breaks the
+// connection within about a minute (the write then fails UNAVAILABLE) instead
+// of holding it for ever.
 
 #ifndef STORAGE_ADAPTERS_POSTGRES_CONFIG_H_
 #define STORAGE_ADAPTERS_POSTGRES_CONFIG_H_

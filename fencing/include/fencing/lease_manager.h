@@ -86,10 +86,10 @@ class LeaseManager {
   // asked before a waiter is granted the lock: a waiter whose caller went
   // away is skipped. `done` runs exactly once. INVALID_ARGUMENT for a bad
   // name, or an owner that is not UTF-8 or is longer than kMaxOwnerBytes
-  // (common/limits.h; nothing is stored); OUT_OF_RANGE when the domain's fence is at 2^64-1;
-  // RESOURCE_EXHAUSTED when max_waiters Acquire calls wait already;
-  // UNAVAILABLE after Shutdown(). Never waits for the domain's Fencer lock
-  // itself unless the lock is free to take now: call it from the domain's
+  // (common/limits.h; nothing is stored); OUT_OF_RANGE when the domain's fence
+  // is at 2^64-1; RESOURCE_EXHAUSTED when max_waiters Acquire calls wait
+  // already; UNAVAILABLE after Shutdown(). Never waits for the domain's Fencer
+  // lock itself unless the lock is free to take now: call it from the domain's
   // lane (post_for_domain) so that a busy domain holds no shared thread.
   void Acquire(const std::string& name, const std::string& owner,
                absl::Duration ttl, absl::Duration wait,
@@ -102,7 +102,8 @@ class LeaseManager {
                                            const std::string& lease_id);
 
   // Deletes the lease if `lease_id` holds `name`; FAILED_PRECONDITION if
-  // not; INVALID_ARGUMENT for a lease_id longer than kMaxLeaseIdBytes. The next waiter, if any, is granted the lock.
+  // not; INVALID_ARGUMENT for a lease_id longer than kMaxLeaseIdBytes. The next
+  // waiter, if any, is granted the lock.
   absl::Status Release(const std::string& name, const std::string& lease_id);
 
   // Fails pending waiters with UNAVAILABLE and refuses further calls.
