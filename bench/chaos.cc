@@ -27,6 +27,9 @@
 namespace fencegate::bench {
 namespace {
 
+// The faultless end of a chaos run (see RunChaos).
+constexpr absl::Duration kLastStretch = absl::Seconds(5);
+
 // The two gateways: same PostgreSQL route, each its own data directory; the
 // first also serves the file route and the lease service.
 class Gateways {
@@ -326,7 +329,10 @@ absl::StatusOr<ChaosResult> RunChaos(Environment& env,
   }
   absl::SleepFor(absl::Seconds(1));  // Let the workers take their locks.
   const absl::Status faults = RunFaults(env, gateways, options, &result);
-  absl::SleepFor(absl::Seconds(1));  // A last stretch without faults.
+  // A last stretch without faults, long enough for every source's workers
+  // to take their lock once more even on a loaded machine (a sanitized
+  // build): a run in which a source never held is blind, and fails.
+  absl::SleepFor(kLastStretch);
   const absl::Status workers = StopWorkers(stop_file, pids, logs);
   if (!faults.ok()) return faults;
   if (!workers.ok()) return workers;
@@ -411,6 +417,10 @@ void PrintChaos(const ChaosResult& r) {
               Percentiles(r.pg_outage_ms).c_str());
   std::printf("  %s\n",
               c.violations() == 0 ? "no lost or stale write" : "VIOLATIONS");
+  // A blind run fails as well: say why.
+  for (const std::string& why : r.blind) {
+    std::printf("  BLIND: %s\n", why.c_str());
+  }
 }
 
 std::string ChaosJson(const ChaosResult& r) {

@@ -52,7 +52,11 @@ if has_stage asan; then
   export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
   export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/lsan.supp}
-  (cd build-asan && ctest --output-on-failure -j"$JOBS")
+  # The slow harness runs (safety, chaos, the install consumer) are left
+  # to the suite stage: under the sanitizers the chaos run's workers are too
+  # slow to be sure each lock source holds once, and libpqxx 6.4 leaks on
+  # the connections that PostgreSQL's restart breaks (docs/testing.md).
+  (cd build-asan && ctest --output-on-failure -j"$JOBS" -LE slow)
   banner "asan: fuzzers"
   bash scripts/fuzz.sh build-asan "${FENCEGATE_FUZZ_SECONDS:-20}"
 fi
