@@ -69,6 +69,10 @@ class Gateways {
   }
 
   void Kill(int i) { processes_[i]->Stop(SIGKILL); }
+  // Deletes the fence store of gateway `i` (killed): its fences and leases.
+  void DropFenceStore(int i) {
+    std::filesystem::remove_all(absl::StrCat(dir_, "/gateway-", i, "/fence"));
+  }
   pid_t pid(int i) const { return processes_[i]->pid(); }
   std::string address(int i) const {
     return absl::StrCat("127.0.0.1:", ports_[i]);
@@ -167,12 +171,20 @@ absl::Status RunFaults(Environment& env, Gateways& gateways,
     const int victim = cycle % 3 == 0 ? 1 : 0;
     gateways.Kill(victim);
     ++result->kills;
+    // Every fourth kill also loses the fence store: the restarted gateway
+    // must take its fences from the database and the file root.
+    const bool lost = cycle % 4 == 2;
+    if (lost) {
+      gateways.DropFenceStore(victim);
+      ++result->fence_stores_lost;
+    }
     double ms = 0;
     if (absl::Status s = gateways.Start(victim, &ms); !s.ok()) return s;
     result->restart_ms.push_back(ms);
     std::fprintf(stderr,
-                 "  chaos: cycle %d: kill -9 gateway %c, back in %.0f ms\n",
-                 cycle, victim == 0 ? 'A' : 'B', ms);
+                 "  chaos: cycle %d: kill -9 gateway %c%s, back in %.0f ms\n",
+                 cycle, victim == 0 ? 'A' : 'B',
+                 lost ? " and delete its fence store" : "", ms);
     if (cycle % 4 == 0) {
       absl::SleepFor(absl::Milliseconds(moment_ms(rng)));
       // Past every source's lease: three of the longest ttl.
@@ -410,6 +422,7 @@ void PrintChaos(const ChaosResult& r) {
   row("holdings", r.holdings);
   row("late_holders", r.late_holders);
   row("kills", r.kills);
+  row("fence_stores_lost", r.fence_stores_lost);
   row("gateway_pauses", r.gateway_pauses);
   row("pg_restarts", r.pg_restarts);
   std::printf("  %-24s %s\n", "restart_ms", Percentiles(r.restart_ms).c_str());
@@ -440,6 +453,7 @@ std::string ChaosJson(const ChaosResult& r) {
       ",\n    \"holdings\": ", r.holdings,
       ",\n    \"late_holders\": ", r.late_holders,
       ",\n    \"kills\": ", r.kills,
+      ",\n    \"fence_stores_lost\": ", r.fence_stores_lost,
       ",\n    \"gateway_pauses\": ", r.gateway_pauses,
       ",\n    \"pg_restarts\": ", r.pg_restarts,
       ",\n    \"restart_ms\": ", JsonList(r.restart_ms),

@@ -55,6 +55,9 @@ struct ChaosResult {
   std::vector<std::string> sources;  // Those that ran.
   ChaosCounts counts;
   uint64_t kills = 0, pg_restarts = 0, gateway_pauses = 0;
+  // Kills after which the gateway's fence store was deleted before it
+  // started again (it must recover its fences from the routes' storage).
+  uint64_t fence_stores_lost = 0;
   std::vector<double> restart_ms;    // Each restart: spawn to serving.
   std::vector<double> pg_outage_ms;  // Each PostgreSQL restart.
   uint64_t holdings = 0, late_holders = 0;

@@ -14,8 +14,8 @@
 
 namespace fencegate {
 
-Fencer::Fencer(FenceStore* store, Clock* clock)
-    : store_(store), clock_(clock) {}
+Fencer::Fencer(FenceStore* store, Clock* clock, StorageFence* storage)
+    : store_(store), clock_(clock), storage_(storage) {}
 
 Fencer::~Fencer() = default;
 
@@ -199,8 +199,38 @@ void Fencer::ApplyHolding(KeyedMutex::Lock domain_lock, uint64_t token,
 absl::StatusOr<FenceDecision> Fencer::Fence(absl::string_view domain,
                                             uint64_t token,
                                             const AdvanceCheck* check) {
-  return Execute(
-      domain, token, [] { return absl::OkStatus(); }, check);
+  if (storage_ == nullptr) {
+    return Execute(
+        domain, token, [] { return absl::OkStatus(); }, check);
+  }
+  absl::StatusOr<FenceDecision> decision = Execute(
+      domain, token,
+      [&]() -> absl::Status {
+        absl::Status raised = storage_->Raise(domain, token);
+        if (std::optional<StaleTokenInfo> stale = GetStaleToken(raised);
+            stale.has_value() && stale->highest_token > token) {
+          // Under the domain's lock still: learn what the storage holds.
+          if (absl::StatusOr<FenceState> learnt =
+                  store_->Raise(domain, stale->highest_token, clock_->Now());
+              !learnt.ok()) {
+            return learnt.status();
+          }
+        }
+        return raised;
+      },
+      check);
+  if (!decision.ok() && GetStaleToken(decision.status()).has_value()) {
+    absl::Status stale = decision.status();
+    ForgetAdvance(stale);
+    return stale;
+  }
+  return decision;
+}
+
+absl::StatusOr<uint64_t> Fencer::NextGrantable(absl::string_view domain,
+                                               uint64_t at_least) {
+  if (storage_ == nullptr) return at_least;
+  return storage_->Next(domain, at_least);
 }
 
 absl::StatusOr<FenceDecision> Fencer::Sequence(absl::string_view domain,
@@ -214,7 +244,10 @@ absl::StatusOr<FenceDecision> Fencer::Sequence(absl::string_view domain,
         "domain \"", domain,
         "\": its fence is at 2^64-1, no higher token can be issued"));
   }
-  return CheckAndRecord(domain, current->highest_token + 1, check);
+  absl::StatusOr<uint64_t> next =
+      NextGrantable(domain, current->highest_token + 1);
+  if (!next.ok()) return next.status();
+  return CheckAndRecord(domain, *next, check);
 }
 
 absl::StatusOr<FenceState> Fencer::Get(absl::string_view domain) {

@@ -96,8 +96,8 @@ LeaseManager::~LeaseManager() {
 }
 
 void LeaseManager::Acquire(const std::string& name, const std::string& owner,
-                           absl::Duration ttl, absl::Duration wait,
-                           std::function<bool()> cancelled,
+                           const std::string& caller, absl::Duration ttl,
+                           absl::Duration wait, std::function<bool()> cancelled,
                            AcquireCallback done) {
   if (absl::Status s = ValidateDomain(name, "name"); !s.ok()) {
     std::move(done)(s);
@@ -143,13 +143,13 @@ void LeaseManager::Acquire(const std::string& name, const std::string& owner,
       } else if (wait == absl::ZeroDuration()) {
         result = AcquireOutcome{false, l.lease};
         result->lease.lease_id.clear();
-      } else if (waiting_ >= options_.max_waiters) {
-        result = absl::ResourceExhaustedError(absl::StrCat(
-            "lock \"", name, "\" is held and ", waiting_,
-            " Acquire calls wait already (max_waiting_acquires); retry later "
-            "or with wait_ms=0"));
+      } else if (absl::Status full = RoomToWaitLocked(name, l, caller);
+                 !full.ok()) {
+        result = std::move(full);
       } else {
         auto waiter = std::make_shared<Waiter>();
+        waiter->caller = caller;
+        ++waiting_by_caller_[caller];
         waiter->owner = owner;
         waiter->ttl = ttl;
         waiter->cancelled = std::move(cancelled);
@@ -187,9 +187,12 @@ void LeaseManager::FinishGrant(const std::string& name,
           "lock \"", name,
           "\": its fence is at 2^64-1, no higher token can be granted"));
     }
+    // Above every fence the storage holds too (another gateway's grants).
+    absl::StatusOr<uint64_t> token =
+        fencer_->NextGrantable(name, fence->highest_token + 1);
+    if (!token.ok()) return token.status();
     const absl::Time now = clock_->Now();
-    lease = LeaseRecord{name, NewLeaseId(), owner, fence->highest_token + 1,
-                        ttl,  now + ttl};
+    lease = LeaseRecord{name, NewLeaseId(), owner, *token, ttl, now + ttl};
     return store_->GrantLease(lease, now);
   });
   std::vector<absl::AnyInvocable<void() &&>> deferred;
@@ -244,6 +247,38 @@ void LeaseManager::OnExpiry(const std::string& name,
   for (auto& fn : deferred) std::move(fn)();
 }
 
+absl::Status LeaseManager::RoomToWaitLocked(const std::string& name,
+                                            const Lock& lock,
+                                            const std::string& caller) const {
+  const size_t share = std::max<size_t>(1, options_.max_waiters / 2);
+  const char* limit = nullptr;
+  size_t waiting = 0;
+  if (waiting_ >= options_.max_waiters) {
+    limit = "max_waiting_acquires";
+    waiting = waiting_;
+  } else if (lock.waiters.size() >= share) {
+    limit = "half of max_waiting_acquires, for one lock";
+    waiting = lock.waiters.size();
+  } else if (auto it = waiting_by_caller_.find(caller);
+             it != waiting_by_caller_.end() && it->second >= share) {
+    limit = "half of max_waiting_acquires, for one caller";
+    waiting = it->second;
+  }
+  if (limit == nullptr) return absl::OkStatus();
+  return absl::ResourceExhaustedError(
+      absl::StrCat("lock \"", name, "\" is held and ", waiting,
+                   " Acquire calls wait already (", limit,
+                   "); retry later or with wait_ms=0"));
+}
+
+void LeaseManager::ForgetWaiterLocked(const Waiter& waiter) {
+  --waiting_;
+  auto it = waiting_by_caller_.find(waiter.caller);
+  if (it != waiting_by_caller_.end() && --it->second == 0) {
+    waiting_by_caller_.erase(it);
+  }
+}
+
 void LeaseManager::OnWaitTimeout(const std::string& name,
                                  std::shared_ptr<Waiter> waiter) {
   absl::StatusOr<AcquireOutcome> result;
@@ -255,7 +290,7 @@ void LeaseManager::OnWaitTimeout(const std::string& name,
     auto pos = std::find(waiters.begin(), waiters.end(), waiter);
     if (pos == waiters.end()) return;  // Already granted or failed.
     waiters.erase(pos);
-    --waiting_;
+    ForgetWaiterLocked(*waiter);
     result = AcquireOutcome{false, it->second.lease};
     result->lease.lease_id.clear();
   }
@@ -274,7 +309,7 @@ void LeaseManager::FreeAndHandOverLocked(
   while (!l.waiters.empty()) {
     std::shared_ptr<Waiter> waiter = std::move(l.waiters.front());
     l.waiters.pop_front();
-    --waiting_;
+    ForgetWaiterLocked(*waiter);
     waiter->timer->cancel();
     if (waiter->cancelled && waiter->cancelled()) {
       deferred->push_back([waiter]() mutable {
@@ -310,7 +345,7 @@ void LeaseManager::DropCancelledWaitersLocked(
         continue;
       }
       it = l.waiters.erase(it);
-      --waiting_;
+      ForgetWaiterLocked(*waiter);
       waiter->timer->cancel();
       deferred->push_back([waiter]() mutable {
         std::move(waiter->done)(
@@ -379,9 +414,9 @@ void LeaseManager::Shutdown() {
       if (l.expiry != nullptr) l.expiry->cancel();
       for (auto& w : l.waiters) {
         w->timer->cancel();
+        ForgetWaiterLocked(*w);
         waiters.push_back(std::move(w));
       }
-      waiting_ -= l.waiters.size();
       l.waiters.clear();
     }
   }

@@ -234,7 +234,9 @@ int RunPgSetup(const Flags& f) {
   absl::Status s = postgres::SetUpFenceSchema(f.admin_dsn, f.schema, f.role);
   if (s.ok()) {
     std::cout << "pg-setup: schema " << f.schema << " ready; role " << f.role
-              << " may call " << f.schema << ".fence(text, bigint)\n";
+              << " may call " << f.schema
+              << ".fence(text, bigint), fence_next(text, bigint) and "
+                 "fences()\n";
     return kExitOk;
   }
   std::cerr << "fencectl: " << s.message() << "\n";

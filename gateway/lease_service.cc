@@ -52,7 +52,7 @@ grpc::ServerUnaryReactor* LeaseService::Acquire(
         absl::ZeroDuration(),
         std::min(absl::Milliseconds(request->wait_ms()), until_deadline));
     manager_->Acquire(
-        request->name(), request->owner(),
+        request->name(), request->owner(), admission->identity(),
         absl::Milliseconds(request->ttl_ms()), wait,
         [context] { return context->IsCancelled(); },
         [reactor, response, admission](absl::StatusOr<AcquireOutcome> outcome) {

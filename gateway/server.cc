@@ -157,7 +157,18 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
       OpenRocksDbStore(store_options);
   if (!store.ok()) return store.status();
   s->store_ = *std::move(store);
-  s->fencer_ = std::make_unique<Fencer>(s->store_.get(), Clock::Real());
+  // Before serving: this gateway's fences at least as high as what its
+  // routes' storage holds (a fence store lost or restored from a copy).
+  s->route_fences_ = std::make_unique<RouteFences>(*s->router_);
+  absl::StatusOr<std::vector<RouteFences::Line>> recovered =
+      s->route_fences_->Recover(*s->store_, *Clock::Real());
+  if (!recovered.ok()) return recovered.status();
+  for (const RouteFences::Line& line : *recovered) {
+    Log(line.warning ? LogSeverity::kWarning : LogSeverity::kInfo, line.text);
+  }
+  s->fencer_ = std::make_unique<Fencer>(
+      s->store_.get(), Clock::Real(),
+      s->route_fences_->empty() ? nullptr : s->route_fences_.get());
   s->executor_ = std::make_unique<DomainExecutor>(options.io_threads);
   LeaseManagerOptions lease_options;
   // A handover to a waiter takes the domain's lock: it waits in the

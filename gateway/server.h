@@ -26,6 +26,7 @@
 #include "gateway/policy.h"
 #include "gateway/request_gate.h"
 #include "gateway/request_metrics.h"
+#include "gateway/route_fences.h"
 #include "gateway/route_health.h"
 #include "grpcpp/server.h"
 #include "metrics/metrics_server.h"
@@ -90,11 +91,13 @@ class GatewayServer {
   PolicyEnvironment policy_env_;
   std::unique_ptr<AuditLog> audit_;
   std::unique_ptr<RequestGate> gate_;
+  // Before everything that writes through them or raises their fences.
+  std::unique_ptr<Router> router_;
+  std::unique_ptr<RouteFences> route_fences_;
   std::unique_ptr<RocksDbStore> store_;
   std::unique_ptr<Fencer> fencer_;
   std::unique_ptr<LeaseManager> leases_;
   std::vector<std::unique_ptr<TokenWatcher>> watchers_;
-  std::unique_ptr<Router> router_;
   std::unique_ptr<DomainExecutor> executor_;
   std::unique_ptr<GatewayService> service_;
   std::unique_ptr<LeaseService> lease_service_;

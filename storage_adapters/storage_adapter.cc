@@ -15,4 +15,18 @@ absl::Status StorageAdapter::AddNamedStatement(const std::string& name,
   return Validate(WriteTarget{"statement", 0, "statement", ""}, probe);
 }
 
+absl::Status StorageAdapter::RaiseFence(absl::string_view, uint64_t) {
+  return absl::UnimplementedError("this storage keeps no fences");
+}
+
+absl::StatusOr<uint64_t> StorageAdapter::NextFence(absl::string_view,
+                                                   uint64_t) {
+  return absl::UnimplementedError("this storage keeps no fences");
+}
+
+absl::Status StorageAdapter::ReadFences(
+    absl::FunctionRef<void(absl::string_view, uint64_t)>) {
+  return absl::UnimplementedError("this storage keeps no fences");
+}
+
 }  // namespace fencegate

@@ -51,7 +51,7 @@ class LeaseManagerTest : public ::testing::Test {
       std::function<bool()> cancelled = nullptr) {
     absl::Notification done;
     absl::StatusOr<AcquireOutcome> result;
-    manager_->Acquire(name, "test", ttl, wait, std::move(cancelled),
+    manager_->Acquire(name, "test", "", ttl, wait, std::move(cancelled),
                       [&](absl::StatusOr<AcquireOutcome> outcome) {
                         result = std::move(outcome);
                         done.Notify();
@@ -105,7 +105,7 @@ TEST_F(LeaseManagerTest, WaiterGetsTheLockOnRelease) {
   ASSERT_OK_AND_ASSIGN(held, Acquire("jobs"));
   absl::Notification granted;
   absl::StatusOr<AcquireOutcome> waiter;
-  manager_->Acquire("jobs", "waiter", absl::Seconds(60), absl::Seconds(60),
+  manager_->Acquire("jobs", "waiter", "", absl::Seconds(60), absl::Seconds(60),
                     nullptr, [&](absl::StatusOr<AcquireOutcome> outcome) {
                       waiter = std::move(outcome);
                       granted.Notify();
@@ -124,7 +124,8 @@ TEST_F(LeaseManagerTest, CancelledWaiterIsSkipped) {
   absl::Notification finished;
   absl::Status waiter_status;
   manager_->Acquire(
-      "jobs", "gone", absl::Seconds(60), absl::Seconds(60), [] { return true; },
+      "jobs", "gone", "", absl::Seconds(60), absl::Seconds(60),
+      [] { return true; },
       [&](absl::StatusOr<AcquireOutcome> outcome) {
         waiter_status = outcome.status();
         finished.Notify();
@@ -263,34 +264,37 @@ TEST_F(LeaseManagerTest, GrantWaitingForAWriteDoesNotBlockOtherLocks) {
 // once, unless a waiter whose caller went away can make room.
 TEST_F(LeaseManagerTest, WaitingAcquiresAreBounded) {
   LeaseManagerOptions options;
-  options.max_waiters = 2;
+  options.max_waiters = 4;
   Open(options);
   ASSERT_OK_AND_ASSIGN(held, Acquire("jobs"));
   ASSERT_TRUE(held.acquired);
+  ASSERT_OK_AND_ASSIGN(other, Acquire("other"));
+  ASSERT_TRUE(other.acquired);
   std::atomic<bool> gone{false};
   std::vector<absl::StatusOr<AcquireOutcome>> outcomes(3);
   absl::Notification first_done;
   manager_->Acquire(
-      "jobs", "w0", absl::Seconds(60), absl::Hours(1),
+      "jobs", "w0", "a", absl::Seconds(60), absl::Hours(1),
       [&] { return gone.load(); },
       [&](absl::StatusOr<AcquireOutcome> o) {
         outcomes[0] = std::move(o);
         first_done.Notify();
       });
-  manager_->Acquire("other-lock-held-too", "w", absl::Seconds(60),
-                    absl::ZeroDuration(), nullptr,
-                    [](absl::StatusOr<AcquireOutcome>) {});
+  for (const char* caller : {"c", "d"}) {
+    manager_->Acquire("other", "w", caller, absl::Seconds(60), absl::Hours(1),
+                      nullptr, [](absl::StatusOr<AcquireOutcome>) {});
+  }
   absl::Notification second_done;
-  manager_->Acquire("jobs", "w1", absl::Seconds(60), absl::Hours(1), nullptr,
-                    [&](absl::StatusOr<AcquireOutcome> o) {
+  manager_->Acquire("jobs", "w1", "b", absl::Seconds(60), absl::Hours(1),
+                    nullptr, [&](absl::StatusOr<AcquireOutcome> o) {
                       outcomes[1] = std::move(o);
                       second_done.Notify();
                     });
-  // Two wait: a third is refused, and says why.
-  absl::StatusOr<AcquireOutcome> third =
+  // Four wait: a fifth is refused, and says why.
+  absl::StatusOr<AcquireOutcome> fifth =
       Acquire("jobs", absl::Seconds(60), absl::Hours(1));
-  EXPECT_THAT(third.status(), StatusIs(absl::StatusCode::kResourceExhausted));
-  EXPECT_THAT(third.status().message(), HasSubstr("max_waiting_acquires"));
+  EXPECT_THAT(fifth.status(), StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT(fifth.status().message(), HasSubstr("max_waiting_acquires"));
   // A try (wait 0) is never refused for it.
   ASSERT_OK_AND_ASSIGN(try_once, Acquire("jobs"));
   EXPECT_FALSE(try_once.acquired);
@@ -298,8 +302,8 @@ TEST_F(LeaseManagerTest, WaitingAcquiresAreBounded) {
   // and the abandoned one is told so at once.
   gone = true;
   absl::Notification third_done;
-  manager_->Acquire("jobs", "w2", absl::Seconds(60), absl::Hours(1), nullptr,
-                    [&](absl::StatusOr<AcquireOutcome> o) {
+  manager_->Acquire("jobs", "w2", "e", absl::Seconds(60), absl::Hours(1),
+                    nullptr, [&](absl::StatusOr<AcquireOutcome> o) {
                       outcomes[2] = std::move(o);
                       third_done.Notify();
                     });
@@ -315,6 +319,66 @@ TEST_F(LeaseManagerTest, WaitingAcquiresAreBounded) {
   ASSERT_TRUE(third_done.WaitForNotificationWithTimeout(absl::Seconds(10)));
   ASSERT_OK(outcomes[2].status());
   EXPECT_TRUE(outcomes[2]->acquired);
+}
+
+// One caller, or one lock, may have at most half of max_waiters waiting:
+// a caller filling its half leaves the other half to the others.
+TEST_F(LeaseManagerTest, OneCallerCannotTakeEveryWaitingPlace) {
+  LeaseManagerOptions options;
+  options.max_waiters = 8;
+  Open(options);
+  for (const char* name : {"l1", "l2", "l3", "l4", "l5"}) {
+    ASSERT_OK_AND_ASSIGN(held, Acquire(name));
+    ASSERT_TRUE(held.acquired);
+  }
+  int refused_greedy = 0;
+  // The greedy caller spreads its waiters over three locks.
+  for (int i = 0; i < 6; ++i) {
+    const std::string name = i < 3 ? "l1" : (i < 5 ? "l2" : "l3");
+    manager_->Acquire(name, "w", "greedy", absl::Seconds(60), absl::Hours(1),
+                      nullptr, [&](absl::StatusOr<AcquireOutcome> o) {
+                        if (absl::IsResourceExhausted(o.status())) {
+                          ++refused_greedy;
+                        }
+                      });
+  }
+  EXPECT_EQ(refused_greedy, 2);  // Four wait: half of eight.
+  // Another caller still gets a place.
+  absl::StatusOr<AcquireOutcome> polite;
+  bool polite_done = false;
+  manager_->Acquire("l4", "w", "polite", absl::Seconds(60), absl::Hours(1),
+                    nullptr, [&](absl::StatusOr<AcquireOutcome> o) {
+                      polite = std::move(o);
+                      polite_done = true;
+                    });
+  EXPECT_FALSE(polite_done) << polite.status();  // Waiting, not refused.
+  manager_->Shutdown();  // Ends the waiters while their callbacks' data live.
+}
+
+TEST_F(LeaseManagerTest, OneLockCannotTakeEveryWaitingPlace) {
+  LeaseManagerOptions options;
+  options.max_waiters = 8;
+  Open(options);
+  for (const char* name : {"busy", "quiet"}) {
+    ASSERT_OK_AND_ASSIGN(held, Acquire(name));
+    ASSERT_TRUE(held.acquired);
+  }
+  for (const char* caller : {"a", "b", "c", "d"}) {
+    manager_->Acquire("busy", "w", caller, absl::Seconds(60), absl::Hours(1),
+                      nullptr, [](absl::StatusOr<AcquireOutcome>) {});
+  }
+  absl::StatusOr<AcquireOutcome> crowded;
+  manager_->Acquire(
+      "busy", "w", "e", absl::Seconds(60), absl::Hours(1), nullptr,
+      [&](absl::StatusOr<AcquireOutcome> o) { crowded = std::move(o); });
+  EXPECT_THAT(crowded.status(), StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT(crowded.status().message(), HasSubstr("for one lock"));
+  bool quiet_done = false;
+  manager_->Acquire("quiet", "w", "e", absl::Seconds(60), absl::Hours(1),
+                    nullptr,
+                    [&](absl::StatusOr<AcquireOutcome>) { quiet_done = true; });
+  EXPECT_FALSE(quiet_done);  // Waiting, not refused.
+  manager_->Shutdown();  // Ends the waiters while their callbacks' data live.
 }
 
 // A handover to a waiter is finished through post_for_domain (the
@@ -336,8 +400,8 @@ TEST_F(LeaseManagerTest, HandoversGoThroughTheDomainsPoster) {
   ASSERT_OK_AND_ASSIGN(held, Acquire("jobs"));
   absl::Notification granted;
   absl::StatusOr<AcquireOutcome> waiter;
-  manager_->Acquire("jobs", "next", absl::Seconds(60), absl::Hours(1), nullptr,
-                    [&](absl::StatusOr<AcquireOutcome> o) {
+  manager_->Acquire("jobs", "next", "", absl::Seconds(60), absl::Hours(1),
+                    nullptr, [&](absl::StatusOr<AcquireOutcome> o) {
                       waiter = std::move(o);
                       granted.Notify();
                     });
@@ -370,8 +434,9 @@ TEST_F(LeaseManagerTest, BadArguments) {
               StatusIs(absl::StatusCode::kNotFound));
   absl::Notification done;
   absl::StatusOr<AcquireOutcome> bad_owner;
-  manager_->Acquire("jobs", "owner\xff", absl::Seconds(1), absl::ZeroDuration(),
-                    nullptr, [&](absl::StatusOr<AcquireOutcome> o) {
+  manager_->Acquire("jobs", "owner\xff", "", absl::Seconds(1),
+                    absl::ZeroDuration(), nullptr,
+                    [&](absl::StatusOr<AcquireOutcome> o) {
                       bad_owner = std::move(o);
                       done.Notify();
                     });
@@ -387,7 +452,7 @@ TEST_F(LeaseManagerTest, CallerStringsAreBounded) {
   auto acquire_as = [&](const std::string& owner) {
     absl::Notification done;
     absl::StatusOr<AcquireOutcome> outcome;
-    manager_->Acquire("jobs", owner, absl::Seconds(1), absl::ZeroDuration(),
+    manager_->Acquire("jobs", owner, "", absl::Seconds(1), absl::ZeroDuration(),
                       nullptr, [&](absl::StatusOr<AcquireOutcome> o) {
                         outcome = std::move(o);
                         done.Notify();

@@ -45,7 +45,12 @@ class PostgresAdapterTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     auto server = testing::PostgresServer::Start();
-    ASSERT_TRUE(server.ok()) << server.status();
+    // Not ASSERT: a fatal failure here makes gtest skip the suite's tests,
+    // which CTest counts as skipped, not failed. Each test fails instead.
+    if (!server.ok()) {
+      start_error_ = server.status().ToString();
+      return;
+    }
     server_ = server->release();
   }
   static void TearDownTestSuite() {
@@ -54,7 +59,7 @@ class PostgresAdapterTest : public ::testing::Test {
   }
 
   void SetUp() override {
-    ASSERT_NE(server_, nullptr);
+    ASSERT_NE(server_, nullptr) << start_error_;
     if (!server_->Restart().ok()) {
       // Already running: Restart() only starts a stopped server.
     }
@@ -159,6 +164,8 @@ class PostgresAdapterTest : public ::testing::Test {
   }
 
   static inline testing::PostgresServer* server_ = nullptr;
+
+  static inline std::string start_error_;
   std::unique_ptr<StorageAdapter> adapter_;
 };
 

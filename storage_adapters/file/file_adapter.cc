@@ -10,6 +10,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -19,121 +21,23 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "common/stale_token.h"
 #include "fencing/sync_point.h"
+#include "storage_adapters/file/file_io.h"
 
 namespace fencegate {
 namespace {
 
+using file_io::ErrnoStatus;
+using file_io::Fd;
+using file_io::FsyncFd;
+using file_io::OpenBeneath;
+using file_io::TempName;
+using file_io::WriteAll;
+
 constexpr size_t kMaxPathBytes = 4096;
 // Longest name of one path segment (NAME_MAX on Linux file systems).
 constexpr size_t kMaxNameBytes = 255;
-
-// Owns a file descriptor.
-class Fd {
- public:
-  int release() {
-    int fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(Fd&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
-  Fd& operator=(Fd&& other) noexcept {
-    if (this != &other) {
-      Reset();
-      fd_ = other.fd_;
-      other.fd_ = -1;
-    }
-    return *this;
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() { Reset(); }
-
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-  void Reset() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_ = -1;
-};
-
-absl::Status ErrnoStatus(int err, absl::string_view what,
-                         absl::string_view path) {
-  std::string msg =
-      absl::StrCat("file adapter: ", what, " \"", path, "\": ", strerror(err));
-  switch (err) {
-    case ENOENT:
-      return absl::NotFoundError(msg);
-    case EXDEV:
-      return absl::PermissionDeniedError(absl::StrCat(
-          "file adapter: \"", path,
-          "\" resolves outside the route's root (symlink escape)"));
-    case ELOOP:
-      return absl::PermissionDeniedError(
-          absl::StrCat("file adapter: \"", path,
-                       "\": too many symlinks, or a /proc magic link"));
-    case EACCES:
-    case EPERM:
-    case EROFS:
-      return absl::PermissionDeniedError(msg);
-    case ENOSPC:
-    case EDQUOT:
-    case EFBIG:
-    case EMFILE:
-    case ENFILE:
-      return absl::ResourceExhaustedError(msg);
-    case ENOTDIR:
-    case EISDIR:
-      // The path is well formed; what is on disk does not fit it.
-      return absl::FailedPreconditionError(msg);
-    case ENAMETOOLONG:
-      return absl::InvalidArgumentError(msg);
-    case EIO:
-    case EAGAIN:
-      return absl::UnavailableError(msg);
-    default:
-      return absl::InternalError(msg);
-  }
-}
-
-// openat2 relative to `dirfd`, refusing to leave it.
-int OpenBeneath(int dirfd, const std::string& path, uint64_t flags,
-                mode_t mode = 0) {
-  struct open_how how;
-  std::memset(&how, 0, sizeof(how));
-  how.flags = flags | O_CLOEXEC;
-  how.mode = (flags & O_CREAT) ? mode : 0;
-  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
-  int fd;
-  do {
-    fd = static_cast<int>(
-        ::syscall(SYS_openat2, dirfd, path.c_str(), &how, sizeof(how)));
-  } while (fd < 0 && errno == EAGAIN);
-  return fd;
-}
-
-absl::Status FsyncFd(int fd, absl::string_view what, absl::string_view path) {
-  if (::fsync(fd) != 0) return ErrnoStatus(errno, what, path);
-  return absl::OkStatus();
-}
-
-absl::Status WriteAll(int fd, const std::string& data, absl::string_view path) {
-  size_t done = 0;
-  while (done < data.size()) {
-    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoStatus(errno, "write", path);
-    }
-    done += static_cast<size_t>(n);
-  }
-  return absl::OkStatus();
-}
 
 struct SplitPath {
   std::string dir;   // "" for the root itself
@@ -145,11 +49,6 @@ SplitPath Split(absl::string_view path) {
   if (slash == absl::string_view::npos) return {"", std::string(path)};
   return {std::string(path.substr(0, slash)),
           std::string(path.substr(slash + 1))};
-}
-
-std::string TempName() {
-  thread_local std::mt19937_64 rng(std::random_device{}());
-  return absl::StrFormat("%s%016x", kFileTempPrefix, rng());
 }
 
 }  // namespace
@@ -172,6 +71,11 @@ absl::Status ValidateFilePath(absl::string_view path) {
         "resource: file path \"", path, "\" must be relative to the route"));
   }
   std::vector<absl::string_view> segments = absl::StrSplit(path, '/');
+  if (segments.front() == kFileReservedDirectory) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("resource: \"", kFileReservedDirectory,
+                     "/\" is reserved for the route's fence records"));
+  }
   for (absl::string_view seg : segments) {
     if (seg.empty() || seg == "." || seg == "..") {
       return absl::InvalidArgumentError(
@@ -212,7 +116,7 @@ int RemoveLeftoverTemporaries(const std::string& root) {
     std::error_code status_ec;
     const fs::file_status st = it->symlink_status(status_ec);
     if (status_ec || !fs::is_regular_file(st) ||
-        !absl::StartsWith(it->path().filename().string(), kFileTempPrefix)) {
+        !file_io::IsLeftoverTemporary(it->path().filename().string())) {
       continue;
     }
     if (::unlink(it->path().c_str()) == 0) ++removed;
@@ -251,15 +155,19 @@ absl::StatusOr<std::unique_ptr<FileAdapter>> FileAdapter::Open(
         "file adapter: openat2 with RESOLVE_BENEATH is unavailable (",
         strerror(errno), "); Linux 5.6 or later is required"));
   }
+  absl::StatusOr<std::unique_ptr<FileFenceRecords>> records =
+      FileFenceRecords::Open(root_fd.get(), root);
+  if (!records.ok()) return records.status();
   const int removed = RemoveLeftoverTemporaries(root);
-  auto adapter =
-      std::unique_ptr<FileAdapter>(new FileAdapter(root_fd.release(), root));
+  auto adapter = std::unique_ptr<FileAdapter>(
+      new FileAdapter(root_fd.release(), root, *std::move(records)));
   adapter->removed_temporaries_ = removed;
   return adapter;
 }
 
-FileAdapter::FileAdapter(int root_fd, std::string root)
-    : root_fd_(root_fd), root_(std::move(root)) {}
+FileAdapter::FileAdapter(int root_fd, std::string root,
+                         std::unique_ptr<FileFenceRecords> records)
+    : root_fd_(root_fd), root_(std::move(root)), records_(std::move(records)) {}
 
 FileAdapter::~FileAdapter() { ::close(root_fd_); }
 
@@ -282,6 +190,49 @@ absl::Status FileAdapter::Validate(const WriteTarget& target,
 
 absl::Status FileAdapter::Apply(const WriteTarget& target,
                                 const Operations& ops, OpResults* results) {
+  absl::StatusOr<FileFenceRecords::Held> record =
+      records_->Lock(target.domain, target.deadline);
+  if (!record.ok()) return record.status();
+  if (record->token() > target.token) {
+    return StaleTokenError(target.domain, target.token, record->token());
+  }
+  if (absl::Status s = record->Raise(target.token); !s.ok()) return s;
+  FENCEGATE_SYNC_POINT("FileAdapter::Apply:AfterRecord");
+  return ApplyOps(target, ops, results);
+}
+
+absl::Status FileAdapter::RaiseFence(absl::string_view domain, uint64_t token) {
+  absl::StatusOr<FileFenceRecords::Held> record =
+      records_->Lock(domain, absl::InfiniteFuture());
+  if (!record.ok()) return record.status();
+  if (record->token() > token) {
+    return StaleTokenError(domain, token, record->token());
+  }
+  return record->Raise(token);
+}
+
+absl::StatusOr<uint64_t> FileAdapter::NextFence(absl::string_view domain,
+                                                uint64_t at_least) {
+  absl::StatusOr<FileFenceRecords::Held> record =
+      records_->Lock(domain, absl::InfiniteFuture());
+  if (!record.ok()) return record.status();
+  if (record->token() == UINT64_MAX) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "file adapter: the fence record of a domain is at 2^64-1, no higher "
+        "token exists"));
+  }
+  const uint64_t next = std::max(record->token() + 1, at_least);
+  if (absl::Status s = record->Raise(next); !s.ok()) return s;
+  return next;
+}
+
+absl::Status FileAdapter::ReadFences(
+    absl::FunctionRef<void(absl::string_view domain, uint64_t token)> fn) {
+  return records_->ReadAll(fn);
+}
+
+absl::Status FileAdapter::ApplyOps(const WriteTarget& target,
+                                   const Operations& ops, OpResults* results) {
   for (int i = 0; i < ops.size(); ++i) {
     const v1::Operation& op = ops[i];
     v1::FileResult* result = results->Add()->mutable_file();
@@ -437,6 +388,7 @@ absl::Status FileAdapter::Append(absl::string_view path,
   result->set_existed(!created);
   absl::Status s = WriteAll(file.get(), data, path);
   if (s.ok()) s = FsyncFd(file.get(), "fsync", path);
+  FENCEGATE_SYNC_POINT("FileAdapter::Append:AfterWrite");
   if (!s.ok()) {
     // Leave no torn tail behind: put the file back to its previous size.
     if (::ftruncate(file.get(), st.st_size) == 0) ::fsync(file.get());

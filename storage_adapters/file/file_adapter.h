@@ -20,11 +20,21 @@
 //            truncated back. Only regular files are appended to.
 //   delete - unlinked and the directory fsynced. A missing file is not an
 //            error (existed = false), so retries are safe.
+// Fences: the root keeps its own (fence_records.h), under .fencegate/
+// (refused as a resource path, INVALID_ARGUMENT). Apply locks the domain's
+// record (flock, waiting for another process until the write's deadline, 30
+// s at most), refuses a token below it with the stale-token error (nothing
+// applied), raises it durably if the token is higher, and only then applies
+// the operations, holding the lock until they are done. So gateway
+// processes sharing a root on one machine, or a gateway whose fence store
+// was lost, never apply a stale write; RaiseFence, NextFence and ReadFences
+// reach the same records.
 // Leftovers: a put killed before its rename leaves a temporary file named
-// with kFileTempPrefix. Open removes every such regular file beneath the
-// root (a root belongs to one gateway), best effort: unreadable directories
-// are skipped and symlinks neither followed nor removed. The cost of Open
-// grows with the tree's size.
+// with kFileTempPrefix and its process id. Open removes every such regular
+// file beneath the root whose process no longer runs (other gateway
+// processes on the same root keep theirs), best effort: unreadable
+// directories are skipped and symlinks neither followed nor removed. The
+// cost of Open grows with the tree's size.
 // A write that fails (ENOSPC, EFBIG, EIO) leaves no partial file: put
 // removes its temporary, append truncates back to the previous size.
 // Missing parent directories are created by put and append. A path whose
@@ -38,13 +48,11 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "storage_adapters/file/fence_records.h"
+#include "storage_adapters/file/file_io.h"
 #include "storage_adapters/storage_adapter.h"
 
 namespace fencegate {
-
-// Prefix of the temporary files put creates; paths whose last segment starts
-// with it are refused so a client cannot touch another write's temp file.
-inline constexpr absl::string_view kFileTempPrefix = ".fencegate-tmp-";
 
 class FileAdapter final : public StorageAdapter {
  public:
@@ -64,11 +72,24 @@ class FileAdapter final : public StorageAdapter {
   // The root is still a directory the gateway may write to.
   absl::Status Probe() override;
 
+  // The root's fence records (above). Tokens of up to 2^64-1.
+  bool KeepsFences() const override { return true; }
+  absl::Status RaiseFence(absl::string_view domain, uint64_t token) override;
+  absl::StatusOr<uint64_t> NextFence(absl::string_view domain,
+                                     uint64_t at_least) override;
+  absl::Status ReadFences(
+      absl::FunctionRef<void(absl::string_view domain, uint64_t token)> fn)
+      override;
+
   // Leftover temporaries Open removed.
   int removed_temporaries() const { return removed_temporaries_; }
 
  private:
-  FileAdapter(int root_fd, std::string root);
+  FileAdapter(int root_fd, std::string root,
+              std::unique_ptr<FileFenceRecords> records);
+  // Applies `ops` in order, the domain's record already checked.
+  absl::Status ApplyOps(const WriteTarget& target, const Operations& ops,
+                        OpResults* results);
 
   absl::Status Put(absl::string_view path, const std::string& data,
                    v1::FileResult* result);
@@ -78,6 +99,7 @@ class FileAdapter final : public StorageAdapter {
 
   const int root_fd_;
   const std::string root_;
+  const std::unique_ptr<FileFenceRecords> records_;
   int removed_temporaries_ = 0;
 };
 

@@ -44,6 +44,14 @@ std::string FenceCallSql(const std::string& schema) {
   return absl::StrCat("SELECT \"", schema, "\".fence($1, $2::bigint)");
 }
 
+std::string FenceNextSql(const std::string& schema) {
+  return absl::StrCat("SELECT \"", schema, "\".fence_next($1, $2::bigint)");
+}
+
+std::string ReadFencesSql(const std::string& schema) {
+  return absl::StrCat("SELECT domain, token FROM \"", schema, "\".fences()");
+}
+
 std::vector<std::string> FenceSetupSql(const std::string& schema,
                                        const std::string& role) {
   // Both names are plain identifiers (checked by the caller), so quoting
@@ -125,10 +133,49 @@ BEGIN
 END
 $fn$)sql",
       {{"$S", s}, {"$STALE", kStaleSqlState}, {"$ONCE", kNotFirstSqlState}}));
-  sql.push_back(absl::StrCat("ALTER FUNCTION ", fn, " OWNER TO ", owner));
-  sql.push_back(absl::StrCat("REVOKE ALL ON FUNCTION ", fn, " FROM PUBLIC"));
+  // A gateway's lease grants and Sequence calls take their token here, so
+  // that two gateways never hand out the same one: the row is raised to
+  // the higher of its token + 1 and p_at_least, under its exclusive lock.
+  // First write of its transaction only, as fence().
+  sql.push_back(absl::StrReplaceAll(
+      R"sql(CREATE OR REPLACE FUNCTION $S.fence_next(p_domain text, p_at_least bigint)
+RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+  granted bigint;
+BEGIN
+  IF p_domain IS NULL OR p_at_least IS NULL OR p_at_least < 1 THEN
+    RAISE EXCEPTION 'fencing token must be at least 1 and domain not null'
+      USING ERRCODE = '22023';
+  END IF;
+  IF pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL THEN
+    RAISE EXCEPTION 'fencegate.fence_next() must be the first write of its transaction'
+      USING ERRCODE = '$ONCE';
+  END IF;
+  INSERT INTO $S.fences AS f (domain, token) VALUES (p_domain, p_at_least)
+  ON CONFLICT (domain) DO UPDATE SET
+    token = GREATEST(f.token + 1, EXCLUDED.token), updated_at = now()
+  RETURNING f.token INTO granted;
+  RETURN granted;
+END
+$fn$)sql",
+      {{"$S", s}, {"$ONCE", kNotFirstSqlState}}));
+  // What a gateway reads at start-up to raise its own fences (it may not
+  // read the table itself).
+  sql.push_back(absl::StrReplaceAll(
+      R"sql(CREATE OR REPLACE FUNCTION $S.fences()
+RETURNS TABLE (domain text, token bigint) LANGUAGE sql STABLE
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+  SELECT f.domain, f.token FROM $S.fences AS f
+$fn$)sql",
+      {{"$S", s}}));
+  for (const std::string& f : {fn, absl::StrCat(s, ".fence_next(text, bigint)"),
+                               absl::StrCat(s, ".fences()")}) {
+    sql.push_back(absl::StrCat("ALTER FUNCTION ", f, " OWNER TO ", owner));
+    sql.push_back(absl::StrCat("REVOKE ALL ON FUNCTION ", f, " FROM PUBLIC"));
+    sql.push_back(absl::StrCat("GRANT EXECUTE ON FUNCTION ", f, " TO ", r));
+  }
   sql.push_back(absl::StrCat("GRANT USAGE ON SCHEMA ", s, " TO ", r));
-  sql.push_back(absl::StrCat("GRANT EXECUTE ON FUNCTION ", fn, " TO ", r));
   // TEMP: a route role must not be able to keep temporary objects across
   // Writes (role_check.h). PostgreSQL grants TEMP on every database to
   // PUBLIC; when it still does, every other login role that is not a route

@@ -2,10 +2,12 @@
 //
 // The database side of fencing: a schema (default "fencegate") owned by a
 // role of its own, "<schema>_owner", holding the fence table and the
-// SECURITY DEFINER function that is the only way to raise a fence:
+// SECURITY DEFINER functions that are the only way to it:
 //
 //   <schema>.fences (domain text PRIMARY KEY, token bigint > 0, updated_at)
 //   <schema>.fence(domain text, token bigint) RETURNS bigint
+//   <schema>.fence_next(domain text, at_least bigint) RETURNS bigint
+//   <schema>.fences() RETURNS TABLE (domain text, token bigint)
 //
 // fence() raises the domain's row to `token` (locking it exclusively), or
 // keeps it if equal (locking it shared: transactions of one token run side
@@ -14,10 +16,17 @@
 // fails with SQLSTATE FG001 (kStaleSqlState), the database's token in the
 // error's DETAIL. It must be its transaction's first write (FG002
 // otherwise), which the gateway's call always is: SQL sent through a route
-// cannot call it a second time to raise another domain's fence. Route roles get
-// USAGE on the schema and EXECUTE on the function, nothing else: no statement
-// sent through a route can write, drop or read the fence table, and every name
-// is schema-qualified, so no search_path can redirect the call. Direct writers
+// cannot call it a second time to raise another domain's fence.
+// fence_next() raises the row to the higher of its token + 1 and
+// `at_least` and returns it (first write only, as fence()): a gateway's
+// lease grants and Sequence calls take their tokens from it, so gateways
+// sharing the database never hand out one token twice. fences() lists
+// every row, for a gateway's start-up. All three are SECURITY DEFINER.
+// Route roles get USAGE on the schema and EXECUTE on the three functions,
+// nothing else: no statement sent through a route can write, drop or read
+// the fence table itself (and the classifier refuses calls of fence_next()
+// and fences() in a Write's SQL), and every name is schema-qualified, so no
+// search_path can redirect the call. Direct writers
 // call the same function first in each transaction (docs/postgres.md).
 //
 // pg-setup also takes TEMP on the database from the route role: where
@@ -59,6 +68,12 @@ std::string OwnerRole(const std::string& schema);
 // "SELECT "<schema>".fence($1, $2::bigint)": the first statement of every
 // Write's transaction.
 std::string FenceCallSql(const std::string& schema);
+
+// "SELECT "<schema>".fence_next($1, $2::bigint)".
+std::string FenceNextSql(const std::string& schema);
+
+// "SELECT domain, token FROM "<schema>".fences()".
+std::string ReadFencesSql(const std::string& schema);
 
 // The statements SetUpFenceSchema() runs, in order, for `schema` and the
 // route role `role` (both IsPlainIdentifier). Idempotent: running them again

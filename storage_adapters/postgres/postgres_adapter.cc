@@ -39,6 +39,9 @@ PostgresAdapter::PostgresAdapter(PostgresAdapterOptions options,
       pool_(options_.conninfo, options_.redacted_uri, options_.pool_size,
             absl::Milliseconds(options_.pool_wait_ms),
             [this](PgConnection& c) { return SetUpConnection(c); }),
+      control_pool_(options_.conninfo, options_.redacted_uri, 2,
+                    absl::Milliseconds(options_.pool_wait_ms),
+                    [this](PgConnection& c) { return SetUpConnection(c); }),
       watchdog_(options_.statement_timeout_ms == 0
                     ? absl::InfiniteDuration()
                     : absl::Milliseconds(options_.statement_timeout_ms) +

@@ -155,6 +155,20 @@ class PostgresAdapter final : public StorageAdapter {
   // sent), and fails every later write at once.
   void CancelInFlight() override;
 
+  // The fence table (fence_schema.h), reached through fence(),
+  // fence_next() and fences() on connections of their own (at most two,
+  // opened when first needed, checked as every connection is): a raise
+  // waits for the in-flight transactions of lower tokens, from any
+  // gateway. Tokens above 2^63-1 are INVALID_ARGUMENT (OUT_OF_RANGE for
+  // NextFence); the stale-token error holds the database's token.
+  bool KeepsFences() const override { return true; }
+  absl::Status RaiseFence(absl::string_view domain, uint64_t token) override;
+  absl::StatusOr<uint64_t> NextFence(absl::string_view domain,
+                                     uint64_t at_least) override;
+  absl::Status ReadFences(
+      absl::FunctionRef<void(absl::string_view domain, uint64_t token)> fn)
+      override;
+
  private:
   // A Write waiting for, or travelling in, a batch; owned by the queue,
   // then by its batch's sender, until its callback has run.
@@ -248,6 +262,12 @@ class PostgresAdapter final : public StorageAdapter {
                    const postgres::StatementWatchdog::Watch& watch);
   // Checks the role of a new connection (role_check.h).
   absl::Status SetUpConnection(PgConnection& c);
+  // Runs one fence query on a control connection: its result if it
+  // returned rows; the SQL error otherwise, with its SQLSTATE in
+  // `*sqlstate` and the error's DETAIL in `*detail`.
+  absl::StatusOr<postgres::PgResult> ExecControl(
+      const std::string& sql, const std::vector<std::string>& params,
+      std::string* sqlstate, std::string* detail);
 
   const PostgresAdapterOptions options_;
   const std::string fence_call_sql_;
@@ -269,6 +289,8 @@ class PostgresAdapter final : public StorageAdapter {
   // options_.spread_after_ms, at most half of pool_wait_ms.
   const absl::Duration spread_after_;
   PgConnectionPool pool_;
+  // For RaiseFence, NextFence and ReadFences.
+  PgConnectionPool control_pool_;
   // Null when metrics are off.
   prometheus::Histogram* queue_wait_ = nullptr;
   std::shared_ptr<void> idle_gauge_, busy_gauge_;

@@ -12,7 +12,8 @@
 namespace fencegate::postgres {
 namespace {
 
-// $1 schema, $2 "schema".fence(text,bigint), $3 "schema".fences, $4 owner.
+// $1 schema, $2 "schema".fence(text,bigint), $3 "schema".fences, $4 owner,
+// $5 "schema".fence_next(text,bigint), $6 "schema".fences().
 // Every lookup inside the schema is guarded by USAGE on it: without it,
 // to_regclass and to_regprocedure raise instead of answering.
 constexpr char kRoleQuery[] = R"sql(
@@ -31,7 +32,11 @@ SELECT r.rolname, r.rolsuper, r.rolcreaterole, r.rolbypassrls,
   CASE WHEN pg_catalog.to_regnamespace($1) IS NULL THEN false
        WHEN NOT pg_catalog.has_schema_privilege(r.oid, $1, 'USAGE') THEN false
        ELSE COALESCE(pg_catalog.has_function_privilege(r.oid,
-              pg_catalog.to_regprocedure($2), 'EXECUTE'), false) END,
+              pg_catalog.to_regprocedure($2), 'EXECUTE') AND
+            pg_catalog.has_function_privilege(r.oid,
+              pg_catalog.to_regprocedure($5), 'EXECUTE') AND
+            pg_catalog.has_function_privilege(r.oid,
+              pg_catalog.to_regprocedure($6), 'EXECUTE'), false) END,
   pg_catalog.has_database_privilege(r.oid, pg_catalog.current_database(),
     'TEMP'),
   COALESCE((SELECT string_agg(n.nspname, ',' ORDER BY n.nspname)
@@ -54,7 +59,9 @@ absl::StatusOr<RoleAttributes> ReadRoleAttributes(PgConnection& conn,
   const std::string quoted = absl::StrCat("\"", schema, "\"");
   absl::StatusOr<PgResult> r = conn.Exec(
       kRoleQuery, {schema, absl::StrCat(quoted, ".fence(text,bigint)"),
-                   absl::StrCat(quoted, ".fences"), OwnerRole(schema)});
+                   absl::StrCat(quoted, ".fences"), OwnerRole(schema),
+                   absl::StrCat(quoted, ".fence_next(text,bigint)"),
+                   absl::StrCat(quoted, ".fences()")});
   if (!r.ok()) {
     return absl::UnavailableError(absl::StrCat(
         "postgres: reading the role's privileges: ", r.status().message()));
@@ -102,7 +109,8 @@ absl::Status CheckRole(const RoleAttributes& role, const std::string& schema,
   if (!role.can_call_fence) {
     return absl::FailedPreconditionError(absl::StrCat(
         "postgres: role ", role.name, " cannot call ", schema,
-        ".fence(text, bigint): run `fencectl pg-setup --admin_dsn=... "
+        ".fence(text, bigint), fence_next(text, bigint) and fences(): run "
+        "`fencectl pg-setup --admin_dsn=... "
         "--role=",
         role.name, " --schema=", schema, "` (docs/postgres.md)"));
   }

@@ -35,8 +35,9 @@ struct RoleAttributes {
   std::string privileged_memberships;
   // It holds INSERT, UPDATE, DELETE or TRUNCATE on <schema>.fences.
   bool writes_fence_table = false;
-  // It may call <schema>.fence(text, bigint): the schema and function
-  // exist and it has USAGE and EXECUTE.
+  // It may call <schema>.fence(text, bigint), fence_next(text, bigint)
+  // and fences(): the schema and functions exist (a schema set up by an
+  // earlier pg-setup lacks the last two) and it has USAGE and EXECUTE.
   bool can_call_fence = false;
   // It may create temporary tables in the current database.
   bool temp = false;

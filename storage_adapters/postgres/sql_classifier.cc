@@ -153,6 +153,13 @@ TreeFacts WalkTree(const Message& root) {
       if (!call.funcname().empty() && call.funcname().rbegin()->has_string()) {
         const std::string& name = call.funcname().rbegin()->string().sval();
         if (IsSessionStateFunction(name)) found(calls(name));
+        // The fence table's own functions (fence_schema.h), whatever schema
+        // names them: only the gateway calls them. Neither takes one
+        // argument, so the functional notation cannot call them.
+        if (name == "fence_next" || name == "fences") {
+          found(absl::StrCat("calls ", name,
+                             "(), which only the gateway may call"));
+        }
       }
     } else if (type == column_ref) {
       check_field_names(static_cast<const pg_query::ColumnRef&>(*m).fields(),

@@ -17,7 +17,8 @@
 //             COMMIT, PREPARE, DECLARE, LISTEN, DISCARD, LOAD, LOCK, COPY,
 //             CREATE, ALTER, DROP, TRUNCATE, EXPLAIN, SHOW, ...), SELECT INTO,
 //             text that does not parse, empty text, and more than one
-//             statement.
+//             statement; and any statement that calls fence_next() or
+//             fences() (fence_schema.h: only the gateway calls them).
 //
 // Names are compared as the parser decoded them (a quoted or U&"..." name
 // is its decoded text; unquoted names are folded to lower case), and a

@@ -16,6 +16,13 @@
 //   6. With an AdvanceCheck (advance_check.h), a token that would raise the
 //      fence is first put to it, under the domain's lock; if it refuses,
 //      nothing moves and nothing is applied.
+//   7. With a StorageFence (storage_fence.h), a fence that moves without a
+//      write reaches the storage too, under the domain's lock: Fence()
+//      raises the storage's fences after its own and succeeds only once
+//      they hold the token; Sequence() and NextGrantable() take their
+//      token from the storage, so that gateways sharing it never hand out
+//      one token twice. A storage that holds a higher token makes Fence()
+//      stale, and this fence is raised to what it holds.
 
 #ifndef FENCING_FENCER_H_
 #define FENCING_FENCER_H_
@@ -34,6 +41,7 @@
 #include "fencing/clock.h"
 #include "fencing/fence_store.h"
 #include "fencing/keyed_mutex.h"
+#include "fencing/storage_fence.h"
 
 namespace fencegate {
 
@@ -49,8 +57,9 @@ struct FenceDecision {
 // domain hold its lock: call it from an I/O thread, never from an RPC thread.
 class Fencer {
  public:
-  // `store` and `clock` are not owned and must outlive the Fencer.
-  Fencer(FenceStore* store, Clock* clock);
+  // `store`, `clock` and `storage` (null: no storage keeps fences) are not
+  // owned and must outlive the Fencer.
+  Fencer(FenceStore* store, Clock* clock, StorageFence* storage = nullptr);
   Fencer(const Fencer&) = delete;
   Fencer& operator=(const Fencer&) = delete;
   ~Fencer();
@@ -97,16 +106,29 @@ class Fencer {
                        AsyncApply& apply, DecisionCallback& done,
                        const AdvanceCheck* check = nullptr);
 
-  // Execute() with nothing to apply: raises the fence to `token` (or accepts
-  // it if equal), or fails with the stale-token error.
+  // Execute() whose apply raises the storage's fences (rule 7): raises the
+  // fence to `token` (or accepts it if equal), or fails with the
+  // stale-token error, which holds the storage's token if a storage held a
+  // higher one (this fence is then raised to it). A storage that cannot be
+  // reached fails it with UNAVAILABLE naming it; this fence may have moved
+  // (marked as rule 5 says).
   absl::StatusOr<FenceDecision> Fence(absl::string_view domain, uint64_t token,
                                       const AdvanceCheck* check = nullptr);
 
-  // Fence() with the domain's highest token + 1, read and raised under the
-  // domain's lock: the new token is unique to this call. OUT_OF_RANGE at
-  // 2^64-1.
+  // Fence() with a new token: the domain's highest token + 1, or the
+  // storage's next (NextGrantable), read and raised under the domain's
+  // lock: the new token is unique to this call. OUT_OF_RANGE at 2^64-1.
   absl::StatusOr<FenceDecision> Sequence(absl::string_view domain,
                                          const AdvanceCheck* check = nullptr);
+
+  // The token a new holder of `domain` may be given, at least `at_least`:
+  // `at_least` itself without a storage; otherwise StorageFence::Next(),
+  // which raises the storage's fences to it. Call it within
+  // WithDomainLock() for `domain`, then record the token (the lease
+  // store's grant); the storage may hold it even if that fails (a gap in
+  // the tokens, never a token given twice).
+  absl::StatusOr<uint64_t> NextGrantable(absl::string_view domain,
+                                         uint64_t at_least);
 
   // The domain's current fence.
   absl::StatusOr<FenceState> Get(absl::string_view domain);
@@ -143,6 +165,7 @@ class Fencer {
 
   FenceStore* const store_;
   Clock* const clock_;
+  StorageFence* const storage_;
   KeyedMutex domain_locks_;
 };
 

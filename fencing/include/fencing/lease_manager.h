@@ -1,8 +1,10 @@
 // Copyright fencegate authors.
 //
 // LeaseManager: the built-in lease service's locks. One holder per name at a
-// time; every grant takes a fencing token one above the domain's fence and
-// raises the fence to it in the same durable write (LeaseStore::GrantLease),
+// time; every grant takes a fencing token one above the domain's fence (and
+// above the storage's, Fencer::NextGrantable, which raises the storage's
+// fence to it first) and raises the fence to it in the same durable write
+// (LeaseStore::GrantLease),
 // under the domain's Fencer lock, so the previous holder is shut out before
 // the new one hears of its token and no write of the old holder can land
 // after the grant.
@@ -59,7 +61,8 @@ struct LeaseManagerOptions {
       post_for_domain;
   // Acquire calls waiting at once, over all locks; beyond it Acquire fails
   // RESOURCE_EXHAUSTED (after dropping waiters whose callers went away).
-  // Default: 1024.
+  // One caller (identity), and one lock, may each have at most half of it
+  // waiting: no caller can take every place from the others. Default: 1024.
   size_t max_waiters = 1024;
   // Where the manager exports fencegate_lease_grants_total,
   // fencegate_lease_expiries_total and fencegate_leases_held (read at
@@ -81,19 +84,22 @@ class LeaseManager {
       LeaseManagerOptions options = {});
   ~LeaseManager();  // Shutdown(), then stops the timer thread.
 
-  // Takes `name` for `owner` with `ttl`. If held, waits up to `wait` (zero:
+  // Takes `name` for `owner` with `ttl`, asked by `caller` (the caller's
+  // identity; empty when it has none). If held, waits up to `wait` (zero:
   // not at all) and then reports acquired = false. `cancelled`, if set, is
   // asked before a waiter is granted the lock: a waiter whose caller went
   // away is skipped. `done` runs exactly once. INVALID_ARGUMENT for a bad
   // name, or an owner that is not UTF-8 or is longer than kMaxOwnerBytes
   // (common/limits.h; nothing is stored); OUT_OF_RANGE when the domain's fence
   // is at 2^64-1; RESOURCE_EXHAUSTED when max_waiters Acquire calls wait
-  // already; UNAVAILABLE after Shutdown(). Never waits for the domain's Fencer
-  // lock itself unless the lock is free to take now: call it from the domain's
-  // lane (post_for_domain) so that a busy domain holds no shared thread.
+  // already, or half of it for `name` or for `caller`; UNAVAILABLE after
+  // Shutdown(). Never waits for the domain's Fencer lock itself unless the lock
+  // is free to take now: call it from the domain's lane (post_for_domain) so
+  // that a busy domain holds no shared thread.
   void Acquire(const std::string& name, const std::string& owner,
-               absl::Duration ttl, absl::Duration wait,
-               std::function<bool()> cancelled, AcquireCallback done);
+               const std::string& caller, absl::Duration ttl,
+               absl::Duration wait, std::function<bool()> cancelled,
+               AcquireCallback done);
 
   // Renews the lease for its ttl from now. NOT_FOUND if it is lost;
   // INVALID_ARGUMENT for a lease_id longer than kMaxLeaseIdBytes;
@@ -111,6 +117,7 @@ class LeaseManager {
 
  private:
   struct Waiter {
+    std::string caller;
     std::string owner;
     absl::Duration ttl;
     std::function<bool()> cancelled;
@@ -132,6 +139,16 @@ class LeaseManager {
   // `deferred`.
   void DropCancelledWaitersLocked(
       std::vector<absl::AnyInvocable<void() &&>>* deferred)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // OK if `caller` may add a waiter for `name` (held in `lock`): fewer than
+  // max_waiters wait in all, and fewer than half of it for the lock and for
+  // the caller; RESOURCE_EXHAUSTED naming the limit otherwise.
+  absl::Status RoomToWaitLocked(const std::string& name, const Lock& lock,
+                                const std::string& caller) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts a waiter out (waiting_ and waiting_by_caller_).
+  void ForgetWaiterLocked(const Waiter& waiter)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Makes a grant of `name`, reserved with Lock::granting, durable — under
@@ -169,6 +186,9 @@ class LeaseManager {
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   // Waiters in every Lock::waiters.
   size_t waiting_ ABSL_GUARDED_BY(mu_) = 0;
+  // Waiters by caller (only callers with some).
+  absl::flat_hash_map<std::string, size_t> waiting_by_caller_
+      ABSL_GUARDED_BY(mu_);
   // Metrics; null when off.
   prometheus::Counter* grants_ = nullptr;
   prometheus::Counter* expiries_ = nullptr;

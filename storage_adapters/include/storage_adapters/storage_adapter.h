@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "absl/functional/any_invocable.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -112,6 +113,33 @@ class StorageAdapter {
   // after it fail UNAVAILABLE. Thread-safe; may block briefly. The default
   // does nothing (its writes end by themselves).
   virtual void CancelInFlight() {}
+
+  // The fence the storage keeps itself (docs/fencing.md, "The fence in the
+  // storage"): true if it keeps one per domain, which the three calls
+  // below reach. The default: false, and they return UNIMPLEMENTED.
+  virtual bool KeepsFences() const { return false; }
+
+  // Raises the storage's fence of `domain` to `token`, or keeps it if
+  // equal, once the storage's writes of lower tokens have ended; OK once
+  // durable. The stale-token error (common/stale_token.h) with the
+  // storage's token if it holds a higher one; UNAVAILABLE if it cannot be
+  // reached; INVALID_ARGUMENT for a token the storage cannot hold. May
+  // block.
+  virtual absl::Status RaiseFence(absl::string_view domain, uint64_t token);
+
+  // Raises the storage's fence of `domain` to the higher of its token + 1
+  // and `at_least`, as one atomic step of the storage, and returns it: no
+  // other caller, in any process, receives the same token. OUT_OF_RANGE
+  // past the highest token it can hold; UNAVAILABLE as RaiseFence(). May
+  // block.
+  virtual absl::StatusOr<uint64_t> NextFence(absl::string_view domain,
+                                             uint64_t at_least);
+
+  // Calls `fn` with every domain the storage holds a fence for, and its
+  // token. UNAVAILABLE if it cannot be reached, DATA_LOSS for a record it
+  // cannot read. May block.
+  virtual absl::Status ReadFences(
+      absl::FunctionRef<void(absl::string_view domain, uint64_t token)> fn);
 
   // True if ApplyAsync() never blocks the calling thread (it queues the
   // write, or does only in-memory work), so that the gateway may call it

@@ -1,0 +1,242 @@
+// Copyright fencegate authors.
+
+#include "storage_adapters/file/fence_records.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "fencing/sync_point.h"
+
+namespace fencegate {
+namespace {
+
+using file_io::ErrnoStatus;
+using file_io::Fd;
+
+constexpr char kRecordMagic[] = "fencegate-fence 1";
+constexpr char kLockSuffix[] = ".lock";
+constexpr absl::Duration kMaxLockWait = absl::Seconds(30);
+// A record holds at most a domain (512 bytes) and a token.
+constexpr size_t kMaxRecordBytes = 1024;
+
+// File systems whose flock does not exclude processes of other machines,
+// or may not (statfs f_type).
+struct UnsoundFs {
+  int64_t magic;
+  const char* name;
+};
+constexpr UnsoundFs kUnsound[] = {
+    {0x6969, "NFS"},      {0x517B, "SMB"},      {0xFF534D42, "CIFS"},
+    {0xFE534D42, "SMB2"}, {0x01021997, "9p"},   {0x00C36400, "Ceph"},
+    {0x5346414F, "AFS"},  {0x65735546, "FUSE"},
+};
+
+std::string RecordName(absl::string_view domain) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int size = 0;
+  EVP_Digest(domain.data(), domain.size(), digest, &size, EVP_sha256(),
+             nullptr);
+  return absl::BytesToHexString(
+      absl::string_view(reinterpret_cast<const char*>(digest), size));
+}
+
+absl::Status MkdirBeneath(int dirfd, const char* name, absl::string_view path) {
+  if (::mkdirat(dirfd, name, 0755) != 0 && errno != EEXIST) {
+    return ErrnoStatus(errno, "create directory", path);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<FileFenceRecords>> FileFenceRecords::Open(
+    int root_fd, const std::string& root) {
+  struct statfs fs;
+  if (::fstatfs(root_fd, &fs) == 0) {
+    for (const UnsoundFs& unsound : kUnsound) {
+      if (static_cast<int64_t>(fs.f_type) == unsound.magic) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "file adapter: root \"", root, "\" is on ", unsound.name,
+            ", where flock may not exclude another gateway's process: the "
+            "fence records kept in the root would not be sound; use a local "
+            "file system"));
+      }
+    }
+  }
+  const std::string reserved = absl::StrCat(root, "/", kFileReservedDirectory);
+  const std::string path = absl::StrCat(reserved, "/fences");
+  if (absl::Status s = MkdirBeneath(
+          root_fd, std::string(kFileReservedDirectory).c_str(), reserved);
+      !s.ok()) {
+    return s;
+  }
+  Fd parent(file_io::OpenBeneath(root_fd, std::string(kFileReservedDirectory),
+                                 O_RDONLY | O_DIRECTORY));
+  if (!parent.valid()) return ErrnoStatus(errno, "open directory", reserved);
+  if (absl::Status s = MkdirBeneath(parent.get(), "fences", path); !s.ok()) {
+    return s;
+  }
+  // Both new directories' entries made durable.
+  if (absl::Status s = file_io::FsyncFd(parent.get(), "fsync", reserved);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = file_io::FsyncFd(root_fd, "fsync", root); !s.ok()) {
+    return s;
+  }
+  Fd dir(file_io::OpenBeneath(parent.get(), "fences", O_RDONLY | O_DIRECTORY));
+  if (!dir.valid()) return ErrnoStatus(errno, "open directory", path);
+  return std::unique_ptr<FileFenceRecords>(
+      new FileFenceRecords(std::move(dir), path));
+}
+
+FileFenceRecords::FileFenceRecords(Fd dir, std::string path)
+    : dir_(std::move(dir)), path_(std::move(path)) {}
+
+FileFenceRecords::Held::Held(const FileFenceRecords* records,
+                             std::string domain, std::string name, Fd lock,
+                             uint64_t token)
+    : records_(records),
+      domain_(std::move(domain)),
+      name_(std::move(name)),
+      lock_(std::move(lock)),
+      token_(token) {}
+
+absl::StatusOr<FileFenceRecords::Held> FileFenceRecords::Lock(
+    absl::string_view domain, absl::Time deadline) const {
+  const std::string name = RecordName(domain);
+  const std::string lock_name = absl::StrCat(name, kLockSuffix);
+  Fd lock(::openat(dir_.get(), lock_name.c_str(),
+                   O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644));
+  if (!lock.valid()) {
+    return ErrnoStatus(errno, "open fence lock",
+                       absl::StrCat(path_, "/", lock_name));
+  }
+  const absl::Time give_up = std::min(deadline, absl::Now() + kMaxLockWait);
+  absl::Duration pause = absl::Microseconds(100);
+  while (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EINTR) continue;
+    if (errno != EWOULDBLOCK) {
+      return ErrnoStatus(errno, "lock fence record",
+                         absl::StrCat(path_, "/", lock_name));
+    }
+    if (absl::Now() >= give_up) {
+      return absl::UnavailableError(absl::StrCat(
+          "file adapter: the fence record of domain \"",
+          absl::CHexEscape(domain),
+          "\" stayed locked by another writer (another gateway process on "
+          "this root?) until the deadline; nothing was written"));
+    }
+    absl::SleepFor(pause);
+    pause = std::min(pause * 2, absl::Milliseconds(10));
+  }
+  std::string found;
+  absl::StatusOr<uint64_t> token = Read(name, domain, &found);
+  if (!token.ok()) return token.status();
+  return Held(this, std::string(domain), name, std::move(lock), *token);
+}
+
+absl::StatusOr<uint64_t> FileFenceRecords::Read(const std::string& name,
+                                                absl::string_view domain,
+                                                std::string* found) const {
+  const std::string where = absl::StrCat(path_, "/", name);
+  Fd fd(::openat(dir_.get(), name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd.valid()) {
+    if (errno == ENOENT) return uint64_t{0};
+    return ErrnoStatus(errno, "open fence record", where);
+  }
+  std::string text(kMaxRecordBytes + 1, '\0');
+  size_t got = 0;
+  while (got < text.size()) {
+    ssize_t n = ::read(fd.get(), text.data() + got, text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoStatus(errno, "read fence record", where);
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  text.resize(got);
+  std::vector<absl::string_view> parts =
+      absl::StrSplit(text, absl::MaxSplits('\n', 2));
+  uint64_t token = 0;
+  if (got > kMaxRecordBytes || parts.size() != 3 || parts[0] != kRecordMagic ||
+      !absl::SimpleAtoi(parts[1], &token) || token == 0 ||
+      RecordName(parts[2]) != name || (!domain.empty() && parts[2] != domain)) {
+    return absl::DataLossError(absl::StrCat(
+        "file adapter: fence record ", where,
+        " is not a fence record of its domain; the fence it kept is unknown "
+        "(restore it, or remove it knowing that its domain's old holders are "
+        "then admitted again)"));
+  }
+  *found = std::string(parts[2]);
+  return token;
+}
+
+absl::Status FileFenceRecords::Held::Raise(uint64_t token) {
+  if (token <= token_) return absl::OkStatus();
+  const int dir = records_->dir_.get();
+  const std::string temp = file_io::TempName();
+  const std::string where = absl::StrCat(records_->path_, "/", name_);
+  Fd fd(::openat(dir, temp.c_str(),
+                 O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644));
+  if (!fd.valid()) return ErrnoStatus(errno, "create fence record", where);
+  absl::Status s = file_io::WriteAll(
+      fd.get(), absl::StrCat(kRecordMagic, "\n", token, "\n", domain_), where);
+  if (s.ok()) s = file_io::FsyncFd(fd.get(), "fsync fence record", where);
+  if (s.ok() && ::renameat(dir, temp.c_str(), dir, name_.c_str()) != 0) {
+    s = ErrnoStatus(errno, "rename fence record", where);
+  }
+  if (!s.ok()) {
+    ::unlinkat(dir, temp.c_str(), 0);
+    return s;
+  }
+  FENCEGATE_SYNC_POINT("FileFenceRecords::Raise:AfterRename");
+  if (absl::Status synced =
+          file_io::FsyncFd(dir, "fsync fence directory", records_->path_);
+      !synced.ok()) {
+    return synced;
+  }
+  token_ = token;
+  return absl::OkStatus();
+}
+
+absl::Status FileFenceRecords::ReadAll(
+    absl::FunctionRef<void(absl::string_view domain, uint64_t token)> fn)
+    const {
+  Fd copy(::openat(dir_.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!copy.valid()) return ErrnoStatus(errno, "open directory", path_);
+  DIR* listing = ::fdopendir(copy.get());
+  if (listing == nullptr) return ErrnoStatus(errno, "list directory", path_);
+  copy.release();  // Owned by `listing` now.
+  std::vector<std::string> names;
+  while (const dirent* entry = ::readdir(listing)) {
+    const absl::string_view name = entry->d_name;
+    if (name.size() == 64 && !absl::StrContains(name, '.')) {
+      names.emplace_back(name);
+    }
+  }
+  ::closedir(listing);
+  for (const std::string& name : names) {
+    std::string domain;
+    absl::StatusOr<uint64_t> token = Read(name, "", &domain);
+    if (!token.ok()) return token.status();
+    if (*token > 0) fn(domain, *token);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace fencegate

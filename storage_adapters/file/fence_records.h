@@ -1,0 +1,105 @@
+// Copyright fencegate authors.
+//
+// FileFenceRecords: a file route's fences, kept in its root
+// (docs/fencing.md, "The fence in the storage"), so that every gateway
+// process writing to the root, and a gateway whose own fence store was lost
+// or restored from an older copy, meets them.
+//
+// Under <root>/.fencegate/fences/ (the file adapter refuses resource paths
+// whose first segment is ".fencegate"), per domain, named by the SHA-256 of
+// the domain in hex:
+//   <hash>       the record, "fencegate-fence 1\n<token>\n<domain>",
+//                replaced as a whole: written to a temporary that is fsynced,
+//                renamed over it, and the directory fsynced, so that a crash
+//                leaves the old record or the new one;
+//   <hash>.lock  an empty file, never replaced, locked with flock(LOCK_EX)
+//                across reading the record, checking a token, raising the
+//                record and the write's file change, by every process (and
+//                every thread: each lock opens its own descriptor).
+// A record is raised before the write it admits is applied, so that a crash
+// at any point leaves it at least as high as every applied write's token.
+//
+// flock excludes processes of one machine on a local file system. Open
+// refuses roots on network and FUSE file systems (NFS, SMB/CIFS, 9p, Ceph,
+// AFS, FUSE), where it does not, or may not, hold between machines.
+//
+// Thread safety: safe for concurrent use.
+
+#ifndef STORAGE_ADAPTERS_FILE_FENCE_RECORDS_H_
+#define STORAGE_ADAPTERS_FILE_FENCE_RECORDS_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "storage_adapters/file/file_io.h"
+
+namespace fencegate {
+
+// The first path segment reserved for the gateway's own files.
+inline constexpr absl::string_view kFileReservedDirectory = ".fencegate";
+
+class FileFenceRecords {
+ public:
+  // Creates <root>/.fencegate/fences if missing (beneath `root_fd`, which
+  // must stay open while this object lives). FAILED_PRECONDITION for a root
+  // on a file system where flock does not exclude (above); UNAVAILABLE or
+  // the errno's status if the directory cannot be made or opened.
+  static absl::StatusOr<std::unique_ptr<FileFenceRecords>> Open(
+      int root_fd, const std::string& root);
+
+  // A domain's record, its lock held until destroyed.
+  class Held {
+   public:
+    Held(Held&&) = default;
+    Held& operator=(Held&&) = delete;
+    // The record's token; 0 if the domain has none.
+    uint64_t token() const { return token_; }
+    // Replaces the record with `token`, durably, if it is higher than
+    // token(); does nothing otherwise.
+    absl::Status Raise(uint64_t token);
+
+   private:
+    friend class FileFenceRecords;
+    Held(const FileFenceRecords* records, std::string domain, std::string name,
+         file_io::Fd lock, uint64_t token);
+    const FileFenceRecords* records_;
+    std::string domain_;
+    std::string name_;  // The record's file name.
+    file_io::Fd lock_;
+    uint64_t token_;
+  };
+
+  // Takes the domain's lock, waiting for another holder (another gateway
+  // process, say) until `deadline` but at most 30 s (then UNAVAILABLE,
+  // saying so), and reads its record. DATA_LOSS for a record that is not
+  // one, or is another domain's.
+  absl::StatusOr<Held> Lock(absl::string_view domain,
+                            absl::Time deadline) const;
+
+  // Calls `fn` with every record's domain and token, without locking (a
+  // record is always whole). DATA_LOSS as Lock().
+  absl::Status ReadAll(
+      absl::FunctionRef<void(absl::string_view domain, uint64_t token)> fn)
+      const;
+
+ private:
+  FileFenceRecords(file_io::Fd dir, std::string path);
+  // Reads the record `name` of `domain` (empty: any domain, returned in
+  // `*found`): its token, 0 if there is none.
+  absl::StatusOr<uint64_t> Read(const std::string& name,
+                                absl::string_view domain,
+                                std::string* found) const;
+
+  const file_io::Fd dir_;   // <root>/.fencegate/fences
+  const std::string path_;  // Its path, for messages.
+};
+
+}  // namespace fencegate
+
+#endif  // STORAGE_ADAPTERS_FILE_FENCE_RECORDS_H_

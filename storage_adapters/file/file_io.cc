@@ -1,0 +1,111 @@
+// Copyright fencegate authors.
+
+#include "storage_adapters/file/file_io.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <random>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
+
+namespace fencegate::file_io {
+
+std::string TempName() {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  return absl::StrFormat("%s%d-%016x", kFileTempPrefix, ::getpid(), rng());
+}
+
+bool IsLeftoverTemporary(absl::string_view name) {
+  if (!absl::ConsumePrefix(&name, kFileTempPrefix)) return false;
+  const size_t dash = name.find('-');
+  int pid = 0;
+  if (dash == absl::string_view::npos ||
+      !absl::SimpleAtoi(name.substr(0, dash), &pid) || pid <= 0) {
+    return true;  // The older form, without a process id.
+  }
+  // EPERM: the process lives, under another user.
+  return ::kill(pid, 0) != 0 && errno == ESRCH;
+}
+
+absl::Status ErrnoStatus(int err, absl::string_view what,
+                         absl::string_view path) {
+  std::string msg =
+      absl::StrCat("file adapter: ", what, " \"", path, "\": ", strerror(err));
+  switch (err) {
+    case ENOENT:
+      return absl::NotFoundError(msg);
+    case EXDEV:
+      return absl::PermissionDeniedError(absl::StrCat(
+          "file adapter: \"", path,
+          "\" resolves outside the route's root (symlink escape)"));
+    case ELOOP:
+      return absl::PermissionDeniedError(
+          absl::StrCat("file adapter: \"", path,
+                       "\": too many symlinks, or a /proc magic link"));
+    case EACCES:
+    case EPERM:
+    case EROFS:
+      return absl::PermissionDeniedError(msg);
+    case ENOSPC:
+    case EDQUOT:
+    case EFBIG:
+    case EMFILE:
+    case ENFILE:
+      return absl::ResourceExhaustedError(msg);
+    case ENOTDIR:
+    case EISDIR:
+      // The path is well formed; what is on disk does not fit it.
+      return absl::FailedPreconditionError(msg);
+    case ENAMETOOLONG:
+      return absl::InvalidArgumentError(msg);
+    case EIO:
+    case EAGAIN:
+      return absl::UnavailableError(msg);
+    default:
+      return absl::InternalError(msg);
+  }
+}
+
+int OpenBeneath(int dirfd, const std::string& path, uint64_t flags,
+                mode_t mode) {
+  struct open_how how;
+  std::memset(&how, 0, sizeof(how));
+  how.flags = flags | O_CLOEXEC;
+  how.mode = (flags & O_CREAT) ? mode : 0;
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
+  int fd;
+  do {
+    fd = static_cast<int>(
+        ::syscall(SYS_openat2, dirfd, path.c_str(), &how, sizeof(how)));
+  } while (fd < 0 && errno == EAGAIN);
+  return fd;
+}
+
+absl::Status FsyncFd(int fd, absl::string_view what, absl::string_view path) {
+  if (::fsync(fd) != 0) return ErrnoStatus(errno, what, path);
+  return absl::OkStatus();
+}
+
+absl::Status WriteAll(int fd, const std::string& data, absl::string_view path) {
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus(errno, "write", path);
+    }
+    done += static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace fencegate::file_io
