@@ -138,8 +138,8 @@ std::string SafetyJson(const std::vector<SafetyResult>& results) {
 
 int Run(int argc, char** argv) {
   std::string targets =
-      "direct,direct-fenced,pgbouncer,gateway-pg,gateway-file,gateway-noop,"
-      "grpc-floor";
+      "direct,direct-fenced,pgbouncer,gateway-pg,file-direct,gateway-file,"
+      "gateway-noop,grpc-floor";
   std::string clients = "1,16,64";
   std::string patterns = "steady,advancing";
   uint64_t duration_s = 5, safety_s = 8, workers = 4, ttl_ms = 300, rounds = 1;
@@ -153,11 +153,12 @@ int Run(int argc, char** argv) {
   uint64_t cycles = 10, chaos_seed = 1;
   std::string chaos_sources = "lease,etcd,redis,redlock,postgres,zookeeper";
   FlagSet set;
-  set.String("targets", &targets,
-             "comma list of direct, direct-fenced, pgbouncer, gateway-pg, "
-             "gateway-file, gateway-noop, grpc-floor, gateway-pg-mtls, "
-             "gateway-noop-mtls, gateway-pg-metrics, gateway-noop-metrics "
-             "(default all but the -mtls and -metrics ones)");
+  set.String(
+      "targets", &targets,
+      "comma list of direct, direct-fenced, pgbouncer, gateway-pg, "
+      "file-direct, gateway-file, gateway-noop, grpc-floor, gateway-pg-mtls, "
+      "gateway-noop-mtls, gateway-pg-metrics, gateway-noop-metrics "
+      "(default all but the -mtls and -metrics ones)");
   set.String("clients", &clients,
              "comma list of client counts (default 1,16,64)");
   set.String("patterns", &patterns, "steady,advancing (default both)");

@@ -2,12 +2,17 @@
 
 #include "bench/throughput.h"
 
+#include <fcntl.h>
 #include <libpq-fe.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
@@ -85,6 +90,42 @@ class DirectClient : public Client {
  private:
   pqxx::connection conn_;
   const int id_;
+};
+
+// What the file adapter does for a 64-byte put, without the gateway: a
+// temporary file written and fsynced, renamed over the target, and the
+// directory fsynced, in a directory of its own on the file route's file
+// system. The machine's floor under gateway-file.
+class FileDirectClient : public Client {
+ public:
+  FileDirectClient(const std::string& dir, int id)
+      : dir_(absl::StrCat(dir, "/", id)) {
+    std::error_code ignored;
+    std::filesystem::create_directories(dir_, ignored);
+  }
+  absl::Status Write(uint64_t token) override {
+    const std::string temp = absl::StrCat(dir_, "/.tmp");
+    const std::string target = absl::StrCat(dir_, "/data");
+    const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return absl::UnavailableError(std::strerror(errno));
+    const std::string data(64, static_cast<char>('a' + token % 26));
+    const bool written = ::write(fd, data.data(), data.size()) ==
+                             static_cast<ssize_t>(data.size()) &&
+                         ::fsync(fd) == 0;
+    ::close(fd);
+    if (!written || ::rename(temp.c_str(), target.c_str()) != 0) {
+      return absl::UnavailableError(std::strerror(errno));
+    }
+    const int dir = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY);
+    if (dir < 0) return absl::UnavailableError(std::strerror(errno));
+    const bool synced = ::fsync(dir) == 0;
+    ::close(dir);
+    return synced ? absl::OkStatus()
+                  : absl::UnavailableError(std::strerror(errno));
+  }
+
+ private:
+  const std::string dir_;
 };
 
 // A direct writer following fencegate's protocol (docs/postgres.md): the
@@ -397,6 +438,11 @@ absl::StatusOr<std::vector<RunStats>> RunThroughput(
     } else if (target == "direct-fenced") {
       make = [&](int i) {
         return std::make_unique<DirectFencedClient>(env.pg_dsn(), i);
+      };
+    } else if (target == "file-direct") {
+      make = [&](int i) {
+        return std::make_unique<FileDirectClient>(
+            absl::StrCat(env.data_dir(), "/file-direct"), i);
       };
     } else if (target == "pgbouncer") {
       if (env.pgbouncer_dsn().empty()) {

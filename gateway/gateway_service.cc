@@ -117,6 +117,8 @@ struct GatewayService::PendingWrite {
   absl::string_view route;
   // The trace id of its traceparent, if any.
   std::string trace_id;
+  // Its share of the memory budget, released with it.
+  MemoryBudget::Reservation memory;
 
   LogFields fields() const { return {request->request_id(), trace_id}; }
 };
@@ -153,6 +155,13 @@ grpc::ServerUnaryReactor* GatewayService::Write(
   // Read for the duration metric only.
   if (options_.metrics != nullptr) write->started = absl::Now();
   write->trace_id = TraceIdOf(*context);
+  if (options_.memory != nullptr) {
+    // Its bytes, which gRPC keeps until the reply, and the parsed request.
+    absl::StatusOr<MemoryBudget::Reservation> reserved =
+        options_.memory->Reserve(2 * request_bytes->Length());
+    if (!reserved.ok()) return Refuse(*write, context, reserved.status());
+    write->memory = *std::move(reserved);
+  }
   if (absl::Status s = ParseWriteRequest(
           *request_bytes, options_.max_ops_per_write, &write->parsed_request);
       !s.ok()) {

@@ -15,6 +15,7 @@
 #include "fencegate/v1/gateway.grpc.pb.h"
 #include "fencing/fencer.h"
 #include "gateway/domain_executor.h"
+#include "gateway/memory_budget.h"
 #include "gateway/request_gate.h"
 #include "gateway/request_metrics.h"
 #include "storage_adapters/router.h"
@@ -29,6 +30,10 @@ struct GatewayServiceOptions {
   // Where writes and fences are counted. Not owned; must outlive the
   // service. Default: null (not counted).
   const RequestMetrics* metrics = nullptr;
+  // What Writes may hold while they wait and run; one past it is refused
+  // with RESOURCE_EXHAUSTED before it is queued. Not owned; must outlive
+  // the service. Default: null (unbounded).
+  MemoryBudget* memory = nullptr;
 };
 
 // Every RPC passes `gate` first (request_gate.h): a request it refuses is

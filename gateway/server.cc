@@ -217,10 +217,14 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
     }
   }
   s->gate_->SetPolicy(std::move(policy));
+  // Half of the quota for requests the gateway holds, the other half for
+  // gRPC's transport.
+  s->memory_ = std::make_unique<MemoryBudget>(
+      static_cast<size_t>(options.memory_limit_bytes / 2));
   s->service_ = std::make_unique<GatewayService>(
       s->fencer_.get(), s->router_.get(), s->executor_.get(), s->gate_.get(),
       GatewayServiceOptions{options.max_ops_per_write, options.log_writes,
-                            s->request_metrics_.get()});
+                            s->request_metrics_.get(), s->memory_.get()});
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

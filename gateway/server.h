@@ -99,6 +99,7 @@ class GatewayServer {
   std::unique_ptr<LeaseManager> leases_;
   std::vector<std::unique_ptr<TokenWatcher>> watchers_;
   std::unique_ptr<DomainExecutor> executor_;
+  std::unique_ptr<MemoryBudget> memory_;
   std::unique_ptr<GatewayService> service_;
   std::unique_ptr<LeaseService> lease_service_;
   // Before server_: it outlives the listener.

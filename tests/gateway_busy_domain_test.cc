@@ -8,8 +8,10 @@
 // KeepAlive, the health check -- must still answer. (Before the lease
 // service queued Acquire in its domain's lane, each such Acquire held an
 // I/O thread until its domain was free, and four of them stopped the
-// gateway.)
+// gateway.) And the memory that Writes queued behind a busy domain hold is
+// bounded.
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
@@ -35,6 +37,21 @@ void SetDeadline(grpc::ClientContext* context) {
                         std::chrono::seconds(20));
 }
 
+// A write of `domain` that waits inside PostgreSQL for advisory lock 4242,
+// which the test holds: the gateway holds the domain until it completes.
+grpc::Status WriteWaitingForTheLock(v1::Gateway::Stub& gw,
+                                    const std::string& domain) {
+  v1::WriteRequest request;
+  request.set_domain(domain);
+  request.set_token(1);
+  request.set_resource("db/jobs");
+  request.add_ops()->mutable_sql()->set_sql(
+      "SELECT pg_advisory_xact_lock(4242)");
+  v1::WriteResponse response;
+  grpc::ClientContext context;
+  return gw.Write(&context, request, &response);
+}
+
 TEST_F(PostgresAdapterTest, ASlowDomainNeverStallsTheOthers) {
   constexpr int kSlow = 6;
   testing::TempDir dir;
@@ -58,15 +75,7 @@ TEST_F(PostgresAdapterTest, ASlowDomainNeverStallsTheOthers) {
   std::vector<v1::AcquireResponse> acquired(kSlow);
   for (int i = 0; i < kSlow; ++i) {
     slow.emplace_back([&, i] {
-      v1::WriteRequest request;
-      request.set_domain(absl::StrCat("slow", i));
-      request.set_token(1);
-      request.set_resource("db/jobs");
-      request.add_ops()->mutable_sql()->set_sql(
-          "SELECT pg_advisory_xact_lock(4242)");
-      v1::WriteResponse response;
-      grpc::ClientContext context;
-      slow_status[i] = gw->Write(&context, request, &response);
+      slow_status[i] = WriteWaitingForTheLock(*gw, absl::StrCat("slow", i));
     });
     // One at a time, each on a connection of its own, waiting inside
     // PostgreSQL: the gateway holds its domain until it completes.
@@ -173,6 +182,81 @@ TEST_F(PostgresAdapterTest, ASlowDomainNeverStallsTheOthers) {
     // The grant came after the write, above its token.
     EXPECT_EQ(acquired[i].token(), 2u) << i;
   }
+}
+
+// Writes queued behind a busy domain hold their bytes; what they may hold
+// is bounded by half of memory_limit_mib (docs/operations.md, "Limits"): a
+// Write past it is refused at once with RESOURCE_EXHAUSTED, while a small
+// Write to another domain still runs and the queued ones land once the
+// domain is free.
+TEST_F(PostgresAdapterTest, WritesQueuedBehindABusyDomainAreBoundedInMemory) {
+  constexpr int kQueued = 8;
+  const std::string big(3 << 20, 'x');  // Each reserves about 6 MiB of 32.
+  testing::TempDir dir;
+  auto gateway = GatewayProcess::Start(
+      dir.path() + "/data",
+      {"--route=db=" + server_->Uri(), "--memory_limit_mib=64"});
+  ASSERT_TRUE(gateway.ok()) << gateway.status();
+  auto gw = v1::Gateway::NewStub(grpc::CreateChannel(
+      (*gateway)->address(), grpc::InsecureChannelCredentials()));
+  auto write = [&](const std::string& domain, int64_t id,
+                   const std::string& owner) {
+    v1::WriteRequest request;
+    request.set_domain(domain);
+    request.set_token(1);
+    request.set_resource("db/jobs");
+    *request.add_ops() = Sql("INSERT INTO jobs (id, owner) VALUES ($1, $2)",
+                             {Int(id), Text(owner)});
+    v1::WriteResponse response;
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    return gw->Write(&context, request, &response);
+  };
+  pqxx::connection holder(server_->Conninfo());
+  pqxx::nontransaction(holder).exec("SELECT pg_advisory_lock(4242)");
+  grpc::Status blocker_status;
+  std::thread blocker(
+      [&] { blocker_status = WriteWaitingForTheLock(*gw, "busy"); });
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        return Exec(
+                   "SELECT count(*) FROM pg_locks WHERE locktype = "
+                   "'advisory' AND NOT granted")[0][0]
+                   .as<int64_t>() == 1;
+      },
+      absl::Seconds(20)));
+  std::vector<grpc::Status> queued(kQueued);
+  std::atomic<int> refused{0};
+  std::vector<std::thread> writers;
+  for (int i = 0; i < kQueued; ++i) {
+    writers.emplace_back([&, i] {
+      queued[i] = write("busy", 100 + i, big);
+      if (queued[i].error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+        refused.fetch_add(1);
+      }
+    });
+  }
+  // Refused at once, while the domain is still held.
+  ASSERT_TRUE(
+      testing::WaitFor([&] { return refused.load() >= 3; }, absl::Seconds(20)));
+  EXPECT_EQ(Count(), 0);
+  EXPECT_TRUE(write("other", 1, "small").ok());
+  pqxx::nontransaction(holder).exec("SELECT pg_advisory_unlock(4242)");
+  blocker.join();
+  for (std::thread& t : writers) t.join();
+  EXPECT_TRUE(blocker_status.ok()) << blocker_status.error_message();
+  int landed = 0;
+  for (const grpc::Status& status : queued) {
+    if (status.ok()) {
+      ++landed;
+    } else {
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+          << status.error_message();
+    }
+  }
+  EXPECT_EQ(landed, kQueued - refused.load());
+  EXPECT_GE(landed, 1);
+  EXPECT_EQ(Count("id >= 100"), landed);
 }
 
 }  // namespace

@@ -104,8 +104,9 @@ void OnAcquire(const v1::AcquireRequest& request, std::string* lease_id) {
   absl::StatusOr<AcquireOutcome> outcome;
   // wait 0: a held lock answers at once, so the fuzzer never blocks.
   TheWorld().leases->Acquire(
-      request.name(), request.owner(), absl::Milliseconds(request.ttl_ms()),
-      absl::ZeroDuration(), nullptr, [&](absl::StatusOr<AcquireOutcome> o) {
+      request.name(), request.owner(), /*caller=*/"fuzzer",
+      absl::Milliseconds(request.ttl_ms()), absl::ZeroDuration(), nullptr,
+      [&](absl::StatusOr<AcquireOutcome> o) {
         outcome = std::move(o);
         done.Notify();
       });
