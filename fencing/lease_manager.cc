@@ -87,7 +87,9 @@ absl::StatusOr<std::unique_ptr<LeaseManager>> LeaseManager::Create(
   return manager;
 }
 
-LeaseManager::~LeaseManager() {
+// Joining a thread throws only for a thread that cannot be joined, which
+// these never are.
+LeaseManager::~LeaseManager() {  // NOLINT(bugprone-exception-escape)
   Shutdown();
   grant_pool_.join();
   work_.reset();
@@ -168,10 +170,13 @@ void LeaseManager::Acquire(const std::string& name, const std::string& owner,
   }
   for (auto& fn : deferred) std::move(fn)();
   if (queued) return;  // `done` runs when granted or timed out.
+  // `done` was moved into a waiter only when queued (returned above).
   if (grant_now) {
-    FinishGrant(name, owner, ttl, std::move(done));
+    FinishGrant(name, owner, ttl,
+                std::move(done));  // NOLINT(bugprone-use-after-move)
   } else {
-    std::move(done)(std::move(result));  // Shutting down, or held.
+    // Shutting down, or held.
+    std::move(done)(std::move(result));  // NOLINT(bugprone-use-after-move)
   }
 }
 

@@ -126,11 +126,12 @@ bool ParseParam(const std::string& spec, v1::SqlValue* out,
   size_t colon = spec.find(':');
   std::string type = spec.substr(0, colon);
   std::string value = colon == std::string::npos ? "" : spec.substr(colon + 1);
-  bool ok = true;
-  if (type == "null") {
+  // Every type but null needs ":VALUE".
+  bool ok = type == "null" || colon != std::string::npos;
+  if (!ok) {
+    // Reported below.
+  } else if (type == "null") {
     out->set_null(true);
-  } else if (colon == std::string::npos) {
-    ok = false;
   } else if (type == "text") {
     out->set_text(value);
   } else if (type == "int64") {

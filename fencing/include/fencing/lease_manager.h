@@ -82,7 +82,8 @@ class LeaseManager {
   static absl::StatusOr<std::unique_ptr<LeaseManager>> Create(
       LeaseStore* store, Fencer* fencer, Clock* clock,
       LeaseManagerOptions options = {});
-  ~LeaseManager();  // Shutdown(), then stops the timer thread.
+  // Shutdown(), then stops the timer thread.
+  ~LeaseManager();  // NOLINT(bugprone-exception-escape): joins only.
 
   // Takes `name` for `owner` with `ttl`, asked by `caller` (the caller's
   // identity; empty when it has none). If held, waits up to `wait` (zero:
