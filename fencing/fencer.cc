@@ -9,8 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/fatal.h"
 #include "common/stale_token.h"
+#include "common/sync_point.h"
 #include "fencegate/v1/gateway.pb.h"
-#include "fencing/sync_point.h"
 
 namespace fencegate {
 
@@ -225,6 +225,12 @@ absl::StatusOr<FenceDecision> Fencer::Fence(absl::string_view domain,
     return stale;
   }
   return decision;
+}
+
+absl::Status Fencer::Learn(absl::string_view domain, uint64_t token) {
+  KeyedMutex::Lock domain_lock(&domain_locks_, domain,
+                               "Fencer::Execute:BeforeDomainLock");
+  return store_->Raise(domain, token, clock_->Now()).status();
 }
 
 absl::StatusOr<uint64_t> Fencer::NextGrantable(absl::string_view domain,

@@ -2,7 +2,7 @@
 
 #include "fencing/keyed_mutex.h"
 
-#include "fencing/sync_point.h"
+#include "common/sync_point.h"
 
 namespace fencegate {
 

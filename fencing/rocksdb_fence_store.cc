@@ -21,7 +21,7 @@
 #include "common/fatal.h"
 #include "fencegate/v1/lease.pb.h"
 #include "fencing/reserve_fs.h"
-#include "fencing/sync_point.h"
+#include "common/sync_point.h"
 #include "prometheus/counter.h"
 #include "prometheus/histogram.h"
 #include "rocksdb/cache.h"

@@ -278,12 +278,29 @@ void GatewayService::Reply(std::unique_ptr<PendingWrite> write,
   LogOutcome("Write", write->fields(), write->domain, write->request->token(),
              decision, options_.log_writes);
   write->admission->Audit(decision);
-  if (!decision.ok() && GetStaleToken(decision.status()).has_value()) {
-    // The database's fence found the token stale after this gateway's own
-    // fence rose to it: the client hears of the stale token only.
+  if (std::optional<StaleTokenInfo> stale_info =
+          decision.ok() ? std::nullopt : GetStaleToken(decision.status());
+      stale_info.has_value()) {
+    // The storage's fence may have found the token stale after this
+    // gateway's own fence rose to it: the client hears of the stale token
+    // only, and this gateway's fence learns the storage's token (in the
+    // domain's lane: this may run on an adapter's thread, which must not
+    // wait for the fence store). A stale token this gateway refused itself
+    // makes that a no-op.
     absl::Status stale = decision.status();
     Fencer::ForgetAdvance(stale);
     decision = std::move(stale);
+    if (stale_info->highest_token > write->request->token()) {
+      executor_->Post(write->domain, [fencer = fencer_, domain = write->domain,
+                                      token = stale_info->highest_token] {
+        if (absl::Status s = fencer->Learn(domain, token); !s.ok()) {
+          Log(LogSeverity::kWarning,
+              absl::StrFormat("domain \"%s\": could not raise the fence to "
+                              "the storage's %d: %s",
+                              absl::CHexEscape(domain), token, s.ToString()));
+        }
+      });
+    }
   }
   if (decision.ok()) {
     ToProto(decision->fence, write->response->mutable_fence());

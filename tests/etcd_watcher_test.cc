@@ -16,7 +16,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "client/etcd/etcd_token_source.h"
-#include "fencing/sync_point.h"
+#include "common/sync_point.h"
 #include "tests/etcd_server.h"
 #include "tests/test_util.h"
 #include "token_watchers/builtin.h"

@@ -14,7 +14,7 @@
 #include "absl/synchronization/notification.h"
 #include "fencing/fence_store.h"
 #include "fencing/rocksdb_fence_store.h"
-#include "fencing/sync_point.h"
+#include "common/sync_point.h"
 #include "gtest/gtest.h"
 #include "rocksdb/env.h"
 #include "tests/counting_fs.h"

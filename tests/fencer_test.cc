@@ -19,7 +19,7 @@
 #include "common/stale_token.h"
 #include "fencing/clock.h"
 #include "fencing/rocksdb_fence_store.h"
-#include "fencing/sync_point.h"
+#include "common/sync_point.h"
 #include "tests/fencer_fixture.h"
 #include "tests/fixtures.h"
 #include "tests/test_util.h"

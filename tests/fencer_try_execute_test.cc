@@ -15,7 +15,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/stale_token.h"
 #include "fencing/fencer.h"
-#include "fencing/sync_point.h"
+#include "common/sync_point.h"
 #include "tests/fencer_fixture.h"
 #include "tests/test_util.h"
 

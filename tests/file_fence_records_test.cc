@@ -17,7 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/stale_token.h"
-#include "fencing/sync_point.h"
+#include "common/sync_point.h"
 #include "storage_adapters/file/fence_records.h"
 #include "storage_adapters/file/file_adapter.h"
 #include "tests/test_util.h"

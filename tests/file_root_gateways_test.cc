@@ -119,9 +119,11 @@ TEST_F(FileRootGatewaysTest, AHandoverWithTheOldGatewayPausedLandsNoStaleLine) {
   new_holder.join();
   old_holder.join();
   EXPECT_GE(refused.load(), 1);
-  // Gateway a's own fence store never heard of token 6: only the root's
-  // record refused the old holder's appends after the handover.
-  EXPECT_EQ(GetFence(*old_stub), 5u);
+  // Gateway a's own fence never heard of token 6 from any caller: the
+  // root's record refused the old holder's appends after the handover, and
+  // a learnt the record's token from the refusal.
+  EXPECT_TRUE(testing::WaitFor([&] { return GetFence(*old_stub) == 6u; },
+                               absl::Seconds(20)));
   const std::vector<std::string> lines = Lines();
   bool handed_over = false;
   int new_lines = 0;

@@ -14,7 +14,7 @@
 #include "fencing/clock.h"
 #include "fencing/fencer.h"
 #include "fencing/rocksdb_fence_store.h"
-#include "fencing/sync_point.h"
+#include "common/sync_point.h"
 #include "tests/test_util.h"
 
 namespace fencegate {

@@ -15,7 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "common/stale_token.h"
-#include "fencing/sync_point.h"
+#include "common/sync_point.h"
 #include "tests/postgres_adapter_fixture.h"
 
 namespace fencegate {

@@ -157,9 +157,10 @@ TEST_F(PostgresStorageFenceTest, AFenceThroughOneGatewayShutsOutAnother) {
       << stale.error_message();
   EXPECT_EQ(StaleDetail(stale), 42u);
   EXPECT_EQ(Count(), 0);
-  // A Fence through b below the database's is stale, and b learns it (the
-  // refused Write left b's own fence at 41).
-  EXPECT_EQ(GetFence(**b), 41u);
+  // Gateway b learns the database's token from the refusal (in the
+  // domain's lane, after the reply), and then refuses 41 itself.
+  EXPECT_TRUE(testing::WaitFor([&] { return GetFence(**b) == 42u; },
+                               absl::Seconds(20)));
   v1::FenceState state;
   grpc::Status fenced = Fence(**b, 41, &state);
   EXPECT_EQ(fenced.error_code(), grpc::StatusCode::FAILED_PRECONDITION);

@@ -22,7 +22,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/stale_token.h"
-#include "fencing/sync_point.h"
+#include "common/sync_point.h"
 #include "storage_adapters/file/file_io.h"
 
 namespace fencegate {

@@ -18,7 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/stale_token.h"
-#include "fencing/sync_point.h"
+#include "common/sync_point.h"
 #include "storage_adapters/postgres/fence_schema.h"
 #include "storage_adapters/postgres/postgres_adapter.h"
 #include "storage_adapters/postgres/sql_text.h"

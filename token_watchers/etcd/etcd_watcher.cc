@@ -18,7 +18,7 @@
 #include "client/etcd/etcd_connection.h"
 #include "common/limits.h"
 #include "etcdserverpb/rpc.grpc.pb.h"
-#include "fencing/sync_point.h"
+#include "common/sync_point.h"
 #include "grpcpp/support/client_callback.h"
 #include "token_watchers/watcher_thread.h"
 

@@ -130,6 +130,12 @@ class Fencer {
   absl::StatusOr<uint64_t> NextGrantable(absl::string_view domain,
                                          uint64_t at_least);
 
+  // Raises this fence (only) to `token`, a token some storage holds for
+  // `domain` (its stale-token error said so), under the domain's lock;
+  // never lowers it and asks no AdvanceCheck: the storage admitted it
+  // already. Blocks for the fence store's sync.
+  absl::Status Learn(absl::string_view domain, uint64_t token);
+
   // The domain's current fence.
   absl::StatusOr<FenceState> Get(absl::string_view domain);
 

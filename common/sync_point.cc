@@ -1,6 +1,6 @@
 // Copyright fencegate authors.
 
-#include "fencing/sync_point.h"
+#include "common/sync_point.h"
 
 #include <atomic>
 #include <memory>

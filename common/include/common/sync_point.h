@@ -6,8 +6,8 @@
 // hoping the scheduler produces it. Compiled to nothing unless the build
 // defines FENCEGATE_SYNC_POINTS (tests turn it on; release builds do not).
 
-#ifndef FENCING_SYNC_POINT_H_
-#define FENCING_SYNC_POINT_H_
+#ifndef COMMON_SYNC_POINT_H_
+#define COMMON_SYNC_POINT_H_
 
 #include <functional>
 #include <string>
@@ -53,4 +53,4 @@ class SyncPoint {
   } while (0)
 #endif
 
-#endif  // FENCING_SYNC_POINT_H_
+#endif  // COMMON_SYNC_POINT_H_
