@@ -34,7 +34,6 @@ using postgres::PgResult;
 using postgres::ResultBudget;
 using postgres::SetRowsAffected;
 using postgres::SqlErrorStatus;
-using postgres::Trimmed;
 
 // The session reset after a dirty write: the session as a new connection
 // has it, but for the startup packet's settings (statement_timeout,
