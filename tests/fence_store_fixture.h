@@ -12,9 +12,9 @@
 #include <string>
 
 #include "absl/synchronization/notification.h"
+#include "common/sync_point.h"
 #include "fencing/fence_store.h"
 #include "fencing/rocksdb_fence_store.h"
-#include "common/sync_point.h"
 #include "gtest/gtest.h"
 #include "rocksdb/env.h"
 #include "tests/counting_fs.h"

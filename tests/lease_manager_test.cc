@@ -11,10 +11,10 @@
 
 #include "absl/synchronization/notification.h"
 #include "common/limits.h"
+#include "common/sync_point.h"
 #include "fencing/clock.h"
 #include "fencing/fencer.h"
 #include "fencing/rocksdb_fence_store.h"
-#include "common/sync_point.h"
 #include "tests/test_util.h"
 
 namespace fencegate {

@@ -17,8 +17,8 @@
 #include "absl/synchronization/notification.h"
 #include "client/etcd/etcd_connection.h"
 #include "common/limits.h"
-#include "etcdserverpb/rpc.grpc.pb.h"
 #include "common/sync_point.h"
+#include "etcdserverpb/rpc.grpc.pb.h"
 #include "grpcpp/support/client_callback.h"
 #include "token_watchers/watcher_thread.h"
 
