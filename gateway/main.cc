@@ -20,6 +20,7 @@
 #include "gateway/flags.h"
 #include "gateway/log.h"
 #include "gateway/server.h"
+#include "gateway/service_notify.h"
 #include "storage_adapters/builtin.h"
 #include "storage_adapters/uri.h"
 #include "token_watchers/builtin.h"
@@ -419,17 +420,29 @@ int Run(int argc, char** argv) {
     }
   }
 
+  // Serving: fences loaded and recovered, watchers started, routes
+  // checked, the port bound (and written to --port_file).
+  const std::string serving =
+      absl::StrCat("serving on ", host, ":", (*server)->port());
+  auto notified = [](const absl::Status& s) {
+    if (!s.ok()) Log(LogSeverity::kWarning, std::string(s.message()));
+  };
+  notified(ServiceNotify::Ready(serving));
   int sig = 0;
   for (;;) {
     sigwait(&signals, &sig);
     if (sig != SIGHUP) break;
     Log(LogSeverity::kInfo,
         "SIGHUP: reloading the policy, reopening the audit log");
+    notified(ServiceNotify::Reloading());
     (*server)->Reload();
+    notified(ServiceNotify::Ready(serving));
   }
   Log(LogSeverity::kInfo,
       absl::StrCat("signal ", sig,
                    ": refusing new requests, finishing in-flight ones"));
+  notified(ServiceNotify::Stopping(
+      absl::StrCat("signal ", sig, ": finishing in-flight requests")));
   (*server)->Shutdown(options->shutdown_grace);
   Log(LogSeverity::kInfo, "stopped");
   return 0;

@@ -17,6 +17,7 @@ PACKAGES=(
   prometheus-cpp-dev
   clang clang-tidy libclang-rt-14-dev libfuzzer-14-dev git
   libpg-query-dev libcli11-dev python3-psycopg
+  libsystemd-dev systemd logrotate dpkg-dev
 )
 
 missing=()
