@@ -10,11 +10,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/grpc_status.h"
 #include "common/limits.h"
 #include "common/stale_token.h"
+#include "common/token_refused.h"
 #include "gateway/log.h"
-#include "gateway/status.h"
-#include "gateway/token_refused.h"
 #include "gateway/trace_context.h"
 #include "gateway/write_request.h"
 

@@ -6,8 +6,8 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_format.h"
+#include "common/grpc_status.h"
 #include "gateway/log.h"
-#include "gateway/status.h"
 
 namespace fencegate {
 

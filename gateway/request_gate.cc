@@ -8,9 +8,9 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/stale_token.h"
+#include "common/token_refused.h"
 #include "gateway/log.h"
 #include "gateway/peer_identity.h"
-#include "gateway/token_refused.h"
 
 namespace fencegate {
 namespace {

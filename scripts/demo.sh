@@ -26,7 +26,7 @@ if [ ! -s fencegate-data/port ]; then
 fi
 echo "demo: fencegate is serving on 127.0.0.1:$(cat fencegate-data/port) (pid $(cat fencegate-data/fencegate.pid))"
 
-ctl=./build/gateway/fencectl
+ctl=./build/tools/fencectl/fencectl
 # Tokens start above whatever an earlier run of the demo left in the fence.
 base=$(( $($ctl get --domain demo-job | sed 's/.*highest_token=//') + 1 ))
 old=$base new=$((base + 1))

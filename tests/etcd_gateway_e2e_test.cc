@@ -154,8 +154,8 @@ TEST_F(EtcdGatewayE2eTest, FencectlLockWithEtcd) {
   std::string out, err;
   const std::string token_file = dir_.path() + "/token";
   ASSERT_EQ(testing::RunCommand(
-                {FENCECTL_BIN, "--addr=" + gateway_->address(),
-                 "--etcd-endpoint=" + etcd_->endpoint(), "lock", "jobs", "--",
+                {FENCECTL_BIN, "--addr=" + gateway_->address(), "lock",
+                 "--etcd-endpoint=" + etcd_->endpoint(), "jobs", "--",
                  "/bin/sh", "-c",
                  absl::StrCat("echo $FENCEGATE_TOKEN > ", token_file, " && \"",
                               FENCECTL_BIN,

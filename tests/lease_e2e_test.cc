@@ -217,7 +217,7 @@ TEST_F(LeaseE2eTest, FencectlLockRunsTheCommandWithTheToken) {
       absl::StripAsciiWhitespace(*ReadFile(token_file)), &token));
   EXPECT_EQ(Fence("jobs"), token);
   // While it is held, a second fencectl lock that will not wait fails with 6.
-  EXPECT_EQ(testing::RunCommand({FENCECTL_BIN, addr, "--wait-ms=0", "lock",
+  EXPECT_EQ(testing::RunCommand({FENCECTL_BIN, addr, "lock", "--wait-ms=0",
                                  "jobs", "--", "/bin/true"},
                                 &out),
             6);

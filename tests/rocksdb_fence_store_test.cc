@@ -187,6 +187,15 @@ TEST_F(RocksDbFenceStoreTest, TheStoreOpensItsFilesWhenDescriptorsRunOut) {
   if (testing::kUndefinedSanitizer) {
     GTEST_SKIP() << "UBSan's type checks need descriptors this test takes";
   }
+  if (testing::kThreadSanitizer) {
+    // Out of descriptors, TSan cannot start its symbolizer; and RocksDB's
+    // flush thread hands its buffers to the writer through its own atomics,
+    // which TSan cannot see (Debian's RocksDB is uninstrumented), so it
+    // reported RocksDB's own memcpy/memcmp as a race here, once in many
+    // runs. The test is about descriptors, not threads: it runs in the
+    // suite and ASan stages.
+    GTEST_SKIP() << "descriptor exhaustion is checked outside TSan";
+  }
   ASSERT_OK_AND_ASSIGN(store, OpenRocksDbFenceStore(options));
   rlimit saved{};
   ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);

@@ -64,6 +64,20 @@ inline constexpr bool kAddressSanitizer = true;
 inline constexpr bool kAddressSanitizer = false;
 #endif
 
+// True in a build with ThreadSanitizer.
+#if defined(__SANITIZE_THREAD__)
+#define FENCEGATE_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define FENCEGATE_TSAN 1
+#endif
+#endif
+#ifdef FENCEGATE_TSAN
+inline constexpr bool kThreadSanitizer = true;
+#else
+inline constexpr bool kThreadSanitizer = false;
+#endif
+
 // True in a build with UndefinedBehaviorSanitizer. Its type (vptr) checks
 // probe memory through a pipe the first time they meet a type, and report a
 // false error when the process has no descriptor left for it.

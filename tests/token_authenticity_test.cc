@@ -12,9 +12,9 @@
 #include "absl/strings/match.h"
 #include "client/lease_token_source.h"
 #include "client/run_exclusive.h"
+#include "common/grpc_status.h"
+#include "common/token_refused.h"
 #include "fencegate/v1/errors.pb.h"
-#include "gateway/status.h"
-#include "gateway/token_refused.h"
 #include "tests/trust_fixture.h"
 
 namespace fencegate {

@@ -11,9 +11,9 @@
 #include <string>
 
 #include "client/etcd/etcd_token_source.h"
+#include "common/grpc_status.h"
+#include "common/token_refused.h"
 #include "fencegate/v1/errors.pb.h"
-#include "gateway/status.h"
-#include "gateway/token_refused.h"
 #include "tests/etcd_server.h"
 #include "tests/trust_fixture.h"
 

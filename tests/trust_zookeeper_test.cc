@@ -11,9 +11,9 @@
 #include <memory>
 #include <string>
 
+#include "common/grpc_status.h"
+#include "common/token_refused.h"
 #include "fencegate/v1/errors.pb.h"
-#include "gateway/status.h"
-#include "gateway/token_refused.h"
 #include "tests/trust_fixture.h"
 #include "tests/zookeeper_locks.h"
 #include "tests/zookeeper_server.h"

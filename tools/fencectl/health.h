@@ -5,8 +5,8 @@
 // ("route/NAME"), prints it, and exits 0 if SERVING, 9 if NOT_SERVING,
 // 4 for an unknown route, 5 if the gateway cannot be reached.
 
-#ifndef GATEWAY_FENCECTL_HEALTH_H_
-#define GATEWAY_FENCECTL_HEALTH_H_
+#ifndef TOOLS_FENCECTL_HEALTH_H_
+#define TOOLS_FENCECTL_HEALTH_H_
 
 #include <memory>
 #include <string>
@@ -21,4 +21,4 @@ int RunHealth(const std::shared_ptr<grpc::Channel>& channel,
 
 }  // namespace fencegate
 
-#endif  // GATEWAY_FENCECTL_HEALTH_H_
+#endif  // TOOLS_FENCECTL_HEALTH_H_

@@ -1,6 +1,6 @@
 // Copyright fencegate authors.
 
-#include "gateway/fencectl_lock.h"
+#include "tools/fencectl/lock.h"
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -23,19 +23,10 @@
 #include "client/redis/redlock_token_source.h"
 #include "client/zookeeper/zookeeper_token_source.h"
 #include "grpcpp/create_channel.h"
+#include "tools/fencectl/exit_codes.h"
 
 namespace fencegate {
 namespace {
-
-constexpr int kExitError = 1;
-constexpr int kExitUsage = 2;
-constexpr int kExitUnavailable = 5;
-constexpr int kExitLock = 6;
-
-int UsageError(const std::string& message) {
-  std::cerr << "fencectl: " << message << " (see fencectl --help)\n";
-  return kExitUsage;
-}
 
 // The lease being lost: the child's process group gets SIGTERM.
 std::atomic<pid_t> g_child{0};
@@ -56,21 +47,21 @@ void ForwardSignal(int sig) {
 int RunLocked(const LockFlags& f, const std::string& name,
               const std::vector<std::string>& command) {
   if (f.ttl_ms < 100 || f.ttl_ms > 3600000 || f.wait_ms > 3600000) {
-    return UsageError(
+    return fencectl::UsageError(
         "--ttl-ms must be 100..3600000 and --wait-ms at most "
         "3600000");
   }
   if (!f.etcd_endpoint.empty() + !f.redis.empty() + !f.redlock.empty() +
           !f.postgres.empty() + !f.zookeeper.empty() >
       1) {
-    return UsageError(
+    return fencectl::UsageError(
         "lock takes one of --etcd-endpoint, --redis, --redlock, --postgres "
         "and --zookeeper");
   }
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
       client::ChannelCredentials(f.tls);
   if (!credentials.ok()) {
-    return UsageError(std::string(credentials.status().message()));
+    return fencectl::UsageError(std::string(credentials.status().message()));
   }
   std::shared_ptr<grpc::Channel> gateway =
       grpc::CreateChannel(f.addr, *credentials);
@@ -83,7 +74,7 @@ int RunLocked(const LockFlags& f, const std::string& name,
     absl::StatusOr<std::unique_ptr<client::RedisTokenSource>> created =
         client::RedisTokenSource::Create(std::move(redis));
     if (!created.ok()) {
-      return UsageError(std::string(created.status().message()));
+      return fencectl::UsageError(std::string(created.status().message()));
     }
     source = *std::move(created);
   } else if (!f.redlock.empty()) {
@@ -94,7 +85,7 @@ int RunLocked(const LockFlags& f, const std::string& name,
     absl::StatusOr<std::unique_ptr<client::RedlockTokenSource>> created =
         client::RedlockTokenSource::Create(std::move(redlock));
     if (!created.ok()) {
-      return UsageError(std::string(created.status().message()));
+      return fencectl::UsageError(std::string(created.status().message()));
     }
     source = *std::move(created);
   } else if (!f.zookeeper.empty()) {
@@ -104,7 +95,7 @@ int RunLocked(const LockFlags& f, const std::string& name,
     absl::StatusOr<std::unique_ptr<client::ZooKeeperTokenSource>> created =
         client::ZooKeeperTokenSource::Create(std::move(zookeeper));
     if (!created.ok()) {
-      return UsageError(std::string(created.status().message()));
+      return fencectl::UsageError(std::string(created.status().message()));
     }
     source = *std::move(created);
   } else if (!f.postgres.empty()) {
@@ -114,7 +105,7 @@ int RunLocked(const LockFlags& f, const std::string& name,
     absl::StatusOr<std::unique_ptr<client::PostgresTokenSource>> created =
         client::PostgresTokenSource::Create(std::move(postgres));
     if (!created.ok()) {
-      return UsageError(std::string(created.status().message()));
+      return fencectl::UsageError(std::string(created.status().message()));
     }
     source = *std::move(created);
   } else if (f.etcd_endpoint.empty()) {
@@ -127,7 +118,7 @@ int RunLocked(const LockFlags& f, const std::string& name,
     absl::StatusOr<std::unique_ptr<client::EtcdTokenSource>> created =
         client::EtcdTokenSource::Create(etcd);
     if (!created.ok())
-      return UsageError(std::string(created.status().message()));
+      return fencectl::UsageError(std::string(created.status().message()));
     source = *std::move(created);
   }
   client::LockOptions options;
@@ -143,9 +134,9 @@ int RunLocked(const LockFlags& f, const std::string& name,
   if (!lock.ok()) {
     std::cerr << "fencectl: lock \"" << name
               << "\" not acquired: " << lock.status().message() << "\n";
-    return absl::IsDeadlineExceeded(lock.status()) ? kExitLock
-           : absl::IsUnavailable(lock.status())    ? kExitUnavailable
-                                                   : kExitError;
+    return absl::IsDeadlineExceeded(lock.status()) ? fencectl::kExitLock
+           : absl::IsUnavailable(lock.status())    ? fencectl::kExitUnavailable
+                                                   : fencectl::kExitError;
   }
   // Everything the child needs is built before fork(): between fork() and
   // exec() a multi-threaded process may only make async-signal-safe calls
@@ -190,7 +181,7 @@ int RunLocked(const LockFlags& f, const std::string& name,
   if (pid < 0) {
     ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
     std::cerr << "fencectl: fork failed\n";
-    return kExitError;
+    return fencectl::kExitError;
   }
   if (pid == 0) {
     for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
@@ -219,7 +210,7 @@ int RunLocked(const LockFlags& f, const std::string& name,
   // report as lost.
   const bool was_lost = lost || (*lock)->lost();
   absl::Status released = (*lock)->Release();
-  if (was_lost) return kExitLock;
+  if (was_lost) return fencectl::kExitLock;
   if (!released.ok()) {
     std::cerr << "fencectl: release failed: " << released.message() << "\n";
   }

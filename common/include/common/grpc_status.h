@@ -2,8 +2,8 @@
 //
 // The one place where absl::Status becomes grpc::Status.
 
-#ifndef GATEWAY_STATUS_H_
-#define GATEWAY_STATUS_H_
+#ifndef COMMON_GRPC_STATUS_H_
+#define COMMON_GRPC_STATUS_H_
 
 #include "absl/status/status.h"
 #include "grpcpp/support/status.h"
@@ -20,4 +20,4 @@ absl::Status FromGrpcStatus(const grpc::Status& status);
 
 }  // namespace fencegate
 
-#endif  // GATEWAY_STATUS_H_
+#endif  // COMMON_GRPC_STATUS_H_

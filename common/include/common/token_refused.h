@@ -3,8 +3,8 @@
 // The error that refuses a token no lock service granted: PERMISSION_DENIED
 // with a fencegate.v1.TokenRefused detail (docs/api.md).
 
-#ifndef GATEWAY_TOKEN_REFUSED_H_
-#define GATEWAY_TOKEN_REFUSED_H_
+#ifndef COMMON_TOKEN_REFUSED_H_
+#define COMMON_TOKEN_REFUSED_H_
 
 #include <cstdint>
 #include <optional>
@@ -29,4 +29,4 @@ std::optional<v1::TokenRefused> GetTokenRefused(const absl::Status& status);
 
 }  // namespace fencegate
 
-#endif  // GATEWAY_TOKEN_REFUSED_H_
+#endif  // COMMON_TOKEN_REFUSED_H_

@@ -1,23 +1,15 @@
 // Copyright fencegate authors.
 
-#include "gateway/fencectl_health.h"
+#include "tools/fencectl/health.h"
 
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/client_context.h"
+#include "tools/fencectl/exit_codes.h"
 
 namespace fencegate {
-namespace {
-
-constexpr int kExitServing = 0;
-constexpr int kExitError = 1;
-constexpr int kExitUnknownRoute = 4;
-constexpr int kExitUnavailable = 5;
-constexpr int kExitNotServing = 9;
-
-}  // namespace
 
 int RunHealth(const std::shared_ptr<grpc::Channel>& channel,
               const std::string& route, absl::Duration timeout, bool json) {
@@ -34,14 +26,14 @@ int RunHealth(const std::shared_ptr<grpc::Channel>& channel,
       route.empty() ? "gateway" : absl::StrCat("route ", route);
   if (status.error_code() == grpc::StatusCode::NOT_FOUND) {
     std::cerr << "fencectl: no route \"" << route << "\" on the gateway\n";
-    return kExitUnknownRoute;
+    return fencectl::kExitInvalid;
   }
   if (!status.ok()) {
     std::cerr << "fencectl: health: " << status.error_message() << "\n";
     return status.error_code() == grpc::StatusCode::UNAVAILABLE ||
                    status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED
-               ? kExitUnavailable
-               : kExitError;
+               ? fencectl::kExitUnavailable
+               : fencectl::kExitError;
   }
   const std::string state =
       grpc::health::v1::HealthCheckResponse::ServingStatus_Name(
@@ -53,8 +45,8 @@ int RunHealth(const std::shared_ptr<grpc::Channel>& channel,
     std::cout << what << ": " << state << "\n";
   }
   return response.status() == grpc::health::v1::HealthCheckResponse::SERVING
-             ? kExitServing
-             : kExitNotServing;
+             ? fencectl::kExitOk
+             : fencectl::kExitNotServing;
 }
 
 }  // namespace fencegate

@@ -6,8 +6,8 @@
 // release it afterwards. If the lock is lost, the command's process group gets
 // SIGTERM.
 
-#ifndef GATEWAY_FENCECTL_LOCK_H_
-#define GATEWAY_FENCECTL_LOCK_H_
+#ifndef TOOLS_FENCECTL_LOCK_H_
+#define TOOLS_FENCECTL_LOCK_H_
 
 #include <cstdint>
 #include <string>
@@ -40,4 +40,4 @@ int RunLocked(const LockFlags& flags, const std::string& name,
 
 }  // namespace fencegate
 
-#endif  // GATEWAY_FENCECTL_LOCK_H_
+#endif  // TOOLS_FENCECTL_LOCK_H_

@@ -1,6 +1,6 @@
 // Copyright fencegate authors.
 
-#include "gateway/status.h"
+#include "common/grpc_status.h"
 
 #include <string>
 

@@ -1,0 +1,334 @@
+// Copyright fencegate authors.
+//
+// fencectl: command-line client of a running fencegate, with one subcommand
+// per task (write, fence, get, sequence, lock, health, pg-setup), each with
+// its own flags and help (`fencectl write --help`). The command line is
+// parsed by CLI11; global flags (--addr, --timeout, --json, TLS) go before
+// or after the subcommand, a subcommand's flags after it. In flag names '-'
+// and '_' are the same: --put-file is --put_file. Exit codes:
+// exit_codes.h.
+
+#include <algorithm>
+#include <cstdlib>
+#include <exception>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "client/tls.h"
+#include "grpcpp/create_channel.h"
+#include "storage_adapters/postgres/fence_schema.h"
+#include "tools/fencectl/exit_codes.h"
+#include "tools/fencectl/gateway_commands.h"
+#include "tools/fencectl/health.h"
+#include "tools/fencectl/lock.h"
+
+namespace fencegate::fencectl {
+namespace {
+
+constexpr char kFooter[] =
+    "The address defaults to $FENCEGATE_ADDR, else 127.0.0.1:7070. TLS files\n"
+    "default to $FENCEGATE_TLS_CA, $FENCEGATE_TLS_CERT, $FENCEGATE_TLS_KEY.\n"
+    "In flag names '-' and '_' are the same (--put-file, --put_file).\n"
+    "Exit codes: 0 ok, 1 error, 2 usage, 3 stale token, 4 invalid request,\n"
+    "5 unavailable or deadline exceeded, 6 lock not acquired or lost,\n"
+    "7 permission denied or not authenticated, 8 token refused (no lock\n"
+    "service granted it), 9 not serving (health).";
+
+// Every flag's value; CLI11 writes them.
+struct Flags {
+  std::string addr;
+  uint64_t timeout_seconds = 30;
+  bool json = false;
+  client::TlsFiles tls;
+  std::string request_id;
+  std::string domain;
+  std::string token;
+  WriteCommand write;
+  std::string route;
+  LockFlags lock;
+  std::string lock_name;
+  std::vector<std::string> command;
+  std::string admin_dsn;
+  std::string role;
+  std::string schema = postgres::kDefaultFenceSchema;
+};
+
+// The arguments with '-' in every flag name turned into '_' (up to '=', and
+// before a bare "--", after which everything belongs to a command).
+std::vector<std::string> Normalized(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  for (std::string& arg : args) {
+    if (arg == "--") break;
+    if (arg.size() < 3 || arg[0] != '-' || arg[1] != '-') continue;
+    const size_t end = std::min(arg.find('='), arg.size());
+    std::replace(arg.begin() + 2, arg.begin() + static_cast<long>(end), '-',
+                 '_');
+  }
+  return args;
+}
+
+// A token from 1 to 2^64-1 in plain decimal, or a usage error's message.
+std::optional<std::string> ParseToken(const std::string& text,
+                                      uint64_t* token) {
+  if (text.empty() || text.size() > 20 ||
+      !std::all_of(text.begin(), text.end(), absl::ascii_isdigit) ||
+      !absl::SimpleAtoi(text, token) || *token == 0) {
+    return absl::StrCat("--token: \"", text,
+                        "\" is not a number from 1 to 18446744073709551615");
+  }
+  return std::nullopt;
+}
+
+int RunPgSetup(const Flags& f) {
+  absl::Status s = postgres::SetUpFenceSchema(f.admin_dsn, f.schema, f.role);
+  if (s.ok()) {
+    std::cout << "pg-setup: schema " << f.schema << " ready; role " << f.role
+              << " may call " << f.schema
+              << ".fence(text, bigint), fence_next(text, bigint) and "
+                 "fences()\n";
+    return kExitOk;
+  }
+  std::cerr << "fencectl: " << s.message() << "\n";
+  switch (s.code()) {
+    case absl::StatusCode::kInvalidArgument:
+      return kExitUsage;
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kFailedPrecondition:
+      return kExitInvalid;
+    case absl::StatusCode::kUnavailable:
+      return kExitUnavailable;
+    default:
+      return kExitError;
+  }
+}
+
+// The subcommands and their flags, writing into `f`.
+struct Commands {
+  CLI::App* write;
+  CLI::App* fence;
+  CLI::App* get;
+  CLI::App* sequence;
+  CLI::App* lock;
+  CLI::App* health;
+  CLI::App* pg_setup;
+  // write's operations, one of which must be given.
+  std::vector<CLI::Option*> operations;
+  CLI::Option* params;
+};
+
+Commands Define(CLI::App& app, Flags& f) {
+  app.footer(kFooter);
+  app.require_subcommand(1);
+  app.add_option("--addr", f.addr, "gateway address host:port");
+  app.add_option("--timeout", f.timeout_seconds,
+                 "RPC deadline in seconds, 1 to 86400")
+      ->capture_default_str();
+  app.add_flag("--json", f.json, "print the response as JSON");
+  app.add_option("--tls_ca", f.tls.ca,
+                 "CA bundle (PEM) of the gateway's certificate: use TLS");
+  app.add_option("--tls_cert", f.tls.cert,
+                 "client certificate (PEM), for a gateway that requires one");
+  app.add_option("--tls_key", f.tls.key, "private key (PEM) of --tls_cert");
+
+  Commands c;
+  auto add = [&](const char* name, const char* help) {
+    CLI::App* sub = app.add_subcommand(name, help);
+    sub->fallthrough();  // The global flags after it too.
+    return sub;
+  };
+  c.write = add("write",
+                "apply one operation to ROUTE/PATH, fenced by --domain and "
+                "--token");
+  c.write->add_option("--domain", f.write.domain,
+                      "fencing domain (default: the resource)");
+  c.write->add_option("--token", f.token, "fencing token, 1 to 2^64-1")
+      ->required();
+  c.write->add_option("--resource", f.write.resource, "ROUTE/PATH")->required();
+  c.write->add_option("--request_id", f.request_id, "id for the logs");
+  c.operations = {
+      c.write->add_option("--put", f.write.put, "replace the file with DATA"),
+      c.write->add_option("--put_file", f.write.put_file,
+                          "replace the file with a file's bytes ('-': stdin)"),
+      c.write->add_option("--append", f.write.append, "append DATA"),
+      c.write->add_option("--append_file", f.write.append_file,
+                          "append a file's bytes ('-': stdin)"),
+      c.write->add_flag("--delete", f.write.del, "delete the file"),
+      c.write->add_option("--sql", f.write.sql,
+                          "one SQL statement (PostgreSQL routes)"),
+      c.write->add_option("--statement", f.write.statement,
+                          "a statement declared on the route, by name")};
+  c.params = c.write->add_option(
+      "--param", f.write.params,
+      "TYPE:VALUE for $1, $2, ... of --sql or --statement, in order; TYPE "
+      "text, int64, float64, bool, bytes (hex) or null");
+
+  c.fence = add("fence", "raise the domain's fence to --token");
+  c.fence->add_option("--domain", f.domain, "fencing domain")->required();
+  c.fence->add_option("--token", f.token, "fencing token, 1 to 2^64-1")
+      ->required();
+  c.fence->add_option("--request_id", f.request_id, "id for the logs");
+
+  c.get = add("get", "print the domain's fence");
+  c.get->add_option("--domain", f.domain, "fencing domain")->required();
+
+  c.sequence = add("sequence",
+                   "raise the fence by one and print the new token (the "
+                   "gateway as the sequencer of a lock without tokens)");
+  c.sequence->add_option("--domain", f.domain, "fencing domain")->required();
+  c.sequence->add_option("--request_id", f.request_id, "id for the logs");
+
+  c.lock = add("lock",
+               "take lock NAME, run COMMAND with FENCEGATE_DOMAIN=NAME and "
+               "FENCEGATE_TOKEN in its environment while keeping the lease "
+               "alive, release it afterwards; exit with COMMAND's code (if "
+               "the lease is lost COMMAND gets SIGTERM). The lock comes from "
+               "the gateway's lease service unless a lock service is named");
+  CLI::App* lock = c.lock;
+  lock->add_option("--ttl_ms", f.lock.ttl_ms, "lease time to live")
+      ->capture_default_str();
+  lock->add_option("--wait_ms", f.lock.wait_ms,
+                   "how long to wait for the lock; 0 tries once")
+      ->capture_default_str();
+  lock->add_option("--etcd_endpoint", f.lock.etcd_endpoint,
+                   "take it from etcd at host:port");
+  lock->add_option("--etcd_lock_prefix", f.lock.etcd_lock_prefix,
+                   "etcd key prefix (default fencegate/locks)");
+  lock->add_option("--etcd_tls_ca", f.lock.etcd_tls.ca,
+                   "CA bundle (PEM) of etcd's certificate");
+  lock->add_option("--etcd_tls_cert", f.lock.etcd_tls.cert,
+                   "client certificate (PEM) for etcd");
+  lock->add_option("--etcd_tls_key", f.lock.etcd_tls.key,
+                   "private key (PEM) of --etcd_tls_cert");
+  lock->add_option("--redis", f.lock.redis,
+                   "take it from Redis at host:port (the token from a counter "
+                   "beside the lock; the gateway's fence is raised to it)");
+  lock->add_option("--redlock", f.lock.redlock,
+                   "take it from a majority of independent Redis servers, "
+                   "host:port,host:port,... (the token from the gateway's "
+                   "Sequence)");
+  lock->add_option("--redis_prefix", f.lock.redis_prefix,
+                   "Redis key prefix (default fencegate)");
+  lock->add_option("--postgres", f.lock.postgres,
+                   "take it from a lease table in PostgreSQL (libpq DSN; the "
+                   "token from a sequence)");
+  lock->add_option("--zookeeper", f.lock.zookeeper,
+                   "take it from ZooKeeper at host:port[,host:port] (the "
+                   "token is the holder's czxid; --ttl_ms is the session "
+                   "timeout)");
+  lock->add_option("name", f.lock_name, "the lock's name")->required();
+  lock->add_option("command", f.command, "the command and its arguments")
+      ->required();
+
+  c.health = add("health",
+                 "the gateway's health, or one route's storage (route/NAME "
+                 "in the gRPC health service)");
+  c.health->add_option("--route", f.route,
+                       "the route whose storage to ask for");
+
+  c.pg_setup = add("pg-setup",
+                   "create (idempotently) in PostgreSQL what a postgres route "
+                   "needs: the fence schema, its owner role, the fence table "
+                   "and functions, and the grants to the route's role");
+  c.pg_setup
+      ->add_option("--admin_dsn", f.admin_dsn,
+                   "libpq DSN or URI of a role that may create roles and "
+                   "schemas")
+      ->required();
+  c.pg_setup->add_option("--role", f.role, "the route's PostgreSQL role")
+      ->required();
+  c.pg_setup->add_option("--schema", f.schema, "schema of the fence table")
+      ->capture_default_str();
+  return c;
+}
+
+int Dispatch(const Commands& c, Flags& f) {
+  if (c.pg_setup->parsed()) return RunPgSetup(f);
+  if (f.addr.empty()) {
+    const char* env = std::getenv("FENCEGATE_ADDR");
+    f.addr = env != nullptr && *env != '\0' ? env : "127.0.0.1:7070";
+  }
+  f.tls = client::WithTlsEnvironment(f.tls);
+  if (c.lock->parsed()) {
+    f.lock.addr = f.addr;
+    f.lock.tls = f.tls;
+    return RunLocked(f.lock, f.lock_name, f.command);
+  }
+  if (f.timeout_seconds == 0 || f.timeout_seconds > 86400) {
+    return UsageError("--timeout: must be from 1 to 86400 seconds");
+  }
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      client::ChannelCredentials(f.tls);
+  if (!credentials.ok()) {
+    return UsageError(std::string(credentials.status().message()));
+  }
+  const GatewayCall call{grpc::CreateChannel(f.addr, *credentials),
+                         absl::Seconds(f.timeout_seconds), f.json,
+                         f.request_id};
+  if (c.health->parsed()) {
+    return RunHealth(call.channel, f.route, call.timeout, f.json);
+  }
+  if (c.get->parsed()) return RunGet(call, f.domain);
+  if (c.sequence->parsed()) return RunSequence(call, f.domain);
+  uint64_t token = 0;
+  if (std::optional<std::string> error = ParseToken(f.token, &token)) {
+    return UsageError(*error);
+  }
+  if (c.fence->parsed()) return RunFence(call, f.domain, token);
+  const size_t given =
+      std::count_if(c.operations.begin(), c.operations.end(),
+                    [](const CLI::Option* o) { return o->count() > 0; });
+  if (given != 1) {
+    return UsageError(
+        "write takes exactly one of --put, --put-file, --append, "
+        "--append-file, --delete, --sql, --statement");
+  }
+  if (c.params->count() > 0 && !f.write.sql.has_value() &&
+      !f.write.statement.has_value()) {
+    return UsageError("--param goes with --sql or --statement");
+  }
+  f.write.token = token;
+  return RunWrite(call, f.write);
+}
+
+int Run(int argc, char** argv) {
+  CLI::App app("fencectl: command-line client of a fencegate gateway",
+               "fencectl");
+  Flags f;
+  const Commands commands = Define(app, f);
+  std::vector<std::string> args = Normalized(argc, argv);
+  // CLI11 takes them last first.
+  std::reverse(args.begin(), args.end());
+  try {
+    app.parse(args);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ExtrasError& e) {
+    // Most often a command's flag given before the command.
+    return UsageError(absl::StrCat(
+        e.what(), "; a command's flags go after it (fencectl COMMAND --help)"));
+  } catch (const CLI::ParseError& e) {
+    return UsageError(e.what());
+  }
+  return Dispatch(commands, f);
+}
+
+}  // namespace
+}  // namespace fencegate::fencectl
+
+int main(int argc, char** argv) {
+  try {
+    return fencegate::fencectl::Run(argc, argv);
+  } catch (const std::exception& e) {
+    // A flag defined twice (a bug here) or memory exhausted.
+    std::cerr << "fencectl: " << e.what() << "\n";
+    return fencegate::fencectl::kExitError;
+  }
+}
