@@ -16,9 +16,8 @@
 #include "absl/time/time.h"
 #include "client/tls.h"
 #include "fencegate/v1/config.pb.h"
-#include "gateway/log.h"
-#include "gateway/server_tls.h"
-#include "google/protobuf/message.h"
+#include "observability/log.h"
+#include "security/server_tls.h"
 #include "storage_adapters/router.h"
 #include "token_watchers/registry.h"
 
@@ -87,17 +86,6 @@ struct GatewayOptions {
 // Whether `listen_address` ("host:port") only accepts connections from this
 // machine: 127.0.0.0/8, ::1, localhost, or a unix: socket.
 bool IsLoopbackAddress(absl::string_view listen_address);
-
-// Parses text-format `text` into `out`, as LoadTextProtoFile does.
-// INVALID_ARGUMENT with `what` and the line and column of the first error.
-absl::Status ParseTextProto(absl::string_view text, absl::string_view what,
-                            google::protobuf::Message* out);
-
-// Reads a text-format proto file into `out`. INVALID_ARGUMENT with `what`,
-// the file name, line and column of the first error; NOT_FOUND if it cannot
-// be read.
-absl::Status LoadTextProtoFile(const std::string& path, absl::string_view what,
-                               google::protobuf::Message* out);
 
 // Reads a GatewayConfig text proto. INVALID_ARGUMENT with the file name,
 // line and column of the first error; NOT_FOUND if it cannot be read.

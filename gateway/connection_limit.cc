@@ -17,7 +17,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "gateway/log.h"
+#include "observability/log.h"
 #include "prometheus/counter.h"
 
 extern "C" int accept4(int fd, sockaddr* addr, socklen_t* len, int flags);

@@ -14,9 +14,9 @@
 #include "common/limits.h"
 #include "common/stale_token.h"
 #include "common/token_refused.h"
-#include "gateway/log.h"
-#include "gateway/trace_context.h"
 #include "gateway/write_request.h"
+#include "observability/log.h"
+#include "observability/trace_context.h"
 
 namespace fencegate {
 namespace {

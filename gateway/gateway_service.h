@@ -16,8 +16,8 @@
 #include "fencing/fencer.h"
 #include "gateway/domain_executor.h"
 #include "gateway/memory_budget.h"
-#include "gateway/request_gate.h"
-#include "gateway/request_metrics.h"
+#include "observability/request_metrics.h"
+#include "security/request_gate.h"
 #include "storage_adapters/router.h"
 
 namespace fencegate {

@@ -7,7 +7,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_format.h"
 #include "common/grpc_status.h"
-#include "gateway/log.h"
+#include "observability/log.h"
 
 namespace fencegate {
 

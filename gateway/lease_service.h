@@ -10,7 +10,7 @@
 #include "fencegate/v1/lease.grpc.pb.h"
 #include "fencing/lease_manager.h"
 #include "gateway/domain_executor.h"
-#include "gateway/request_gate.h"
+#include "security/request_gate.h"
 
 namespace fencegate {
 

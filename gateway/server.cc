@@ -17,13 +17,13 @@
 #include "common/stale_token.h"
 #include "fencing/clock.h"
 #include "fencing/rocksdb_fence_store.h"
-#include "gateway/log.h"
-#include "gateway/server_tls.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/resource_quota.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
+#include "observability/log.h"
+#include "security/server_tls.h"
 
 namespace fencegate {
 namespace {

@@ -1,9 +1,9 @@
 // Copyright fencegate authors.
 //
 // CheckCrlDir: what --tls_crl_dir must hold before the gateway serves with
-// it (gateway/crl_dir.h), on CRLs made with the openssl command.
+// it (security/crl_dir.h), on CRLs made with the openssl command.
 
-#include "gateway/crl_dir.h"
+#include "security/crl_dir.h"
 
 #include <filesystem>
 #include <string>

@@ -4,7 +4,7 @@
 // stderr that drops (and reports) lines instead of blocking the caller.
 // Each test points fd 2 at a file or pipe of its own and restores it.
 
-#include "gateway/log.h"
+#include "observability/log.h"
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -1,9 +1,9 @@
 // Copyright fencegate authors.
 //
-// The access policy (gateway/policy.h), the safe listening default, and
+// The access policy (security/policy.h), the safe listening default, and
 // named statements on routes: the trust rules that need no running gateway.
 
-#include "gateway/policy.h"
+#include "security/policy.h"
 
 #include <string>
 

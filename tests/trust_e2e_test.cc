@@ -14,10 +14,10 @@
 #include "absl/strings/match.h"
 #include "absl/synchronization/notification.h"
 #include "fencegate/v1/lease.pb.h"
-#include "gateway/request_gate.h"
 #include "google/protobuf/descriptor.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/security/credentials.h"
+#include "security/request_gate.h"
 #include "tests/trust_fixture.h"
 
 namespace fencegate {

@@ -28,8 +28,8 @@
 #include "fencing/fencer.h"
 #include "fencing/lease_manager.h"
 #include "fencing/rocksdb_fence_store.h"
-#include "gateway/request_gate.h"
 #include "gateway/write_request.h"
+#include "security/request_gate.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace fencegate {

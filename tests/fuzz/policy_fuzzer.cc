@@ -10,8 +10,8 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
-#include "gateway/config.h"
-#include "gateway/policy.h"
+#include "common/text_proto.h"
+#include "security/policy.h"
 #include "tests/fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

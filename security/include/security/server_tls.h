@@ -6,7 +6,7 @@
 // (new handshakes use the new files; open connections keep theirs). With a
 // client CA, every client must present a certificate that CA signed and
 // that has not expired (mTLS). With a CRL directory, a client certificate
-// its CA's CRL revokes is refused too (gateway/crl_dir.h has what start-up
+// its CA's CRL revokes is refused too (security/crl_dir.h has what start-up
 // checks in it). OpenSSL reads the directory by issuer hash when it
 // verifies a client and keeps what it read: a newer CRL takes effect once
 // it is added under the next suffix (<hash>.r1, ...), not by rewriting a
@@ -14,8 +14,8 @@
 // certificates go unchecked) and refuses every certificate of a CA whose
 // CRL has expired.
 
-#ifndef GATEWAY_SERVER_TLS_H_
-#define GATEWAY_SERVER_TLS_H_
+#ifndef SECURITY_SERVER_TLS_H_
+#define SECURITY_SERVER_TLS_H_
 
 #include <memory>
 #include <string>
@@ -50,4 +50,4 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
 
 }  // namespace fencegate
 
-#endif  // GATEWAY_SERVER_TLS_H_
+#endif  // SECURITY_SERVER_TLS_H_

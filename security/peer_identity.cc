@@ -1,6 +1,6 @@
 // Copyright fencegate authors.
 
-#include "gateway/peer_identity.h"
+#include "security/peer_identity.h"
 
 #include <string_view>
 #include <vector>

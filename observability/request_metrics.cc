@@ -1,6 +1,6 @@
 // Copyright fencegate authors.
 
-#include "gateway/request_metrics.h"
+#include "observability/request_metrics.h"
 
 #include "common/stale_token.h"
 

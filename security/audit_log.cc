@@ -1,6 +1,6 @@
 // Copyright fencegate authors.
 
-#include "gateway/audit_log.h"
+#include "security/audit_log.h"
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -13,8 +13,8 @@
 // Without a policy every request is admitted and no token rule applies (as
 // for loopback development); denials and advances are still audited.
 
-#ifndef GATEWAY_REQUEST_GATE_H_
-#define GATEWAY_REQUEST_GATE_H_
+#ifndef SECURITY_REQUEST_GATE_H_
+#define SECURITY_REQUEST_GATE_H_
 
 #include <cstdint>
 #include <functional>
@@ -33,9 +33,9 @@
 #include "fencegate/v1/lease.pb.h"
 #include "fencing/advance_check.h"
 #include "fencing/fencer.h"
-#include "gateway/audit_log.h"
-#include "gateway/policy.h"
 #include "grpcpp/server_context.h"
+#include "security/audit_log.h"
+#include "security/policy.h"
 #include "token_watchers/token_watcher.h"
 
 namespace fencegate {
@@ -151,4 +151,4 @@ class RequestGate {
 
 }  // namespace fencegate
 
-#endif  // GATEWAY_REQUEST_GATE_H_
+#endif  // SECURITY_REQUEST_GATE_H_

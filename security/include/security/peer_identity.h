@@ -6,8 +6,8 @@
 // certificate, for a subject with several CNs and no SAN, and when the DNS
 // SAN or CN it would be holds a ':' (so that it cannot pass for a URI).
 
-#ifndef GATEWAY_PEER_IDENTITY_H_
-#define GATEWAY_PEER_IDENTITY_H_
+#ifndef SECURITY_PEER_IDENTITY_H_
+#define SECURITY_PEER_IDENTITY_H_
 
 #include <string>
 
@@ -19,4 +19,4 @@ std::string PeerIdentity(const grpc::AuthContext& auth);
 
 }  // namespace fencegate
 
-#endif  // GATEWAY_PEER_IDENTITY_H_
+#endif  // SECURITY_PEER_IDENTITY_H_

@@ -18,8 +18,8 @@
 // then does wait for stderr). Not for use after fork() or in a signal
 // handler.
 
-#ifndef GATEWAY_LOG_H_
-#define GATEWAY_LOG_H_
+#ifndef OBSERVABILITY_LOG_H_
+#define OBSERVABILITY_LOG_H_
 
 #include <string>
 
@@ -69,4 +69,4 @@ void CaptureLibraryLogs();
 
 }  // namespace fencegate
 
-#endif  // GATEWAY_LOG_H_
+#endif  // OBSERVABILITY_LOG_H_

@@ -1,14 +1,14 @@
 // Copyright fencegate authors.
 
-#include "gateway/server_tls.h"
+#include "security/server_tls.h"
 
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "client/tls.h"
-#include "gateway/crl_dir.h"
 #include "grpcpp/security/tls_certificate_provider.h"
 #include "grpcpp/security/tls_credentials_options.h"
+#include "security/crl_dir.h"
 
 namespace fencegate {
 namespace {

@@ -11,8 +11,8 @@
 // `systemctl start` returns, only then (docs/operations.md, "As a systemd
 // service").
 
-#ifndef GATEWAY_SERVICE_NOTIFY_H_
-#define GATEWAY_SERVICE_NOTIFY_H_
+#ifndef OBSERVABILITY_SERVICE_NOTIFY_H_
+#define OBSERVABILITY_SERVICE_NOTIFY_H_
 
 #include <string>
 
@@ -43,4 +43,4 @@ class ServiceNotify {
 
 }  // namespace fencegate
 
-#endif  // GATEWAY_SERVICE_NOTIFY_H_
+#endif  // OBSERVABILITY_SERVICE_NOTIFY_H_

@@ -1,6 +1,6 @@
 // Copyright fencegate authors.
 
-#include "gateway/request_gate.h"
+#include "security/request_gate.h"
 
 #include <utility>
 
@@ -9,8 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/stale_token.h"
 #include "common/token_refused.h"
-#include "gateway/log.h"
-#include "gateway/peer_identity.h"
+#include "observability/log.h"
+#include "security/peer_identity.h"
 
 namespace fencegate {
 namespace {

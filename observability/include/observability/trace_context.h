@@ -5,8 +5,8 @@
 // gateway logs the trace id beside the request_id, so that a request can be
 // found from the caller's trace (docs/operations.md, "Logs").
 
-#ifndef GATEWAY_TRACE_CONTEXT_H_
-#define GATEWAY_TRACE_CONTEXT_H_
+#ifndef OBSERVABILITY_TRACE_CONTEXT_H_
+#define OBSERVABILITY_TRACE_CONTEXT_H_
 
 #include <string>
 
@@ -26,4 +26,4 @@ std::string TraceIdOf(const grpc::ServerContextBase& context);
 
 }  // namespace fencegate
 
-#endif  // GATEWAY_TRACE_CONTEXT_H_
+#endif  // OBSERVABILITY_TRACE_CONTEXT_H_

@@ -14,8 +14,8 @@
 //
 // Thread safety: safe for concurrent use after construction.
 
-#ifndef GATEWAY_REQUEST_METRICS_H_
-#define GATEWAY_REQUEST_METRICS_H_
+#ifndef OBSERVABILITY_REQUEST_METRICS_H_
+#define OBSERVABILITY_REQUEST_METRICS_H_
 
 #include <array>
 #include <string>
@@ -61,4 +61,4 @@ class RequestMetrics {
 
 }  // namespace fencegate
 
-#endif  // GATEWAY_REQUEST_METRICS_H_
+#endif  // OBSERVABILITY_REQUEST_METRICS_H_

@@ -6,8 +6,8 @@
 // lock service's tokens does a domain accept (BindingOf). Everything no rule
 // allows is denied. docs/security.md explains the rules with an example.
 
-#ifndef GATEWAY_POLICY_H_
-#define GATEWAY_POLICY_H_
+#ifndef SECURITY_POLICY_H_
+#define SECURITY_POLICY_H_
 
 #include <cstdint>
 #include <memory>
@@ -92,4 +92,4 @@ class Policy {
 
 }  // namespace fencegate
 
-#endif  // GATEWAY_POLICY_H_
+#endif  // SECURITY_POLICY_H_

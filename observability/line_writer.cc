@@ -1,6 +1,6 @@
 // Copyright fencegate authors.
 
-#include "gateway/line_writer.h"
+#include "observability/line_writer.h"
 
 #include <pthread.h>
 #include <signal.h>

@@ -2,7 +2,7 @@
 //
 // CheckCrlDir: the start-up check of --tls_crl_dir, the directory of
 // certificate revocation lists gRPC hands to OpenSSL for client
-// certificates (gateway/server_tls.h).
+// certificates (security/server_tls.h).
 //
 // What it guards against, each a way the directory would silently not do
 // its job:
@@ -15,8 +15,8 @@
 //   - a CRL file that does not parse, or whose name is not its issuer's
 //     subject hash (OpenSSL would never find it).
 
-#ifndef GATEWAY_CRL_DIR_H_
-#define GATEWAY_CRL_DIR_H_
+#ifndef SECURITY_CRL_DIR_H_
+#define SECURITY_CRL_DIR_H_
 
 #include <string>
 
@@ -35,4 +35,4 @@ absl::Status CheckCrlDir(const std::string& dir, const std::string& client_ca,
 
 }  // namespace fencegate
 
-#endif  // GATEWAY_CRL_DIR_H_
+#endif  // SECURITY_CRL_DIR_H_

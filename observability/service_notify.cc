@@ -1,6 +1,6 @@
 // Copyright fencegate authors.
 
-#include "gateway/service_notify.h"
+#include "observability/service_notify.h"
 
 #include <systemd/sd-daemon.h>
 

@@ -1,6 +1,6 @@
 // Copyright fencegate authors.
 
-#include "gateway/policy.h"
+#include "security/policy.h"
 
 #include <utility>
 
@@ -8,7 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "gateway/config.h"
+#include "common/text_proto.h"
 
 namespace fencegate {
 namespace {

@@ -1,6 +1,6 @@
 // Copyright fencegate authors.
 
-#include "gateway/trace_context.h"
+#include "observability/trace_context.h"
 
 #include "absl/strings/ascii.h"
 

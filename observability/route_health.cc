@@ -1,9 +1,9 @@
 // Copyright fencegate authors.
 
-#include "gateway/route_health.h"
+#include "observability/route_health.h"
 
 #include "absl/strings/str_cat.h"
-#include "gateway/log.h"
+#include "observability/log.h"
 
 namespace fencegate {
 

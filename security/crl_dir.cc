@@ -1,6 +1,6 @@
 // Copyright fencegate authors.
 
-#include "gateway/crl_dir.h"
+#include "security/crl_dir.h"
 
 #include <openssl/asn1.h>
 #include <openssl/err.h>

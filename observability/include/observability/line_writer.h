@@ -14,8 +14,8 @@
 // within a line. Should the writer thread fail to start, each caller writes
 // its own line (and then does wait for the sink).
 
-#ifndef GATEWAY_LINE_WRITER_H_
-#define GATEWAY_LINE_WRITER_H_
+#ifndef OBSERVABILITY_LINE_WRITER_H_
+#define OBSERVABILITY_LINE_WRITER_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -79,4 +79,4 @@ class LineWriter {
 
 }  // namespace fencegate
 
-#endif  // GATEWAY_LINE_WRITER_H_
+#endif  // OBSERVABILITY_LINE_WRITER_H_

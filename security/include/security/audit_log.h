@@ -10,8 +10,8 @@
 // Reopen() (on SIGHUP) starts writing to a new file at the same path, for
 // log rotation. Separate from the operational log.
 
-#ifndef GATEWAY_AUDIT_LOG_H_
-#define GATEWAY_AUDIT_LOG_H_
+#ifndef SECURITY_AUDIT_LOG_H_
+#define SECURITY_AUDIT_LOG_H_
 
 #include <memory>
 #include <string>
@@ -21,7 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "fencegate/v1/audit.pb.h"
-#include "gateway/line_writer.h"
+#include "observability/line_writer.h"
 
 namespace fencegate {
 
@@ -60,4 +60,4 @@ class AuditLog {
 
 }  // namespace fencegate
 
-#endif  // GATEWAY_AUDIT_LOG_H_
+#endif  // SECURITY_AUDIT_LOG_H_

@@ -1,6 +1,6 @@
 // Copyright fencegate authors.
 
-#include "gateway/log.h"
+#include "observability/log.h"
 
 #include <unistd.h>
 
@@ -15,10 +15,10 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "fencegate/v1/log.pb.h"
-#include "gateway/line_writer.h"
 #include "google/protobuf/stubs/logging.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpc/support/log.h"
+#include "observability/line_writer.h"
 
 namespace fencegate {
 namespace {

@@ -9,8 +9,8 @@
 //
 // Thread safety: Start() and Stop() from one thread.
 
-#ifndef GATEWAY_ROUTE_HEALTH_H_
-#define GATEWAY_ROUTE_HEALTH_H_
+#ifndef OBSERVABILITY_ROUTE_HEALTH_H_
+#define OBSERVABILITY_ROUTE_HEALTH_H_
 
 #include <string>
 #include <thread>
@@ -58,4 +58,4 @@ class RouteHealth {
 
 }  // namespace fencegate
 
-#endif  // GATEWAY_ROUTE_HEALTH_H_
+#endif  // OBSERVABILITY_ROUTE_HEALTH_H_
