@@ -17,7 +17,7 @@
 #include "bench/cpu_meter.h"
 #include "bench/run_stats.h"
 #include "bench/token_sources.h"
-#include "client/tls.h"
+#include "fencegate/client/tls.h"
 #include "tests/etcd_server.h"
 #include "tests/fixtures.h"
 #include "tests/postgres_server.h"

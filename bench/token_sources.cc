@@ -6,12 +6,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "client/etcd/etcd_token_source.h"
-#include "client/lease_token_source.h"
-#include "client/postgres/postgres_token_source.h"
-#include "client/redis/redis_token_source.h"
-#include "client/redis/redlock_token_source.h"
-#include "client/zookeeper/zookeeper_token_source.h"
+#include "fencegate/client/etcd/etcd_token_source.h"
+#include "fencegate/client/lease_token_source.h"
+#include "fencegate/client/postgres/postgres_token_source.h"
+#include "fencegate/client/redis/redis_token_source.h"
+#include "fencegate/client/redis/redlock_token_source.h"
+#include "fencegate/client/zookeeper/zookeeper_token_source.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 

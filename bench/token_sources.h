@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "client/token_source.h"
+#include "fencegate/client/token_source.h"
 #include "gateway/flags.h"
 #include "grpcpp/channel.h"
 

@@ -20,7 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
-#include "client/token_source.h"
+#include "fencegate/client/token_source.h"
 
 namespace fencegate::client::internal {
 

@@ -1,6 +1,6 @@
 // Copyright fencegate authors.
 
-#include "client/lease_token_source.h"
+#include "fencegate/client/lease_token_source.h"
 
 #include <unistd.h>
 

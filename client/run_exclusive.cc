@@ -1,6 +1,6 @@
 // Copyright fencegate authors.
 
-#include "client/run_exclusive.h"
+#include "fencegate/client/run_exclusive.h"
 
 #include "absl/strings/str_cat.h"
 

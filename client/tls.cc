@@ -1,6 +1,6 @@
 // Copyright fencegate authors.
 
-#include "client/tls.h"
+#include "fencegate/client/tls.h"
 
 #include <cstdlib>
 #include <fstream>

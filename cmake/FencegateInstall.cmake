@@ -1,6 +1,7 @@
 # Install rules. `cmake --install build --component client` installs the
 # worker-side client library: static libraries, public headers under
-# include/fencegate/, and a CMake package, so that a worker's CMakeLists can
+# include/fencegate/ (#include "fencegate/client/token_source.h"), and a
+# CMake package, so that a worker's CMakeLists can
 # do
 #
 #   find_package(fencegate REQUIRED)
@@ -40,12 +41,17 @@ set(_fencegate_cmake_dir ${CMAKE_INSTALL_LIBDIR}/cmake/fencegate)
 install(TARGETS ${_fencegate_targets}
   EXPORT fencegateTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT client
-  INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/fencegate)
+  INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 get_target_property(_fencegate_generated fencegate_proto FENCEGATE_GENERATED_DIR)
+# Every header under fencegate/: fencegate/client/, fencegate/common/ (not
+# the tests' sync points) and the API's fencegate/v1/*.pb.h.
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/client/include/
                   ${PROJECT_SOURCE_DIR}/common/include/
-                  ${_fencegate_generated}/
-  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/fencegate COMPONENT client
+  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT client
+  FILES_MATCHING PATTERN "*.h"
+  PATTERN "sync_point.h" EXCLUDE)
+install(DIRECTORY ${_fencegate_generated}/fencegate
+  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT client
   FILES_MATCHING PATTERN "*.h")
 # The API's .proto files, for workers in other languages.
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/proto/fencegate

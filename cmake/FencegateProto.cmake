@@ -24,9 +24,9 @@ function(fencegate_proto_library name root)
     list(APPEND _srcs ${_out})
   endforeach()
   add_library(${name} STATIC ${_srcs})
-  # Installed (cmake/FencegateInstall.cmake) under include/fencegate.
+  # Installed (cmake/FencegateInstall.cmake): include/fencegate/v1/*.pb.h.
   target_include_directories(${name} SYSTEM PUBLIC $<BUILD_INTERFACE:${_gen_dir}>
-                                            $<INSTALL_INTERFACE:include/fencegate>)
+                                            $<INSTALL_INTERFACE:include>)
   set_target_properties(${name} PROPERTIES FENCEGATE_GENERATED_DIR ${_gen_dir})
   target_link_libraries(${name} PUBLIC protobuf::libprotobuf gRPC::grpc++)
   target_compile_options(${name} PRIVATE -w)

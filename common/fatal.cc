@@ -1,6 +1,6 @@
 // Copyright fencegate authors.
 
-#include "common/fatal.h"
+#include "fencegate/common/fatal.h"
 
 #include <unistd.h>
 

@@ -1,6 +1,6 @@
 // Copyright fencegate authors.
 
-#include "common/grpc_status.h"
+#include "fencegate/common/grpc_status.h"
 
 #include <string>
 

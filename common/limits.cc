@@ -1,6 +1,6 @@
 // Copyright fencegate authors.
 
-#include "common/limits.h"
+#include "fencegate/common/limits.h"
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/stubs/common.h"

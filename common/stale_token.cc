@@ -1,6 +1,6 @@
 // Copyright fencegate authors.
 
-#include "common/stale_token.h"
+#include "fencegate/common/stale_token.h"
 
 #include <string>
 

@@ -1,6 +1,6 @@
 // Copyright fencegate authors.
 
-#include "common/sync_point.h"
+#include "fencegate/common/sync_point.h"
 
 #include <atomic>
 #include <memory>

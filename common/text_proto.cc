@@ -1,6 +1,6 @@
 // Copyright fencegate authors.
 
-#include "common/text_proto.h"
+#include "fencegate/common/text_proto.h"
 
 #include <cerrno>
 #include <cstring>

@@ -1,6 +1,6 @@
 // Copyright fencegate authors.
 
-#include "common/token_refused.h"
+#include "fencegate/common/token_refused.h"
 
 #include "absl/strings/cord.h"
 #include "absl/strings/escaping.h"

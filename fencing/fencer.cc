@@ -7,9 +7,9 @@
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
-#include "common/fatal.h"
-#include "common/stale_token.h"
-#include "common/sync_point.h"
+#include "fencegate/common/fatal.h"
+#include "fencegate/common/stale_token.h"
+#include "fencegate/common/sync_point.h"
 #include "fencegate/v1/gateway.pb.h"
 
 namespace fencegate {

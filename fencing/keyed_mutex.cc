@@ -2,7 +2,7 @@
 
 #include "fencing/keyed_mutex.h"
 
-#include "common/sync_point.h"
+#include "fencegate/common/sync_point.h"
 
 namespace fencegate {
 

@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "boost/asio/post.hpp"
-#include "common/limits.h"
+#include "fencegate/common/limits.h"
 
 namespace fencegate {
 namespace {

@@ -20,7 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "common/text_proto.h"
+#include "fencegate/common/text_proto.h"
 
 namespace fencegate {
 namespace {

@@ -14,7 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "client/tls.h"
+#include "fencegate/client/tls.h"
 #include "fencegate/v1/config.pb.h"
 #include "observability/log.h"
 #include "security/server_tls.h"

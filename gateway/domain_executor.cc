@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "boost/asio/post.hpp"
-#include "common/fatal.h"
+#include "fencegate/common/fatal.h"
 
 namespace fencegate {
 

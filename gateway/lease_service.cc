@@ -6,7 +6,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_format.h"
-#include "common/grpc_status.h"
+#include "fencegate/common/grpc_status.h"
 #include "observability/log.h"
 
 namespace fencegate {

@@ -8,7 +8,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/stale_token.h"
+#include "fencegate/common/stale_token.h"
 
 namespace fencegate {
 namespace {

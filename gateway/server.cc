@@ -14,7 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
-#include "common/stale_token.h"
+#include "fencegate/common/stale_token.h"
 #include "fencing/clock.h"
 #include "fencing/rocksdb_fence_store.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"

@@ -3,7 +3,7 @@
 #include "gateway/write_request.h"
 
 #include "absl/strings/str_cat.h"
-#include "common/limits.h"
+#include "fencegate/common/limits.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/wire_format_lite.h"
 #include "grpcpp/impl/codegen/proto_utils.h"

@@ -2,7 +2,7 @@
 
 #include "observability/request_metrics.h"
 
-#include "common/stale_token.h"
+#include "fencegate/common/stale_token.h"
 
 namespace fencegate {
 namespace {

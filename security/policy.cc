@@ -8,7 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/text_proto.h"
+#include "fencegate/common/text_proto.h"
 
 namespace fencegate {
 namespace {

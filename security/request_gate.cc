@@ -7,8 +7,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "common/stale_token.h"
-#include "common/token_refused.h"
+#include "fencegate/common/stale_token.h"
+#include "fencegate/common/token_refused.h"
 #include "observability/log.h"
 #include "security/peer_identity.h"
 

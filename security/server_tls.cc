@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "client/tls.h"
+#include "fencegate/client/tls.h"
 #include "grpcpp/security/tls_certificate_provider.h"
 #include "grpcpp/security/tls_credentials_options.h"
 #include "security/crl_dir.h"

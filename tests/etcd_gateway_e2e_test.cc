@@ -14,7 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "client/etcd/etcd_token_source.h"
+#include "fencegate/client/etcd/etcd_token_source.h"
 #include "fencegate/v1/gateway.grpc.pb.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"

@@ -5,7 +5,7 @@
 // rise (also across an etcd restart), release is compare-and-delete, and a
 // lost lease is reported.
 
-#include "client/etcd/etcd_token_source.h"
+#include "fencegate/client/etcd/etcd_token_source.h"
 
 #include <fcntl.h>
 #include <signal.h>

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "absl/synchronization/notification.h"
-#include "common/sync_point.h"
+#include "fencegate/common/sync_point.h"
 #include "fencing/fence_store.h"
 #include "fencing/rocksdb_fence_store.h"
 #include "gtest/gtest.h"

@@ -15,9 +15,9 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
-#include "common/limits.h"
-#include "common/stale_token.h"
-#include "common/sync_point.h"
+#include "fencegate/common/limits.h"
+#include "fencegate/common/stale_token.h"
+#include "fencegate/common/sync_point.h"
 #include "fencing/clock.h"
 #include "fencing/rocksdb_fence_store.h"
 #include "tests/fencer_fixture.h"

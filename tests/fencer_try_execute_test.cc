@@ -13,8 +13,8 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
-#include "common/stale_token.h"
-#include "common/sync_point.h"
+#include "fencegate/common/stale_token.h"
+#include "fencegate/common/sync_point.h"
 #include "fencing/fencer.h"
 #include "tests/fencer_fixture.h"
 #include "tests/test_util.h"

@@ -11,7 +11,7 @@
 #include <filesystem>
 
 #include "absl/strings/match.h"
-#include "common/sync_point.h"
+#include "fencegate/common/sync_point.h"
 #include "storage_adapters/builtin.h"
 #include "storage_adapters/registry.h"
 #include "tests/test_util.h"

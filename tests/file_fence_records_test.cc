@@ -16,8 +16,8 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "common/stale_token.h"
-#include "common/sync_point.h"
+#include "fencegate/common/stale_token.h"
+#include "fencegate/common/sync_point.h"
 #include "storage_adapters/file/fence_records.h"
 #include "storage_adapters/file/file_adapter.h"
 #include "tests/test_util.h"

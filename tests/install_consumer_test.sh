@@ -25,6 +25,11 @@ cmake --install "$build_dir" --prefix "$work/prefix" --component client >/dev/nu
 [[ -n $(find "$work/prefix" -name fencegateConfig.cmake) ]] || fail "no package config installed"
 libraries=$(find "$work/prefix" -name 'libfencegate_*.a')
 [[ -n $libraries ]] || fail "no client library installed"
+# Every header under include/fencegate/, included as "fencegate/...".
+[[ $(ls "$work/prefix/include") == fencegate ]] || fail "headers outside include/fencegate: $(ls "$work/prefix/include")"
+[[ -f $work/prefix/include/fencegate/client/token_source.h && -f $work/prefix/include/fencegate/v1/gateway.pb.h ]] \
+  || fail "headers not at include/fencegate/client/ and include/fencegate/v1/"
+if find "$work/prefix/include" -name sync_point.h | grep -q .; then fail "the tests' sync points were installed"; fi
 if grep -E 'fencing|gateway|storage_adapters|token_watchers|metrics' <<<"$libraries"; then
   fail "server libraries were installed with the client"
 fi

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/synchronization/notification.h"
-#include "common/limits.h"
-#include "common/sync_point.h"
+#include "fencegate/common/limits.h"
+#include "fencegate/common/sync_point.h"
 #include "fencing/clock.h"
 #include "fencing/fencer.h"
 #include "fencing/rocksdb_fence_store.h"

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/stale_token.h"
+#include "fencegate/common/stale_token.h"
 #include "fencegate/v1/errors.pb.h"
 #include "fencegate/v1/gateway.grpc.pb.h"
 #include "google/rpc/status.pb.h"

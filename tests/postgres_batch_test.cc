@@ -14,8 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
-#include "common/stale_token.h"
-#include "common/sync_point.h"
+#include "fencegate/common/stale_token.h"
+#include "fencegate/common/sync_point.h"
 #include "tests/postgres_adapter_fixture.h"
 
 namespace fencegate {

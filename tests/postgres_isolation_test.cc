@@ -16,7 +16,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "common/stale_token.h"
+#include "fencegate/common/stale_token.h"
 #include "fencegate/v1/gateway.grpc.pb.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"

@@ -15,7 +15,7 @@
 #include <sstream>
 #include <string>
 
-#include "common/stale_token.h"
+#include "fencegate/common/stale_token.h"
 #include "fencegate/v1/errors.pb.h"
 #include "fencegate/v1/gateway.grpc.pb.h"
 #include "fencegate/v1/lease.grpc.pb.h"

@@ -6,7 +6,7 @@
 // tokens are never reused even when transactions abort, and `fencectl lock
 // --postgres` runs a command with the token.
 
-#include "client/postgres/postgres_token_source.h"
+#include "fencegate/client/postgres/postgres_token_source.h"
 
 #include <atomic>
 #include <memory>

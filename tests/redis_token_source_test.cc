@@ -6,7 +6,7 @@
 // failover) is raised above the fence; a key that vanishes is a lost lock;
 // `fencectl lock --redis` runs a command with the token.
 
-#include "client/redis/redis_token_source.h"
+#include "fencegate/client/redis/redis_token_source.h"
 
 #include <atomic>
 #include <memory>

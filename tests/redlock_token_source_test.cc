@@ -6,7 +6,7 @@
 // tolerated, a majority down is a clear UNAVAILABLE, and `fencectl lock
 // --redlock` runs a command with the token.
 
-#include "client/redis/redlock_token_source.h"
+#include "fencegate/client/redis/redlock_token_source.h"
 
 #include <atomic>
 #include <memory>

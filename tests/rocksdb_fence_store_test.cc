@@ -23,7 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
-#include "common/sync_point.h"
+#include "fencegate/common/sync_point.h"
 #include "tests/fence_store_fixture.h"
 #include "tests/fixtures.h"
 #include "tests/test_util.h"

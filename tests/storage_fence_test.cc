@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
-#include "common/stale_token.h"
+#include "fencegate/common/stale_token.h"
 #include "fencing/clock.h"
 #include "fencing/fencer.h"
 #include "gateway/route_fences.h"

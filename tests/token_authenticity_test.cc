@@ -10,10 +10,10 @@
 #include <string>
 
 #include "absl/strings/match.h"
-#include "client/lease_token_source.h"
-#include "client/run_exclusive.h"
-#include "common/grpc_status.h"
-#include "common/token_refused.h"
+#include "fencegate/client/lease_token_source.h"
+#include "fencegate/client/run_exclusive.h"
+#include "fencegate/common/grpc_status.h"
+#include "fencegate/common/token_refused.h"
 #include "fencegate/v1/errors.pb.h"
 #include "tests/trust_fixture.h"
 

@@ -10,9 +10,9 @@
 #include <memory>
 #include <string>
 
-#include "client/etcd/etcd_token_source.h"
-#include "common/grpc_status.h"
-#include "common/token_refused.h"
+#include "fencegate/client/etcd/etcd_token_source.h"
+#include "fencegate/common/grpc_status.h"
+#include "fencegate/common/token_refused.h"
 #include "fencegate/v1/errors.pb.h"
 #include "tests/etcd_server.h"
 #include "tests/trust_fixture.h"

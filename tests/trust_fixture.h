@@ -12,7 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
-#include "client/tls.h"
+#include "fencegate/client/tls.h"
 #include "fencegate/v1/audit.pb.h"
 #include "fencegate/v1/gateway.grpc.pb.h"
 #include "fencegate/v1/lease.grpc.pb.h"

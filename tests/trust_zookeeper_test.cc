@@ -11,8 +11,8 @@
 #include <memory>
 #include <string>
 
-#include "common/grpc_status.h"
-#include "common/token_refused.h"
+#include "fencegate/common/grpc_status.h"
+#include "fencegate/common/token_refused.h"
 #include "fencegate/v1/errors.pb.h"
 #include "tests/trust_fixture.h"
 #include "tests/zookeeper_locks.h"

@@ -6,7 +6,7 @@
 // a deleted znode and a partition longer than the session are lost locks;
 // `fencectl lock --zookeeper` runs a command with the token.
 
-#include "client/zookeeper/zookeeper_token_source.h"
+#include "fencegate/client/zookeeper/zookeeper_token_source.h"
 
 #include <atomic>
 #include <memory>

@@ -19,8 +19,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "client/tls.h"
 #include "etcdserverpb/rpc.grpc.pb.h"
+#include "fencegate/client/tls.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
 

@@ -1,6 +1,6 @@
 // Copyright fencegate authors.
 
-#include "client/etcd/etcd_token_source.h"
+#include "fencegate/client/etcd/etcd_token_source.h"
 
 #include <unistd.h>
 
@@ -12,8 +12,8 @@
 #include "absl/strings/strip.h"
 #include "client/etcd/etcd_connection.h"
 #include "client/etcd/lease_keeper.h"
-#include "common/limits.h"
 #include "etcdserverpb/rpc.grpc.pb.h"
+#include "fencegate/common/limits.h"
 
 namespace fencegate::client {
 namespace {

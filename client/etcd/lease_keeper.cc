@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/fatal.h"
+#include "fencegate/common/fatal.h"
 
 namespace fencegate::client::etcd_internal {
 namespace {

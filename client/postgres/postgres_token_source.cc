@@ -1,6 +1,6 @@
 // Copyright fencegate authors.
 
-#include "client/postgres/postgres_token_source.h"
+#include "fencegate/client/postgres/postgres_token_source.h"
 
 #include <libpq-fe.h>
 

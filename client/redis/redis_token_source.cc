@@ -1,6 +1,6 @@
 // Copyright fencegate authors.
 
-#include "client/redis/redis_token_source.h"
+#include "fencegate/client/redis/redis_token_source.h"
 
 #include <algorithm>
 #include <atomic>

@@ -1,6 +1,6 @@
 // Copyright fencegate authors.
 
-#include "client/redis/redlock_token_source.h"
+#include "fencegate/client/redis/redlock_token_source.h"
 
 #include <algorithm>
 #include <random>

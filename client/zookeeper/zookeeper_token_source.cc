@@ -1,6 +1,6 @@
 // Copyright fencegate authors.
 
-#include "client/zookeeper/zookeeper_token_source.h"
+#include "fencegate/client/zookeeper/zookeeper_token_source.h"
 
 #include <algorithm>
 #include <atomic>

@@ -20,7 +20,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "common/sync_point.h"
+#include "fencegate/common/sync_point.h"
 
 namespace fencegate {
 namespace {

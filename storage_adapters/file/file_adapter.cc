@@ -21,8 +21,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "common/stale_token.h"
-#include "common/sync_point.h"
+#include "fencegate/common/stale_token.h"
+#include "fencegate/common/sync_point.h"
 #include "storage_adapters/file/file_io.h"
 
 namespace fencegate {

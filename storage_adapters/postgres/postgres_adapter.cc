@@ -13,7 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
-#include "common/sync_point.h"
+#include "fencegate/common/sync_point.h"
 #include "storage_adapters/postgres/fence_schema.h"
 #include "storage_adapters/postgres/role_check.h"
 #include "storage_adapters/postgres/sql_text.h"

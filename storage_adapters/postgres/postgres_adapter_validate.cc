@@ -12,7 +12,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/limits.h"
+#include "fencegate/common/limits.h"
 #include "storage_adapters/postgres/postgres_adapter.h"
 #include "storage_adapters/postgres/sql_classifier.h"
 

@@ -10,8 +10,8 @@
 #include <memory>
 #include <string>
 
-#include "client/lease_token_source.h"
-#include "client/run_exclusive.h"
+#include "fencegate/client/lease_token_source.h"
+#include "fencegate/client/run_exclusive.h"
 #include "fencegate/v1/gateway.grpc.pb.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
-#include "common/text_proto.h"
+#include "fencegate/common/text_proto.h"
 #include "gateway/config.h"
 #include "tests/fuzz/fuzz_util.h"
 

@@ -21,7 +21,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
-#include "common/stale_token.h"
+#include "fencegate/common/stale_token.h"
 #include "fencegate/v1/gateway.pb.h"
 #include "fencegate/v1/lease.pb.h"
 #include "fencing/clock.h"

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
-#include "common/text_proto.h"
+#include "fencegate/common/text_proto.h"
 #include "security/policy.h"
 #include "tests/fuzz/fuzz_util.h"
 

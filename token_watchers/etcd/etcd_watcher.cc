@@ -16,9 +16,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "client/etcd/etcd_connection.h"
-#include "common/limits.h"
-#include "common/sync_point.h"
 #include "etcdserverpb/rpc.grpc.pb.h"
+#include "fencegate/common/limits.h"
+#include "fencegate/common/sync_point.h"
 #include "grpcpp/support/client_callback.h"
 #include "token_watchers/watcher_thread.h"
 

@@ -17,7 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "client/zookeeper/zookeeper_session.h"
-#include "common/limits.h"
+#include "fencegate/common/limits.h"
 #include "token_watchers/watcher_thread.h"
 
 namespace fencegate {

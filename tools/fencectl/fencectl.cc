@@ -20,7 +20,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "client/tls.h"
+#include "fencegate/client/tls.h"
 #include "grpcpp/create_channel.h"
 #include "storage_adapters/postgres/fence_schema.h"
 #include "tools/fencectl/exit_codes.h"

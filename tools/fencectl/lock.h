@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "client/tls.h"
+#include "fencegate/client/tls.h"
 
 namespace fencegate {
 

@@ -17,7 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "client/tls.h"
+#include "fencegate/client/tls.h"
 #include "metrics/metrics_context.h"
 #include "token_watchers/token_watcher.h"
 

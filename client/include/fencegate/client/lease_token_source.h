@@ -11,7 +11,7 @@
 #include <memory>
 #include <string>
 
-#include "client/token_source.h"
+#include "fencegate/client/token_source.h"
 #include "grpcpp/channel.h"
 
 namespace fencegate::client {

@@ -43,8 +43,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "client/tls.h"
-#include "client/token_source.h"
+#include "fencegate/client/tls.h"
+#include "fencegate/client/token_source.h"
 
 namespace fencegate::client {
 

@@ -20,7 +20,7 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
-#include "client/token_source.h"
+#include "fencegate/client/token_source.h"
 
 namespace fencegate::client {
 

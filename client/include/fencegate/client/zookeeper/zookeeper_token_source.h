@@ -26,7 +26,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "client/token_source.h"
+#include "fencegate/client/token_source.h"
 #include "grpcpp/channel.h"
 
 namespace fencegate::client {
