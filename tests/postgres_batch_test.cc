@@ -51,10 +51,10 @@ class PostgresBatchTest : public PostgresAdapterTest {
 #ifdef FENCEGATE_SYNC_POINTS
 // Many connections open at once against a database without the fence
 // table: each creates it IF NOT EXISTS, and the ones that lose the race
-// must not fail their write. Writes are started one at a time, each sender
-// is held at the start of its batch (before it connects) until all have
-// started, and then they all connect at once. (spread_after_ms=0: each
-// write goes to a sender of its own at once.)
+// must not fail their write. Writes are started one at a time, each
+// connection's opening is held (before it connects) until all have started,
+// and then they all connect at once. (spread_after_ms=0: each write that
+// finds no idle connection opens one at once.)
 TEST_F(PostgresBatchTest, ConcurrentFirstConnectionsAllSucceed) {
   constexpr int kConnections = 8;
   constexpr absl::Duration kPatience = absl::Seconds(20);
@@ -62,7 +62,7 @@ TEST_F(PostgresBatchTest, ConcurrentFirstConnectionsAllSucceed) {
       absl::StrCat("pool_size=", kConnections, "&spread_after_ms=0"));
   absl::Mutex mu;
   int started = 0;
-  SyncPoint::Get()->SetCallback("PostgresAdapter::RunBatch:Start", [&](void*) {
+  SyncPoint::Get()->SetCallback("PostgresAdapter::Open:Start", [&](void*) {
     absl::MutexLock lock(&mu);
     ++started;
     auto all_started = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
@@ -92,14 +92,15 @@ TEST_F(PostgresBatchTest, ConcurrentFirstConnectionsAllSucceed) {
                        raw->status = std::move(s);
                        raw->done.Notify();
                      });
-    // Every earlier sender is held, so this write needs a sender of its
-    // own: wait until it has one.
+    // Every earlier connection is held opening, so this write opens one of
+    // its own: wait until it does.
     absl::MutexLock lock(&mu);
-    auto its_batch_started = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    auto its_opening_started = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
       return started > i;
     };
-    if (!mu.AwaitWithTimeout(absl::Condition(&its_batch_started), kPatience)) {
-      ADD_FAILURE() << "write " << i << " got no sender of its own";
+    if (!mu.AwaitWithTimeout(absl::Condition(&its_opening_started),
+                             kPatience)) {
+      ADD_FAILURE() << "write " << i << " opened no connection of its own";
       break;
     }
   }
@@ -107,7 +108,7 @@ TEST_F(PostgresBatchTest, ConcurrentFirstConnectionsAllSucceed) {
   SyncPoint::Get()->ClearAll();
   {
     absl::MutexLock lock(&mu);
-    EXPECT_EQ(started, kConnections);  // One batch, and one sender, each.
+    EXPECT_EQ(started, kConnections);  // One connection opened each.
   }
   for (size_t i = 0; i < writes.size(); ++i) {
     EXPECT_TRUE(writes[i]->status.ok()) << i << ": " << writes[i]->status;
@@ -334,11 +335,11 @@ TEST_F(PostgresBatchTest, EveryWriteOfABatchIsWatched) {
   }
 }
 
-// A sender keeps its connection from one batch to the next while writes
-// are queued. If the server ends the session in between (here: an
-// administrator terminates the backend after the first batch was read),
-// the next batch goes out on a fresh connection, as a connection taken
-// from the pool would: its writes are sent once, not failed and retried.
+// A connection takes the next batch as soon as its batch is read. If the
+// server ended the session in between (here: an administrator terminates
+// the backend after the first batch was read), the batch goes out on a
+// fresh connection instead: its writes are sent once, not failed and
+// retried.
 TEST_F(PostgresBatchTest, KeptConnectionEndedBetweenBatchesIsReplaced) {
   constexpr int kWrites = 5;
   auto one_connection = MakeAdapter("pool_size=1");
@@ -346,33 +347,37 @@ TEST_F(PostgresBatchTest, KeptConnectionEndedBetweenBatchesIsReplaced) {
                   {Sql("INSERT INTO jobs (id) VALUES (100)")}));
   absl::Mutex mu;
   int queued = 0;
-  std::vector<size_t> sizes;
+  int started = 0;
+  std::vector<size_t> sizes;  // Of the batches that went out.
   absl::Notification first_sending;
   SyncPoint::Get()->SetCallback("PostgresAdapter::ApplyAsync:Queued",
                                 [&](void*) {
                                   absl::MutexLock lock(&mu);
                                   ++queued;
                                 });
-  SyncPoint::Get()->SetCallback(
-      "PostgresAdapter::RunBatch:Start", [&](void* arg) {
-        size_t batch = 0;
-        {
-          absl::MutexLock lock(&mu);
-          sizes.push_back(*static_cast<size_t*>(arg));
-          batch = sizes.size();
-          if (batch == 1) {
-            first_sending.Notify();
-            // Hold the first batch until every write is queued behind it.
-            auto all_queued = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-              return queued >= kWrites;
-            };
-            mu.Await(absl::Condition(&all_queued));
-          }
-        }
-        if (batch != 2) return;
-        // The first batch is read; the sender still holds its connection.
-        ASSERT_GE(TerminateClientBackends(), 1);
-      });
+  SyncPoint::Get()->SetCallback("PostgresAdapter::Send:Sending",
+                                [&](void* arg) {
+                                  absl::MutexLock lock(&mu);
+                                  sizes.push_back(*static_cast<size_t*>(arg));
+                                });
+  SyncPoint::Get()->SetCallback("PostgresAdapter::RunBatch:Start", [&](void*) {
+    int batch = 0;
+    {
+      absl::MutexLock lock(&mu);
+      batch = ++started;
+      if (batch == 1) {
+        first_sending.Notify();
+        // Hold the first batch until every write is queued behind it.
+        auto all_queued = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+          return queued >= kWrites;
+        };
+        mu.Await(absl::Condition(&all_queued));
+      }
+    }
+    if (batch != 2) return;
+    // The first batch is read; its connection takes the second.
+    ASSERT_GE(TerminateClientBackends(), 1);
+  });
   // The first write travels alone; the rest queue behind it.
   std::vector<absl::Status> outcomes =
       InsertFromThreads(one_connection.get(), "k", kWrites,
@@ -433,18 +438,19 @@ TEST_F(PostgresBatchTest, ConnectionErrorCodeOfOneWriteIsNotASessionEnd) {
   EXPECT_EQ(StoredFence("c1"), 0);  // Rolled back with its statement.
 }
 
-// ApplyAsync never blocks its caller: it returns while the write is still
-// being sent (the sender is held at the batch's start), and while a second
-// write waits for the only connection. The sender thread reports both.
-TEST_F(PostgresBatchTest, ApplyAsyncReturnsAtOnceAndTheSenderReports) {
+// ApplyAsync never blocks its caller: it returns once the first write is
+// sent (on the caller's thread: the connection was idle), before its reply
+// is read (the event loop is held as it completes the batch), and while a
+// second write waits for the only connection. The loop reports both.
+TEST_F(PostgresBatchTest, ApplyAsyncReturnsAtOnceAndTheLoopReports) {
   auto one_connection = MakeAdapter("pool_size=1");
   ASSERT_TRUE(one_connection->ApplyAsyncNeverBlocks());
   ASSERT_OK(Apply(one_connection.get(), "warm", 1,
                   {Sql("INSERT INTO jobs (id) VALUES (100)")}));
-  absl::Notification first_sending, both_returned;
-  SyncPoint::Get()->SetCallback("PostgresAdapter::RunBatch:Start", [&](void*) {
-    if (first_sending.HasBeenNotified()) return;
-    first_sending.Notify();
+  absl::Notification first_read, both_returned;
+  SyncPoint::Get()->SetCallback("PostgresAdapter::Complete", [&](void*) {
+    if (first_read.HasBeenNotified()) return;
+    first_read.Notify();
     both_returned.WaitForNotification();
   });
   struct Write {
@@ -466,10 +472,10 @@ TEST_F(PostgresBatchTest, ApplyAsyncReturnsAtOnceAndTheSenderReports) {
                                  w.done_thread = std::this_thread::get_id();
                                  w.done.Notify();
                                });
-    // Returned: the first while it is being sent, the second while it
+    // Returned: the first before its reply was read, the second while it
     // waits for the connection the first holds.
-    if (k == 0) first_sending.WaitForNotification();
     EXPECT_FALSE(w.done.HasBeenNotified()) << k;
+    if (k == 0) first_read.WaitForNotification();
   }
   both_returned.Notify();
   for (Write& w : writes) w.done.WaitForNotification();

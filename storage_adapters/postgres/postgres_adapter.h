@@ -43,28 +43,33 @@
 // and search_path is pinned in the startup packet with pg_temp last.
 //
 // Concurrent Writes share round trips: at most pool_size batches are in
-// flight, one per connection, and a Write that arrives while they are
-// waits in a queue and goes out with the next batch (up to kMaxBatch
-// Writes). Queued Writes wait for a busy connection's next batch rather
-// than go to an idle one, unless they would not fit in it or have waited
-// spread_after_ms (then an idle or new connection takes them): fewer
-// connections carrying bigger batches cost the database and the gateway
-// less per Write. Each Write in a batch ends with its own sync, so it stays its
-// own transaction: its errors roll back only itself. ApplyAsync never
-// waits for the database: it queues the write (taking the queue's mutex
-// for a moment, and starting a sender thread the first pool_size times)
-// for the adapter's sender threads, one per connection, each of which
-// sends a batch, reads its outcomes, and reports them after sending the
-// next batch, if writes are queued, so the server runs it meanwhile. A write
-// that waited pool_wait_ms for a connection gives up with UNAVAILABLE without
-// being sent (within a tenth of pool_wait_ms more, at most 100 ms). So the
-// database is authoritative for its own data: gateways that do not share a
-// fence store still never apply a stale write.
+// flight, one per connection, and which Writes travel together, on which
+// connection, is the BatchQueue's (batch_queue.h): a Write that finds a
+// connection idle and nothing queued is sent at once, by the thread that
+// calls ApplyAsync; one that arrives while batches are in flight waits for
+// a busy connection's next batch (up to kMaxBatch Writes) rather than go
+// to an idle or new one, unless it would not fit in it or has waited
+// spread_after_ms: fewer connections carrying bigger batches cost the
+// database and the gateway less per Write. Each Write in a batch ends with
+// its own sync, so it stays its own transaction: its errors roll back only
+// itself. A write that waited pool_wait_ms for a connection gives up with
+// UNAVAILABLE without being sent.
+//
+// Threads: ApplyAsync never waits for the database. Connections are
+// non-blocking; one event loop ("pg-loop", Boost.Asio) reads every
+// connection's replies (PgPipeline, pg_pipeline.h), keeps the deadlines and
+// the queue's timer, and, when a batch is read, sends the connection's next
+// batch before it reports the outcomes, so the server runs it meanwhile.
+// Opening a connection (which blocks up to connect_timeout) and sending a
+// cancel run on short-lived helper threads ("pg-connect", "pg-cancel"). So
+// the database is authoritative for its own data: gateways that do not
+// share a fence store still never apply a stale write.
 //
 // A Write still running statement_timeout_ms + 1 s after the one before it
 // on its connection completed, or past its client's deadline, is cancelled
 // from the gateway (PQcancel), so no statement outlives the route's timeout
-// whatever the session set; the Write fails DEADLINE_EXCEEDED, rolled back.
+// whatever the session set; the Write fails DEADLINE_EXCEEDED, rolled back,
+// and the connection is not used again.
 // NUL bytes in SQL text or text parameters are refused by Validate (libpq
 // would cut the string there).
 //
@@ -92,35 +97,42 @@
 
 #include <libpq-fe.h>
 
-#include <deque>
+#include <atomic>
 #include <functional>
+#include <list>
 #include <memory>
-#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/any_invocable.h"
 #include "absl/synchronization/mutex.h"
+#include "boost/asio/executor_work_guard.hpp"
+#include "boost/asio/io_context.hpp"
+#include "boost/asio/posix/stream_descriptor.hpp"
+#include "boost/asio/steady_timer.hpp"
 #include "prometheus/counter.h"
 #include "prometheus/histogram.h"
+#include "storage_adapters/postgres/batch_queue.h"
 #include "storage_adapters/postgres/config.h"
 #include "storage_adapters/postgres/connection_pool.h"
+#include "storage_adapters/postgres/pg_pipeline.h"
 #include "storage_adapters/postgres/sql_classifier.h"
-#include "storage_adapters/postgres/statement_watchdog.h"
 #include "storage_adapters/registry.h"
 #include "storage_adapters/storage_adapter.h"
 
 namespace fencegate {
 
-class PostgresAdapter final : public StorageAdapter {
+class PostgresAdapter final : public StorageAdapter,
+                              private postgres::BatchQueue::Driver {
  public:
   // With metrics on, exports fencegate_postgres_connections{route,state}
   // (idle, busy; read at scrape), fencegate_postgres_queue_wait_seconds
-  // {route} (from a write's queueing to a sender taking it into a batch, or
-  // to its giving up after pool_wait_ms; a write sent again after a broken
-  // connection is observed each time it waited),
+  // {route} (from a write's queueing to a connection taking it into a
+  // batch, or to its giving up after pool_wait_ms; a write sent again after
+  // a broken connection is observed each time it waited),
   // fencegate_postgres_session_escapes_total{route},
   // fencegate_postgres_classifier_lookups_total{route,result=hit|miss} and
   // fencegate_postgres_classifier_cache{route,size=entries|bytes}.
@@ -141,7 +153,8 @@ class PostgresAdapter final : public StorageAdapter {
   // Blocks until the write's outcome is known.
   absl::Status Apply(const WriteTarget& target, const Operations& ops,
                      OpResults* results) override;
-  // Queues the write for a sender thread and returns.
+  // Sends the write on an idle connection (never waiting for its reply), or
+  // queues it, and returns.
   void ApplyAsync(const WriteTarget& target, const Operations& ops,
                   OpResults* results, ApplyCallback done) override;
   bool ApplyAsyncNeverBlocks() const override { return true; }
@@ -170,96 +183,91 @@ class PostgresAdapter final : public StorageAdapter {
       override;
 
  private:
-  // A Write waiting for, or travelling in, a batch; owned by the queue,
-  // then by its batch's sender, until its callback has run.
-  struct PendingWrite {
-    const WriteTarget* target = nullptr;
-    const Operations* ops = nullptr;
-    OpResults* results = nullptr;
-    ApplyCallback done;
-    absl::Time queued_at;    // When it last entered the queue.
-    int attempts = 0;        // Batches it was sent in.
-    absl::Status status;     // Set by the batch's sender.
-    bool retryable = false;  // Nothing was committed; safe to send again.
-    bool stale = false;      // The database holds a higher token.
-    uint64_t held = 0;       // The database's token, when stale.
-    bool dirty = false;      // Sent in BEGIN ... COMMIT, then a reset.
+  static constexpr size_t kNotWatched = ~size_t{0};
+  // One pooled connection and its I/O on the event loop, shared with the
+  // loop's handlers (which may run after the connection was closed: they
+  // find `closed` set). Whoever sends a batch on it holds `mu` while
+  // sending; the loop's handlers hold it while they read.
+  struct Link {
+    // `socket_fd`: a descriptor of `conn`'s socket, owned by the Link.
+    Link(boost::asio::io_context& io, std::unique_ptr<PgConnection> conn,
+         int socket_fd, const postgres::PgPipeline::Settings* settings);
+    absl::Mutex mu;
+    const std::unique_ptr<PgConnection> pg;
+    // The session's socket, as a descriptor of the loop's own.
+    boost::asio::posix::stream_descriptor socket ABSL_GUARDED_BY(mu);
+    boost::asio::steady_timer deadline ABSL_GUARDED_BY(mu);
+    postgres::PgPipeline pipeline ABSL_GUARDED_BY(mu);
+    // For PQcancel, which may outlive the connection on a helper thread.
+    std::shared_ptr<PGcancel> cancel;
+    postgres::BatchQueue::Connection* owner = nullptr;  // Set once.
+    postgres::Batch batch ABSL_GUARDED_BY(mu);          // In flight.
+    bool closed ABSL_GUARDED_BY(mu) = false;
+    bool reading ABSL_GUARDED_BY(mu) = false;  // A batch's replies are due.
+    bool read_pending ABSL_GUARDED_BY(mu) = false;  // A wait is registered.
+    bool cancelled ABSL_GUARDED_BY(mu) = false;     // A cancel was sent.
+    // The Write whose deadline is armed (kNotWatched: none), and the
+    // arming's number, which only grows: a deadline that fires late names
+    // an arming that is over.
+    size_t watched ABSL_GUARDED_BY(mu) = kNotWatched;
+    uint64_t watch ABSL_GUARDED_BY(mu) = 0;
   };
-  // How a write's results ended: at its sync, or with the connection.
-  enum class Ending {
-    kSynced,           // Its sync came back: the connection is usable.
-    kEndedBeforeSync,  // The server ended the session before the sync.
-    kLost,             // The connection broke; later writes: unknown.
-  };
+  // A Link as the batch queue holds it; closes the Link when destroyed.
+  class LoopConnection;
   // Writes sent in one round trip at most.
   static constexpr size_t kMaxBatch = 16;
 
-  // A sender thread (one per connection, started when first needed):
-  // sends the oldest queued writes as one batch on one connection, each
-  // write its own transaction, reads their outcomes, and reports them
-  // while the server runs the next batch (queueing again, once, a write
-  // that nothing committed when the connection broke); waits for more,
-  // until the adapter is destroyed.
-  void Send();
-  // Sends `batch` in one pipeline on `*lease` (acquired if empty); returns
-  // how many writes were sent. Writes not sent have their outcome set; if
-  // none could be sent for want of a connection, `*lease` is left empty.
-  size_t SendBatch(std::optional<PgConnectionPool::Lease>* lease,
-                   const std::vector<PendingWrite*>& batch);
-  // Reads the results of the `sent` first writes of `batch` and sets every
-  // write's outcome; empties `*lease`, closing the connection, if it
-  // cannot be used again.
-  void ReadBatch(std::optional<PgConnectionPool::Lease>* lease,
-                 const std::vector<PendingWrite*>& batch, size_t sent,
-                 postgres::StatementWatchdog::Watch* watch);
-  // Reports each write's outcome, except a failure that nothing committed,
-  // on its first attempt: those are returned, reset, to be sent again.
-  std::vector<std::unique_ptr<PendingWrite>> ReportBatch(
-      std::vector<std::unique_ptr<PendingWrite>> batch);
-  // After a write was queued: wakes or starts a sender if the senders on
-  // their way will not take it. False if no sender ever will (no thread
-  // could be started and none exists).
-  bool CallSenderForQueuedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_);
-  // Puts `retries` back at the front of the queue.
-  void RequeueLocked(std::vector<std::unique_ptr<PendingWrite>> retries)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_);
-  // Fails writes that waited pool_wait_ms, and calls a sender for writes
-  // that waited spread_after_ (SpreadLocked), until the adapter is
-  // destroyed. Looks once a tick (a tenth of pool_wait_ms, 1 to 100 ms),
-  // and sooner when called (expirer_called_).
-  void ExpireQueued();
-  // True if no sender is on its way (signalled or starting) and one can be
-  // called: an idle one, or a new one while there are fewer than
-  // pool_size.
-  bool CanCallSenderLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_);
-  // When the oldest queued write was queued; InfiniteFuture if none.
-  absl::Time OldestQueuedLocked() const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_);
-  // Starts a sender thread, counted in starting_; false if the system
-  // cannot start a thread.
-  bool StartSenderLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_);
-  // If the oldest queued write has waited spread_after_ for the senders
-  // carrying batches, wakes an idle sender or starts one for it.
-  void SpreadLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_);
-  // Queues one write's queries and its sync; false if sending failed.
-  bool SendWrite(PgConnection& conn, const PendingWrite& w);
-  // Queues the session reset after a dirty write: ROLLBACK (ending the
-  // write's block if it failed in it) and a sync, then DISCARD ALL, the
-  // fence call prepared again, and a sync; false if sending failed.
-  bool SendReset(PgConnection& conn);
-  // Reads the reset's results; false if it failed (drop the connection).
-  bool ReadReset(PGconn* c);
+  // BatchQueue::Driver: sends a batch on the caller's thread (the one that
+  // added the Write, or the loop's), never blocking; opens a connection on a
+  // helper thread; asks the loop's timer for a tick.
+  void Send(postgres::BatchQueue::Connection* conn,
+            postgres::Batch batch) override;
+  void Open() override;
+  void TickAt(absl::Time when) override;
+
+  // Waits (on the loop) for the server's reply on `link`, unless a wait is
+  // pending.
+  void WaitReadableLocked(const std::shared_ptr<Link>& link)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(link->mu);
+  // Waits (on the loop) for room to send the rest of the batch.
+  void WaitWritableLocked(const std::shared_ptr<Link>& link)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(link->mu);
+  // Reads what has arrived: true once the batch is read; otherwise a wait
+  // for more is registered.
+  bool ReadLocked(const std::shared_ptr<Link>& link)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(link->mu);
+  // The loop's handlers: reply data (`from_wait`: the registered wait
+  // fired; otherwise a look posted by the sender), room to send, a
+  // statement deadline.
+  void OnReadable(const std::shared_ptr<Link>& link, bool from_wait);
+  void OnWritable(const std::shared_ptr<Link>& link);
+  void OnDeadline(const std::shared_ptr<Link>& link, uint64_t watch);
+  // Arms the deadline of the Write the pipeline now waits for, if it moved
+  // on: statement_timeout_ms + 1 s from now, or its call's deadline.
+  void WatchLocked(const std::shared_ptr<Link>& link)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(link->mu);
+  // Sends a cancel for what `link`'s session runs (PQcancel, on a helper
+  // thread: it opens a connection to the server).
+  void CancelLocked(Link& link) ABSL_EXCLUSIVE_LOCKS_REQUIRED(link.mu);
+  // `link`'s batch is read: the queue gets the connection back (and sends
+  // its next batch), then each Write's outcome is reported, except a
+  // failure that nothing committed on its first attempt: that is queued
+  // again.
+  void Complete(const std::shared_ptr<Link>& link);
+  // Opens and sets up a connection for the queue (on a helper thread).
+  absl::StatusOr<std::unique_ptr<LoopConnection>> OpenConnection();
+  // Runs `fn` on a new thread named `name`; false if none can be started.
+  // Finished threads are joined by the next call and the destructor.
+  bool Spawn(const char* name, absl::AnyInvocable<void() &&> fn);
+  // Joins every helper thread.
+  void JoinHelpers();
   // After a batch: true if the session's reported parameters still match
   // its baseline; otherwise counts and reports the escape.
-  bool SessionUnchanged(PgConnection& conn,
-                        const std::vector<PendingWrite*>& batch, size_t sent);
+  bool SessionUnchanged(PgConnection& conn, const postgres::Batch& batch);
   // The verdict for operation `op` (named statements by their name).
   postgres::StatementClass ClassOf(const v1::SqlStatement& op) const;
   // True if any operation of `ops` is dirty.
   bool IsDirty(const Operations& ops) const;
-  // Reads one write's results (its reset's first) up to its sync.
-  Ending ReadWrite(PgConnection& conn, PendingWrite* w,
-                   const postgres::StatementWatchdog::Watch& watch);
   // Checks the role of a new connection (role_check.h).
   absl::Status SetUpConnection(PgConnection& c);
   // Runs one fence query on a control connection: its result if it
@@ -286,36 +294,42 @@ class PostgresAdapter final : public StorageAdapter {
   prometheus::Counter* classifier_hits_ = nullptr;
   prometheus::Counter* classifier_misses_ = nullptr;
   std::shared_ptr<void> cache_entries_gauge_, cache_bytes_gauge_;
-  // options_.spread_after_ms, at most half of pool_wait_ms.
-  const absl::Duration spread_after_;
-  PgConnectionPool pool_;
+  // The statement limit: statement_timeout_ms + 1 s (infinite if 0).
+  const absl::Duration statement_limit_;
+  const postgres::PgPipeline::Settings pipeline_settings_;
   // For RaiseFence, NextFence and ReadFences.
   PgConnectionPool control_pool_;
   // Null when metrics are off.
   prometheus::Histogram* queue_wait_ = nullptr;
   std::shared_ptr<void> idle_gauge_, busy_gauge_;
-  absl::Mutex queue_mu_;
-  std::deque<std::unique_ptr<PendingWrite>> queue_ ABSL_GUARDED_BY(queue_mu_);
-  absl::CondVar queue_cv_;  // Signalled when a write waits for a sender.
-  std::vector<std::thread> senders_ ABSL_GUARDED_BY(queue_mu_);
-  int idle_senders_ ABSL_GUARDED_BY(queue_mu_) = 0;
-  // Idle senders signalled, and senders started, that have not yet taken
-  // the lock. Each will take up to kMaxBatch queued writes, so a write they
-  // will take wakes no other sender; a write beyond them wakes an idle
-  // sender, or starts one while there are fewer than pool_size.
-  int signalled_ ABSL_GUARDED_BY(queue_mu_) = 0;
-  int starting_ ABSL_GUARDED_BY(queue_mu_) = 0;
-  bool stopping_ ABSL_GUARDED_BY(queue_mu_) = false;
-  // Set when a queued write waits for a sender carrying a batch: wakes the
-  // expirer, which otherwise looks at the queue once a tick.
-  bool expirer_called_ ABSL_GUARDED_BY(queue_mu_) = false;
-  // Set by CancelInFlight(): new writes fail at once.
-  bool abandoned_ ABSL_GUARDED_BY(queue_mu_) = false;
-  // Cancels a batch when no write of it completes within
-  // statement_timeout_ms + 1 s.
-  postgres::StatementWatchdog watchdog_;
-  // Runs ExpireQueued(); last, so it starts after everything it uses.
-  std::thread expirer_;
+
+  // The event loop: the connections' replies, their deadlines, the queue's
+  // ticks. One thread ("pg-loop").
+  boost::asio::io_context io_;
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type>
+      work_;
+  // Loop only.
+  boost::asio::steady_timer tick_timer_;
+  absl::Time tick_at_ = absl::InfiniteFuture();
+
+  // Set by CancelInFlight(): every batch is cancelled as it is sent.
+  std::atomic<bool> cancel_all_{false};
+  // Every open connection's Link, for CancelInFlight().
+  absl::Mutex links_mu_;
+  std::vector<std::weak_ptr<Link>> links_ ABSL_GUARDED_BY(links_mu_);
+
+  // Helper threads (opening connections, cancels), each with whether it
+  // has finished.
+  struct Helper {
+    std::thread thread;
+    bool finished = false;
+  };
+  absl::Mutex helpers_mu_;
+  std::list<Helper> helpers_ ABSL_GUARDED_BY(helpers_mu_);
+
+  // After io_: its connections hold the loop's I/O objects.
+  postgres::BatchQueue queue_;
+  std::thread loop_;  // Last: starts after everything it uses.
 };
 
 }  // namespace fencegate

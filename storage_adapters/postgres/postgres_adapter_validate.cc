@@ -2,8 +2,8 @@
 //
 // PostgresAdapter, what a Write may send: Validate() (values, parameters,
 // and each statement's class from the SQL classifier) and the named
-// statements classified at start-up. The queue and senders are in
-// postgres_adapter.cc, one batch's pipeline in postgres_adapter_pipeline.cc.
+// statements classified at start-up. The connections on the event loop are
+// in postgres_adapter_loop.cc, one batch's pipeline in pg_pipeline.cc.
 
 #include <algorithm>
 #include <cstdint>

@@ -1,0 +1,288 @@
+// Copyright fencegate authors.
+
+#include "storage_adapters/postgres/batch_queue.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "fencegate/common/sync_point.h"
+
+namespace fencegate::postgres {
+
+BatchQueue::BatchQueue(Options options, Driver* driver)
+    : options_(options), driver_(driver) {}
+
+BatchQueue::~BatchQueue() = default;
+
+Batch BatchQueue::TakeLocked() {
+  Batch batch;
+  const absl::Time now = options_.observe_wait ? absl::Now() : absl::Time();
+  while (!queue_.empty() && batch.size() < options_.max_batch) {
+    if (options_.observe_wait)
+      options_.observe_wait(now - queue_.front()->queued_at);
+    batch.push_back(std::move(queue_.front()));
+    queue_.pop_front();
+    ++batch.back()->attempts;
+    // Its session is reset after it, and if it fails, its transaction
+    // block stays open until the connection is dropped: nothing follows it.
+    if (batch.back()->dirty) break;
+  }
+  return batch;
+}
+
+absl::Time BatchQueue::NextTickLocked(absl::Time now) const {
+  if (queue_.empty()) return absl::InfiniteFuture();
+  absl::Time oldest = absl::InfiniteFuture();
+  for (const std::unique_ptr<QueuedWrite>& w : queue_) {
+    oldest = std::min(oldest, w->queued_at);
+  }
+  absl::Time next = oldest + options_.wait;
+  const bool can_spread =
+      options_.spread_after > absl::ZeroDuration() && opening_ == 0 &&
+      (!idle_.empty() ||
+       open_.size() < static_cast<size_t>(options_.connections));
+  if (can_spread) next = std::min(next, oldest + options_.spread_after);
+  // Not in the past: a tick that found nothing to do asks again later.
+  return std::max(next, now + absl::Milliseconds(1));
+}
+
+void BatchQueue::WantTickLocked(absl::Time now, absl::Time* ask) {
+  const absl::Time next = NextTickLocked(now);
+  if (next < tick_at_) {
+    tick_at_ = next;
+    *ask = next;
+  }
+}
+
+BatchQueue::Connection* BatchQueue::PlaceQueuedLocked(Batch* batch,
+                                                      bool* open) {
+  // Busy connections take up to max_batch queued Writes each when their
+  // batch ends, and opening ones when they are ready (unless spread_after
+  // is zero: then neither counts).
+  if (options_.spread_after > absl::ZeroDuration()) {
+    const size_t carrying =
+        open_.size() - idle_.size() + static_cast<size_t>(opening_);
+    if (queue_.size() <= carrying * options_.max_batch) return nullptr;
+  }
+  if (!idle_.empty()) {
+    Connection* conn = idle_.back();
+    idle_.pop_back();
+    *batch = TakeLocked();
+    return conn;
+  }
+  if (open_.size() + static_cast<size_t>(opening_) <
+      static_cast<size_t>(options_.connections)) {
+    ++opening_;
+    *open = true;
+  }
+  return nullptr;
+}
+
+void BatchQueue::Add(std::unique_ptr<QueuedWrite> w) {
+  Connection* conn = nullptr;
+  Batch batch;
+  bool open = false;
+  absl::Time tick = absl::InfiniteFuture();
+  absl::Status refused;
+  {
+    absl::MutexLock lock(&mu_);
+    // Checked and queued under one lock: nothing is queued after Abandon()
+    // emptied the queue.
+    refused = refusing_;
+    if (refused.ok()) {
+      const absl::Time now = w->queued_at;
+      queue_.push_back(std::move(w));
+      FENCEGATE_SYNC_POINT("PostgresAdapter::ApplyAsync:Queued");
+      if (queue_.size() == 1 && !idle_.empty()) {
+        // The light-load path: this thread sends it.
+        conn = idle_.back();
+        idle_.pop_back();
+        batch = TakeLocked();
+      } else {
+        conn = PlaceQueuedLocked(&batch, &open);
+        WantTickLocked(now, &tick);
+      }
+    }
+  }
+  if (!refused.ok()) {
+    std::move(w->done)(std::move(refused));
+    return;
+  }
+  if (conn != nullptr) driver_->Send(conn, std::move(batch));
+  if (open) driver_->Open();
+  if (tick != absl::InfiniteFuture()) driver_->TickAt(tick);
+}
+
+BatchQueue::Connection* BatchQueue::NextForLocked(Connection* conn,
+                                                  Batch* batch) {
+  if (!queue_.empty()) {
+    *batch = TakeLocked();
+    return conn;
+  }
+  idle_.push_back(conn);
+  return nullptr;
+}
+
+void BatchQueue::Done(Connection* conn, bool usable, Batch retries) {
+  Connection* next = nullptr;
+  Batch batch;
+  bool open = false;
+  absl::Time tick = absl::InfiniteFuture();
+  std::unique_ptr<Connection> dropped;
+  std::deque<std::unique_ptr<QueuedWrite>> refused;
+  absl::Status refusal;
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = absl::Now();
+    if (!refusing_.ok()) {
+      // Abandoned: nothing is sent again.
+      for (std::unique_ptr<QueuedWrite>& w : retries) {
+        refused.push_back(std::move(w));
+      }
+      retries.clear();
+    }
+    for (auto it = retries.rbegin(); it != retries.rend(); ++it) {
+      (*it)->queued_at = now;
+      queue_.push_front(std::move(*it));
+    }
+    if (usable) {
+      next = NextForLocked(conn, &batch);
+    } else {
+      auto it = std::find_if(open_.begin(), open_.end(),
+                             [&](const auto& c) { return c.get() == conn; });
+      dropped = std::move(*it);
+      open_.erase(it);
+    }
+    if (next == nullptr && !queue_.empty()) {
+      next = PlaceQueuedLocked(&batch, &open);
+    }
+    WantTickLocked(now, &tick);
+    refusal = refusing_;
+  }
+  dropped.reset();
+  FailAll(std::move(refused), refusal);
+  if (next != nullptr) driver_->Send(next, std::move(batch));
+  if (open) driver_->Open();
+  if (tick != absl::InfiniteFuture()) driver_->TickAt(tick);
+}
+
+void BatchQueue::Opened(std::unique_ptr<Connection> conn) {
+  Connection* next = nullptr;
+  Batch batch;
+  {
+    absl::MutexLock lock(&mu_);
+    --opening_;
+    open_.push_back(std::move(conn));
+    next = NextForLocked(open_.back().get(), &batch);
+  }
+  if (next != nullptr) driver_->Send(next, std::move(batch));
+}
+
+void BatchQueue::OpenFailed(const absl::Status& error) {
+  std::deque<std::unique_ptr<QueuedWrite>> failed;
+  {
+    absl::MutexLock lock(&mu_);
+    --opening_;
+    // Writes that waited for a busy or opening connection still may be
+    // taken; with none, no connection will take them.
+    if (open_.size() == idle_.size() && opening_ == 0) failed.swap(queue_);
+  }
+  FailAll(std::move(failed), error);
+}
+
+void BatchQueue::Tick(absl::Time now) {
+  std::deque<std::unique_ptr<QueuedWrite>> expired;
+  Connection* conn = nullptr;
+  Batch batch;
+  bool open = false;
+  absl::Time tick = absl::InfiniteFuture();
+  {
+    absl::MutexLock lock(&mu_);
+    tick_at_ = absl::InfiniteFuture();
+    for (auto it = queue_.begin(); it != queue_.end();) {
+      if (now - (*it)->queued_at >= options_.wait) {
+        if (options_.observe_wait)
+          options_.observe_wait(now - (*it)->queued_at);
+        expired.push_back(std::move(*it));
+        it = queue_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (!queue_.empty() && options_.spread_after > absl::ZeroDuration() &&
+        opening_ == 0 &&
+        now - queue_.front()->queued_at >= options_.spread_after) {
+      // The oldest waited too long for the busy connections: another one.
+      if (!idle_.empty()) {
+        FENCEGATE_SYNC_POINT("PostgresAdapter::Spread");
+        conn = idle_.back();
+        idle_.pop_back();
+        batch = TakeLocked();
+      } else if (open_.size() < static_cast<size_t>(options_.connections)) {
+        FENCEGATE_SYNC_POINT("PostgresAdapter::Spread");
+        ++opening_;
+        open = true;
+      }
+    }
+    WantTickLocked(now, &tick);
+  }
+  FailAll(std::move(expired),
+          absl::UnavailableError(absl::StrCat(
+              options_.label, ": waited ", absl::FormatDuration(options_.wait),
+              " for one of ", options_.connections,
+              " connections (all busy or connecting); nothing was sent")));
+  if (conn != nullptr) driver_->Send(conn, std::move(batch));
+  if (open) driver_->Open();
+  if (tick != absl::InfiniteFuture()) driver_->TickAt(tick);
+}
+
+void BatchQueue::Abandon(const absl::Status& error) {
+  std::deque<std::unique_ptr<QueuedWrite>> failed;
+  {
+    absl::MutexLock lock(&mu_);
+    refusing_ = error;
+    failed.swap(queue_);
+  }
+  FailAll(std::move(failed), error);
+}
+
+void BatchQueue::Stop(const absl::Status& error) {
+  std::deque<std::unique_ptr<QueuedWrite>> failed;
+  {
+    absl::MutexLock lock(&mu_);
+    auto settled = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return open_.size() == idle_.size() && opening_ == 0;
+    };
+    mu_.Await(absl::Condition(&settled));
+    if (refusing_.ok()) refusing_ = error;
+    failed.swap(queue_);
+  }
+  FailAll(std::move(failed), error);
+}
+
+void BatchQueue::CloseIdle() {
+  std::vector<std::unique_ptr<Connection>> closed;
+  {
+    absl::MutexLock lock(&mu_);
+    for (Connection* conn : idle_) {
+      auto it = std::find_if(open_.begin(), open_.end(),
+                             [&](const auto& c) { return c.get() == conn; });
+      closed.push_back(std::move(*it));
+      open_.erase(it);
+    }
+    idle_.clear();
+  }
+}
+
+BatchQueue::Counts BatchQueue::counts() const {
+  absl::MutexLock lock(&mu_);
+  return {idle_.size(), open_.size() - idle_.size()};
+}
+
+void BatchQueue::FailAll(std::deque<std::unique_ptr<QueuedWrite>> writes,
+                         const absl::Status& error) {
+  for (std::unique_ptr<QueuedWrite>& w : writes) std::move(w->done)(error);
+}
+
+}  // namespace fencegate::postgres

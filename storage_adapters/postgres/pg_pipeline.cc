@@ -1,0 +1,414 @@
+// Copyright fencegate authors.
+
+#include "storage_adapters/postgres/pg_pipeline.h"
+
+#include <algorithm>
+#include <string_view>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "fencegate/common/stale_token.h"
+#include "fencegate/common/sync_point.h"
+#include "storage_adapters/postgres/fence_schema.h"
+
+namespace fencegate::postgres {
+namespace {
+
+// The session reset after a dirty write: the session as a new connection
+// has it, but for the startup packet's settings (statement_timeout,
+// search_path), which are reset values. First in its own segment, where
+// PostgreSQL allows it.
+constexpr char kResetSql[] = "DISCARD ALL";
+
+// The connection broke after the write was sent, with no error before it.
+absl::Status LostAfterSent(PGconn* c) {
+  return absl::UnavailableError(absl::StrCat(
+      "postgres: connection lost after the write was sent, outcome unknown "
+      "(retry with the same token): ",
+      ConnectionError(c)));
+}
+
+// The server ended the session before it ran any of the write.
+absl::Status ClosedBeforeRan(PGconn* c) {
+  return absl::UnavailableError(
+      absl::StrCat("postgres: connection closed before the write ran: ",
+                   ConnectionError(c)));
+}
+
+bool SendSimple(PGconn* c, const char* sql) {
+  return PQsendQueryParams(c, sql, 0, nullptr, nullptr, nullptr, nullptr, 0) ==
+         1;
+}
+
+}  // namespace
+
+PgPipeline::PgPipeline(PgConnection* conn, const Settings* settings)
+    : conn_(conn), settings_(settings) {}
+
+size_t PgPipeline::Send(const std::vector<QueuedWrite*>& batch) {
+  batch_ = batch;
+  sent_ = 0;
+  reset_ = false;
+  usable_ = true;
+  PGconn* c = conn_->raw();
+  if (PQenterPipelineMode(c) != 1) {
+    for (QueuedWrite* w : batch_) {
+      w->status = absl::InternalError(absl::StrCat(
+          "postgres: cannot enter pipeline mode: ", ConnectionError(c)));
+    }
+    usable_ = false;
+    phase_ = Phase::kFinished;
+    return 0;
+  }
+  // One round trip for the batch; an error in one write rolls back that
+  // write only.
+  while (sent_ < batch_.size() && SendWrite(*batch_[sent_])) ++sent_;
+  if (sent_ > 0 && batch_[sent_ - 1]->dirty) {
+    // If it fails, the dirty write's sync went out whole: its outcome will
+    // be read, the reset's failure shows there, and the connection is
+    // dropped.
+    reset_ = SendReset();
+    reset_ok_ = reset_;
+  }
+  for (size_t i = sent_; i < batch_.size(); ++i) {
+    // Its sync never reached the server whole, so nothing was committed.
+    batch_[i]->status = absl::UnavailableError(absl::StrCat(
+        "postgres: sending the write failed: ", ConnectionError(c)));
+    batch_[i]->retryable = PQstatus(c) == CONNECTION_BAD;
+    batch_[i]->results->Clear();
+  }
+  if (sent_ == 0) {
+    usable_ = false;
+    phase_ = Phase::kFinished;
+    return 0;
+  }
+  write_ = 0;
+  BeginWrite();
+  return sent_;
+}
+
+int PgPipeline::Flush() { return PQflush(conn_->raw()); }
+
+bool PgPipeline::SendWrite(const QueuedWrite& w) {
+  PGconn* c = conn_->raw();
+  if (w.dirty && !SendSimple(c, "BEGIN")) return false;
+  const std::string domain(w.target->domain);
+  const std::string token = absl::StrCat(w.target->token);
+  const char* fence_params[2] = {domain.c_str(), token.c_str()};
+  if (PQsendQueryPrepared(c, conn_->fence_statement().c_str(), 2, fence_params,
+                          nullptr, nullptr, 0) != 1) {
+    return false;
+  }
+  std::vector<std::string> texts;
+  std::vector<const char*> params;
+  for (const v1::Operation& op : *w.ops) {
+    const v1::SqlStatement& stmt = op.sql();
+    texts.clear();
+    params.clear();
+    texts.reserve(stmt.params_size());
+    for (const v1::SqlValue& v : stmt.params()) {
+      texts.push_back(ParamText(v));
+      params.push_back(v.kind_case() == v1::SqlValue::kNull
+                           ? nullptr
+                           : texts.back().c_str());
+    }
+    if (PQsendQueryParams(c, stmt.sql().c_str(), stmt.params_size(), nullptr,
+                          params.data(), nullptr, nullptr, 0) != 1) {
+      return false;
+    }
+  }
+  if (w.dirty && !SendSimple(c, "COMMIT")) return false;
+  FENCEGATE_SYNC_POINT("PostgresAdapter::Apply:BeforeCommit");
+  return PQpipelineSync(c) == 1;
+}
+
+bool PgPipeline::SendReset() {
+  PGconn* c = conn_->raw();
+  // ROLLBACK ends the block of a dirty Write that failed inside it (and is
+  // only a warning after one that committed), so that a failed dirty Write
+  // costs no new connection; then the reset, first in a segment of its own.
+  return SendSimple(c, "ROLLBACK") && PQpipelineSync(c) == 1 &&
+         SendSimple(c, kResetSql) &&
+         PQsendPrepare(c, conn_->fence_statement().c_str(),
+                       settings_->fence_call_sql.c_str(), 2, nullptr) == 1 &&
+         PQpipelineSync(c) == 1;
+}
+
+void PgPipeline::BeginWrite() {
+  if (write_ >= sent_) {
+    if (reset_) {
+      phase_ = Phase::kResetResult;
+      q_ = 0;
+    } else {
+      Finish(Ending::kSynced);
+    }
+    return;
+  }
+  const QueuedWrite& w = *batch_[write_];
+  // One result per query: [BEGIN], the fence call, the statements,
+  // [COMMIT]. After the first error the server skips the rest
+  // (PIPELINE_ABORTED) and rolls the transaction back at the sync (or
+  // leaves a BEGIN's block aborted, for the caller to drop).
+  fence_query_ = w.dirty ? 1 : 0;
+  queries_ = w.ops->size() + fence_query_ + 1 + (w.dirty ? 1 : 0);
+  commit_query_ = w.dirty ? queries_ - 1 : -1;
+  failed_ = false;
+  out_ = nullptr;
+  budget_ =
+      ResultBudget{settings_->max_result_rows, settings_->max_result_bytes};
+  q_ = 0;
+  phase_ = Phase::kResult;
+}
+
+void PgPipeline::NextQuery() {
+  ++q_;
+  if (q_ == queries_) {
+    phase_ = Phase::kSync;
+    return;
+  }
+  phase_ = Phase::kResult;
+  out_ = nullptr;
+  const bool is_op =
+      q_ > fence_query_ && q_ <= fence_query_ + batch_[write_]->ops->size();
+  // A statement's rows are read one at a time, so that a huge result costs
+  // the memory of one row, not of all of them; the rows past the cap are
+  // read and dropped. Set before anything of the query is parsed.
+  if (is_op) (void)PQsetSingleRowMode(conn_->raw());
+}
+
+PgPipeline::Progress PgPipeline::Read(bool cancelled) {
+  PGconn* c = conn_->raw();
+  // A failure shows in the results: PQisBusy() is false on a broken
+  // connection, and PQgetResult() reports it.
+  (void)PQconsumeInput(c);
+  while (phase_ != Phase::kFinished) {
+    if (PQisBusy(c)) return Progress::kNeedInput;
+    Feed(PgResult(PQgetResult(c)), cancelled);
+  }
+  return Progress::kDone;
+}
+
+void PgPipeline::Feed(PgResult r, bool cancelled) {
+  PGconn* c = conn_->raw();
+  switch (phase_) {
+    case Phase::kResult: {
+      QueuedWrite* w = batch_[write_];
+      const ExecStatusType status =
+          r == nullptr ? PGRES_FATAL_ERROR : PQresultStatus(r.get());
+      const bool is_op =
+          q_ > fence_query_ && q_ <= fence_query_ + w->ops->size();
+      if (status == PGRES_SINGLE_TUPLE) {
+        if (!failed_) {
+          if (out_ == nullptr) out_ = w->results->Add()->mutable_sql();
+          AddRows(r.get(), &budget_, out_);
+        }
+        return;  // More rows, or the end of them.
+      }
+      if (status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK ||
+          status == PGRES_EMPTY_QUERY) {
+        if (is_op && !failed_) {
+          if (out_ == nullptr) out_ = w->results->Add()->mutable_sql();
+          AddRows(r.get(), &budget_, out_);
+          SetRowsAffected(r.get(), out_);
+        }
+      } else if (status == PGRES_PIPELINE_ABORTED) {
+        // Skipped after an earlier error.
+      } else if (status == PGRES_FATAL_ERROR) {
+        if (!OnError(r.get(), cancelled)) return;
+      } else {
+        // Nothing Validate lets through answers like this (COPY would);
+        // what the server does with the rest is unknown: report it so.
+        w->results->Clear();
+        w->status = absl::InternalError(
+            absl::StrCat("postgres: unexpected result ", PQresStatus(status),
+                         "; connection dropped, outcome unknown"));
+        Finish(Ending::kLost);
+        return;
+      }
+      phase_ = Phase::kEnd;
+      return;
+    }
+    case Phase::kEnd:
+      NextQuery();  // Whatever it is, query q_ is over.
+      return;
+    case Phase::kSync: {
+      QueuedWrite* w = batch_[write_];
+      if (r == nullptr || PQresultStatus(r.get()) != PGRES_PIPELINE_SYNC) {
+        w->results->Clear();
+        if (!failed_) w->status = LostAfterSent(c);
+        Finish(Ending::kLost);
+        return;
+      }
+      if (failed_) w->results->Clear();
+      ++write_;
+      BeginWrite();
+      return;
+    }
+    case Phase::kResetResult:
+      if (r == nullptr) {
+        reset_ok_ = false;
+        Finish(Ending::kSynced);
+        return;
+      }
+      if (PQresultStatus(r.get()) != PGRES_COMMAND_OK) reset_ok_ = false;
+      phase_ = Phase::kResetEnd;
+      return;
+    case Phase::kResetEnd:
+      // A sync after ROLLBACK, and after the reset and the prepare.
+      if (q_ == 0 || q_ == 2) {
+        phase_ = Phase::kResetSync;
+      } else {
+        ++q_;
+        phase_ = Phase::kResetResult;
+      }
+      return;
+    case Phase::kResetSync:
+      if (r == nullptr || PQresultStatus(r.get()) != PGRES_PIPELINE_SYNC) {
+        reset_ok_ = false;
+        Finish(Ending::kSynced);
+        return;
+      }
+      if (q_ == 2) {
+        Finish(Ending::kSynced);
+        return;
+      }
+      ++q_;
+      phase_ = Phase::kResetResult;
+      return;
+    case Phase::kFinished:
+      return;
+  }
+}
+
+bool PgPipeline::OnError(const PGresult* r, bool cancelled) {
+  PGconn* c = conn_->raw();
+  QueuedWrite* w = batch_[write_];
+  // The operation a result belongs to: -1 for BEGIN and the fence call,
+  // the last one for COMMIT (where deferred constraints are checked).
+  const int op_index = std::min(q_ - fence_query_ - 1, w->ops->size() - 1);
+  const char* state =
+      r == nullptr ? nullptr : PQresultErrorField(r, PG_DIAG_SQLSTATE);
+  // FATAL or PANIC: the server ended the session while it ran query q_
+  // (e.g. 57P01 on shutdown or pg_terminate_backend), so it ran nothing
+  // after it. An ERROR, whatever its SQLSTATE (an 08xxx from dblink, say),
+  // ends only its own write, and the server goes on to the next.
+  const char* severity =
+      r == nullptr ? nullptr
+                   : PQresultErrorField(r, PG_DIAG_SEVERITY_NONLOCALIZED);
+  const bool session_ended =
+      severity != nullptr && (std::string_view(severity) == "FATAL" ||
+                              std::string_view(severity) == "PANIC");
+  if (state == nullptr || session_ended) {
+    w->results->Clear();
+    if (failed_) {  // Rolled back: its status is set.
+      Finish(Ending::kLost);
+      return false;
+    }
+    if (state == nullptr && q_ == 0 && conn_->ended_between_queries()) {
+      // The server ended the session while idle, after the previous
+      // write's sync: none of this one ran.
+      w->status = ClosedBeforeRan(c);
+      w->retryable = true;
+      Finish(Ending::kEndedBeforeSync);
+      return false;
+    }
+    if (q_ == commit_query_) {
+      // The session ended during COMMIT: it may have committed (a
+      // synchronous standby's wait, say). Never send it again.
+      w->status = absl::UnavailableError(absl::StrCat(
+          "postgres: connection lost during COMMIT, outcome unknown (retry "
+          "with the same token if the write is idempotent): ",
+          ConnectionError(c)));
+      Finish(Ending::kLost);
+      return false;
+    }
+    if (state == nullptr) {
+      w->status = LostAfterSent(c);
+      Finish(Ending::kLost);
+      return false;
+    }
+    w->status = SqlErrorStatus(state, PQresultErrorMessage(r), op_index);
+    w->retryable = true;
+    Finish(Ending::kEndedBeforeSync);
+    return false;
+  }
+  if (failed_) return true;
+  failed_ = true;
+  if (q_ == fence_query_ && std::string_view(state) == kStaleSqlState) {
+    w->stale = true;
+    // fence() puts the database's token in DETAIL.
+    const char* detail = PQresultErrorField(r, PG_DIAG_MESSAGE_DETAIL);
+    if (detail == nullptr || !absl::SimpleAtoi(detail, &w->held)) w->held = 0;
+  } else if (cancelled && std::string_view(state) == "57014") {
+    w->status = absl::DeadlineExceededError(absl::StrCat(
+        op_index >= 0 ? absl::StrCat("ops[", op_index, "]")
+                      : std::string("fence"),
+        ": cancelled by the gateway after running past the route's "
+        "statement_timeout_ms (",
+        settings_->statement_timeout_ms,
+        " ms, plus 1 s) or the call's deadline, or at shutdown; rolled back, "
+        "nothing applied"));
+  } else {
+    w->status = SqlErrorStatus(state, PQresultErrorMessage(r), op_index);
+  }
+  return true;
+}
+
+void PgPipeline::Finish(Ending ending) {
+  phase_ = Phase::kFinished;
+  PGconn* c = conn_->raw();
+  if (ending != Ending::kSynced) {
+    usable_ = false;
+    // The writes after the one that ended the batch.
+    for (size_t i = write_ + 1; i < sent_; ++i) {
+      QueuedWrite* w = batch_[i];
+      w->results->Clear();
+      if (ending == Ending::kEndedBeforeSync) {
+        // The server ended the session while it ran an earlier write, so
+        // it never ran this one.
+        w->status = ClosedBeforeRan(c);
+        w->retryable = true;
+      } else {
+        w->status = LostAfterSent(c);
+      }
+    }
+  }
+  write_ = sent_;
+  for (size_t i = 0; i < sent_; ++i) {
+    QueuedWrite* w = batch_[i];
+    if (w->stale) {
+      w->status = StaleTokenError(w->target->domain, w->target->token, w->held);
+    }
+  }
+  if (ending != Ending::kSynced) return;
+  if (reset_ && !reset_ok_) usable_ = false;
+  // The reset ended a dirty Write's aborted block, if it left one.
+  if (PQexitPipelineMode(c) != 1) {
+    // Every result was read, so this cannot happen; the outcomes are known,
+    // but do not reuse a connection in a state nobody expects.
+    usable_ = false;
+  }
+  const PGTransactionStatusType tx = PQtransactionStatus(c);
+  QueuedWrite* last = batch_[sent_ - 1];
+  if (tx == PQTRANS_INERROR && last->dirty && !last->status.ok()) {
+    // The last write (dirty, always last in its batch) failed inside its
+    // BEGIN: its block is aborted, nothing of it committed. Dropping the
+    // connection ends the block; every outcome is known.
+    usable_ = false;
+  } else if (tx != PQTRANS_IDLE) {
+    // A statement left a transaction open (Validate refuses every way it
+    // knows), and the writes after it ran inside that block: closing the
+    // connection rolls the block back, but which writes had committed
+    // before it is not known here.
+    usable_ = false;
+    for (size_t i = 0; i < sent_; ++i) {
+      batch_[i]->results->Clear();
+      batch_[i]->status = absl::InternalError(
+          "postgres: a statement left a transaction open (transaction "
+          "control is not allowed); connection dropped, outcome unknown");
+    }
+  }
+}
+
+}  // namespace fencegate::postgres
