@@ -84,30 +84,28 @@ void BatchQueue::Add(std::unique_ptr<QueuedWrite> w) {
   Batch batch;
   bool open = false;
   absl::Time tick = absl::InfiniteFuture();
-  absl::Status refused;
   {
-    absl::MutexLock lock(&mu_);
+    absl::ReleasableMutexLock lock(&mu_);
     // Checked and queued under one lock: nothing is queued after Abandon()
     // emptied the queue.
-    refused = refusing_;
-    if (refused.ok()) {
-      const absl::Time now = w->queued_at;
-      queue_.push_back(std::move(w));
-      FENCEGATE_SYNC_POINT("PostgresAdapter::ApplyAsync:Queued");
-      if (queue_.size() == 1 && !idle_.empty()) {
-        // The light-load path: this thread sends it.
-        conn = idle_.back();
-        idle_.pop_back();
-        batch = TakeLocked();
-      } else {
-        conn = PlaceQueuedLocked(&batch, &open);
-        WantTickLocked(now, &tick);
-      }
+    if (!refusing_.ok()) {
+      absl::Status refused = refusing_;
+      lock.Release();
+      std::move(w->done)(std::move(refused));
+      return;
     }
-  }
-  if (!refused.ok()) {
-    std::move(w->done)(std::move(refused));
-    return;
+    const absl::Time now = w->queued_at;
+    queue_.push_back(std::move(w));
+    FENCEGATE_SYNC_POINT("PostgresAdapter::ApplyAsync:Queued");
+    if (queue_.size() == 1 && !idle_.empty()) {
+      // The light-load path: this thread sends it.
+      conn = idle_.back();
+      idle_.pop_back();
+      batch = TakeLocked();
+    } else {
+      conn = PlaceQueuedLocked(&batch, &open);
+      WantTickLocked(now, &tick);
+    }
   }
   if (conn != nullptr) driver_->Send(conn, std::move(batch));
   if (open) driver_->Open();

@@ -70,9 +70,10 @@ class PostgresAdapter::LoopConnection final
     link_->closed = true;
     // Its waits end (operation_aborted); libpq closes its own descriptor,
     // and the session, when the last handler lets the Link go.
+    // No deadline is armed: the queue destroys a connection only between
+    // batches, after Complete() disarmed it.
     boost::system::error_code ignored;
     link_->socket.close(ignored);
-    link_->deadline.cancel();
   }
   const std::shared_ptr<Link>& link() const { return link_; }
 
