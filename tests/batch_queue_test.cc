@@ -143,6 +143,37 @@ TEST_F(BatchQueueTest, LightLoadSendsOnTheAddingThread) {
   queue.CloseIdle();
 }
 
+// A Write that finds one connection busy and another idle waits for the
+// busy one's next batch: the light path is for a light load only.
+TEST_F(BatchQueueTest, AWriteBehindABusyConnectionWaitsThoughOneIsIdle) {
+  BatchQueue queue(Opts(2, absl::Hours(1), /*max_batch=*/1), &driver_);
+  BatchQueue::Connection* conn = BusyConnection(queue);
+  Outcome o[3];
+  queue.Add(MakeWrite(1, &o[0]));
+  queue.Add(MakeWrite(2, &o[1]));  // More than `conn` takes: another opens.
+  ASSERT_EQ(driver_.opens(), 2);
+  queue.Opened(std::make_unique<BatchQueue::Connection>());
+  std::vector<FakeDriver::Sent> sent = driver_.TakeSent();
+  ASSERT_EQ(sent.size(), 1u);
+  BatchQueue::Connection* second = sent[0].conn;
+  queue.Done(second, true);  // Takes write 2.
+  sent = driver_.TakeSent();
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_THAT(Ids(sent[0].batch), ElementsAre(2));
+  queue.Done(second, true);  // Idle now, with `conn` still busy.
+  ASSERT_EQ(queue.counts().idle, 1u);
+  queue.Add(MakeWrite(3, &o[2]));
+  EXPECT_TRUE(driver_.TakeSent().empty());
+  queue.Done(conn, true);
+  sent = driver_.TakeSent();
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].conn, conn);
+  EXPECT_THAT(Ids(sent[0].batch), ElementsAre(3));
+  queue.Done(conn, true);
+  queue.Stop(absl::CancelledError("stop"));
+  queue.CloseIdle();
+}
+
 // Writes queued while the only busy connection carries a batch wait for
 // its next batch (in order), although three more could be opened.
 TEST_F(BatchQueueTest, QueuedWritesWaitForTheBusyConnection) {

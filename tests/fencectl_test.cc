@@ -79,6 +79,14 @@ TEST(FencectlTest, UsageErrorsExitWithTwo) {
       << "no command to run";
   EXPECT_EQ(RunCommand({FENCECTL_BIN, "pg-setup", "--role=r"}, &out, &err), 2)
       << "no --admin_dsn";
+  err.clear();
+  // Who keeps the session functions means nothing without the revoke:
+  // refused before connecting.
+  EXPECT_EQ(RunCommand({FENCECTL_BIN, "pg-setup", "--admin_dsn=host=/nowhere",
+                        "--role=r", "--session-functions-for=other_app"},
+                       &out, &err),
+            2);
+  EXPECT_THAT(err, HasSubstr("needs --revoke_session_functions"));
 }
 
 TEST(FencectlTest, DashesAndUnderscoresInFlagNamesAreTheSame) {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "storage_adapters/postgres/fence_schema.h"
@@ -21,6 +22,7 @@ namespace fencegate {
 namespace {
 
 using ::fencegate::testing::StatusIs;
+using ::testing::Contains;
 using ::testing::HasSubstr;
 
 class PostgresSessionTest : public PostgresAdapterTest {
@@ -304,6 +306,56 @@ TEST_F(PostgresSessionTest, TheRouteRoleMayKeepNothing) {
   Exec("DROP SCHEMA scratch CASCADE");
   Exec("REVOKE other_app FROM member");
   Exec("ALTER ROLE has_settings RESET ALL");
+}
+
+// pg-setup's opt-in revokes (--revoke_session_functions): the functions
+// that reach session state leave PUBLIC and the route role, and stay with
+// the roles named; the route's start-up says which of them its role can
+// still execute.
+TEST_F(PostgresSessionTest, RevokedSessionFunctionsStayWithTheNamedRoles) {
+  CreateRole("other_app", "LOGIN");
+  auto can_execute = [](const std::string& role) {
+    return Exec(absl::StrCat("SELECT has_function_privilege('", role,
+                             "', 'set_config(text,text,boolean)', "
+                             "'EXECUTE')"))[0][0]
+        .as<bool>();
+  };
+  absl::StatusOr<std::string> before = adapter_->CheckAtStartup();
+  ASSERT_OK(before.status());
+  EXPECT_THAT(*before, HasSubstr(" session_functions="));
+  EXPECT_THAT(*before, HasSubstr("set_config"));
+
+  absl::StatusOr<std::vector<std::string>> revoked =
+      postgres::RevokeSessionFunctions(server_->Conninfo(), "fencegate_worker",
+                                       {"other_app"});
+  ASSERT_OK(revoked.status());
+  // Every other test runs with PostgreSQL's defaults.
+  absl::Cleanup restore = [&] {
+    for (const std::string& f : *revoked) {
+      Exec(absl::StrCat("GRANT EXECUTE ON FUNCTION ", f, " TO PUBLIC"));
+    }
+  };
+  EXPECT_THAT(*revoked, Contains("set_config(text,text,boolean)"));
+  EXPECT_THAT(*revoked, Contains("pg_advisory_lock(bigint)"));
+  EXPECT_THAT(*revoked, Contains("pg_terminate_backend(integer,bigint)"));
+  EXPECT_FALSE(can_execute("public"));
+  EXPECT_FALSE(can_execute("fencegate_worker"));
+  EXPECT_TRUE(can_execute("other_app"));
+  absl::StatusOr<std::string> after = adapter_->CheckAtStartup();
+  ASSERT_OK(after.status());
+  EXPECT_THAT(*after, HasSubstr("session_functions=none"));
+  // Writes go on as before.
+  EXPECT_OK(Apply(adapter_.get(), "after_revoke", 1,
+                  {Sql("INSERT INTO jobs (id) VALUES (1)")}));
+
+  EXPECT_THAT(postgres::RevokeSessionFunctions(
+                  server_->Conninfo(), "fencegate_worker", {"fencegate_worker"})
+                  .status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(postgres::RevokeSessionFunctions(
+                  server_->Conninfo(), "fencegate_worker", {"nobody_here"})
+                  .status(),
+              StatusIs(absl::StatusCode::kNotFound));
 }
 
 }  // namespace

@@ -97,7 +97,7 @@ void BatchQueue::Add(std::unique_ptr<QueuedWrite> w) {
     const absl::Time now = w->queued_at;
     queue_.push_back(std::move(w));
     FENCEGATE_SYNC_POINT("PostgresAdapter::ApplyAsync:Queued");
-    if (queue_.size() == 1 && !idle_.empty()) {
+    if (queue_.size() == 1 && !idle_.empty() && idle_.size() == open_.size()) {
       // The light-load path: this thread sends it.
       conn = idle_.back();
       idle_.pop_back();

@@ -5,9 +5,13 @@
 // that its rules are tested with a fake connection.
 //
 // Rules:
-//   - A Write that finds the queue empty and a connection idle is sent at
-//     once, by the thread that added it (Driver::Send on the caller's
-//     thread: no hand-off when the load is light).
+//   - A Write that finds the queue empty and every open connection idle
+//     is sent at once, by the thread that added it (Driver::Send on the
+//     caller's thread: no hand-off when the load is light). One that finds
+//     a connection busy is queued for its next batch (below), even if
+//     another is idle: sending each Write the moment it arrives, on
+//     whichever connection is free, would cost the database a round trip
+//     per Write under load.
 //   - Otherwise it waits in the queue, oldest first. A connection that
 //     completes its batch (Done) takes the oldest queued Writes as its next
 //     batch, up to max_batch of them, and a dirty Write (one whose session

@@ -3,12 +3,16 @@
 #include "storage_adapters/postgres/fence_schema.h"
 
 #include <exception>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "pqxx/connection"
 #include "pqxx/except"
+#include "pqxx/result"
 #include "pqxx/transaction"
 
 namespace fencegate::postgres {
@@ -261,6 +265,124 @@ absl::Status SetUpFenceSchema(const std::string& admin_conninfo,
     return absl::InternalError(absl::StrCat("pg-setup: ", Trim(e.what())));
   }
   return absl::OkStatus();
+}
+
+const std::vector<std::string>& SessionStateFunctions() {
+  static const auto* const kNames = new std::vector<std::string>{
+      "set_config",
+      "pg_advisory_lock",
+      "pg_advisory_lock_shared",
+      "pg_try_advisory_lock",
+      "pg_try_advisory_lock_shared",
+      "pg_advisory_unlock",
+      "pg_advisory_unlock_shared",
+      "pg_advisory_unlock_all",
+      "currval",
+      "lastval",
+      "query_to_xml",
+      "query_to_xmlschema",
+      "query_to_xml_and_xmlschema",
+      "cursor_to_xml",
+      "cursor_to_xmlschema",
+      "ts_stat",
+      "ts_rewrite",
+      "lo_import",
+      "lo_export",
+      "pg_cancel_backend",
+      "pg_terminate_backend",
+      "setseed",
+      "connectby",
+      "xpath_table",
+  };
+  return *kNames;
+}
+
+const std::vector<std::string>& SessionStateFunctionPrefixes() {
+  static const auto* const kPrefixes =
+      new std::vector<std::string>{"dblink", "crosstab"};
+  return *kPrefixes;
+}
+
+std::string SessionFunctionsCondition() {
+  std::string names;
+  for (const std::string& name : SessionStateFunctions()) {
+    absl::StrAppend(&names, names.empty() ? "" : ", ", "'", name, "'");
+  }
+  std::string condition = absl::StrCat("(p.proname IN (", names, ")");
+  for (const std::string& prefix : SessionStateFunctionPrefixes()) {
+    absl::StrAppend(&condition, " OR p.proname LIKE '", prefix, "%'");
+  }
+  return absl::StrCat(condition, ")");
+}
+
+std::string SessionFunctionsSql() {
+  return absl::StrCat(
+      "SELECT p.oid::pg_catalog.regprocedure::text FROM pg_catalog.pg_proc p "
+      "WHERE ",
+      SessionFunctionsCondition(), " ORDER BY 1");
+}
+
+absl::StatusOr<std::vector<std::string>> RevokeSessionFunctions(
+    const std::string& admin_conninfo, const std::string& role,
+    const std::vector<std::string>& grant_to) {
+  for (const std::string& r : grant_to) {
+    if (!IsPlainIdentifier(r)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "role \"", r,
+          "\": use 1-63 lower-case letters, digits and _, not starting with "
+          "a digit"));
+    }
+    if (r == role) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "role \"", r,
+          "\" is the route's role: the session functions are revoked from "
+          "it; name the other roles that need them"));
+    }
+  }
+  if (!IsPlainIdentifier(role)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "role \"", role,
+        "\": use 1-63 lower-case letters, digits and _, not starting with a "
+        "digit"));
+  }
+  std::unique_ptr<pqxx::connection> c;
+  try {
+    c = std::make_unique<pqxx::connection>(admin_conninfo);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("pg-setup: cannot connect: ", Trim(e.what())));
+  }
+  std::vector<std::string> revoked;
+  try {
+    pqxx::work tx(*c);
+    std::vector<std::string> roles = grant_to;
+    roles.push_back(role);
+    for (const std::string& r : roles) {
+      if (tx.exec_params("SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = $1",
+                         r)
+              .empty()) {
+        return absl::NotFoundError(
+            absl::StrCat("pg-setup: role \"", r, "\" does not exist"));
+      }
+    }
+    for (const pqxx::row& row : tx.exec(SessionFunctionsSql())) {
+      revoked.push_back(row[0].as<std::string>());
+    }
+    for (const std::string& f : revoked) {
+      tx.exec(absl::StrCat("REVOKE EXECUTE ON FUNCTION ", f, " FROM PUBLIC, ",
+                           role));
+      for (const std::string& r : grant_to) {
+        tx.exec(absl::StrCat("GRANT EXECUTE ON FUNCTION ", f, " TO ", r));
+      }
+    }
+    tx.commit();
+  } catch (const pqxx::broken_connection& e) {
+    return absl::UnavailableError(
+        absl::StrCat("pg-setup: connection lost: ", Trim(e.what())));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("pg-setup: ", Trim(e.what())));
+  }
+  return revoked;
 }
 
 }  // namespace fencegate::postgres

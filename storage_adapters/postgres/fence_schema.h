@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
 namespace fencegate::postgres {
@@ -92,6 +93,36 @@ std::vector<std::string> FenceSetupSql(const std::string& schema,
 absl::Status SetUpFenceSchema(const std::string& admin_conninfo,
                               const std::string& schema,
                               const std::string& role);
+
+// Functions (by name) that read or change session state, or run SQL text
+// of their own: set_config, the session-level advisory lock functions,
+// currval, lastval, setseed, query_to_xml*, cursor_to_xml*, ts_stat,
+// ts_rewrite, lo_import, lo_export, pg_cancel_backend,
+// pg_terminate_backend, connectby, xpath_table. The SQL classifier refuses
+// their calls in a Write; RevokeSessionFunctions() takes them from PUBLIC.
+const std::vector<std::string>& SessionStateFunctions();
+// And every function whose name starts with one of these: dblink, crosstab.
+const std::vector<std::string>& SessionStateFunctionPrefixes();
+
+// The condition on pg_catalog.pg_proc row `p` that selects them (every
+// schema, every overload).
+std::string SessionFunctionsCondition();
+// The SELECT of their signatures, "name(argtypes)", sorted.
+std::string SessionFunctionsSql();
+
+// Defence in depth behind the classifier, opt-in because it changes what
+// every role of the database may call: connects to `admin_conninfo` (a
+// superuser, or the functions' owner) and, in one transaction, revokes
+// EXECUTE on every SessionFunctionsSql() function from PUBLIC and from the
+// route role `role`, and grants it to each of `grant_to` (the roles that
+// still need them, e.g. another application's; each must exist and differ
+// from `role`). Returns the signatures it revoked, sorted. Idempotent.
+// INVALID_ARGUMENT for a bad name, NOT_FOUND for a role that does not
+// exist, UNAVAILABLE if the server cannot be reached, INTERNAL for other
+// SQL errors (a role that may not revoke them, say).
+absl::StatusOr<std::vector<std::string>> RevokeSessionFunctions(
+    const std::string& admin_conninfo, const std::string& role,
+    const std::vector<std::string>& grant_to);
 
 }  // namespace fencegate::postgres
 

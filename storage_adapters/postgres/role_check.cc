@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "storage_adapters/postgres/fence_schema.h"
 
 namespace fencegate::postgres {
@@ -47,8 +48,18 @@ SELECT r.rolname, r.rolsuper, r.rolcreaterole, r.rolbypassrls,
     WHERE s.oid <> r.oid AND pg_catalog.pg_has_role(r.oid, s.oid, 'MEMBER')),
     ''),
   COALESCE((SELECT string_agg(pg_catalog.array_to_string(d.setconfig, ' '),
-      '; ') FROM pg_catalog.pg_db_role_setting d WHERE d.setrole = r.oid), '')
+      '; ') FROM pg_catalog.pg_db_role_setting d WHERE d.setrole = r.oid), ''),
+  COALESCE((SELECT string_agg(DISTINCT p.proname, ',' ORDER BY p.proname)
+    FROM pg_catalog.pg_proc p WHERE $SESSION_FUNCTIONS
+      AND pg_catalog.has_function_privilege(r.oid, p.oid, 'EXECUTE')), '')
 FROM pg_catalog.pg_roles r WHERE r.rolname = session_user)sql";
+
+// kRoleQuery with the session functions' condition filled in.
+const std::string& RoleQuery() {
+  static const auto* const kQuery = new std::string(absl::StrReplaceAll(
+      kRoleQuery, {{"$SESSION_FUNCTIONS", SessionFunctionsCondition()}}));
+  return *kQuery;
+}
 
 const char* YesNo(bool b) { return b ? "yes" : "no"; }
 
@@ -58,10 +69,10 @@ absl::StatusOr<RoleAttributes> ReadRoleAttributes(PgConnection& conn,
                                                   const std::string& schema) {
   const std::string quoted = absl::StrCat("\"", schema, "\"");
   absl::StatusOr<PgResult> r = conn.Exec(
-      kRoleQuery, {schema, absl::StrCat(quoted, ".fence(text,bigint)"),
-                   absl::StrCat(quoted, ".fences"), OwnerRole(schema),
-                   absl::StrCat(quoted, ".fence_next(text,bigint)"),
-                   absl::StrCat(quoted, ".fences()")});
+      RoleQuery(), {schema, absl::StrCat(quoted, ".fence(text,bigint)"),
+                    absl::StrCat(quoted, ".fences"), OwnerRole(schema),
+                    absl::StrCat(quoted, ".fence_next(text,bigint)"),
+                    absl::StrCat(quoted, ".fences()")});
   if (!r.ok()) {
     return absl::UnavailableError(absl::StrCat(
         "postgres: reading the role's privileges: ", r.status().message()));
@@ -86,6 +97,7 @@ absl::StatusOr<RoleAttributes> ReadRoleAttributes(PgConnection& conn,
   a.create_schemas = text(8);
   a.memberships = text(9);
   a.role_settings = text(10);
+  a.session_functions = text(11);
   return a;
 }
 
@@ -101,7 +113,13 @@ std::string DescribeRole(const RoleAttributes& role) {
       " temp=", YesNo(role.temp),
       " create_on=", role.create_schemas.empty() ? "none" : role.create_schemas,
       " member_of=", role.memberships.empty() ? "none" : role.memberships,
-      " role_settings=", role.role_settings.empty() ? "none" : "yes");
+      " role_settings=", role.role_settings.empty() ? "none" : "yes",
+      " session_functions=",
+      role.session_functions.empty()
+          ? "none"
+          : absl::StrCat(role.session_functions,
+                         " (refused in Writes by the SQL classifier; `fencectl "
+                         "pg-setup --revoke_session_functions` revokes them)"));
 }
 
 absl::Status CheckRole(const RoleAttributes& role, const std::string& schema,

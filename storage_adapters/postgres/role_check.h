@@ -48,6 +48,10 @@ struct RoleAttributes {
   // Its own settings from ALTER ROLE ... SET (pg_db_role_setting), which
   // every new session of the role starts with; empty if none.
   std::string role_settings;
+  // The session-state functions (fence_schema.h) it may execute, by name;
+  // comma-separated, empty if none. Only logged: the SQL classifier keeps
+  // them out of Writes.
+  std::string session_functions;
 };
 
 // One query on `conn`. UNAVAILABLE if it fails (PostgreSQL's message).

@@ -96,8 +96,8 @@ std::string TransactionKind(const pg_query::TransactionStmt& stmt) {
 }
 
 bool IsSessionStateFunction(const std::string& name) {
-  if (absl::StartsWith(name, "dblink") || absl::StartsWith(name, "crosstab")) {
-    return true;
+  for (const std::string& prefix : SessionStateFunctionPrefixes()) {
+    if (absl::StartsWith(name, prefix)) return true;
   }
   const std::vector<std::string>& names = SessionStateFunctions();
   return std::find(names.begin(), names.end(), name) != names.end();
@@ -257,36 +257,6 @@ Verdict ClassifyTree(const pg_query::ParseResult& tree) {
 }
 
 }  // namespace
-
-const std::vector<std::string>& SessionStateFunctions() {
-  static const auto* const kNames = new std::vector<std::string>{
-      "set_config",
-      "pg_advisory_lock",
-      "pg_advisory_lock_shared",
-      "pg_try_advisory_lock",
-      "pg_try_advisory_lock_shared",
-      "pg_advisory_unlock",
-      "pg_advisory_unlock_shared",
-      "pg_advisory_unlock_all",
-      "currval",
-      "lastval",
-      "query_to_xml",
-      "query_to_xmlschema",
-      "query_to_xml_and_xmlschema",
-      "cursor_to_xml",
-      "cursor_to_xmlschema",
-      "ts_stat",
-      "ts_rewrite",
-      "lo_import",
-      "lo_export",
-      "pg_cancel_backend",
-      "pg_terminate_backend",
-      "setseed",
-      "connectby",
-      "xpath_table",
-  };
-  return *kNames;
-}
 
 const std::vector<std::string>& SessionStateRelations() {
   static const auto* const kNames = new std::vector<std::string>{"pg_settings"};

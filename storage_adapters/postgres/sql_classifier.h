@@ -43,6 +43,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "storage_adapters/postgres/fence_schema.h"
 
 namespace fencegate::postgres {
 
@@ -63,14 +64,10 @@ struct Verdict {
   int params = 0;
 };
 
-// Functions (decoded last name part) that read or change session state, or
-// run SQL text of their own: set_config, the session-level advisory lock
-// functions, currval, lastval, setseed, query_to_xml*, cursor_to_xml*,
-// ts_stat, ts_rewrite, lo_import, lo_export, pg_cancel_backend,
-// pg_terminate_backend, connectby, xpath_table; and every name that starts
-// with "dblink" or "crosstab". Matched in calls f(...), and in the
-// functional notation x.f that PostgreSQL reads as f(x).
-const std::vector<std::string>& SessionStateFunctions();
+// The functions that reach session state are SessionStateFunctions() and
+// SessionStateFunctionPrefixes() (fence_schema.h, shared with pg-setup's
+// revokes), matched by their decoded last name part in calls f(...), and in
+// the functional notation x.f that PostgreSQL reads as f(x).
 // Relations that read or change session settings: pg_settings.
 const std::vector<std::string>& SessionStateRelations();
 

@@ -20,6 +20,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "fencegate/client/tls.h"
 #include "grpcpp/create_channel.h"
 #include "storage_adapters/postgres/fence_schema.h"
@@ -57,6 +58,8 @@ struct Flags {
   std::string admin_dsn;
   std::string role;
   std::string schema = postgres::kDefaultFenceSchema;
+  bool revoke_session_functions = false;
+  std::vector<std::string> session_functions_for;
 };
 
 // The arguments with '-' in every flag name turned into '_' (up to '=', and
@@ -85,15 +88,8 @@ std::optional<std::string> ParseToken(const std::string& text,
   return std::nullopt;
 }
 
-int RunPgSetup(const Flags& f) {
-  absl::Status s = postgres::SetUpFenceSchema(f.admin_dsn, f.schema, f.role);
-  if (s.ok()) {
-    std::cout << "pg-setup: schema " << f.schema << " ready; role " << f.role
-              << " may call " << f.schema
-              << ".fence(text, bigint), fence_next(text, bigint) and "
-                 "fences()\n";
-    return kExitOk;
-  }
+// The exit code for a pg-setup error, after saying it.
+int PgSetupFailed(const absl::Status& s) {
   std::cerr << "fencectl: " << s.message() << "\n";
   switch (s.code()) {
     case absl::StatusCode::kInvalidArgument:
@@ -106,6 +102,34 @@ int RunPgSetup(const Flags& f) {
     default:
       return kExitError;
   }
+}
+
+int RunPgSetup(const Flags& f) {
+  if (!f.revoke_session_functions && !f.session_functions_for.empty()) {
+    return PgSetupFailed(absl::InvalidArgumentError(
+        "--session_functions_for names who keeps the session functions: it "
+        "needs --revoke_session_functions"));
+  }
+  absl::Status s = postgres::SetUpFenceSchema(f.admin_dsn, f.schema, f.role);
+  if (!s.ok()) return PgSetupFailed(s);
+  std::cout << "pg-setup: schema " << f.schema << " ready; role " << f.role
+            << " may call " << f.schema
+            << ".fence(text, bigint), fence_next(text, bigint) and "
+               "fences()\n";
+  if (!f.revoke_session_functions) return kExitOk;
+  absl::StatusOr<std::vector<std::string>> revoked =
+      postgres::RevokeSessionFunctions(f.admin_dsn, f.role,
+                                       f.session_functions_for);
+  if (!revoked.ok()) return PgSetupFailed(revoked.status());
+  std::cout << "pg-setup: EXECUTE revoked from PUBLIC and " << f.role << " on "
+            << revoked->size()
+            << " session functions: " << absl::StrJoin(*revoked, ", ") << "\n";
+  std::cout << "pg-setup: granted back to: "
+            << (f.session_functions_for.empty()
+                    ? std::string("nobody (superusers keep them)")
+                    : absl::StrJoin(f.session_functions_for, ", "))
+            << "\n";
+  return kExitOk;
 }
 
 // The subcommands and their flags, writing into `f`.
@@ -244,6 +268,17 @@ Commands Define(CLI::App& app, Flags& f) {
       ->required();
   c.pg_setup->add_option("--schema", f.schema, "schema of the fence table")
       ->capture_default_str();
+  c.pg_setup->add_flag(
+      "--revoke_session_functions", f.revoke_session_functions,
+      "also revoke EXECUTE on the functions that reach session state "
+      "(set_config, advisory locks, dblink, ...; docs/postgres.md) from "
+      "PUBLIC and the route's role: defence in depth behind the SQL "
+      "classifier. Changes what every role of the database may call");
+  c.pg_setup
+      ->add_option("--session_functions_for", f.session_functions_for,
+                   "roles that keep EXECUTE on them (comma-separated), with "
+                   "--revoke_session_functions")
+      ->delimiter(',');
   return c;
 }
 
