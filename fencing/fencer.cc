@@ -14,14 +14,18 @@
 
 namespace fencegate {
 
-Fencer::Fencer(FenceStore* store, Clock* clock, StorageFence* storage)
-    : store_(store), clock_(clock), storage_(storage) {}
+Fencer::Fencer(FenceStore* store, Clock* clock, StorageFence* storage,
+               DomainTurns::Runner runner)
+    : store_(store),
+      clock_(clock),
+      storage_(storage),
+      turns_(std::move(runner)) {}
 
 Fencer::~Fencer() = default;
 
 namespace {
 
-// Only the domain's lock raises the domain in this process; a fence other
+// Only the domain's turn raises the domain in this process; a fence other
 // than `token` after a raise means the store's state moved under us: a
 // broken invariant.
 void CheckRaised(absl::string_view domain, uint64_t token,
@@ -93,8 +97,8 @@ absl::StatusOr<FenceDecision> Fencer::CheckAndRecord(
 absl::StatusOr<FenceDecision> Fencer::Execute(
     absl::string_view domain, uint64_t token,
     absl::FunctionRef<absl::Status()> apply, const AdvanceCheck* check) {
-  KeyedMutex::Lock domain_lock(&domain_locks_, domain,
-                               "Fencer::Execute:BeforeDomainLock");
+  FENCEGATE_SYNC_POINT("Fencer::Execute:BeforeTurn");
+  Turn turn = turns_.Wait(domain);
   absl::StatusOr<FenceDecision> decision = CheckAndRecord(domain, token, check);
   if (!decision.ok()) return decision;
   FENCEGATE_SYNC_POINT_ARG("Fencer::Execute:BeforeApply", &token);
@@ -105,25 +109,32 @@ absl::StatusOr<FenceDecision> Fencer::Execute(
 
 void Fencer::ExecuteAsync(absl::string_view domain, uint64_t token,
                           AsyncApply apply, DecisionCallback done,
-                          const AdvanceCheck* check) {
-  KeyedMutex::Lock domain_lock(&domain_locks_, domain,
-                               "Fencer::Execute:BeforeDomainLock");
-  absl::StatusOr<FenceDecision> decision = CheckAndRecord(domain, token, check);
-  if (!decision.ok()) {
-    domain_lock.Release();
-    std::move(done)(std::move(decision));
-    return;
-  }
-  ApplyHolding(std::move(domain_lock), token, *std::move(decision),
-               std::move(apply), std::move(done));
+                          ExecuteAsyncOptions options) {
+  turns_.Queue(domain, [this, token, apply = std::move(apply),
+                        done = std::move(done),
+                        options = std::move(options)](Turn turn) mutable {
+    if (options.cancelled && options.cancelled()) {
+      turn.Release();
+      std::move(done)(absl::CancelledError("cancelled before it was applied"));
+      return;
+    }
+    absl::StatusOr<FenceDecision> decision =
+        CheckAndRecord(turn.domain(), token, options.check);
+    if (!decision.ok()) {
+      turn.Release();
+      std::move(done)(std::move(decision));
+      return;
+    }
+    ApplyHolding(std::move(turn), token, *std::move(decision),
+                 std::move(apply), std::move(done));
+  });
 }
 
 bool Fencer::TryExecuteAsync(absl::string_view domain, uint64_t token,
                              AsyncApply& apply, DecisionCallback& done,
                              const AdvanceCheck* check) {
-  std::optional<KeyedMutex::Lock> domain_lock =
-      KeyedMutex::Lock::TryLock(&domain_locks_, domain);
-  if (!domain_lock.has_value()) return false;
+  std::optional<Turn> turn = turns_.TryTake(domain);
+  if (!turn.has_value()) return false;
   std::optional<FenceState> current = store_->GetCached(domain);
   if (!current.has_value()) return false;
   if (token > current->highest_token) {
@@ -133,38 +144,45 @@ bool Fencer::TryExecuteAsync(absl::string_view domain, uint64_t token,
           check->Check(*current, token, /*may_block=*/false);
       if (!admitted.has_value()) return false;
       if (!admitted->ok()) {
-        domain_lock->Release();
+        turn->Release();
         std::move(done)(*std::move(admitted));
         return true;
       }
     }
     FENCEGATE_SYNC_POINT_ARG("Fencer::Execute:AfterCheck", &token);
-    RaiseThenApply(*std::move(domain_lock), domain, token, std::move(apply),
-                   std::move(done));
+    RaiseThenApply(*std::move(turn), token, std::move(apply), std::move(done));
     return true;
   }
   if (token < current->highest_token) {
-    domain_lock->Release();
+    turn->Release();
     std::move(done)(StaleTokenError(domain, token, current->highest_token));
     return true;
   }
   FENCEGATE_SYNC_POINT_ARG("Fencer::Execute:AfterCheck", &token);
   FenceDecision decision;
   decision.fence = *std::move(current);
-  ApplyHolding(*std::move(domain_lock), token, std::move(decision),
-               std::move(apply), std::move(done));
+  ApplyHolding(*std::move(turn), token, std::move(decision), std::move(apply),
+               std::move(done));
   return true;
 }
 
-void Fencer::RaiseThenApply(KeyedMutex::Lock domain_lock,
-                            absl::string_view domain, uint64_t token,
-                            AsyncApply apply, DecisionCallback done) {
+void Fencer::RunInTurn(absl::string_view domain, DomainTurns::Work work) {
+  turns_.Queue(domain, std::move(work));
+}
+
+Fencer::Turn Fencer::WaitTurn(absl::string_view domain) {
+  return turns_.Wait(domain);
+}
+
+void Fencer::RaiseThenApply(Turn turn, uint64_t token, AsyncApply apply,
+                            DecisionCallback done) {
+  const std::string domain = turn.domain();
   store_->RaiseAsync(
       domain, token, clock_->Now(),
-      [token, domain_lock = std::move(domain_lock), apply = std::move(apply),
+      [token, turn = std::move(turn), apply = std::move(apply),
        done = std::move(done)](absl::StatusOr<FenceState> raised) mutable {
         if (!raised.ok()) {
-          domain_lock.Release();
+          turn.Release();
           std::move(done)(raised.status());
           return;
         }
@@ -172,22 +190,21 @@ void Fencer::RaiseThenApply(KeyedMutex::Lock domain_lock,
         FenceDecision decision;
         decision.fence = *std::move(raised);
         decision.advanced = true;
-        ApplyHolding(std::move(domain_lock), token, std::move(decision),
+        ApplyHolding(std::move(turn), token, std::move(decision),
                      std::move(apply), std::move(done));
       });
 }
 
-void Fencer::ApplyHolding(KeyedMutex::Lock domain_lock, uint64_t token,
-                          FenceDecision decision, AsyncApply apply,
-                          DecisionCallback done) {
+void Fencer::ApplyHolding(Turn turn, uint64_t token, FenceDecision decision,
+                          AsyncApply apply, DecisionCallback done) {
   FENCEGATE_SYNC_POINT_ARG("Fencer::Execute:BeforeApply", &token);
-  std::move(apply)([token, domain_lock = std::move(domain_lock),
+  std::move(apply)([token, turn = std::move(turn),
                     decision = std::move(decision),
                     done = std::move(done)](absl::Status s) mutable {
     if (s.ok()) {
       FENCEGATE_SYNC_POINT_ARG("Fencer::Execute:AfterApply", &token);
     }
-    domain_lock.Release();
+    turn.Release();
     if (s.ok()) {
       std::move(done)(std::move(decision));
     } else {
@@ -196,53 +213,53 @@ void Fencer::ApplyHolding(KeyedMutex::Lock domain_lock, uint64_t token,
   });
 }
 
+absl::StatusOr<FenceDecision> Fencer::Fence(const Turn& turn, uint64_t token,
+                                            const AdvanceCheck* check) {
+  const std::string& domain = turn.domain();
+  absl::StatusOr<FenceDecision> decision = CheckAndRecord(domain, token, check);
+  if (!decision.ok() || storage_ == nullptr) return decision;
+  absl::Status raised = storage_->Raise(domain, token);
+  if (raised.ok()) return decision;
+  if (std::optional<StaleTokenInfo> stale = GetStaleToken(raised);
+      stale.has_value()) {
+    if (stale->highest_token > token) {
+      // In the domain's turn still: learn what the storage holds.
+      if (absl::StatusOr<FenceState> learnt =
+              store_->Raise(domain, stale->highest_token, clock_->Now());
+          !learnt.ok()) {
+        return Failed(learnt.status(), *decision);
+      }
+    }
+    return raised;  // The stale token alone, without the advance's mark.
+  }
+  return Failed(std::move(raised), *decision);
+}
+
 absl::StatusOr<FenceDecision> Fencer::Fence(absl::string_view domain,
                                             uint64_t token,
                                             const AdvanceCheck* check) {
-  if (storage_ == nullptr) {
-    return Execute(
-        domain, token, [] { return absl::OkStatus(); }, check);
-  }
-  absl::StatusOr<FenceDecision> decision = Execute(
-      domain, token,
-      [&]() -> absl::Status {
-        absl::Status raised = storage_->Raise(domain, token);
-        if (std::optional<StaleTokenInfo> stale = GetStaleToken(raised);
-            stale.has_value() && stale->highest_token > token) {
-          // Under the domain's lock still: learn what the storage holds.
-          if (absl::StatusOr<FenceState> learnt =
-                  store_->Raise(domain, stale->highest_token, clock_->Now());
-              !learnt.ok()) {
-            return learnt.status();
-          }
-        }
-        return raised;
-      },
-      check);
-  if (!decision.ok() && GetStaleToken(decision.status()).has_value()) {
-    absl::Status stale = decision.status();
-    ForgetAdvance(stale);
-    return stale;
-  }
-  return decision;
+  Turn turn = turns_.Wait(domain);
+  return Fence(turn, token, check);
+}
+
+absl::Status Fencer::Learn(const Turn& turn, uint64_t token) {
+  return store_->Raise(turn.domain(), token, clock_->Now()).status();
 }
 
 absl::Status Fencer::Learn(absl::string_view domain, uint64_t token) {
-  KeyedMutex::Lock domain_lock(&domain_locks_, domain,
-                               "Fencer::Execute:BeforeDomainLock");
-  return store_->Raise(domain, token, clock_->Now()).status();
+  Turn turn = turns_.Wait(domain);
+  return Learn(turn, token);
 }
 
-absl::StatusOr<uint64_t> Fencer::NextGrantable(absl::string_view domain,
+absl::StatusOr<uint64_t> Fencer::NextGrantable(const Turn& turn,
                                                uint64_t at_least) {
   if (storage_ == nullptr) return at_least;
-  return storage_->Next(domain, at_least);
+  return storage_->Next(turn.domain(), at_least);
 }
 
-absl::StatusOr<FenceDecision> Fencer::Sequence(absl::string_view domain,
+absl::StatusOr<FenceDecision> Fencer::Sequence(const Turn& turn,
                                                const AdvanceCheck* check) {
-  KeyedMutex::Lock domain_lock(&domain_locks_, domain,
-                               "Fencer::Execute:BeforeDomainLock");
+  const std::string& domain = turn.domain();
   absl::StatusOr<FenceState> current = store_->Get(domain);
   if (!current.ok()) return current.status();
   if (current->highest_token == std::numeric_limits<uint64_t>::max()) {
@@ -251,20 +268,19 @@ absl::StatusOr<FenceDecision> Fencer::Sequence(absl::string_view domain,
         "\": its fence is at 2^64-1, no higher token can be issued"));
   }
   absl::StatusOr<uint64_t> next =
-      NextGrantable(domain, current->highest_token + 1);
+      NextGrantable(turn, current->highest_token + 1);
   if (!next.ok()) return next.status();
   return CheckAndRecord(domain, *next, check);
 }
 
-absl::StatusOr<FenceState> Fencer::Get(absl::string_view domain) {
-  return store_->Get(domain);
+absl::StatusOr<FenceDecision> Fencer::Sequence(absl::string_view domain,
+                                               const AdvanceCheck* check) {
+  Turn turn = turns_.Wait(domain);
+  return Sequence(turn, check);
 }
 
-absl::Status Fencer::WithDomainLock(absl::string_view domain,
-                                    absl::FunctionRef<absl::Status()> fn) {
-  KeyedMutex::Lock domain_lock(&domain_locks_, domain,
-                               "Fencer::WithDomainLock:BeforeLock");
-  return fn();
+absl::StatusOr<FenceState> Fencer::Get(absl::string_view domain) {
+  return store_->Get(domain);
 }
 
 }  // namespace fencegate

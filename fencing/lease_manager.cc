@@ -10,7 +10,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "boost/asio/post.hpp"
 #include "fencegate/common/limits.h"
 
 namespace fencegate {
@@ -91,7 +90,6 @@ absl::StatusOr<std::unique_ptr<LeaseManager>> LeaseManager::Create(
 // these never are.
 LeaseManager::~LeaseManager() {  // NOLINT(bugprone-exception-escape)
   Shutdown();
-  grant_pool_.join();
   work_.reset();
   io_.stop();
   if (timer_thread_.joinable()) timer_thread_.join();
@@ -172,19 +170,35 @@ void LeaseManager::Acquire(const std::string& name, const std::string& owner,
   if (queued) return;  // `done` runs when granted or timed out.
   // `done` was moved into a waiter only when queued (returned above).
   if (grant_now) {
-    FinishGrant(name, owner, ttl,
-                std::move(done));  // NOLINT(bugprone-use-after-move)
+    StartGrant(name, owner, ttl, std::move(cancelled),
+               std::move(done));  // NOLINT(bugprone-use-after-move)
   } else {
     // Shutting down, or held.
     std::move(done)(std::move(result));  // NOLINT(bugprone-use-after-move)
   }
 }
 
-void LeaseManager::FinishGrant(const std::string& name,
-                               const std::string& owner, absl::Duration ttl,
+void LeaseManager::StartGrant(const std::string& name,
+                              const std::string& owner, absl::Duration ttl,
+                              std::function<bool()> cancelled,
+                              AcquireCallback done) {
+  fencer_->RunInTurn(name, [this, owner, ttl, cancelled = std::move(cancelled),
+                            done = std::move(done)](Fencer::Turn turn) mutable {
+    FinishGrant(std::move(turn), owner, ttl, cancelled, std::move(done));
+  });
+}
+
+void LeaseManager::FinishGrant(Fencer::Turn turn, const std::string& owner,
+                               absl::Duration ttl,
+                               const std::function<bool()>& cancelled,
                                AcquireCallback done) {
+  const std::string name = turn.domain();
   LeaseRecord lease;
-  absl::Status s = fencer_->WithDomainLock(name, [&]() -> absl::Status {
+  absl::Status s = [&]() -> absl::Status {
+    if (cancelled && cancelled()) {
+      // The caller went away while the grant waited for its turn.
+      return absl::CancelledError("cancelled before the lock was taken");
+    }
     absl::StatusOr<FenceState> fence = fencer_->Get(name);
     if (!fence.ok()) return fence.status();
     if (fence->highest_token == std::numeric_limits<uint64_t>::max()) {
@@ -194,12 +208,12 @@ void LeaseManager::FinishGrant(const std::string& name,
     }
     // Above every fence the storage holds too (another gateway's grants).
     absl::StatusOr<uint64_t> token =
-        fencer_->NextGrantable(name, fence->highest_token + 1);
+        fencer_->NextGrantable(turn, fence->highest_token + 1);
     if (!token.ok()) return token.status();
     const absl::Time now = clock_->Now();
     lease = LeaseRecord{name, NewLeaseId(), owner, *token, ttl, now + ttl};
     return store_->GrantLease(lease, now);
-  });
+  }();
   std::vector<absl::AnyInvocable<void() &&>> deferred;
   {
     absl::MutexLock lock(&mu_);
@@ -214,6 +228,7 @@ void LeaseManager::FinishGrant(const std::string& name,
       FreeAndHandOverLocked(name, &deferred);
     }
   }
+  turn.Release();  // Installed: the domain's next work may go on.
   if (s.ok()) {
     std::move(done)(AcquireOutcome{true, std::move(lease)});
   } else {
@@ -326,14 +341,8 @@ void LeaseManager::FreeAndHandOverLocked(
     l.granting = true;
     l.lease.owner = waiter->owner;
     deferred->push_back([this, name, waiter]() mutable {
-      auto grant = [this, name, waiter]() mutable {
-        FinishGrant(name, waiter->owner, waiter->ttl, std::move(waiter->done));
-      };
-      if (options_.post_for_domain) {
-        options_.post_for_domain(name, std::move(grant));
-      } else {
-        boost::asio::post(grant_pool_, std::move(grant));
-      }
+      StartGrant(name, waiter->owner, waiter->ttl, waiter->cancelled,
+                 std::move(waiter->done));
     });
     return;
   }

@@ -108,9 +108,6 @@ struct GatewayService::PendingWrite {
   StorageAdapter* adapter = nullptr;
   // What the gate admitted; views the request.
   std::unique_ptr<Admission> admission;
-  // The domain's turn, held until the reply: the domain's next write
-  // starts after it (released on destruction).
-  std::optional<DomainExecutor::Lane> lane;
   // For the metrics: when it arrived, and its route (a view into the
   // request) once resolved.
   absl::Time started;
@@ -139,12 +136,11 @@ void GatewayService::Count(const PendingWrite& write,
 }
 
 GatewayService::GatewayService(Fencer* fencer, const Router* router,
-                               DomainExecutor* executor,
-                               const RequestGate* gate,
+                               IoPool* pool, const RequestGate* gate,
                                GatewayServiceOptions options)
     : fencer_(fencer),
       router_(router),
-      executor_(executor),
+      pool_(pool),
       gate_(gate),
       options_(options) {}
 
@@ -189,25 +185,15 @@ grpc::ServerUnaryReactor* GatewayService::Write(
       WriteTarget{write->domain, request->token(), resolved.path,
                   request->request_id(), absl::FromChrono(context->deadline())};
   write->adapter = resolved.adapter;
-  if (write->adapter->ApplyAsyncNeverBlocks()) {
+  if (write->adapter->ApplyAsyncNeverBlocks() && TryWriteHere(write)) {
     // A write to an adapter that only queues or computes, whose domain is
     // idle and whose fence is in memory, needs nothing that can block: an
     // equal or stale token is decided here, an advance is queued to the
     // fence store's commit thread, which applies the write once the advance
     // is durable. No hand-off to the I/O pool.
-    if (std::optional<DomainExecutor::Lane> lane =
-            executor_->TryAcquire(write->domain)) {
-      write->lane.emplace(std::move(*lane));
-      if (TryWriteHere(write)) return reactor;
-      DomainExecutor::Lane held = std::move(*write->lane);
-      write->lane.reset();
-      executor_->PostWithLane(std::move(held), OnPool(std::move(write)));
-      return reactor;
-    }
+    return reactor;
   }
-  const std::string& domain_of_write = write->domain;  // Moves with it.
-  auto work = OnPool(std::move(write));
-  executor_->PostHeld(domain_of_write, std::move(work));
+  QueueWrite(std::move(write));
   return reactor;
 }
 
@@ -215,14 +201,6 @@ Fencer::AsyncApply GatewayService::ApplyOf(PendingWrite* w) {
   return [w](Fencer::Applied applied) {
     w->adapter->ApplyAsync(w->target, w->request->ops(),
                            w->response->mutable_results(), std::move(applied));
-  };
-}
-
-absl::AnyInvocable<void(DomainExecutor::Lane) &&> GatewayService::OnPool(
-    std::unique_ptr<PendingWrite> write) {
-  return [this, write = std::move(write)](DomainExecutor::Lane lane) mutable {
-    write->lane.emplace(std::move(lane));
-    RunWrite(std::move(write));
   };
 }
 
@@ -242,35 +220,32 @@ bool GatewayService::TryWriteHere(std::unique_ptr<PendingWrite>& write) {
   return true;
 }
 
-void GatewayService::RunWrite(std::unique_ptr<PendingWrite> write) {
-  if (write->context->IsCancelled()) {
-    // The client gave up (deadline, cancel, shutdown) while the write
-    // waited for its domain: do not apply what nobody will hear about.
-    const absl::Status cancelled =
-        absl::CancelledError("cancelled before it was applied");
-    Count(*write, cancelled);
+void GatewayService::QueueWrite(std::unique_ptr<PendingWrite> write) {
+  PendingWrite* w = write.get();
+  ExecuteAsyncOptions options;
+  options.check = w->admission->advance_check();
+  // The client may give up (deadline, cancel, shutdown) while the write
+  // waits for its domain: then it is not applied, for nobody would hear of
+  // it.
+  options.cancelled = [w] {
+    if (!w->context->IsCancelled()) return false;
     Log(LogSeverity::kWarning,
         absl::StrFormat("%s cancelled before it was applied (the client "
                         "cancelled, or its deadline passed) domain=\"%s\" "
                         "token=%d: nothing was written",
-                        RequestTag("Write", write->fields()),
-                        absl::CHexEscape(write->domain),
-                        write->request->token()),
-        write->fields());
-    grpc::ServerUnaryReactor* reactor = write->reactor;
-    write.reset();  // Releases the domain first, as in Reply.
-    reactor->Finish(ToGrpcStatus(cancelled));
-    return;
-  }
-  PendingWrite* w = write.get();
-  const AdvanceCheck* check = w->admission->advance_check();
+                        RequestTag("Write", w->fields()),
+                        absl::CHexEscape(w->domain), w->request->token()),
+        w->fields());
+    return true;
+  };
+  const std::string& domain = w->domain;  // Moves with the write.
   fencer_->ExecuteAsync(
-      w->domain, w->request->token(), ApplyOf(w),
+      domain, w->request->token(), ApplyOf(w),
       [this, write = std::move(write)](
           absl::StatusOr<FenceDecision> decision) mutable {
         Reply(std::move(write), std::move(decision));
       },
-      check);
+      std::move(options));
 }
 
 void GatewayService::Reply(std::unique_ptr<PendingWrite> write,
@@ -284,20 +259,22 @@ void GatewayService::Reply(std::unique_ptr<PendingWrite> write,
     // The storage's fence may have found the token stale after this
     // gateway's own fence rose to it: the client hears of the stale token
     // only, and this gateway's fence learns the storage's token (in the
-    // domain's lane: this may run on an adapter's thread, which must not
-    // wait for the fence store). A stale token this gateway refused itself
-    // makes that a no-op.
+    // domain's turn, on the I/O pool: this may run on an adapter's thread,
+    // which must not wait for the fence store). A stale token this gateway
+    // refused itself makes that a no-op.
     absl::Status stale = decision.status();
     Fencer::ForgetAdvance(stale);
     decision = std::move(stale);
     if (stale_info->highest_token > write->request->token()) {
-      executor_->Post(write->domain, [fencer = fencer_, domain = write->domain,
-                                      token = stale_info->highest_token] {
-        if (absl::Status s = fencer->Learn(domain, token); !s.ok()) {
+      fencer_->RunInTurn(write->domain, [fencer = fencer_,
+                                         token = stale_info->highest_token](
+                                            Fencer::Turn turn) {
+        if (absl::Status s = fencer->Learn(turn, token); !s.ok()) {
           Log(LogSeverity::kWarning,
               absl::StrFormat("domain \"%s\": could not raise the fence to "
                               "the storage's %d: %s",
-                              absl::CHexEscape(domain), token, s.ToString()));
+                              absl::CHexEscape(turn.domain()), token,
+                              s.ToString()));
         }
       });
     }
@@ -313,9 +290,9 @@ void GatewayService::Reply(std::unique_ptr<PendingWrite> write,
   }
   Count(*write, decision.status());
   grpc::ServerUnaryReactor* reactor = write->reactor;
-  // Release the domain before finishing: once the RPC is finished the
-  // server may shut down and destroy the executor, while this may run on
-  // an adapter's thread that the executor does not wait for.
+  // Free the write before finishing: once the RPC is finished the server
+  // may shut down, while this may run on an adapter's thread that nothing
+  // waits for.
   write.reset();
   reactor->Finish(ToGrpcStatus(decision.status()));
 }
@@ -323,14 +300,15 @@ void GatewayService::Reply(std::unique_ptr<PendingWrite> write,
 grpc::ServerUnaryReactor* GatewayService::Fence(
     grpc::CallbackServerContext* context, const v1::FenceRequest* request,
     v1::FenceState* response) {
-  return RaiseInLane(context, CallFactsOf(*request), /*has_token=*/true,
-                     response, [this, request](const AdvanceCheck* check) {
-                       return fencer_->Fence(request->domain(),
-                                             request->token(), check);
+  return RaiseInTurn(context, CallFactsOf(*request), /*has_token=*/true,
+                     response,
+                     [this, request](const Fencer::Turn& turn,
+                                     const AdvanceCheck* check) {
+                       return fencer_->Fence(turn, request->token(), check);
                      });
 }
 
-grpc::ServerUnaryReactor* GatewayService::RaiseInLane(
+grpc::ServerUnaryReactor* GatewayService::RaiseInTurn(
     grpc::CallbackServerContext* context, const CallFacts& facts,
     bool has_token, v1::FenceState* response, RaiseFn raise) {
   // Fence calls are counted (fencegate_fences_total); Sequence calls not.
@@ -350,11 +328,13 @@ grpc::ServerUnaryReactor* GatewayService::RaiseInLane(
     return refuse(s);
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  executor_->Post(domain, [this, context, reactor, response, domain, counted,
-                           trace_id = TraceIdOf(*context),
-                           method = facts.method, request_id = facts.request_id,
-                           token = facts.token, raise = std::move(raise),
-                           admission = *std::move(admitted)]() mutable {
+  fencer_->RunInTurn(domain, [this, context, reactor, response, domain, counted,
+                              trace_id = TraceIdOf(*context),
+                              method = facts.method,
+                              request_id = facts.request_id,
+                              token = facts.token, raise = std::move(raise),
+                              admission = *std::move(admitted)](
+                                 Fencer::Turn turn) mutable {
     const absl::string_view rpc = method.substr(method.rfind('/') + 1);
     const LogFields fields{request_id, trace_id};
     if (context->IsCancelled()) {
@@ -367,11 +347,13 @@ grpc::ServerUnaryReactor* GatewayService::RaiseInLane(
                           RequestTag(rpc, fields), absl::CHexEscape(domain)),
           fields);
       if (counted) options_.metrics->RecordFence(cancelled);
+      turn.Release();
       reactor->Finish(ToGrpcStatus(cancelled));
       return;
     }
     absl::StatusOr<FenceDecision> decision =
-        std::move(raise)(admission->advance_check());
+        std::move(raise)(turn, admission->advance_check());
+    turn.Release();
     LogOutcome(rpc, fields, domain,
                decision.ok() ? decision->fence.highest_token : token, decision,
                options_.log_writes);
@@ -395,7 +377,7 @@ grpc::ServerUnaryReactor* GatewayService::GetFence(
     return FinishNow(context, s);
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  executor_->PostAny([this, reactor, request, response]() {
+  pool_->Post([this, reactor, request, response]() {
     absl::StatusOr<FenceState> state = fencer_->Get(request->domain());
     if (state.ok()) ToProto(*state, response);
     reactor->Finish(ToGrpcStatus(state.status()));
@@ -406,9 +388,11 @@ grpc::ServerUnaryReactor* GatewayService::GetFence(
 grpc::ServerUnaryReactor* GatewayService::Sequence(
     grpc::CallbackServerContext* context, const v1::SequenceRequest* request,
     v1::FenceState* response) {
-  return RaiseInLane(context, CallFactsOf(*request), /*has_token=*/false,
-                     response, [this, request](const AdvanceCheck* check) {
-                       return fencer_->Sequence(request->domain(), check);
+  return RaiseInTurn(context, CallFactsOf(*request), /*has_token=*/false,
+                     response,
+                     [this](const Fencer::Turn& turn,
+                            const AdvanceCheck* check) {
+                       return fencer_->Sequence(turn, check);
                      });
 }
 

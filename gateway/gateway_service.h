@@ -1,9 +1,11 @@
 // Copyright fencegate authors.
 //
 // GatewayService: the fencegate.v1.Gateway gRPC service on the callback API.
-// Handlers validate the request on gRPC's thread (cheap, no I/O), then hand
-// the fenced work to the DomainExecutor and return; the reactor is finished
-// from the I/O thread. Write takes the request's bytes (write_request.h), so
+// Handlers validate the request on gRPC's thread (cheap, no I/O), then ask
+// the Fencer for the domain's turn (the one per-domain serializer) and
+// return; the fenced work runs on the I/O pool when the turn comes, and the
+// reactor is finished from there (or from the adapter's thread that
+// completes the write). Write takes the request's bytes (write_request.h), so
 // that a request with too many operations is refused before they are built.
 
 #ifndef GATEWAY_GATEWAY_SERVICE_H_
@@ -14,7 +16,7 @@
 
 #include "fencegate/v1/gateway.grpc.pb.h"
 #include "fencing/fencer.h"
-#include "gateway/domain_executor.h"
+#include "gateway/io_pool.h"
 #include "gateway/memory_budget.h"
 #include "observability/request_metrics.h"
 #include "security/request_gate.h"
@@ -39,12 +41,13 @@ struct GatewayServiceOptions {
 // Every RPC passes `gate` first (request_gate.h): a request it refuses is
 // answered without touching a fence or an adapter.
 //
-// Thread safety: safe for concurrent RPCs. `fencer`, `router`, `executor`
-// and `gate` are not owned and must outlive the service.
+// Thread safety: safe for concurrent RPCs. `fencer`, `router`, `pool` and
+// `gate` are not owned and must outlive the service; `fencer` runs its
+// queued work on `pool`.
 class GatewayService final : public v1::Gateway::WithRawCallbackMethod_Write<
                                  v1::Gateway::CallbackService> {
  public:
-  GatewayService(Fencer* fencer, const Router* router, DomainExecutor* executor,
+  GatewayService(Fencer* fencer, const Router* router, IoPool* pool,
                  const RequestGate* gate, GatewayServiceOptions options);
 
   grpc::ServerUnaryReactor* Write(grpc::CallbackServerContext* context,
@@ -66,20 +69,18 @@ class GatewayService final : public v1::Gateway::WithRawCallbackMethod_Write<
   // without blocking (Fencer::TryExecuteAsync); the write's adapter must
   // never block in ApplyAsync. Takes `write` if so; false leaves it.
   bool TryWriteHere(std::unique_ptr<PendingWrite>& write);
-  // Checks, records and applies the write, then replies; on the I/O pool.
-  void RunWrite(std::unique_ptr<PendingWrite> write);
-  // Pool work that runs RunWrite(write) with the domain's Lane.
-  absl::AnyInvocable<void(DomainExecutor::Lane) &&> OnPool(
-      std::unique_ptr<PendingWrite> write);
+  // Asks for the write's domain's turn; when it comes (on the I/O pool)
+  // the Fencer checks, records and applies it, then Reply.
+  void QueueWrite(std::unique_ptr<PendingWrite> write);
   // The write's apply for the Fencer: its adapter's ApplyAsync.
   static Fencer::AsyncApply ApplyOf(PendingWrite* w);
   // Fence and Sequence: admits the call, validates its domain, token (if
-  // `has_token`) and request_id, then runs `raise` in the domain's lane with
-  // the call's AdvanceCheck, logs, audits and replies with the fence. The facts
-  // view the request, which outlives the call.
-  using RaiseFn =
-      absl::AnyInvocable<absl::StatusOr<FenceDecision>(const AdvanceCheck*) &&>;
-  grpc::ServerUnaryReactor* RaiseInLane(grpc::CallbackServerContext* context,
+  // `has_token`) and request_id, then runs `raise` in the domain's turn
+  // with the call's AdvanceCheck, logs, audits and replies with the fence.
+  // The facts view the request, which outlives the call.
+  using RaiseFn = absl::AnyInvocable<absl::StatusOr<FenceDecision>(
+      const Fencer::Turn&, const AdvanceCheck*) &&>;
+  grpc::ServerUnaryReactor* RaiseInTurn(grpc::CallbackServerContext* context,
                                         const CallFacts& facts, bool has_token,
                                         v1::FenceState* response,
                                         RaiseFn raise);
@@ -89,14 +90,15 @@ class GatewayService final : public v1::Gateway::WithRawCallbackMethod_Write<
                                    const absl::Status& status);
   // Counts a finished Write.
   void Count(const PendingWrite& write, const absl::Status& status) const;
-  // Releases the write's domain, then finishes the RPC (after which the
-  // server may be destroyed).
+  // Logs, counts and audits the write's outcome, then finishes the RPC
+  // (after which the server may be destroyed; the Fencer has passed the
+  // domain's turn on before).
   void Reply(std::unique_ptr<PendingWrite> write,
              absl::StatusOr<FenceDecision> decision);
 
   Fencer* const fencer_;
   const Router* const router_;
-  DomainExecutor* const executor_;
+  IoPool* const pool_;
   const RequestGate* const gate_;
   const GatewayServiceOptions options_;
 };

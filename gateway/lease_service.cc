@@ -22,9 +22,9 @@ grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
 
 }  // namespace
 
-LeaseService::LeaseService(LeaseManager* manager, DomainExecutor* executor,
+LeaseService::LeaseService(LeaseManager* manager, IoPool* pool,
                            const RequestGate* gate)
-    : manager_(manager), executor_(executor), gate_(gate) {}
+    : manager_(manager), pool_(pool), gate_(gate) {}
 
 grpc::ServerUnaryReactor* LeaseService::Acquire(
     grpc::CallbackServerContext* context, const v1::AcquireRequest* request,
@@ -33,51 +33,41 @@ grpc::ServerUnaryReactor* LeaseService::Acquire(
       gate_->Admit(*context, CallFactsOf(*request));
   if (!admitted.ok()) return FinishNow(context, admitted.status());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  // In the name's lane: a grant takes the domain's lock, which a write in
-  // flight may hold for long, and must then wait without a thread.
-  executor_->Post(request->name(), [this, context, reactor, request, response,
-                                    admission = std::shared_ptr<Admission>(
-                                        *std::move(admitted))]() {
-    if (context->IsCancelled()) {
-      // The caller gave up while this waited in the queue: granting now
-      // would hold the lock for nobody until its ttl runs out.
-      reactor->Finish(grpc::Status(grpc::StatusCode::CANCELLED,
-                                   "cancelled before the lock was taken"));
-      return;
-    }
-    // Never wait past the caller's deadline.
-    const absl::Duration until_deadline =
-        absl::FromChrono(context->deadline()) - absl::Now();
-    const absl::Duration wait = std::max(
-        absl::ZeroDuration(),
-        std::min(absl::Milliseconds(request->wait_ms()), until_deadline));
-    manager_->Acquire(
-        request->name(), request->owner(), admission->identity(),
-        absl::Milliseconds(request->ttl_ms()), wait,
-        [context] { return context->IsCancelled(); },
-        [reactor, response, admission](absl::StatusOr<AcquireOutcome> outcome) {
-          if (outcome.ok()) {
-            const LeaseRecord& lease = outcome->lease;
-            response->set_acquired(outcome->acquired);
-            if (outcome->acquired) {
-              response->set_token(lease.token);
-              response->set_lease_id(lease.lease_id);
-              response->set_ttl_ms(
-                  static_cast<uint32_t>(absl::ToInt64Milliseconds(lease.ttl)));
-              Log(LogSeverity::kInfo,
-                  absl::StrFormat("lease granted name=\"%s\" owner=\"%s\" "
-                                  "token=%d (fence raised)",
-                                  absl::CHexEscape(lease.name),
-                                  absl::CHexEscape(lease.owner), lease.token));
-              admission->AuditAdvance(lease.token);
-            } else {
-              response->set_holder_owner(lease.owner);
-              response->set_holder_token(lease.token);
-            }
+  // Acquire never blocks: a grant waits for its domain's turn (behind the
+  // domain's writes) holding no thread, and finishes on the I/O pool.
+  std::shared_ptr<Admission> admission(*std::move(admitted));
+  // Never wait past the caller's deadline.
+  const absl::Duration until_deadline =
+      absl::FromChrono(context->deadline()) - absl::Now();
+  const absl::Duration wait = std::max(
+      absl::ZeroDuration(),
+      std::min(absl::Milliseconds(request->wait_ms()), until_deadline));
+  manager_->Acquire(
+      request->name(), request->owner(), admission->identity(),
+      absl::Milliseconds(request->ttl_ms()), wait,
+      [context] { return context->IsCancelled(); },
+      [reactor, response, admission](absl::StatusOr<AcquireOutcome> outcome) {
+        if (outcome.ok()) {
+          const LeaseRecord& lease = outcome->lease;
+          response->set_acquired(outcome->acquired);
+          if (outcome->acquired) {
+            response->set_token(lease.token);
+            response->set_lease_id(lease.lease_id);
+            response->set_ttl_ms(
+                static_cast<uint32_t>(absl::ToInt64Milliseconds(lease.ttl)));
+            Log(LogSeverity::kInfo,
+                absl::StrFormat("lease granted name=\"%s\" owner=\"%s\" "
+                                "token=%d (fence raised)",
+                                absl::CHexEscape(lease.name),
+                                absl::CHexEscape(lease.owner), lease.token));
+            admission->AuditAdvance(lease.token);
+          } else {
+            response->set_holder_owner(lease.owner);
+            response->set_holder_token(lease.token);
           }
-          reactor->Finish(ToGrpcStatus(outcome.status()));
-        });
-  });
+        }
+        reactor->Finish(ToGrpcStatus(outcome.status()));
+      });
   return reactor;
 }
 
@@ -90,7 +80,7 @@ grpc::ServerUnaryReactor* LeaseService::KeepAlive(
     return FinishNow(context, admitted.status());
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  executor_->PostAny([this, reactor, request, response]() {
+  pool_->Post([this, reactor, request, response]() {
     absl::StatusOr<absl::Duration> ttl =
         manager_->KeepAlive(request->name(), request->lease_id());
     if (ttl.ok()) {
@@ -111,7 +101,7 @@ grpc::ServerUnaryReactor* LeaseService::Release(
     return FinishNow(context, admitted.status());
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  executor_->PostAny([this, reactor, request]() {
+  pool_->Post([this, reactor, request]() {
     absl::Status s = manager_->Release(request->name(), request->lease_id());
     if (s.ok()) {
       Log(LogSeverity::kInfo,

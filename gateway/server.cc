@@ -166,18 +166,15 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
   for (const RouteFences::Line& line : *recovered) {
     Log(line.warning ? LogSeverity::kWarning : LogSeverity::kInfo, line.text);
   }
+  s->pool_ = std::make_unique<IoPool>(options.io_threads);
+  // Work whose domain's turn came runs on the I/O pool.
   s->fencer_ = std::make_unique<Fencer>(
       s->store_.get(), Clock::Real(),
-      s->route_fences_->empty() ? nullptr : s->route_fences_.get());
-  s->executor_ = std::make_unique<DomainExecutor>(options.io_threads);
+      s->route_fences_->empty() ? nullptr : s->route_fences_.get(),
+      [pool = s->pool_.get()](absl::AnyInvocable<void() &&> work) {
+        pool->Post(std::move(work));
+      });
   LeaseManagerOptions lease_options;
-  // A handover to a waiter takes the domain's lock: it waits in the
-  // domain's lane, not on a thread, while a write holds the domain.
-  lease_options.post_for_domain = [executor = s->executor_.get()](
-                                      const std::string& name,
-                                      absl::AnyInvocable<void() &&> work) {
-    executor->Post(name, std::move(work));
-  };
   lease_options.max_waiters = options.max_waiting_acquires;
   lease_options.metrics = metrics;
   absl::StatusOr<std::unique_ptr<LeaseManager>> leases = LeaseManager::Create(
@@ -222,7 +219,7 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
   s->memory_ = std::make_unique<MemoryBudget>(
       static_cast<size_t>(options.memory_limit_bytes / 2));
   s->service_ = std::make_unique<GatewayService>(
-      s->fencer_.get(), s->router_.get(), s->executor_.get(), s->gate_.get(),
+      s->fencer_.get(), s->router_.get(), s->pool_.get(), s->gate_.get(),
       GatewayServiceOptions{options.max_ops_per_write, options.log_writes,
                             s->request_metrics_.get(), s->memory_.get()});
 
@@ -251,7 +248,7 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
   builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
                              ms(options.handshake_timeout));
   s->lease_service_ = std::make_unique<LeaseService>(
-      s->leases_.get(), s->executor_.get(), s->gate_.get());
+      s->leases_.get(), s->pool_.get(), s->gate_.get());
   builder.RegisterService(s->service_.get());
   builder.RegisterService(s->lease_service_.get());
   // Installed before the listener opens when the port is known, so that no
@@ -353,7 +350,7 @@ void GatewayServer::Shutdown(absl::Duration grace) {
   for (const std::unique_ptr<TokenWatcher>& watcher : watchers_) {
     watcher->Stop();
   }
-  if (executor_ != nullptr) executor_->Join();
+  if (pool_ != nullptr) pool_->Join();
   if (audit_ != nullptr) audit_->Flush();
 }
 

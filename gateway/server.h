@@ -19,7 +19,7 @@
 #include "fencing/rocksdb_fence_store.h"
 #include "gateway/config.h"
 #include "gateway/connection_limit.h"
-#include "gateway/domain_executor.h"
+#include "gateway/io_pool.h"
 #include "gateway/gateway_service.h"
 #include "gateway/lease_service.h"
 #include "gateway/route_fences.h"
@@ -95,10 +95,11 @@ class GatewayServer {
   std::unique_ptr<Router> router_;
   std::unique_ptr<RouteFences> route_fences_;
   std::unique_ptr<RocksDbStore> store_;
+  // Before the Fencer, which runs its queued work on it.
+  std::unique_ptr<IoPool> pool_;
   std::unique_ptr<Fencer> fencer_;
   std::unique_ptr<LeaseManager> leases_;
   std::vector<std::unique_ptr<TokenWatcher>> watchers_;
-  std::unique_ptr<DomainExecutor> executor_;
   std::unique_ptr<MemoryBudget> memory_;
   std::unique_ptr<GatewayService> service_;
   std::unique_ptr<LeaseService> lease_service_;

@@ -98,7 +98,7 @@ TEST_F(AdvanceCheckTest, AsyncPathsAskTheCheckToo) {
   Fencer::DecisionCallback done = [&](absl::StatusOr<FenceDecision> d) {
     outcomes.push_back(std::move(d));
   };
-  fencer_->ExecuteAsync("a", 11, std::move(apply), std::move(done), &check);
+  fencer_->ExecuteAsync("a", 11, std::move(apply), std::move(done), {&check, nullptr});
   ASSERT_EQ(outcomes.size(), 1u);
   EXPECT_THAT(outcomes[0], StatusIs(absl::StatusCode::kPermissionDenied));
   EXPECT_EQ(applies, 0);
@@ -137,7 +137,7 @@ TEST_F(AdvanceCheckTest, AsyncPathsAskTheCheckToo) {
   EXPECT_EQ(outcomes.size(), before);
   EXPECT_EQ(applies, 0);
   fencer_->ExecuteAsync("a", 4, std::move(apply2), std::move(done2),
-                        &deferring);
+                        {&deferring, nullptr});
   ASSERT_EQ(outcomes.size(), before + 1);
   ASSERT_OK(outcomes.back().status());
   EXPECT_EQ(applies, 1);

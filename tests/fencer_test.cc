@@ -127,7 +127,7 @@ TEST_F(FencerTest, InFlightOlderWriteIsRejectedAfterNewerToken) {
   ASSERT_OK(Write("jobs", 1).status());
   thread_local bool is_old_holder = false;
   absl::Notification old_in_flight, new_done;
-  SyncPoint::Get()->SetCallback("Fencer::Execute:BeforeDomainLock", [&](void*) {
+  SyncPoint::Get()->SetCallback("Fencer::Execute:BeforeTurn", [&](void*) {
     if (!is_old_holder) return;
     old_in_flight.Notify();
     new_done.WaitForNotification();

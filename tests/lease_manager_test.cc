@@ -234,13 +234,13 @@ TEST_F(LeaseManagerTest, GrantWaitingForAWriteDoesNotBlockOtherLocks) {
                   .status());
   });
   applying.WaitForNotification();
-  SyncPoint::Get()->SetCallback("Fencer::WithDomainLock:BeforeLock",
+  SyncPoint::Get()->SetCallback("DomainTurns::Queue:Behind",
                                 [&](void*) { grant_waiting.Notify(); });
   absl::StatusOr<AcquireOutcome> grant;
   std::thread granter([&] { grant = Acquire("jobs"); });
   grant_waiting.WaitForNotification();
-  // The grant is now blocked on the domain lock. Renewing another lock
-  // must still work.
+  // The grant now waits for the domain's turn. Renewing another lock must
+  // still work.
   absl::Notification renewed;
   absl::Status renew_status;
   std::thread renewer([&] {
@@ -381,22 +381,9 @@ TEST_F(LeaseManagerTest, OneLockCannotTakeEveryWaitingPlace) {
   manager_->Shutdown();  // Ends the waiters while their callbacks' data live.
 }
 
-// A handover to a waiter is finished through post_for_domain (the
-// gateway's domain lanes), not on a thread of the manager's own.
-TEST_F(LeaseManagerTest, HandoversGoThroughTheDomainsPoster) {
-  std::atomic<int> posted{0};
-  std::vector<std::thread> threads;
-  absl::Mutex mu;
-  LeaseManagerOptions options;
-  options.post_for_domain = [&](const std::string& name,
-                                absl::AnyInvocable<void() &&> work) {
-    EXPECT_EQ(name, "jobs");
-    ++posted;
-    absl::MutexLock lock(&mu);
-    threads.emplace_back(
-        [work = std::move(work)]() mutable { std::move(work)(); });
-  };
-  Open(std::move(options));
+// A handover to a waiter waits for its domain's turn, behind a write in
+// flight, without holding up the Release that handed it over.
+TEST_F(LeaseManagerTest, AHandoverWaitsForTheDomainsTurnWithoutBlocking) {
   ASSERT_OK_AND_ASSIGN(held, Acquire("jobs"));
   absl::Notification granted;
   absl::StatusOr<AcquireOutcome> waiter;
@@ -405,14 +392,71 @@ TEST_F(LeaseManagerTest, HandoversGoThroughTheDomainsPoster) {
                       waiter = std::move(o);
                       granted.Notify();
                     });
-  ASSERT_OK(manager_->Release("jobs", held.lease.lease_id));
+  absl::Notification applying, finish_write;
+  std::thread writer([&] {
+    EXPECT_OK(fencer_
+                  ->Execute("jobs", 1,
+                            [&] {
+                              applying.Notify();
+                              finish_write.WaitForNotification();
+                              return absl::OkStatus();
+                            })
+                  .status());
+  });
+  applying.WaitForNotification();
+  absl::Notification released;
+  absl::Status release_status;
+  std::thread releaser([&] {
+    release_status = manager_->Release("jobs", held.lease.lease_id);
+    released.Notify();
+  });
+  const bool released_while_write_ran =
+      released.WaitForNotificationWithTimeout(absl::Seconds(20));
+  const bool granted_while_write_ran = granted.HasBeenNotified();
+  finish_write.Notify();
+  writer.join();
+  releaser.join();
+  EXPECT_TRUE(released_while_write_ran);
+  EXPECT_FALSE(granted_while_write_ran);
+  ASSERT_OK(release_status);
   ASSERT_TRUE(granted.WaitForNotificationWithTimeout(absl::Seconds(10)));
   ASSERT_OK(waiter.status());
   EXPECT_TRUE(waiter->acquired);
   EXPECT_EQ(waiter->lease.token, 2u);
-  EXPECT_EQ(posted.load(), 1);
-  absl::MutexLock lock(&mu);
-  for (std::thread& t : threads) t.join();
+}
+
+// A grant whose caller went away while it waited for the domain's turn is
+// not made, and the lock stays free.
+TEST_F(LeaseManagerTest, AGrantWhoseCallerLeftWhileItWaitedIsNotMade) {
+  absl::Notification applying, finish_write;
+  std::thread writer([&] {
+    EXPECT_OK(fencer_
+                  ->Execute("jobs", 1,
+                            [&] {
+                              applying.Notify();
+                              finish_write.WaitForNotification();
+                              return absl::OkStatus();
+                            })
+                  .status());
+  });
+  applying.WaitForNotification();
+  std::atomic<bool> gone{false};
+  absl::Notification done;
+  absl::StatusOr<AcquireOutcome> outcome;
+  manager_->Acquire("jobs", "left", "", absl::Seconds(60),
+                    absl::ZeroDuration(), [&] { return gone.load(); },
+                    [&](absl::StatusOr<AcquireOutcome> o) {
+                      outcome = std::move(o);
+                      done.Notify();
+                    });
+  gone = true;
+  finish_write.Notify();
+  writer.join();
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_THAT(outcome, StatusIs(absl::StatusCode::kCancelled));
+  EXPECT_EQ(Fence("jobs"), 1u);  // No token was granted.
+  ASSERT_OK_AND_ASSIGN(next, Acquire("jobs"));
+  EXPECT_EQ(next.lease.token, 2u);
 }
 
 TEST_F(LeaseManagerTest, KeepAliveDuringShutdownIsUnavailableNotLost) {

@@ -120,8 +120,8 @@ TEST_F(FencerStorageTest, NewTokensComeFromTheStorage) {
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(d->fence.highest_token, 21u);
   EXPECT_EQ(Local("d"), 21u);
-  EXPECT_EQ(fencer_->NextGrantable("d", 22).value(), 22u);
-  EXPECT_EQ(fencer_->NextGrantable("d", 1).value(), 23u);
+  EXPECT_EQ(fencer_->NextGrantable(fencer_->WaitTurn("d"), 22).value(), 22u);
+  EXPECT_EQ(fencer_->NextGrantable(fencer_->WaitTurn("d"), 1).value(), 23u);
   storage_.fake.unavailable = true;
   EXPECT_THAT(fencer_->Sequence("d").status(),
               StatusIs(absl::StatusCode::kUnavailable));
@@ -131,7 +131,7 @@ TEST_F(FencerStorageTest, NewTokensComeFromTheStorage) {
 using FencerWithoutStorageTest = testing::FencerTest;
 
 TEST_F(FencerWithoutStorageTest, NewTokensAreLocal) {
-  EXPECT_EQ(fencer_->NextGrantable("d", 7).value(), 7u);
+  EXPECT_EQ(fencer_->NextGrantable(fencer_->WaitTurn("d"), 7).value(), 7u);
   ASSERT_TRUE(fencer_->Fence("d", 3).ok());
   EXPECT_EQ(fencer_->Sequence("d")->fence.highest_token, 4u);
 }

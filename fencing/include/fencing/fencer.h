@@ -7,9 +7,11 @@
 //   2. token == highest  -> accepted; the fence is unchanged.
 //   3. token >  highest  -> the new highest is made durable (FenceStore::Raise)
 //                           before the write is applied.
-//   4. For one domain, check, record and apply run under one per-domain lock,
-//      so once a token T is accepted no lower token is applied after it, even
-//      a request that arrived earlier. Different domains run in parallel.
+//   4. For one domain, check, record and apply run in the domain's turn
+//      (domain_turns.h), the one serializer of everything that reads or
+//      moves a domain's fence, so once a token T is accepted no lower token
+//      is applied after it, even a request that arrived earlier. Different
+//      domains run in parallel.
 //   5. If apply fails after the fence advanced, the fence stays advanced and
 //      the apply error is returned, marked with the new fence
 //      (AdvancedBeforeError); retrying with the same token is allowed.
@@ -17,7 +19,7 @@
 //      fence is first put to it, under the domain's lock; if it refuses,
 //      nothing moves and nothing is applied.
 //   7. With a StorageFence (storage_fence.h), a fence that moves without a
-//      write reaches the storage too, under the domain's lock: Fence()
+//      write reaches the storage too, in the domain's turn: Fence()
 //      raises the storage's fences after its own and succeeds only once
 //      they hold the token; Sequence() and NextGrantable() take their
 //      token from the storage, so that gateways sharing it never hand out
@@ -29,6 +31,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -40,7 +43,7 @@
 #include "fencing/advance_check.h"
 #include "fencing/clock.h"
 #include "fencing/fence_store.h"
-#include "fencing/keyed_mutex.h"
+#include "fencing/domain_turns.h"
 #include "fencing/storage_fence.h"
 
 namespace fencegate {
@@ -52,20 +55,39 @@ struct FenceDecision {
   bool advanced = false;
 };
 
-// Thread safety: safe for concurrent use. Execute() blocks for as long as
-// the store's sync and `apply` take, plus the time other requests of the same
-// domain hold its lock: call it from an I/O thread, never from an RPC thread.
+// Fencer::ExecuteAsync's options.
+struct ExecuteAsyncOptions {
+  // As in Fencer::Execute(); it must outlive the call of `done`.
+  // Default: none.
+  const AdvanceCheck* check = nullptr;
+  // Asked when the turn comes, before the check: true ends the call with
+  // CANCELLED and moves nothing (the caller went away while it waited).
+  // Default: never cancelled.
+  std::function<bool()> cancelled;
+};
+
+// Thread safety: safe for concurrent use. The methods that take no Turn
+// and return a result (Execute, Fence, Sequence, Learn, WaitTurn) wait for
+// the domain's turn on the calling thread, and then for the store's sync
+// and the apply: call them from threads of their own (watchers, tools,
+// tests), never from an RPC thread or the Runner's. ExecuteAsync,
+// TryExecuteAsync and RunInTurn never block: they are the gateway's path.
 class Fencer {
  public:
+  using Turn = DomainTurns::Turn;
+
   // `store`, `clock` and `storage` (null: no storage keeps fences) are not
-  // owned and must outlive the Fencer.
-  Fencer(FenceStore* store, Clock* clock, StorageFence* storage = nullptr);
+  // owned and must outlive the Fencer. `runner` runs work whose turn came
+  // (DomainTurns::Runner; the gateway's I/O pool). Default: the thread
+  // that frees the turn, for tests and tools.
+  Fencer(FenceStore* store, Clock* clock, StorageFence* storage = nullptr,
+         DomainTurns::Runner runner = nullptr);
   Fencer(const Fencer&) = delete;
   Fencer& operator=(const Fencer&) = delete;
   ~Fencer();
 
   // Checks `token` against `domain`'s fence, records an advance durably, then
-  // runs `apply`, all under the domain's lock. Returns the decision if apply
+  // runs `apply`, all in the domain's turn. Returns the decision if apply
   // succeeded; the stale-token error if the token is stale (apply not run);
   // apply's error otherwise (the fence stays as recorded). The caller must
   // have validated domain and token (common/limits.h). `check`, if not
@@ -75,65 +97,81 @@ class Fencer {
                                         absl::FunctionRef<absl::Status()> apply,
                                         const AdvanceCheck* check = nullptr);
 
-  // Execute() for an apply that completes later, on any thread. `apply` is
-  // called (or not, as in Execute) with a callback that it, or whatever it
-  // started, must call exactly once with the apply's outcome; the domain's
-  // lock is held until then, so rule 4 holds across threads. `done` runs
-  // once with what Execute() would have returned, after the lock is
-  // released: on this thread if apply did not run, otherwise on the thread
-  // that called back.
+  // Execute() for an apply that completes later, on any thread, asked for
+  // without blocking: the check, record and apply run on the Runner when
+  // the domain's turn comes. `apply` is called (or not, as in Execute) with
+  // a callback that it, or whatever it started, must call exactly once
+  // with the apply's outcome; the domain's turn is held until then, so
+  // rule 4 holds across threads. `done` runs once with what Execute()
+  // would have returned, after the turn is passed on: on the Runner if
+  // apply did not run, otherwise on the thread that called back.
   using Applied = absl::AnyInvocable<void(absl::Status) &&>;
   using AsyncApply = absl::AnyInvocable<void(Applied) &&>;
   using DecisionCallback =
       absl::AnyInvocable<void(absl::StatusOr<FenceDecision>) &&>;
-  // `check` as in Execute(); it must outlive the call of `done`.
   void ExecuteAsync(absl::string_view domain, uint64_t token, AsyncApply apply,
-                    DecisionCallback done, const AdvanceCheck* check = nullptr);
+                    DecisionCallback done, ExecuteAsyncOptions options = {});
 
-  // ExecuteAsync() if it can be decided without blocking: the domain's
-  // lock is free, the store answers from memory (FenceStore::GetCached),
-  // and either the token does not advance the fence or the store queues
-  // advances (FenceStore::RaiseAsyncNeverBlocks), and `check` (if any)
-  // decides an advance without blocking. Then returns true, having
-  // refused a stale token, started `apply`, or queued the advance, and
-  // `done` follows; an advance keeps the domain's lock while its synced
-  // write is pending, and `apply` then runs on the store's thread once the
-  // advance is durable. Otherwise returns false having called neither: use
-  // ExecuteAsync() from an I/O thread. Never blocks itself; `apply` must
-  // not block either, for the caller's thread and the store's to stay
-  // unblocked.
+  // ExecuteAsync() decided on the calling thread, if that needs nothing
+  // that blocks: nobody holds or waits for the domain's turn, the store
+  // answers from memory (FenceStore::GetCached), and either the token does
+  // not advance the fence or the store queues advances
+  // (FenceStore::RaiseAsyncNeverBlocks), and `check` (if any) decides an
+  // advance without blocking. Then returns true, having refused a stale
+  // token, started `apply`, or queued the advance, and `done` follows; an
+  // advance keeps the domain's turn while its synced write is pending, and
+  // `apply` then runs on the store's thread once the advance is durable.
+  // Otherwise returns false having called neither: use ExecuteAsync().
+  // Never blocks itself; `apply` must not block either, for the caller's
+  // thread and the store's to stay unblocked.
   bool TryExecuteAsync(absl::string_view domain, uint64_t token,
                        AsyncApply& apply, DecisionCallback& done,
                        const AdvanceCheck* check = nullptr);
 
-  // Execute() whose apply raises the storage's fences (rule 7): raises the
-  // fence to `token` (or accepts it if equal), or fails with the
-  // stale-token error, which holds the storage's token if a storage held a
-  // higher one (this fence is then raised to it). A storage that cannot be
-  // reached fails it with UNAVAILABLE naming it; this fence may have moved
-  // (marked as rule 5 says).
+  // Runs `work` on the Runner in `domain`'s turn, after every turn asked
+  // for earlier; the turn passes on when `work` releases or destroys it.
+  // Never blocks. For the steps below that take a Turn.
+  void RunInTurn(absl::string_view domain, DomainTurns::Work work);
+
+  // Blocks until `domain`'s turn comes (see the thread-safety note).
+  Turn WaitTurn(absl::string_view domain);
+
+  // Execute() whose apply raises the storage's fences (rule 7), in `turn`:
+  // raises the fence of turn.domain() to `token` (or accepts it if
+  // equal), or fails with the stale-token error, which holds the
+  // storage's token if a storage held a higher one (this fence is then
+  // raised to it). A storage that cannot be reached fails it with
+  // UNAVAILABLE naming it; this fence may have moved (marked as rule 5
+  // says).
+  absl::StatusOr<FenceDecision> Fence(const Turn& turn, uint64_t token,
+                                      const AdvanceCheck* check = nullptr);
+  // The same, waiting for the domain's turn.
   absl::StatusOr<FenceDecision> Fence(absl::string_view domain, uint64_t token,
                                       const AdvanceCheck* check = nullptr);
 
-  // Fence() with a new token: the domain's highest token + 1, or the
-  // storage's next (NextGrantable), read and raised under the domain's
-  // lock: the new token is unique to this call. OUT_OF_RANGE at 2^64-1.
+  // Fence() with a new token, in `turn`: the domain's highest token + 1, or
+  // the storage's next (NextGrantable): the new token is unique to this
+  // call. OUT_OF_RANGE at 2^64-1.
+  absl::StatusOr<FenceDecision> Sequence(const Turn& turn,
+                                         const AdvanceCheck* check = nullptr);
+  // The same, waiting for the domain's turn.
   absl::StatusOr<FenceDecision> Sequence(absl::string_view domain,
                                          const AdvanceCheck* check = nullptr);
 
-  // The token a new holder of `domain` may be given, at least `at_least`:
-  // `at_least` itself without a storage; otherwise StorageFence::Next(),
-  // which raises the storage's fences to it. Call it within
-  // WithDomainLock() for `domain`, then record the token (the lease
-  // store's grant); the storage may hold it even if that fails (a gap in
-  // the tokens, never a token given twice).
-  absl::StatusOr<uint64_t> NextGrantable(absl::string_view domain,
-                                         uint64_t at_least);
+  // The token a new holder of turn.domain() may be given, at least
+  // `at_least`: `at_least` itself without a storage; otherwise
+  // StorageFence::Next(), which raises the storage's fences to it. Record
+  // the token (the lease store's grant) before passing the turn on; the
+  // storage may hold it even if that fails (a gap in the tokens, never a
+  // token given twice).
+  absl::StatusOr<uint64_t> NextGrantable(const Turn& turn, uint64_t at_least);
 
-  // Raises this fence (only) to `token`, a token some storage holds for
-  // `domain` (its stale-token error said so), under the domain's lock;
-  // never lowers it and asks no AdvanceCheck: the storage admitted it
-  // already. Blocks for the fence store's sync.
+  // Raises this fence (only) of turn.domain() to `token`, a token some
+  // storage holds (its stale-token error said so); never lowers it and
+  // asks no AdvanceCheck: the storage admitted it already. Blocks for the
+  // fence store's sync.
+  absl::Status Learn(const Turn& turn, uint64_t token);
+  // The same, waiting for the domain's turn.
   absl::Status Learn(absl::string_view domain, uint64_t token);
 
   // The domain's current fence.
@@ -147,32 +185,25 @@ class Fencer {
   // whose one detail clients expect to be the StaleToken).
   static void ForgetAdvance(absl::Status& error);
 
-  // Runs `fn` under the domain's lock, serialized with Execute() and
-  // Fence(): for callers that advance the fence through another path (the
-  // lease service's grants) and must not interleave with a write.
-  absl::Status WithDomainLock(absl::string_view domain,
-                              absl::FunctionRef<absl::Status()> fn);
-
  private:
-  // Rules 1-3 under the caller's domain lock: the stale-token error, or the
-  // decision with any advance already durable.
+  // Rules 1-3 in the domain's turn: the stale-token error, or the decision
+  // with any advance already durable.
   absl::StatusOr<FenceDecision> CheckAndRecord(absl::string_view domain,
                                                uint64_t token,
                                                const AdvanceCheck* check);
-  // Queues the advance of `domain` to `token` to the store, holding
-  // `domain_lock`; once it is durable, ApplyHolding on the store's thread.
-  void RaiseThenApply(KeyedMutex::Lock domain_lock, absl::string_view domain,
-                      uint64_t token, AsyncApply apply, DecisionCallback done);
-  // Runs `apply` holding `domain_lock` until it calls back, then releases
-  // the lock and reports `decision` (or apply's error) to `done`.
-  static void ApplyHolding(KeyedMutex::Lock domain_lock, uint64_t token,
-                           FenceDecision decision, AsyncApply apply,
-                           DecisionCallback done);
+  // Queues the advance of the turn's domain to `token` to the store,
+  // holding `turn`; once it is durable, ApplyHolding on the store's thread.
+  void RaiseThenApply(Turn turn, uint64_t token, AsyncApply apply,
+                      DecisionCallback done);
+  // Runs `apply` holding `turn` until it calls back, then passes the turn
+  // on and reports `decision` (or apply's error) to `done`.
+  static void ApplyHolding(Turn turn, uint64_t token, FenceDecision decision,
+                           AsyncApply apply, DecisionCallback done);
 
   FenceStore* const store_;
   Clock* const clock_;
   StorageFence* const storage_;
-  KeyedMutex domain_locks_;
+  DomainTurns turns_;
 };
 
 }  // namespace fencegate

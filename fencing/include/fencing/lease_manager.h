@@ -4,8 +4,8 @@
 // time; every grant takes a fencing token one above the domain's fence (and
 // above the storage's, Fencer::NextGrantable, which raises the storage's
 // fence to it first) and raises the fence to it in the same durable write
-// (LeaseStore::GrantLease),
-// under the domain's Fencer lock, so the previous holder is shut out before
+// (LeaseStore::GrantLease), in the domain's turn (Fencer::RunInTurn, the
+// one serializer of the domain's fence), so the previous holder is shut out before
 // the new one hears of its token and no write of the old holder can land
 // after the grant.
 //
@@ -34,7 +34,6 @@
 #include "boost/asio/executor_work_guard.hpp"
 #include "boost/asio/io_context.hpp"
 #include "boost/asio/steady_timer.hpp"
-#include "boost/asio/thread_pool.hpp"
 #include "fencing/clock.h"
 #include "fencing/fencer.h"
 #include "fencing/lease_store.h"
@@ -51,14 +50,6 @@ struct AcquireOutcome {
 };
 
 struct LeaseManagerOptions {
-  // Runs `work` for lock `name` without holding a shared thread while the
-  // name's domain is busy (the gateway's DomainExecutor lanes). Handovers
-  // to a waiter are finished through it: they take the domain's Fencer
-  // lock, which a write in flight may hold for long.
-  // Default: empty (a pool of two threads of the manager's own).
-  std::function<void(const std::string& name,
-                     absl::AnyInvocable<void() &&> work)>
-      post_for_domain;
   // Acquire calls waiting at once, over all locks; beyond it Acquire fails
   // RESOURCE_EXHAUSTED (after dropping waiters whose callers went away).
   // One caller (identity), and one lock, may each have at most half of it
@@ -71,7 +62,8 @@ struct LeaseManagerOptions {
 };
 
 // Thread safety: safe for concurrent use. Callbacks run on the calling
-// thread or on the manager's timer thread, without internal locks held.
+// thread, the manager's timer thread or the Fencer's Runner, without
+// internal locks held.
 class LeaseManager {
  public:
   using AcquireCallback =
@@ -94,9 +86,10 @@ class LeaseManager {
   // (common/limits.h; nothing is stored); OUT_OF_RANGE when the domain's fence
   // is at 2^64-1; RESOURCE_EXHAUSTED when max_waiters Acquire calls wait
   // already, or half of it for `name` or for `caller`; UNAVAILABLE after
-  // Shutdown(). Never waits for the domain's Fencer lock itself unless the lock
-  // is free to take now: call it from the domain's lane (post_for_domain) so
-  // that a busy domain holds no shared thread.
+  // Shutdown(); CANCELLED if `cancelled` says so when the grant's turn
+  // comes. Never blocks: a grant is made in the domain's turn on the
+  // Fencer's Runner, after the domain's writes asked for earlier, and
+  // `done` then runs there; a refusal runs `done` on the calling thread.
   void Acquire(const std::string& name, const std::string& owner,
                const std::string& caller, absl::Duration ttl,
                absl::Duration wait, std::function<bool()> cancelled,
@@ -152,19 +145,25 @@ class LeaseManager {
   void ForgetWaiterLocked(const Waiter& waiter)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // Makes a grant of `name`, reserved with Lock::granting, durable — under
-  // the domain's Fencer lock, which may wait for a write in flight, so
-  // without mu_ — then installs it and runs `done`. On failure the lock
-  // passes to the next waiter.
-  void FinishGrant(const std::string& name, const std::string& owner,
-                   absl::Duration ttl, AcquireCallback done);
+  // Makes a grant of `name`, reserved with Lock::granting, in the domain's
+  // turn (which may come after a write in flight): asks for the turn and
+  // returns; FinishGrant follows there.
+  void StartGrant(const std::string& name, const std::string& owner,
+                  absl::Duration ttl, std::function<bool()> cancelled,
+                  AcquireCallback done);
+  // Makes the grant durable holding `turn` (unless `cancelled` says the
+  // caller went away), installs it, passes the turn on and runs `done`. On
+  // failure the lock passes to the next waiter.
+  void FinishGrant(Fencer::Turn turn, const std::string& owner,
+                   absl::Duration ttl, const std::function<bool()>& cancelled,
+                   AcquireCallback done);
   void ArmExpiryLocked(Lock& lock, const std::string& name,
                        absl::Duration remaining)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnExpiry(const std::string& name, const std::string& lease_id);
   void OnWaitTimeout(const std::string& name, std::shared_ptr<Waiter> waiter);
   // Frees `name` and reserves it for the first live waiter, whose grant is
-  // finished on grant_pool_. Callbacks to run after unlocking are appended
+  // started (StartGrant) once mu_ is released. Callbacks to run after unlocking are appended
   // to `deferred`.
   void FreeAndHandOverLocked(
       const std::string& name,
@@ -179,9 +178,6 @@ class LeaseManager {
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type>
       work_;
   std::thread timer_thread_;
-  // Finishes grants handed to waiters, so that a grant waiting for its
-  // domain's lock holds up neither the timer thread nor the caller.
-  boost::asio::thread_pool grant_pool_{2};
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, Lock> locks_ ABSL_GUARDED_BY(mu_);
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
