@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -216,27 +217,24 @@ END$$)sql",
   return sql;
 }
 
-absl::Status SetUpFenceSchema(const std::string& admin_conninfo,
-                              const std::string& schema,
-                              const std::string& role) {
-  if (!IsPlainIdentifier(schema)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "schema \"", schema,
-        "\": use 1-63 lower-case letters, digits and _, not starting with a "
-        "digit"));
-  }
-  if (!IsPlainIdentifier(role)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "role \"", role,
-        "\": use 1-63 lower-case letters, digits and _, not starting with a "
-        "digit"));
-  }
-  if (role == OwnerRole(schema)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("role \"", role,
-                     "\" is the fence schema's owner: a route's role must not "
-                     "be able to write the fence table"));
-  }
+namespace {
+
+// INVALID_ARGUMENT unless `name` is a plain identifier; `what` names it
+// ("schema", "role").
+absl::Status CheckName(absl::string_view what, const std::string& name) {
+  if (IsPlainIdentifier(name)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      what, " \"", name,
+      "\": use 1-63 lower-case letters, digits and _, not starting with a "
+      "digit"));
+}
+
+// Runs `body` in one transaction on a new connection to `admin_conninfo`,
+// committed if `body` succeeds; a connection that fails is UNAVAILABLE,
+// any other exception INTERNAL, each prefixed "pg-setup: ".
+absl::Status InAdminTransaction(
+    const std::string& admin_conninfo,
+    absl::FunctionRef<absl::Status(pqxx::work&)> body) {
   std::unique_ptr<pqxx::connection> c;
   try {
     c = std::make_unique<pqxx::connection>(admin_conninfo);
@@ -246,17 +244,7 @@ absl::Status SetUpFenceSchema(const std::string& admin_conninfo,
   }
   try {
     pqxx::work tx(*c);
-    if (tx.exec_params("SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = $1",
-                       role)
-            .empty()) {
-      return absl::NotFoundError(
-          absl::StrCat("pg-setup: role \"", role,
-                       "\" does not exist; create it first, e.g. CREATE ROLE ",
-                       role, " LOGIN PASSWORD '...'"));
-    }
-    for (const std::string& statement : FenceSetupSql(schema, role)) {
-      tx.exec(statement);
-    }
+    if (absl::Status s = body(tx); !s.ok()) return s;
     tx.commit();
   } catch (const pqxx::broken_connection& e) {
     return absl::UnavailableError(
@@ -265,6 +253,39 @@ absl::Status SetUpFenceSchema(const std::string& admin_conninfo,
     return absl::InternalError(absl::StrCat("pg-setup: ", Trim(e.what())));
   }
   return absl::OkStatus();
+}
+
+bool RoleExists(pqxx::work& tx, const std::string& role) {
+  return !tx.exec_params("SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = $1",
+                         role)
+              .empty();
+}
+
+}  // namespace
+
+absl::Status SetUpFenceSchema(const std::string& admin_conninfo,
+                              const std::string& schema,
+                              const std::string& role) {
+  if (absl::Status s = CheckName("schema", schema); !s.ok()) return s;
+  if (absl::Status s = CheckName("role", role); !s.ok()) return s;
+  if (role == OwnerRole(schema)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("role \"", role,
+                     "\" is the fence schema's owner: a route's role must not "
+                     "be able to write the fence table"));
+  }
+  return InAdminTransaction(admin_conninfo, [&](pqxx::work& tx) {
+    if (!RoleExists(tx, role)) {
+      return absl::NotFoundError(
+          absl::StrCat("pg-setup: role \"", role,
+                       "\" does not exist; create it first, e.g. CREATE ROLE ",
+                       role, " LOGIN PASSWORD '...'"));
+    }
+    for (const std::string& statement : FenceSetupSql(schema, role)) {
+      tx.exec(statement);
+    }
+    return absl::OkStatus();
+  });
 }
 
 const std::vector<std::string>& SessionStateFunctions() {
@@ -326,12 +347,7 @@ absl::StatusOr<std::vector<std::string>> RevokeSessionFunctions(
     const std::string& admin_conninfo, const std::string& role,
     const std::vector<std::string>& grant_to) {
   for (const std::string& r : grant_to) {
-    if (!IsPlainIdentifier(r)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "role \"", r,
-          "\": use 1-63 lower-case letters, digits and _, not starting with "
-          "a digit"));
-    }
+    if (absl::Status s = CheckName("role", r); !s.ok()) return s;
     if (r == role) {
       return absl::InvalidArgumentError(absl::StrCat(
           "role \"", r,
@@ -339,28 +355,13 @@ absl::StatusOr<std::vector<std::string>> RevokeSessionFunctions(
           "it; name the other roles that need them"));
     }
   }
-  if (!IsPlainIdentifier(role)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "role \"", role,
-        "\": use 1-63 lower-case letters, digits and _, not starting with a "
-        "digit"));
-  }
-  std::unique_ptr<pqxx::connection> c;
-  try {
-    c = std::make_unique<pqxx::connection>(admin_conninfo);
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(
-        absl::StrCat("pg-setup: cannot connect: ", Trim(e.what())));
-  }
+  if (absl::Status s = CheckName("role", role); !s.ok()) return s;
   std::vector<std::string> revoked;
-  try {
-    pqxx::work tx(*c);
+  absl::Status s = InAdminTransaction(admin_conninfo, [&](pqxx::work& tx) {
     std::vector<std::string> roles = grant_to;
     roles.push_back(role);
     for (const std::string& r : roles) {
-      if (tx.exec_params("SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = $1",
-                         r)
-              .empty()) {
+      if (!RoleExists(tx, r)) {
         return absl::NotFoundError(
             absl::StrCat("pg-setup: role \"", r, "\" does not exist"));
       }
@@ -375,13 +376,9 @@ absl::StatusOr<std::vector<std::string>> RevokeSessionFunctions(
         tx.exec(absl::StrCat("GRANT EXECUTE ON FUNCTION ", f, " TO ", r));
       }
     }
-    tx.commit();
-  } catch (const pqxx::broken_connection& e) {
-    return absl::UnavailableError(
-        absl::StrCat("pg-setup: connection lost: ", Trim(e.what())));
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("pg-setup: ", Trim(e.what())));
-  }
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
   return revoked;
 }
 
