@@ -38,7 +38,8 @@ void DomainTurns::Turn::Release() {
   owner->PassOn(domain_);
 }
 
-std::optional<DomainTurns::Turn> DomainTurns::TryTake(absl::string_view domain) {
+std::optional<DomainTurns::Turn> DomainTurns::TryTake(
+    absl::string_view domain) {
   absl::MutexLock lock(&mu_);
   if (!held_.try_emplace(domain).second) return std::nullopt;
   return Turn(this, std::string(domain));
@@ -83,8 +84,8 @@ void DomainTurns::PassOn(const std::string& domain) {
     absl::MutexLock lock(&mu_);
     auto it = held_.find(domain);
     if (it == held_.end()) {
-      Fatal("domain turns", absl::StrCat("domain \"", domain,
-                                         "\" released but not held"));
+      Fatal("domain turns",
+            absl::StrCat("domain \"", domain, "\" released but not held"));
     }
     if (it->second == nullptr || it->second->empty()) {
       held_.erase(it);

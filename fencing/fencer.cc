@@ -125,8 +125,8 @@ void Fencer::ExecuteAsync(absl::string_view domain, uint64_t token,
       std::move(done)(std::move(decision));
       return;
     }
-    ApplyHolding(std::move(turn), token, *std::move(decision),
-                 std::move(apply), std::move(done));
+    ApplyHolding(std::move(turn), token, *std::move(decision), std::move(apply),
+                 std::move(done));
   });
 }
 

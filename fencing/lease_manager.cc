@@ -178,8 +178,8 @@ void LeaseManager::Acquire(const std::string& name, const std::string& owner,
   }
 }
 
-void LeaseManager::StartGrant(const std::string& name,
-                              const std::string& owner, absl::Duration ttl,
+void LeaseManager::StartGrant(const std::string& name, const std::string& owner,
+                              absl::Duration ttl,
                               std::function<bool()> cancelled,
                               AcquireCallback done) {
   fencer_->RunInTurn(name, [this, owner, ttl, cancelled = std::move(cancelled),

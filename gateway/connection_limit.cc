@@ -2,6 +2,7 @@
 
 #include "gateway/connection_limit.h"
 
+#include <arpa/inet.h>
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -17,6 +18,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "grpcpp/server_context.h"
 #include "observability/log.h"
 #include "prometheus/counter.h"
 
@@ -76,6 +78,40 @@ int LocalTcpPort(int fd) {
   return -1;
 }
 
+// The peer of connection `fd` as gRPC names it in ServerContext::peer()
+// ("ipv4:10.0.0.1:5000", "ipv6:[::1]:5000"; an IPv4-mapped IPv6 address
+// as IPv4); empty if it has none.
+std::string PeerOf(int fd) {
+  sockaddr_storage peer{};
+  socklen_t len = sizeof(peer);
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) != 0) {
+    return "";
+  }
+  char text[INET6_ADDRSTRLEN] = {};
+  if (peer.ss_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(&peer);
+    if (::inet_ntop(AF_INET, &in->sin_addr, text, sizeof(text)) == nullptr) {
+      return "";
+    }
+    return absl::StrCat("ipv4:", text, ":", ntohs(in->sin_port));
+  }
+  if (peer.ss_family == AF_INET6) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&peer);
+    if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr)) {
+      if (::inet_ntop(AF_INET, &in6->sin6_addr.s6_addr[12], text,
+                      sizeof(text)) == nullptr) {
+        return "";
+      }
+      return absl::StrCat("ipv4:", text, ":", ntohs(in6->sin6_port));
+    }
+    if (::inet_ntop(AF_INET6, &in6->sin6_addr, text, sizeof(text)) == nullptr) {
+      return "";
+    }
+    return absl::StrCat("ipv6:[", text, "]:", ntohs(in6->sin6_port));
+  }
+  return "";
+}
+
 // The limit of the port `listen_fd` listens on, if any; with the registry
 // locked, so that it is not destroyed meanwhile.
 ConnectionLimit* LimitOf(Registry& registry, int listen_fd)
@@ -124,7 +160,7 @@ Shed ShedForDescriptors(int listen_fd) {
 
 absl::StatusOr<std::unique_ptr<ConnectionLimit>> ConnectionLimit::Install(
     int port, uint32_t max, const MetricsContext& metrics,
-    absl::Duration recount_every) {
+    absl::Duration recount_every, uint32_t unproven_share) {
   if (port < 1 || port > 65535) {
     return absl::InvalidArgumentError(
         absl::StrCat("connection limit: bad port ", port));
@@ -154,7 +190,7 @@ absl::StatusOr<std::unique_ptr<ConnectionLimit>> ConnectionLimit::Install(
                      std::strerror(errno)));
   }
   std::unique_ptr<ConnectionLimit> limit(
-      new ConnectionLimit(port, max, metrics, recount_every));
+      new ConnectionLimit(port, max, metrics, recount_every, unproven_share));
   registry.limits.emplace(port, limit.get());
   registry.installed.store(registry.limits.size(), std::memory_order_release);
   return limit;
@@ -162,8 +198,12 @@ absl::StatusOr<std::unique_ptr<ConnectionLimit>> ConnectionLimit::Install(
 
 ConnectionLimit::ConnectionLimit(int port, uint32_t max,
                                  const MetricsContext& metrics,
-                                 absl::Duration recount_every)
-    : port_(port), max_(max), recount_every_(recount_every) {
+                                 absl::Duration recount_every,
+                                 uint32_t unproven_share)
+    : port_(port),
+      max_(max),
+      recount_every_(recount_every),
+      unproven_share_(unproven_share) {
   if (!metrics.enabled()) return;
   auto& refused = prometheus::BuildCounter()
                       .Name("fencegate_connections_refused_total")
@@ -174,6 +214,14 @@ ConnectionLimit::ConnectionLimit(int port, uint32_t max,
                       .Register(*metrics.registry);
   refused_counter_ = &refused.Add({{"reason", "limit"}});
   refused_descriptors_counter_ = &refused.Add({{"reason", "descriptors"}});
+  shed_counter_ = &prometheus::BuildCounter()
+                       .Name("fencegate_connections_shed_total")
+                       .Help(
+                           "Client connections that had made no RPC, shut "
+                           "down to make room for a new one at "
+                           "max_connections")
+                       .Register(*metrics.registry)
+                       .Add({});
   open_gauge_ = metrics.scrape_gauges->Add(
       "fencegate_connections_open", "Client connections open", {},
       [this] { return static_cast<double>(Open()); });
@@ -206,17 +254,66 @@ uint64_t ConnectionLimit::refused_for_descriptors() const {
   return refused_descriptors_;
 }
 
+uint64_t ConnectionLimit::shed() const {
+  absl::MutexLock lock(&mu_);
+  return shed_;
+}
+
 void ConnectionLimit::Prune() {
   for (auto it = open_.begin(); it != open_.end();) {
     struct stat st {};
     const bool same = ::fstat(it->first, &st) == 0 && S_ISSOCK(st.st_mode) &&
-                      st.st_ino == it->second;
+                      st.st_ino == it->second.inode;
     if (same) {
       ++it;
-    } else {
-      open_.erase(it++);
+      continue;
     }
+    if (it->second.unproven) ForgetUnproven(it->first, it->second);
+    open_.erase(it++);
   }
+}
+
+void ConnectionLimit::ForgetUnproven(int fd, Connection& connection) {
+  unproven_.erase(connection.order);
+  auto peer = unproven_peers_.find(connection.peer);
+  if (peer != unproven_peers_.end() && peer->second == fd) {
+    unproven_peers_.erase(peer);
+  }
+  connection.unproven = false;
+  connection.peer.clear();
+  unproven_count_.store(unproven_.size(), std::memory_order_relaxed);
+}
+
+void ConnectionLimit::Forget(int fd) {
+  auto it = open_.find(fd);
+  if (it == open_.end()) return;
+  if (it->second.unproven) ForgetUnproven(fd, it->second);
+  open_.erase(it);
+}
+
+bool ConnectionLimit::ShedOldestUnproven() {
+  if (unproven_.empty()) return false;
+  const int fd = unproven_.begin()->second;
+  const ino_t inode = open_[fd].inode;
+  Forget(fd);
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_ino == inode) {
+    // Still that connection: end it. gRPC sees the end and closes it.
+    ::shutdown(fd, SHUT_RDWR);
+    ++shed_;
+    if (shed_counter_ != nullptr) shed_counter_->Increment();
+  }
+  return true;  // Closed already, or now: its slot is free.
+}
+
+void ConnectionLimit::MarkProven(absl::string_view peer) {
+  if (unproven_count_.load(std::memory_order_relaxed) == 0) return;
+  absl::MutexLock lock(&mu_);
+  auto it = unproven_peers_.find(peer);
+  if (it == unproven_peers_.end()) return;
+  const int fd = it->second;
+  auto connection = open_.find(fd);
+  if (connection != open_.end()) ForgetUnproven(fd, connection->second);
 }
 
 std::string ConnectionLimit::Report(absl::string_view why) {
@@ -236,11 +333,12 @@ std::string ConnectionLimit::Report(absl::string_view why) {
 bool ConnectionLimit::Admit(int fd) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) return true;  // Nothing to count.
+  std::string peer = unproven_share_ > 0 ? PeerOf(fd) : "";
   std::string report;
   {
     absl::MutexLock lock(&mu_);
     // The descriptor was free, so whatever it held before was closed.
-    open_.erase(fd);
+    Forget(fd);
     if (open_.size() >= max_) {
       const absl::Time now = absl::Now();
       if (now - last_recount_ >= recount_every_) {
@@ -248,8 +346,30 @@ bool ConnectionLimit::Admit(int fd) {
         last_recount_ = now;
       }
     }
+    if (open_.size() >= max_ && unproven_share_ > 0 &&
+        unproven_.size() >= unproven_share_) {
+      ShedOldestUnproven();
+    }
     if (open_.size() < max_) {
-      open_.emplace(fd, st.st_ino);
+      if (!peer.empty()) {
+        // A peer address names one open connection: an older entry for it
+        // was closed (its descriptor not yet noticed).
+        if (auto old = unproven_peers_.find(peer);
+            old != unproven_peers_.end()) {
+          Forget(old->second);
+        }
+      }
+      Connection connection;
+      connection.inode = st.st_ino;
+      if (!peer.empty()) {
+        connection.unproven = true;
+        connection.order = next_order_++;
+        connection.peer = peer;
+        unproven_.emplace(connection.order, fd);
+        unproven_peers_[std::move(peer)] = fd;
+        unproven_count_.store(unproven_.size(), std::memory_order_relaxed);
+      }
+      open_[fd] = std::move(connection);
       return true;
     }
     ++refused_;
@@ -275,6 +395,16 @@ void ConnectionLimit::RefusedForDescriptors() {
         "max_connections)");
   }
   if (!report.empty()) Log(LogSeverity::kWarning, report);
+}
+
+grpc::experimental::Interceptor*
+ProofOfCallInterceptors::CreateServerInterceptor(
+    grpc::experimental::ServerRpcInfo* info) {
+  ConnectionLimit* limit = limit_.load(std::memory_order_acquire);
+  if (limit != nullptr && info->server_context() != nullptr) {
+    limit->MarkProven(info->server_context()->peer());
+  }
+  return nullptr;  // Nothing to intercept in the call itself.
 }
 
 }  // namespace fencegate

@@ -22,6 +22,21 @@
 // Either way the client sees its connection closed (gRPC: UNAVAILABLE).
 // Sockets listening on other ports, or not on TCP, pass through untouched.
 //
+// A share for connections that have not proven themselves. A connection is
+// unproven from its accept until its first RPC arrives (MarkProven(), from
+// ProofOfCallInterceptors, which sees every RPC): until then it is in its
+// TLS handshake, or has not sent a call. With an `unproven_share`, when
+// `max` are open and a new connection arrives while at least
+// `unproven_share` of the open ones are unproven, the oldest unproven one
+// is shut down (shutdown(2); gRPC then closes it) to make room for the new
+// one, instead of refusing it. So a flood of connections that never finish
+// a handshake cannot keep new peers out: a newcomer is let in, and is shed
+// only if `unproven_share` newer unproven connections arrive before its
+// first RPC; and a connection that has made an RPC is never closed for a
+// newcomer. (The socket is checked, by inode, just before it is shut
+// down; a connection accepted on the same descriptor number in that
+// instant would be closed instead, and its client would reconnect.)
+//
 // Open connections are counted from Install() on. Closes are noticed when
 // the limit is reached, by one fstat(2) per tracked socket (a closed
 // descriptor, or one reused for another file, no longer counts), at most
@@ -30,15 +45,17 @@
 // now may still be counted until the next recount. Below the limit an
 // accept costs a getsockname(2), an fstat(2) and a lock more.
 //
-// Thread safety: thread safe; accept4 runs on any thread.
+// Thread safety: thread safe; accept4 and MarkProven run on any thread.
 
 #ifndef GATEWAY_CONNECTION_LIMIT_H_
 #define GATEWAY_CONNECTION_LIMIT_H_
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -48,6 +65,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "grpcpp/support/server_interceptor.h"
 #include "metrics/metrics_context.h"
 #include "prometheus/counter.h"
 
@@ -63,9 +81,12 @@ class ConnectionLimit {
   // INTERNAL if the spare descriptor cannot be opened. With `metrics`
   // enabled, exports fencegate_connections_refused_total{reason="limit"
   // or "descriptors"} and fencegate_connections_open.
+  // `unproven_share` (0: none, connections are never shed) is described
+  // above; with metrics also fencegate_connections_shed_total.
   static absl::StatusOr<std::unique_ptr<ConnectionLimit>> Install(
       int port, uint32_t max, const MetricsContext& metrics,
-      absl::Duration recount_every = absl::Milliseconds(100));
+      absl::Duration recount_every = absl::Milliseconds(100),
+      uint32_t unproven_share = 0);
 
   ConnectionLimit(const ConnectionLimit&) = delete;
   ConnectionLimit& operator=(const ConnectionLimit&) = delete;
@@ -77,6 +98,13 @@ class ConnectionLimit {
   // process was out of file descriptors.
   uint64_t refused() const ABSL_LOCKS_EXCLUDED(mu_);
   uint64_t refused_for_descriptors() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Unproven connections shut down to make room for a newcomer.
+  uint64_t shed() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // An RPC arrived from `peer` (gRPC's form: "ipv4:127.0.0.1:5000",
+  // "ipv6:[::1]:5000"): its connection, if open and unproven, is proven.
+  // Cheap when no connection is unproven (an atomic read).
+  void MarkProven(absl::string_view peer) ABSL_LOCKS_EXCLUDED(mu_);
 
   // For accept4 only. Admit: `fd` was just accepted on this limit's port;
   // true if it may be kept (it is counted), false if the caller must close
@@ -86,28 +114,72 @@ class ConnectionLimit {
   void RefusedForDescriptors() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  // An open connection: its socket's inode (to tell it from a later file
+  // on the same descriptor), and while unproven its peer and accept order.
+  struct Connection {
+    ino_t inode = 0;
+    bool unproven = false;
+    std::string peer;
+    uint64_t order = 0;
+  };
+
   ConnectionLimit(int port, uint32_t max, const MetricsContext& metrics,
-                  absl::Duration recount_every);
+                  absl::Duration recount_every, uint32_t unproven_share);
   // Forgets the descriptors that are closed or reused for another file.
   void Prune() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stops tracking `fd`.
+  void Forget(int fd) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stops counting `fd`'s connection as unproven.
+  void ForgetUnproven(int fd, Connection& connection)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Frees the slot of the oldest unproven connection: shuts it down if it
+  // is still open. False if none is unproven.
+  bool ShedOldestUnproven() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The warning to log now for a refusal (empty: one was logged lately).
   std::string Report(absl::string_view why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int port_;
   const uint32_t max_;
   const absl::Duration recount_every_;
+  const uint32_t unproven_share_;
   // Null: metrics off.
   prometheus::Counter* refused_counter_ = nullptr;
   prometheus::Counter* refused_descriptors_counter_ = nullptr;
+  prometheus::Counter* shed_counter_ = nullptr;
   std::shared_ptr<void> open_gauge_;
   mutable absl::Mutex mu_;
-  // Descriptor -> inode of the socket accepted on it.
-  absl::flat_hash_map<int, ino_t> open_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<int, Connection> open_ ABSL_GUARDED_BY(mu_);
+  // Unproven connections: by accept order (oldest first), and by peer.
+  std::map<uint64_t, int> unproven_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, int> unproven_peers_ ABSL_GUARDED_BY(mu_);
+  // unproven_.size(), read without the lock by MarkProven.
+  std::atomic<size_t> unproven_count_{0};
+  uint64_t next_order_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t shed_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time last_recount_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   uint64_t refused_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t refused_descriptors_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t unreported_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time last_report_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+};
+
+// A gRPC server interceptor factory that hands the peer of every RPC to
+// the attached ConnectionLimit's MarkProven (and adds no interceptor to
+// the call). Register it with the ServerBuilder; attach the limit once it
+// is installed (it may be after the server starts, for port 0); RPCs
+// before that prove nothing.
+class ProofOfCallInterceptors final
+    : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  // `limit` must outlive the server this factory is registered with.
+  void Attach(ConnectionLimit* limit) {
+    limit_.store(limit, std::memory_order_release);
+  }
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override;
+
+ private:
+  std::atomic<ConnectionLimit*> limit_{nullptr};
 };
 
 }  // namespace fencegate

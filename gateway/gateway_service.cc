@@ -266,17 +266,17 @@ void GatewayService::Reply(std::unique_ptr<PendingWrite> write,
     Fencer::ForgetAdvance(stale);
     decision = std::move(stale);
     if (stale_info->highest_token > write->request->token()) {
-      fencer_->RunInTurn(write->domain, [fencer = fencer_,
-                                         token = stale_info->highest_token](
-                                            Fencer::Turn turn) {
-        if (absl::Status s = fencer->Learn(turn, token); !s.ok()) {
-          Log(LogSeverity::kWarning,
-              absl::StrFormat("domain \"%s\": could not raise the fence to "
-                              "the storage's %d: %s",
-                              absl::CHexEscape(turn.domain()), token,
-                              s.ToString()));
-        }
-      });
+      fencer_->RunInTurn(
+          write->domain, [fencer = fencer_, token = stale_info->highest_token](
+                             Fencer::Turn turn) {
+            if (absl::Status s = fencer->Learn(turn, token); !s.ok()) {
+              Log(LogSeverity::kWarning,
+                  absl::StrFormat("domain \"%s\": could not raise the fence to "
+                                  "the storage's %d: %s",
+                                  absl::CHexEscape(turn.domain()), token,
+                                  s.ToString()));
+            }
+          });
     }
   }
   if (decision.ok()) {
@@ -300,12 +300,11 @@ void GatewayService::Reply(std::unique_ptr<PendingWrite> write,
 grpc::ServerUnaryReactor* GatewayService::Fence(
     grpc::CallbackServerContext* context, const v1::FenceRequest* request,
     v1::FenceState* response) {
-  return RaiseInTurn(context, CallFactsOf(*request), /*has_token=*/true,
-                     response,
-                     [this, request](const Fencer::Turn& turn,
-                                     const AdvanceCheck* check) {
-                       return fencer_->Fence(turn, request->token(), check);
-                     });
+  return RaiseInTurn(
+      context, CallFactsOf(*request), /*has_token=*/true, response,
+      [this, request](const Fencer::Turn& turn, const AdvanceCheck* check) {
+        return fencer_->Fence(turn, request->token(), check);
+      });
 }
 
 grpc::ServerUnaryReactor* GatewayService::RaiseInTurn(
@@ -328,40 +327,40 @@ grpc::ServerUnaryReactor* GatewayService::RaiseInTurn(
     return refuse(s);
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  fencer_->RunInTurn(domain, [this, context, reactor, response, domain, counted,
-                              trace_id = TraceIdOf(*context),
-                              method = facts.method,
-                              request_id = facts.request_id,
-                              token = facts.token, raise = std::move(raise),
-                              admission = *std::move(admitted)](
-                                 Fencer::Turn turn) mutable {
-    const absl::string_view rpc = method.substr(method.rfind('/') + 1);
-    const LogFields fields{request_id, trace_id};
-    if (context->IsCancelled()) {
-      const absl::Status cancelled =
-          absl::CancelledError("cancelled before the fence was raised");
-      Log(LogSeverity::kWarning,
-          absl::StrFormat("%s cancelled before it was applied (the client "
-                          "cancelled, or its deadline passed) domain=\"%s\": "
-                          "the fence did not move",
-                          RequestTag(rpc, fields), absl::CHexEscape(domain)),
-          fields);
-      if (counted) options_.metrics->RecordFence(cancelled);
-      turn.Release();
-      reactor->Finish(ToGrpcStatus(cancelled));
-      return;
-    }
-    absl::StatusOr<FenceDecision> decision =
-        std::move(raise)(turn, admission->advance_check());
-    turn.Release();
-    LogOutcome(rpc, fields, domain,
-               decision.ok() ? decision->fence.highest_token : token, decision,
-               options_.log_writes);
-    admission->Audit(decision);
-    if (counted) options_.metrics->RecordFence(decision.status());
-    if (decision.ok()) ToProto(decision->fence, response);
-    reactor->Finish(ToGrpcStatus(decision.status()));
-  });
+  fencer_->RunInTurn(
+      domain, [this, context, reactor, response, domain, counted,
+               trace_id = TraceIdOf(*context), method = facts.method,
+               request_id = facts.request_id, token = facts.token,
+               raise = std::move(raise),
+               admission = *std::move(admitted)](Fencer::Turn turn) mutable {
+        const absl::string_view rpc = method.substr(method.rfind('/') + 1);
+        const LogFields fields{request_id, trace_id};
+        if (context->IsCancelled()) {
+          const absl::Status cancelled =
+              absl::CancelledError("cancelled before the fence was raised");
+          Log(LogSeverity::kWarning,
+              absl::StrFormat(
+                  "%s cancelled before it was applied (the client "
+                  "cancelled, or its deadline passed) domain=\"%s\": "
+                  "the fence did not move",
+                  RequestTag(rpc, fields), absl::CHexEscape(domain)),
+              fields);
+          if (counted) options_.metrics->RecordFence(cancelled);
+          turn.Release();
+          reactor->Finish(ToGrpcStatus(cancelled));
+          return;
+        }
+        absl::StatusOr<FenceDecision> decision =
+            std::move(raise)(turn, admission->advance_check());
+        turn.Release();
+        LogOutcome(rpc, fields, domain,
+                   decision.ok() ? decision->fence.highest_token : token,
+                   decision, options_.log_writes);
+        admission->Audit(decision);
+        if (counted) options_.metrics->RecordFence(decision.status());
+        if (decision.ok()) ToProto(decision->fence, response);
+        reactor->Finish(ToGrpcStatus(decision.status()));
+      });
   return reactor;
 }
 
@@ -388,12 +387,11 @@ grpc::ServerUnaryReactor* GatewayService::GetFence(
 grpc::ServerUnaryReactor* GatewayService::Sequence(
     grpc::CallbackServerContext* context, const v1::SequenceRequest* request,
     v1::FenceState* response) {
-  return RaiseInTurn(context, CallFactsOf(*request), /*has_token=*/false,
-                     response,
-                     [this](const Fencer::Turn& turn,
-                            const AdvanceCheck* check) {
-                       return fencer_->Sequence(turn, check);
-                     });
+  return RaiseInTurn(
+      context, CallFactsOf(*request), /*has_token=*/false, response,
+      [this](const Fencer::Turn& turn, const AdvanceCheck* check) {
+        return fencer_->Sequence(turn, check);
+      });
 }
 
 }  // namespace fencegate

@@ -78,8 +78,9 @@ class GatewayService final : public v1::Gateway::WithRawCallbackMethod_Write<
   // `has_token`) and request_id, then runs `raise` in the domain's turn
   // with the call's AdvanceCheck, logs, audits and replies with the fence.
   // The facts view the request, which outlives the call.
-  using RaiseFn = absl::AnyInvocable<absl::StatusOr<FenceDecision>(
-      const Fencer::Turn&, const AdvanceCheck*) &&>;
+  using RaiseFn =
+      absl::AnyInvocable<absl::StatusOr<FenceDecision>(const Fencer::Turn&,
+                                                       const AdvanceCheck*) &&>;
   grpc::ServerUnaryReactor* RaiseInTurn(grpc::CallbackServerContext* context,
                                         const CallFacts& facts, bool has_token,
                                         v1::FenceState* response,

@@ -23,8 +23,7 @@ namespace fencegate {
 // must outlive the service.
 class LeaseService final : public v1::Lease::CallbackService {
  public:
-  LeaseService(LeaseManager* manager, IoPool* pool,
-               const RequestGate* gate);
+  LeaseService(LeaseManager* manager, IoPool* pool, const RequestGate* gate);
 
   grpc::ServerUnaryReactor* Acquire(grpc::CallbackServerContext* context,
                                     const v1::AcquireRequest* request,

@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <climits>
+#include <memory>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
@@ -52,8 +54,11 @@ int ConfiguredPort(absl::string_view listen_address) {
 // stop new connections first.
 absl::StatusOr<std::unique_ptr<ConnectionLimit>> LimitConnections(
     int port, uint32_t max, const MetricsContext& metrics) {
+  // Half of the slots at most for connections that have made no RPC yet,
+  // when the limit is reached (connection_limit.h).
   absl::StatusOr<std::unique_ptr<ConnectionLimit>> limit =
-      ConnectionLimit::Install(port, max, metrics);
+      ConnectionLimit::Install(port, max, metrics, absl::Milliseconds(100),
+                               std::max<uint32_t>(1, max / 2));
   if (!limit.ok()) return limit.status();
   rlimit files{};
   // Descriptors the gateway needs besides its clients': the fence store's
@@ -251,6 +256,14 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
       s->leases_.get(), s->pool_.get(), s->gate_.get());
   builder.RegisterService(s->service_.get());
   builder.RegisterService(s->lease_service_.get());
+  // Every RPC proves its connection to the connection limit.
+  auto proof = std::make_unique<ProofOfCallInterceptors>();
+  ProofOfCallInterceptors* proof_of_call = proof.get();  // The server's.
+  std::vector<
+      std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+      interceptors;
+  interceptors.push_back(std::move(proof));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   // Installed before the listener opens when the port is known, so that no
   // connection goes uncounted.
   const bool tcp = !IsUnixAddress(options.listen_address);
@@ -271,6 +284,9 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
         LimitConnections(s->port_, options.max_connections, metrics);
     if (!limit.ok()) return limit.status();
     s->connection_limit_ = *std::move(limit);
+  }
+  if (s->connection_limit_ != nullptr) {
+    proof_of_call->Attach(s->connection_limit_.get());
   }
   grpc::HealthCheckServiceInterface* health =
       s->server_->GetHealthCheckService();

@@ -8,6 +8,7 @@
 #include "fencegate/client/tls.h"
 #include "grpcpp/security/tls_certificate_provider.h"
 #include "grpcpp/security/tls_credentials_options.h"
+#include "security/chain_revocation.h"
 #include "security/crl_dir.h"
 
 namespace fencegate {
@@ -66,7 +67,14 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
     tls.watch_root_certs();
     tls.set_cert_request_type(
         GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
-    if (!options.crl_dir.empty()) tls.set_crl_directory(options.crl_dir);
+    if (!options.crl_dir.empty()) {
+      tls.set_crl_directory(options.crl_dir);
+      // gRPC's own check skips a chain element whose CRL is missing: this
+      // one refuses it, and checks every element of the chain.
+      tls.set_certificate_verifier(
+          ChainRevocationVerifier(std::make_shared<ChainRevocation>(
+              options.client_ca, options.crl_dir, options.refresh)));
+    }
   } else {
     tls.set_cert_request_type(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
   }

@@ -98,7 +98,8 @@ TEST_F(AdvanceCheckTest, AsyncPathsAskTheCheckToo) {
   Fencer::DecisionCallback done = [&](absl::StatusOr<FenceDecision> d) {
     outcomes.push_back(std::move(d));
   };
-  fencer_->ExecuteAsync("a", 11, std::move(apply), std::move(done), {&check, nullptr});
+  fencer_->ExecuteAsync("a", 11, std::move(apply), std::move(done),
+                        {&check, nullptr});
   ASSERT_EQ(outcomes.size(), 1u);
   EXPECT_THAT(outcomes[0], StatusIs(absl::StatusCode::kPermissionDenied));
   EXPECT_EQ(applies, 0);

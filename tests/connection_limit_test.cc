@@ -16,16 +16,19 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "fencegate/v1/gateway.grpc.pb.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
@@ -236,6 +239,72 @@ TEST(ConnectionLimitTest, OutOfDescriptorsTheWaitingConnectionIsClosed) {
   EXPECT_EQ(limit->Open(), 1u);
 }
 
+// The address gRPC would name `client`'s connection by, seen from the
+// server: the client's own address.
+std::string PeerName(int client) {
+  sockaddr_in addr{};
+  socklen_t len = sizeof(addr);
+  EXPECT_EQ(::getsockname(client, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  return absl::StrCat("ipv4:127.0.0.1:", ntohs(addr.sin_port));
+}
+
+// Whether `fd` is still open from its peer's side: nothing to read yet.
+bool StillOpen(int fd) {
+  char byte;
+  const ssize_t n = ::recv(fd, &byte, 1, MSG_DONTWAIT);
+  return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
+// At the limit, a newcomer sheds the oldest connection that has made no
+// RPC while the unproven ones hold at least their share; a connection that
+// has made one (MarkProven) is never shed; with fewer unproven than the
+// share, the newcomer is refused as before.
+TEST(ConnectionLimitTest, UnprovenConnectionsMakeRoomAndProvenOnesStay) {
+  int port = 0;
+  Fd listener = Listen(&port);
+  ASSERT_OK_AND_ASSIGN(
+      limit, ConnectionLimit::Install(port, 4, {}, absl::ZeroDuration(),
+                                      /*unproven_share=*/2));
+  std::vector<Fd> clients = ConnectQueued(listener.get(), port, 4);
+  std::vector<Fd> accepted;
+  for (int i = 0; i < 4; ++i) {
+    accepted.emplace_back(Accept(listener.get()));
+    ASSERT_GE(accepted.back().get(), 0);
+  }
+  limit->MarkProven(PeerName(clients[1].get()));
+  limit->MarkProven(PeerName(clients[2].get()));
+  limit->MarkProven("ipv4:127.0.0.1:1");  // No such connection: ignored.
+
+  // Unproven: the first and the fourth, the share: the first is shed.
+  std::vector<Fd> fifth = ConnectQueued(listener.get(), port, 1);
+  accepted.emplace_back(Accept(listener.get()));
+  ASSERT_GE(accepted.back().get(), 0);
+  EXPECT_EQ(limit->shed(), 1u);
+  EXPECT_TRUE(ClosedByPeer(clients[0].get()));
+  EXPECT_EQ(limit->Open(), 4u);
+
+  // The fourth and the fifth are unproven: the fourth goes next.
+  std::vector<Fd> sixth = ConnectQueued(listener.get(), port, 1);
+  accepted.emplace_back(Accept(listener.get()));
+  ASSERT_GE(accepted.back().get(), 0);
+  EXPECT_EQ(limit->shed(), 2u);
+  EXPECT_TRUE(ClosedByPeer(clients[3].get()));
+
+  // With one unproven left, below the share, a newcomer is refused.
+  limit->MarkProven(PeerName(fifth[0].get()));
+  std::vector<Fd> seventh = ConnectQueued(listener.get(), port, 1);
+  errno = 0;
+  EXPECT_EQ(Accept(listener.get()), -1);
+  EXPECT_EQ(errno, EAGAIN);
+  EXPECT_EQ(limit->refused(), 1u);
+  EXPECT_EQ(limit->shed(), 2u);
+  EXPECT_TRUE(ClosedByPeer(seventh[0].get()));
+  // The proven ones were never touched.
+  EXPECT_TRUE(StillOpen(clients[1].get()));
+  EXPECT_TRUE(StillOpen(clients[2].get()));
+  EXPECT_TRUE(StillOpen(fifth[0].get()));
+}
+
 // A channel with a connection of its own.
 std::unique_ptr<v1::Gateway::Stub> OwnConnection(const std::string& address) {
   grpc::ChannelArguments args;
@@ -287,6 +356,50 @@ TEST(ConnectionLimitTest, GatewayRefusesTheConnectionPastItsLimit) {
       [&] { return GetFence(OwnConnection(gateway->address()).get()).ok(); },
       absl::Seconds(30)));
   EXPECT_TRUE(GetFence(b.get()).ok());
+}
+
+// A flood of connections that never send anything (about 100 a second,
+// the rate that kept every slot taken before connections in their
+// handshake had a share of their own) does not keep new peers out: each
+// newcomer sheds the oldest silent connection and makes its RPC, and a
+// connection in use is never shed.
+TEST(ConnectionLimitTest, AFloodOfSilentConnectionsDoesNotKeepPeersOut) {
+  testing::TempDir dir;
+  ASSERT_OK_AND_ASSIGN(
+      gateway, testing::GatewayProcess::Start(dir.path() + "/data",
+                                              {"--max_connections=40"}));
+  auto in_use = OwnConnection(gateway->address());
+  ASSERT_TRUE(GetFence(in_use.get()).ok());
+  int port = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(
+      gateway->address().substr(gateway->address().rfind(':') + 1), &port));
+
+  std::atomic<bool> stop{false};
+  std::vector<Fd> silent;  // Only the flooder's thread touches it.
+  std::thread flooder([&] {
+    while (!stop.load()) {
+      silent.push_back(Connect(port));
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+  });
+  // Let the flood fill every slot (40 connections at 100 a second).
+  absl::SleepFor(absl::Seconds(1));
+  int calls = 0;
+  int failed = 0;
+  for (int i = 0; i < 20; ++i) {
+    ++calls;
+    // One retry, as a client library would make after UNAVAILABLE.
+    if (!GetFence(OwnConnection(gateway->address()).get()).ok() &&
+        !GetFence(OwnConnection(gateway->address()).get()).ok()) {
+      ++failed;
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  stop = true;
+  flooder.join();
+  EXPECT_EQ(failed, 0) << "of " << calls << " new peers, while "
+                       << silent.size() << " silent connections were made";
+  EXPECT_TRUE(GetFence(in_use.get()).ok());
 }
 
 }  // namespace

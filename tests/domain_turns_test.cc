@@ -32,9 +32,8 @@ class Pool {
   explicit Pool(size_t threads) : pool_(threads) {}
   DomainTurns::Runner runner() {
     return [this](absl::AnyInvocable<void() &&> work) {
-      boost::asio::post(pool_, [work = std::move(work)]() mutable {
-        std::move(work)();
-      });
+      boost::asio::post(
+          pool_, [work = std::move(work)]() mutable { std::move(work)(); });
     };
   }
   void Join() { pool_.join(); }
@@ -137,7 +136,8 @@ TEST(DomainTurnsTest, TryTakeTakesOnlyAFreeDomain) {
   EXPECT_FALSE(turns.TryTake("d").has_value());
   EXPECT_TRUE(turns.TryTake("other").has_value());  // Released at once.
   std::optional<DomainTurns::Turn> queued_turn;
-  turns.Queue("d", [&](DomainTurns::Turn t) { queued_turn.emplace(std::move(t)); });
+  turns.Queue("d",
+              [&](DomainTurns::Turn t) { queued_turn.emplace(std::move(t)); });
   EXPECT_FALSE(queued_turn.has_value());
   turn->Release();
   ASSERT_TRUE(queued_turn.has_value());  // Ran on this thread, at release.

@@ -443,12 +443,13 @@ TEST_F(LeaseManagerTest, AGrantWhoseCallerLeftWhileItWaitedIsNotMade) {
   std::atomic<bool> gone{false};
   absl::Notification done;
   absl::StatusOr<AcquireOutcome> outcome;
-  manager_->Acquire("jobs", "left", "", absl::Seconds(60),
-                    absl::ZeroDuration(), [&] { return gone.load(); },
-                    [&](absl::StatusOr<AcquireOutcome> o) {
-                      outcome = std::move(o);
-                      done.Notify();
-                    });
+  manager_->Acquire(
+      "jobs", "left", "", absl::Seconds(60), absl::ZeroDuration(),
+      [&] { return gone.load(); },
+      [&](absl::StatusOr<AcquireOutcome> o) {
+        outcome = std::move(o);
+        done.Notify();
+      });
   gone = true;
   finish_write.Notify();
   writer.join();

@@ -97,6 +97,46 @@ absl::StatusOr<CertFiles> TestPki::IssueSubject(const std::string& file,
   return files;
 }
 
+absl::StatusOr<std::unique_ptr<TestPki>> TestPki::IssueCa(
+    const std::string& name, int days) const {
+  const std::string base = absl::StrCat(dir_, "/", name);
+  if (absl::Status s = Openssl({"req", "-newkey", "ec", "-pkeyopt",
+                                "ec_paramgen_curve:P-256", "-nodes", "-keyout",
+                                base + ".key", "-out", base + ".csr", "-subj",
+                                absl::StrCat("/CN=", name)});
+      !s.ok()) {
+    return s;
+  }
+  WriteFileOrDie(base + ".ext",
+                 "basicConstraints=critical,CA:TRUE\n"
+                 "keyUsage=critical,keyCertSign,cRLSign\n");
+  if (absl::Status s =
+          Openssl({"x509", "-req", "-in", base + ".csr", "-CA", ca_.cert,
+                   "-CAkey", ca_.key, "-CAcreateserial", "-out", base + ".pem",
+                   "-days", absl::StrCat(days), "-extfile", base + ".ext"});
+      !s.ok()) {
+    return s;
+  }
+  return std::unique_ptr<TestPki>(
+      new TestPki(dir_, CertFiles{base + ".pem", base + ".key"}));
+}
+
+absl::StatusOr<CertFiles> TestPki::Chain(
+    const std::string& file, const CertFiles& leaf,
+    const std::vector<std::string>& issuers) const {
+  absl::StatusOr<std::string> text = ReadFile(leaf.cert);
+  if (!text.ok()) return text.status();
+  std::string chain = *std::move(text);
+  for (const std::string& issuer : issuers) {
+    absl::StatusOr<std::string> pem = ReadFile(issuer);
+    if (!pem.ok()) return pem.status();
+    absl::StrAppend(&chain, *pem);
+  }
+  CertFiles files{absl::StrCat(dir_, "/", file, ".pem"), leaf.key};
+  WriteFileOrDie(files.cert, chain);
+  return files;
+}
+
 absl::StatusOr<std::string> TestPki::WriteCrl(
     const std::vector<std::string>& revoked, const std::string& crl_dir,
     int suffix, bool expired) const {

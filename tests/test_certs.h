@@ -52,6 +52,19 @@ class TestPki {
                                        int suffix = 0,
                                        bool expired = false) const;
 
+  // An intermediate CA "<name>" that this CA signs (CA:TRUE, may sign
+  // certificates and CRLs), in this CA's directory as <name>.pem and
+  // <name>.key, valid for `days`.
+  absl::StatusOr<std::unique_ptr<TestPki>> IssueCa(const std::string& name,
+                                                   int days = 30) const;
+
+  // Writes `leaf`'s certificate followed by `issuers` (PEM files) into
+  // <dir>/<file>.pem, the chain a client presents; returns its files (the
+  // key is the leaf's).
+  absl::StatusOr<CertFiles> Chain(
+      const std::string& file, const CertFiles& leaf,
+      const std::vector<std::string>& issuers) const;
+
   // A server certificate for 127.0.0.1 and localhost.
   absl::StatusOr<CertFiles> IssueServer(const std::string& file) const {
     return Issue(file, "localhost", "DNS:localhost,IP:127.0.0.1");

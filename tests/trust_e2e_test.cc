@@ -271,6 +271,37 @@ TEST_F(TrustE2eTest, RevokedClientCertificatesAreRefused) {
   EXPECT_TRUE(GetFence(Channel(admin_), "billing/x").ok());
 }
 
+// Rule 12: revocation reaches every CA of a client's chain. A leaf under
+// an intermediate CA that the client sends in its chain is refused while
+// the intermediate has no CRL in the directory (gRPC's own check lets it
+// through), accepted once it has one, and refused again once the root's
+// CRL revokes the intermediate.
+TEST_F(TrustE2eTest, RevocationReachesEveryCaOfTheChain) {
+  const std::string crl_dir = dir_.path() + "/crl";
+  ASSERT_TRUE(std::filesystem::create_directory(crl_dir));
+  ASSERT_OK_AND_ASSIGN(intermediate, pki_->IssueCa("intermediate-ca"));
+  ASSERT_OK_AND_ASSIGN(leaf, intermediate->Issue("chained", "admin", ""));
+  ASSERT_OK_AND_ASSIGN(
+      chain, pki_->Chain("chained-chain", leaf, {intermediate->ca()}));
+  ASSERT_TRUE(pki_->WriteCrl({}, crl_dir).ok());
+  StartGateway({"--tls_crl_dir=" + crl_dir});
+  EXPECT_TRUE(GetFence(Channel(admin_), "anything").ok());
+  EXPECT_EQ(GetFence(Channel(chain), "anything").error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+  ASSERT_TRUE(intermediate->WriteCrl({}, crl_dir).ok());
+  EXPECT_TRUE(
+      WaitFor([&] { return GetFence(Channel(chain), "anything").ok(); }));
+  ASSERT_TRUE(pki_->WriteCrl({intermediate->ca()}, crl_dir, /*suffix=*/1).ok());
+  EXPECT_TRUE(WaitFor([&] {
+    return GetFence(Channel(chain), "anything").error_code() ==
+           grpc::StatusCode::UNAVAILABLE;
+  }));
+  EXPECT_TRUE(GetFence(Channel(admin_), "anything").ok());
+  absl::StatusOr<std::string> log = ReadFile(gateway_->log_path());
+  ASSERT_TRUE(log.ok());
+  EXPECT_THAT(*log, HasSubstr("unable to get certificate CRL"));
+}
+
 // SIGHUP reopens the audit log: after the file is renamed away (log
 // rotation), new records go to a new file at the configured path.
 TEST_F(TrustE2eTest, SighupReopensTheAuditLog) {

@@ -30,8 +30,8 @@
 #define FENCING_FENCER_H_
 
 #include <cstdint>
-#include <memory>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -42,8 +42,8 @@
 #include "absl/strings/string_view.h"
 #include "fencing/advance_check.h"
 #include "fencing/clock.h"
-#include "fencing/fence_store.h"
 #include "fencing/domain_turns.h"
+#include "fencing/fence_store.h"
 #include "fencing/storage_fence.h"
 
 namespace fencegate {

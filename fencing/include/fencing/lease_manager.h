@@ -5,8 +5,8 @@
 // above the storage's, Fencer::NextGrantable, which raises the storage's
 // fence to it first) and raises the fence to it in the same durable write
 // (LeaseStore::GrantLease), in the domain's turn (Fencer::RunInTurn, the
-// one serializer of the domain's fence), so the previous holder is shut out before
-// the new one hears of its token and no write of the old holder can land
+// one serializer of the domain's fence), so the previous holder is shut out
+// before the new one hears of its token and no write of the old holder can land
 // after the grant.
 //
 // Expiry runs on a monotonic clock (Boost.Asio steady_timer). Expiry times
@@ -163,8 +163,8 @@ class LeaseManager {
   void OnExpiry(const std::string& name, const std::string& lease_id);
   void OnWaitTimeout(const std::string& name, std::shared_ptr<Waiter> waiter);
   // Frees `name` and reserves it for the first live waiter, whose grant is
-  // started (StartGrant) once mu_ is released. Callbacks to run after unlocking are appended
-  // to `deferred`.
+  // started (StartGrant) once mu_ is released. Callbacks to run after unlocking
+  // are appended to `deferred`.
   void FreeAndHandOverLocked(
       const std::string& name,
       std::vector<absl::AnyInvocable<void() &&>>* deferred)
