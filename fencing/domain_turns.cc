@@ -102,15 +102,25 @@ void DomainTurns::PassOn(const std::string& domain) {
 }
 
 void DomainTurns::Start(std::string domain, Work work) {
-  auto run = [this, domain = std::move(domain),
+  // The Turn exists before the work is handed on: work that a Runner
+  // drops without running still passes the turn on.
+  auto run = [turn = Turn(this, std::move(domain)),
               work = std::move(work)]() mutable {
-    std::move(work)(Turn(this, std::move(domain)));
+    std::move(work)(std::move(turn));
   };
   if (runner_) {
     runner_(std::move(run));
   } else {
     std::move(run)();
   }
+}
+
+void DomainTurns::CheckHeld(const Turn& turn) const {
+  if (turn.owner_ == this) return;
+  Fatal("domain turns",
+        absl::StrCat("a step of domain \"", turn.domain_,
+                     "\" was given a turn that is ",
+                     turn.owner_ == nullptr ? "released" : "another's"));
 }
 
 }  // namespace fencegate

@@ -215,6 +215,7 @@ void Fencer::ApplyHolding(Turn turn, uint64_t token, FenceDecision decision,
 
 absl::StatusOr<FenceDecision> Fencer::Fence(const Turn& turn, uint64_t token,
                                             const AdvanceCheck* check) {
+  turns_.CheckHeld(turn);
   const std::string& domain = turn.domain();
   absl::StatusOr<FenceDecision> decision = CheckAndRecord(domain, token, check);
   if (!decision.ok() || storage_ == nullptr) return decision;
@@ -243,6 +244,7 @@ absl::StatusOr<FenceDecision> Fencer::Fence(absl::string_view domain,
 }
 
 absl::Status Fencer::Learn(const Turn& turn, uint64_t token) {
+  turns_.CheckHeld(turn);
   return store_->Raise(turn.domain(), token, clock_->Now()).status();
 }
 
@@ -253,12 +255,14 @@ absl::Status Fencer::Learn(absl::string_view domain, uint64_t token) {
 
 absl::StatusOr<uint64_t> Fencer::NextGrantable(const Turn& turn,
                                                uint64_t at_least) {
+  turns_.CheckHeld(turn);
   if (storage_ == nullptr) return at_least;
   return storage_->Next(turn.domain(), at_least);
 }
 
 absl::StatusOr<FenceDecision> Fencer::Sequence(const Turn& turn,
                                                const AdvanceCheck* check) {
+  turns_.CheckHeld(turn);
   const std::string& domain = turn.domain();
   absl::StatusOr<FenceState> current = store_->Get(domain);
   if (!current.ok()) return current.status();

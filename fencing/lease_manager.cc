@@ -90,6 +90,13 @@ absl::StatusOr<std::unique_ptr<LeaseManager>> LeaseManager::Create(
 // these never are.
 LeaseManager::~LeaseManager() {  // NOLINT(bugprone-exception-escape)
   Shutdown();
+  {
+    // A grant waiting for its domain's turn still refers to this manager.
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](size_t* in_flight) { return *in_flight == 0; },
+        &grants_in_flight_));
+  }
   work_.reset();
   io_.stop();
   if (timer_thread_.joinable()) timer_thread_.join();
@@ -182,6 +189,10 @@ void LeaseManager::StartGrant(const std::string& name, const std::string& owner,
                               absl::Duration ttl,
                               std::function<bool()> cancelled,
                               AcquireCallback done) {
+  {
+    absl::MutexLock lock(&mu_);
+    ++grants_in_flight_;
+  }
   fencer_->RunInTurn(name, [this, owner, ttl, cancelled = std::move(cancelled),
                             done = std::move(done)](Fencer::Turn turn) mutable {
     FinishGrant(std::move(turn), owner, ttl, cancelled, std::move(done));
@@ -235,6 +246,8 @@ void LeaseManager::FinishGrant(Fencer::Turn turn, const std::string& owner,
     std::move(done)(s);
   }
   for (auto& fn : deferred) std::move(fn)();
+  absl::MutexLock lock(&mu_);
+  --grants_in_flight_;
 }
 
 void LeaseManager::ArmExpiryLocked(Lock& lock, const std::string& name,

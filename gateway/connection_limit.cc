@@ -17,6 +17,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "grpcpp/server_context.h"
 #include "observability/log.h"
@@ -107,9 +108,30 @@ std::string PeerOf(int fd) {
     if (::inet_ntop(AF_INET6, &in6->sin6_addr, text, sizeof(text)) == nullptr) {
       return "";
     }
-    return absl::StrCat("ipv6:[", text, "]:", ntohs(in6->sin6_port));
+    // A link-local address carries its zone, as RFC 6874 writes it.
+    const std::string zone =
+        in6->sin6_scope_id != 0 ? absl::StrCat("%", in6->sin6_scope_id) : "";
+    return absl::StrCat("ipv6:[", text, zone, "]:", ntohs(in6->sin6_port));
   }
   return "";
+}
+
+// `peer` with its percent escapes decoded: gRPC 1.51 writes an IPv6 peer
+// as a URI, "ipv6:%5B::1%5D:5000" (and a zone's "%" as "%25").
+std::string DecodePeer(absl::string_view peer) {
+  std::string out;
+  out.reserve(peer.size());
+  for (size_t i = 0; i < peer.size(); ++i) {
+    int byte = 0;
+    if (peer[i] == '%' && i + 2 < peer.size() &&
+        absl::SimpleHexAtoi(peer.substr(i + 1, 2), &byte)) {
+      out.push_back(static_cast<char>(byte));
+      i += 2;
+    } else {
+      out.push_back(peer[i]);
+    }
+  }
+  return out;
 }
 
 // The limit of the port `listen_fd` listens on, if any; with the registry
@@ -306,10 +328,15 @@ bool ConnectionLimit::ShedOldestUnproven() {
   return true;  // Closed already, or now: its slot is free.
 }
 
+bool ConnectionLimit::HasUnproven() const {
+  return unproven_count_.load(std::memory_order_relaxed) != 0;
+}
+
 void ConnectionLimit::MarkProven(absl::string_view peer) {
-  if (unproven_count_.load(std::memory_order_relaxed) == 0) return;
+  if (!HasUnproven()) return;
+  const std::string decoded = DecodePeer(peer);
   absl::MutexLock lock(&mu_);
-  auto it = unproven_peers_.find(peer);
+  auto it = unproven_peers_.find(decoded);
   if (it == unproven_peers_.end()) return;
   const int fd = it->second;
   auto connection = open_.find(fd);
@@ -401,7 +428,9 @@ grpc::experimental::Interceptor*
 ProofOfCallInterceptors::CreateServerInterceptor(
     grpc::experimental::ServerRpcInfo* info) {
   ConnectionLimit* limit = limit_.load(std::memory_order_acquire);
-  if (limit != nullptr && info->server_context() != nullptr) {
+  // peer() builds a string: only while some connection is unproven.
+  if (limit != nullptr && limit->HasUnproven() &&
+      info->server_context() != nullptr) {
     limit->MarkProven(info->server_context()->peer());
   }
   return nullptr;  // Nothing to intercept in the call itself.

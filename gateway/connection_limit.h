@@ -34,8 +34,10 @@
 // only if `unproven_share` newer unproven connections arrive before its
 // first RPC; and a connection that has made an RPC is never closed for a
 // newcomer. (The socket is checked, by inode, just before it is shut
-// down; a connection accepted on the same descriptor number in that
-// instant would be closed instead, and its client would reconnect.)
+// down. A socket that some thread of the process opens on the same
+// descriptor number in that instant — another client's connection, or a
+// storage connection — would be shut down instead; its owner sees the
+// connection end and reconnects.)
 //
 // Open connections are counted from Install() on. Closes are noticed when
 // the limit is reached, by one fstat(2) per tracked socket (a closed
@@ -102,9 +104,12 @@ class ConnectionLimit {
   uint64_t shed() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // An RPC arrived from `peer` (gRPC's form: "ipv4:127.0.0.1:5000",
-  // "ipv6:[::1]:5000"): its connection, if open and unproven, is proven.
-  // Cheap when no connection is unproven (an atomic read).
+  // "ipv6:%5B::1%5D:5000", percent escapes decoded; also "ipv6:[::1]:5000"):
+  // its connection, if open and unproven, is proven. Cheap when no
+  // connection is unproven (HasUnproven, an atomic read).
   void MarkProven(absl::string_view peer) ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether some open connection is unproven now. Never blocks.
+  bool HasUnproven() const;
 
   // For accept4 only. Admit: `fd` was just accepted on this limit's port;
   // true if it may be kept (it is counted), false if the caller must close

@@ -8,22 +8,29 @@ namespace fencegate {
 
 IoPool::IoPool(size_t threads) : pool_(threads) {}
 
-IoPool::~IoPool() {
-  if (!joined_.load()) Join();
-}
+IoPool::~IoPool() { Join(); }
 
 void IoPool::Post(absl::AnyInvocable<void() &&> work) {
-  if (joined_.load(std::memory_order_acquire)) {
-    std::move(work)();
-    return;
+  {
+    // Checked and posted under the lock: Join() cannot stop the threads
+    // between the two, which would drop the work.
+    absl::ReaderMutexLock lock(&mu_);
+    if (!joined_) {
+      boost::asio::post(
+          pool_, [work = std::move(work)]() mutable { std::move(work)(); });
+      return;
+    }
   }
-  boost::asio::post(pool_,
-                    [work = std::move(work)]() mutable { std::move(work)(); });
+  std::move(work)();  // NOLINT(bugprone-use-after-move): not moved if here.
 }
 
 void IoPool::Join() {
-  pool_.join();
-  joined_.store(true, std::memory_order_release);
+  {
+    absl::MutexLock lock(&mu_);
+    if (joined_) return;
+    joined_ = true;
+  }
+  pool_.join();  // Runs what was posted before; later work runs inline.
 }
 
 }  // namespace fencegate

@@ -10,16 +10,17 @@
 #ifndef GATEWAY_IO_POOL_H_
 #define GATEWAY_IO_POOL_H_
 
-#include <atomic>
 #include <cstddef>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/functional/any_invocable.h"
+#include "absl/synchronization/mutex.h"
 #include "boost/asio/thread_pool.hpp"
 
 namespace fencegate {
 
-// Thread safety: Post() is safe from any thread, including from work
-// running on the pool. Join() must be called once.
+// Thread safety: Post() and Join() are safe from any thread; Post() also
+// from work running on the pool.
 class IoPool {
  public:
   explicit IoPool(size_t threads);
@@ -29,16 +30,17 @@ class IoPool {
   ~IoPool();
 
   // Runs `work` on a pool thread, in posting order as threads free up.
-  // After Join(), runs it on the calling thread instead: work posted late
-  // (a turn passed on during shutdown) is done, never dropped.
-  void Post(absl::AnyInvocable<void() &&> work);
+  // Once Join() has begun, runs it on the calling thread instead: work
+  // posted late (a turn passed on during shutdown) is done, never dropped.
+  void Post(absl::AnyInvocable<void() &&> work) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Waits for all posted work to finish and stops the threads.
-  void Join();
+  // Waits for all posted work to finish and stops the threads. Idempotent.
+  void Join() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   boost::asio::thread_pool pool_;
-  std::atomic<bool> joined_{false};
+  absl::Mutex mu_;
+  bool joined_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace fencegate

@@ -38,10 +38,13 @@ Bio MemoryBio(absl::string_view pem) {
 Certs ReadCerts(absl::string_view pem) {
   Certs certs(sk_X509_new_null());
   Bio in = MemoryBio(pem);
-  while (in != nullptr) {
+  while (certs != nullptr && in != nullptr) {
     X509* cert = PEM_read_bio_X509(in.get(), nullptr, nullptr, nullptr);
     if (cert == nullptr) break;
-    sk_X509_push(certs.get(), cert);
+    if (sk_X509_push(certs.get(), cert) == 0) {
+      X509_free(cert);
+      break;
+    }
   }
   ERR_clear_error();  // The end of the text reads as an error.
   return certs;
@@ -154,21 +157,50 @@ absl::StatusOr<ChainRevocation::Store> ChainRevocation::LoadStore() const {
 }
 
 absl::StatusOr<ChainRevocation::Store> ChainRevocation::CurrentStore() {
-  absl::MutexLock lock(&mu_);
+  mu_.Lock();
   const absl::Time now = absl::Now();
-  if (store_ == nullptr || now - loaded_at_ >= refresh_) {
-    absl::StatusOr<Store> loaded = LoadStore();
-    if (!loaded.ok()) return loaded.status();
-    store_ = *std::move(loaded);
-    loaded_at_ = now;
+  if (store_ != nullptr && (loading_ || now - loaded_at_ < refresh_)) {
+    Store store = store_;  // Current, or being re-read by another thread.
+    mu_.Unlock();
+    return store;
   }
-  return store_;
+  if (loading_) {
+    // The first read, by another thread: wait for it.
+    mu_.Await(absl::Condition(
+        +[](bool* loading) { return !*loading; }, &loading_));
+    Store store = store_;
+    mu_.Unlock();
+    if (store == nullptr) {
+      return absl::UnavailableError(
+          "tls.crl_dir: the CAs and CRLs could not be read (see the log)");
+    }
+    return store;
+  }
+  loading_ = true;
+  mu_.Unlock();
+  // Read without the lock: other handshakes keep the store they have.
+  absl::StatusOr<Store> loaded = LoadStore();
+  mu_.Lock();
+  loading_ = false;
+  loaded_at_ = now;  // A failed read is retried after `refresh` too.
+  if (loaded.ok()) store_ = *std::move(loaded);
+  Store store = store_;
+  mu_.Unlock();
+  if (!loaded.ok()) {
+    Log(LogSeverity::kWarning,
+        absl::StrCat(
+            "client certificate revocation: ", loaded.status().message(),
+            store == nullptr ? "; refusing client certificates"
+                             : "; keeping the CAs and CRLs read before"));
+    if (store == nullptr) return loaded.status();
+  }
+  return store;
 }
 
 absl::Status ChainRevocation::Check(absl::string_view leaf_pem,
                                     absl::string_view chain_pem) {
   Certs leaf_certs = ReadCerts(leaf_pem);
-  if (sk_X509_num(leaf_certs.get()) < 1) {
+  if (leaf_certs == nullptr || sk_X509_num(leaf_certs.get()) < 1) {
     return absl::UnauthenticatedError("the client sent no certificate");
   }
   X509* leaf = sk_X509_value(leaf_certs.get(), 0);

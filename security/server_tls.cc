@@ -71,9 +71,9 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
       tls.set_crl_directory(options.crl_dir);
       // gRPC's own check skips a chain element whose CRL is missing: this
       // one refuses it, and checks every element of the chain.
-      tls.set_certificate_verifier(
-          ChainRevocationVerifier(std::make_shared<ChainRevocation>(
-              options.client_ca, options.crl_dir, options.refresh)));
+      tls.set_certificate_verifier(ChainRevocationVerifier(
+          std::make_shared<ChainRevocation>(options.client_ca, options.crl_dir,
+                                            absl::Seconds(refresh_seconds))));
     }
   } else {
     tls.set_cert_request_type(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);

@@ -305,6 +305,67 @@ TEST(ConnectionLimitTest, UnprovenConnectionsMakeRoomAndProvenOnesStay) {
   EXPECT_TRUE(StillOpen(fifth[0].get()));
 }
 
+// gRPC 1.51 names an IPv6 peer as a URI, "ipv6:%5B::1%5D:<port>": the
+// connection it names is proven all the same, and so is the one written
+// "ipv6:[::1]:<port>". Here the first connection is proven that way, so
+// the third sheds the second, not the first.
+TEST(ConnectionLimitTest, AnIpv6PeerInGrpcsFormIsProven) {
+  Fd listener(::socket(AF_INET6, SOCK_STREAM | SOCK_NONBLOCK, 0));
+  sockaddr_in6 addr{};
+  addr.sin6_family = AF_INET6;
+  addr.sin6_addr = in6addr_loopback;
+  if (::bind(listener.get(), reinterpret_cast<sockaddr*>(&addr),
+             sizeof(addr)) != 0) {
+    GTEST_SKIP() << "no IPv6 loopback: " << std::strerror(errno);
+  }
+  ASSERT_EQ(::listen(listener.get(), 16), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(
+      ::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&addr), &len),
+      0);
+  const int port = ntohs(addr.sin6_port);
+  ASSERT_OK_AND_ASSIGN(
+      limit, ConnectionLimit::Install(port, 2, {}, absl::ZeroDuration(),
+                                      /*unproven_share=*/1));
+  auto connect = [&] {
+    Fd fd(::socket(AF_INET6, SOCK_STREAM, 0));
+    EXPECT_EQ(
+        ::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)),
+        0);
+    return fd;
+  };
+  auto peer = [](const Fd& client, bool uri) {
+    sockaddr_in6 own{};
+    socklen_t own_len = sizeof(own);
+    EXPECT_EQ(::getsockname(client.get(), reinterpret_cast<sockaddr*>(&own),
+                            &own_len),
+              0);
+    return absl::StrCat(uri ? "ipv6:%5B::1%5D:" : "ipv6:[::1]:",
+                        ntohs(own.sin6_port));
+  };
+  auto accept_one = [&] {
+    EXPECT_TRUE(testing::WaitFor([&] { return Queued(listener.get()) >= 1; }));
+    return Fd(Accept(listener.get()));
+  };
+  Fd first = connect();
+  Fd first_accepted = accept_one();
+  ASSERT_GE(first_accepted.get(), 0);
+  limit->MarkProven(peer(first, /*uri=*/true));
+  EXPECT_FALSE(limit->HasUnproven());
+  Fd second = connect();
+  Fd second_accepted = accept_one();
+  ASSERT_GE(second_accepted.get(), 0);
+  EXPECT_TRUE(limit->HasUnproven());
+  Fd third = connect();
+  Fd third_accepted = accept_one();
+  ASSERT_GE(third_accepted.get(), 0);
+  EXPECT_EQ(limit->shed(), 1u);
+  EXPECT_TRUE(ClosedByPeer(second.get()));
+  EXPECT_TRUE(StillOpen(first.get()));
+  limit->MarkProven(peer(third, /*uri=*/false));
+  EXPECT_FALSE(limit->HasUnproven());
+}
+
 // A channel with a connection of its own.
 std::unique_ptr<v1::Gateway::Stub> OwnConnection(const std::string& address) {
   grpc::ChannelArguments args;

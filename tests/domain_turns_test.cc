@@ -175,6 +175,17 @@ TEST(DomainTurnsTest, WaitAndQueuedWorkTakeTurnsInTheOrderAskedFor) {
   EXPECT_EQ(order, (std::vector<std::string>{"wait", "queued"}));
 }
 
+TEST(DomainTurnsDeathTest, AReleasedOrForeignTurnIsFatal) {
+  DomainTurns turns(nullptr);
+  DomainTurns other(nullptr);
+  std::optional<DomainTurns::Turn> turn = turns.TryTake("d");
+  ASSERT_TRUE(turn.has_value());
+  turns.CheckHeld(*turn);  // Held, and this one's: fine.
+  EXPECT_DEATH(other.CheckHeld(*turn), "another's");
+  turn->Release();
+  EXPECT_DEATH(turns.CheckHeld(*turn), "released");
+}
+
 TEST(DomainTurnsDeathTest, DestroyingItWithATurnHeldIsFatal) {
   EXPECT_DEATH(
       {

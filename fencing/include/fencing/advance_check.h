@@ -23,7 +23,7 @@ class AdvanceCheck {
  public:
   virtual ~AdvanceCheck() = default;
 
-  // Called under the domain's lock when `token` would raise the fence from
+  // Called in the domain's turn when `token` would raise the fence from
   // `current` (token > current.highest_token). OK admits the advance; an
   // error refuses it: the fence does not move, nothing is applied, and the
   // error is the Fencer call's result. With `may_block` false it must not

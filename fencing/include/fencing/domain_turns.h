@@ -82,18 +82,24 @@ class DomainTurns {
 
   // The domain's turn if nobody holds it or waits for it; std::nullopt
   // otherwise. Never blocks.
-  std::optional<Turn> TryTake(absl::string_view domain);
+  std::optional<Turn> TryTake(absl::string_view domain)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Runs `work` with the domain's turn on the Runner, after every turn
   // asked for earlier. Never blocks. The turn passes on when `work`
   // releases or destroys its Turn.
-  void Queue(absl::string_view domain, Work work);
+  void Queue(absl::string_view domain, Work work) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Blocks until the domain's turn comes, after every turn asked for
   // earlier, and returns it. Not from a Runner's thread: a pool whose
   // threads wait for turns that only its queued work can pass on
   // deadlocks.
-  Turn Wait(absl::string_view domain);
+  Turn Wait(absl::string_view domain) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Aborts the process unless `turn` is held and is one of this object's:
+  // a step that needs a domain's turn and is handed a released or foreign
+  // one would break the domain's order (a broken invariant).
+  void CheckHeld(const Turn& turn) const;
 
  private:
   // One asked-for turn: queued work, or a blocked Wait() (`ready` set).
@@ -102,9 +108,9 @@ class DomainTurns {
     absl::Notification* ready = nullptr;
   };
   // Passes the domain's turn to its first waiter, or frees the domain.
-  void PassOn(const std::string& domain);
+  void PassOn(const std::string& domain) ABSL_LOCKS_EXCLUDED(mu_);
   // Runs `work` with the domain's turn, through the Runner.
-  void Start(std::string domain, Work work);
+  void Start(std::string domain, Work work) ABSL_LOCKS_EXCLUDED(mu_);
 
   const Runner runner_;
   absl::Mutex mu_;

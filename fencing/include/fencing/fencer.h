@@ -16,7 +16,7 @@
 //      the apply error is returned, marked with the new fence
 //      (AdvancedBeforeError); retrying with the same token is allowed.
 //   6. With an AdvanceCheck (advance_check.h), a token that would raise the
-//      fence is first put to it, under the domain's lock; if it refuses,
+//      fence is first put to it, in the domain's turn; if it refuses,
 //      nothing moves and nothing is applied.
 //   7. With a StorageFence (storage_fence.h), a fence that moves without a
 //      write reaches the storage too, in the domain's turn: Fence()
@@ -130,7 +130,8 @@ class Fencer {
 
   // Runs `work` on the Runner in `domain`'s turn, after every turn asked
   // for earlier; the turn passes on when `work` releases or destroys it.
-  // Never blocks. For the steps below that take a Turn.
+  // Never blocks. For the steps below that take a Turn, which abort the
+  // process if it is released or not this Fencer's (DomainTurns::CheckHeld).
   void RunInTurn(absl::string_view domain, DomainTurns::Work work);
 
   // Blocks until `domain`'s turn comes (see the thread-safety note).

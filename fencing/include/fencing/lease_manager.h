@@ -74,7 +74,8 @@ class LeaseManager {
   static absl::StatusOr<std::unique_ptr<LeaseManager>> Create(
       LeaseStore* store, Fencer* fencer, Clock* clock,
       LeaseManagerOptions options = {});
-  // Shutdown(), then stops the timer thread.
+  // Shutdown(), waits for the grants in flight (each waits for its
+  // domain's turn), then stops the timer thread.
   ~LeaseManager();  // NOLINT(bugprone-exception-escape): joins only.
 
   // Takes `name` for `owner` with `ttl`, asked by `caller` (the caller's
@@ -183,6 +184,8 @@ class LeaseManager {
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   // Waiters in every Lock::waiters.
   size_t waiting_ ABSL_GUARDED_BY(mu_) = 0;
+  // Grants started (StartGrant) and not yet finished.
+  size_t grants_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   // Waiters by caller (only callers with some).
   absl::flat_hash_map<std::string, size_t> waiting_by_caller_
       ABSL_GUARDED_BY(mu_);

@@ -19,7 +19,7 @@
 namespace fencegate {
 
 // Thread safety: implementations are safe for concurrent use; the Fencer
-// calls them for one domain at a time, under the domain's lock. Every call
+// calls them for one domain at a time, in the domain's turn. Every call
 // may block (network, disk): never from an RPC thread.
 class StorageFence {
  public:

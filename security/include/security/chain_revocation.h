@@ -36,7 +36,8 @@ class ChainRevocation {
   // `client_ca`: the PEM bundle of trusted client CAs; `crl_dir`: the CRL
   // directory (files <issuer subject hash>.r<N>, as CheckCrlDir accepts).
   // Both are read on first use and again when `refresh` has passed since,
-  // so a new CRL takes effect as a rotated certificate does.
+  // so a new CRL takes effect as a rotated certificate does. A read that
+  // fails (a CRL caught mid-rewrite, say) keeps the last good ones.
   ChainRevocation(std::string client_ca, std::string crl_dir,
                   absl::Duration refresh);
   ChainRevocation(const ChainRevocation&) = delete;
@@ -49,12 +50,16 @@ class ChainRevocation {
   // its issuer's CRL. UNAUTHENTICATED naming the certificate and the reason
   // otherwise ("certificate revoked", "unable to get certificate CRL", ...);
   // UNAVAILABLE if the bundle or a CRL cannot be read.
-  absl::Status Check(absl::string_view leaf_pem, absl::string_view chain_pem);
+  absl::Status Check(absl::string_view leaf_pem, absl::string_view chain_pem)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   using Store = std::shared_ptr<x509_store_st>;
-  // The store of CAs and CRLs, re-read when `refresh` has passed.
-  absl::StatusOr<Store> CurrentStore();
+  // The store of CAs and CRLs, re-read (by one caller, without the lock;
+  // the others keep using the store they have) when `refresh` has passed.
+  // A read that fails keeps the last good store, logged; with none yet,
+  // the error.
+  absl::StatusOr<Store> CurrentStore() ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<Store> LoadStore() const;
 
   const std::string client_ca_;
@@ -63,6 +68,8 @@ class ChainRevocation {
   absl::Mutex mu_;
   Store store_ ABSL_GUARDED_BY(mu_);
   absl::Time loaded_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  // A read of the files is under way.
+  bool loading_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // A TLS certificate verifier that refuses a handshake whose client chain
