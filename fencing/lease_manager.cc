@@ -37,7 +37,7 @@ LeaseManager::LeaseManager(LeaseStore* store, Fencer* fencer, Clock* clock,
     : store_(store),
       fencer_(fencer),
       clock_(clock),
-      options_(std::move(options)),
+      options_(options),
       work_(boost::asio::make_work_guard(io_)) {
   const MetricsContext& metrics = options_.metrics;
   if (!metrics.enabled()) return;
@@ -60,7 +60,7 @@ absl::StatusOr<std::unique_ptr<LeaseManager>> LeaseManager::Create(
     LeaseStore* store, Fencer* fencer, Clock* clock,
     LeaseManagerOptions options) {
   std::unique_ptr<LeaseManager> manager(
-      new LeaseManager(store, fencer, clock, std::move(options)));
+      new LeaseManager(store, fencer, clock, options));
   absl::StatusOr<std::vector<LeaseRecord>> leases = store->LoadLeases();
   if (!leases.ok()) return leases.status();
   const absl::Time now = clock->Now();
@@ -175,10 +175,12 @@ void LeaseManager::Acquire(const std::string& name, const std::string& owner,
   }
   for (auto& fn : deferred) std::move(fn)();
   if (queued) return;  // `done` runs when granted or timed out.
-  // `done` was moved into a waiter only when queued (returned above).
+  // `done` and `cancelled` were moved into a waiter only when queued
+  // (returned above).
   if (grant_now) {
-    StartGrant(name, owner, ttl, std::move(cancelled),
-               std::move(done));  // NOLINT(bugprone-use-after-move)
+    StartGrant(name, owner, ttl,
+               std::move(cancelled),  // NOLINT(bugprone-use-after-move)
+               std::move(done));      // NOLINT(bugprone-use-after-move)
   } else {
     // Shutting down, or held.
     std::move(done)(std::move(result));  // NOLINT(bugprone-use-after-move)

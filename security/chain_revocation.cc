@@ -180,19 +180,20 @@ absl::StatusOr<ChainRevocation::Store> ChainRevocation::CurrentStore() {
   mu_.Unlock();
   // Read without the lock: other handshakes keep the store they have.
   absl::StatusOr<Store> loaded = LoadStore();
+  const absl::Status read = loaded.status();
   mu_.Lock();
   loading_ = false;
   loaded_at_ = now;  // A failed read is retried after `refresh` too.
   if (loaded.ok()) store_ = *std::move(loaded);
   Store store = store_;
   mu_.Unlock();
-  if (!loaded.ok()) {
+  if (!read.ok()) {
     Log(LogSeverity::kWarning,
-        absl::StrCat(
-            "client certificate revocation: ", loaded.status().message(),
-            store == nullptr ? "; refusing client certificates"
-                             : "; keeping the CAs and CRLs read before"));
-    if (store == nullptr) return loaded.status();
+        absl::StrCat("client certificate revocation: ", read.message(),
+                     store == nullptr
+                         ? "; refusing client certificates"
+                         : "; keeping the CAs and CRLs read before"));
+    if (store == nullptr) return read;
   }
   return store;
 }

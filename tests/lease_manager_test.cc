@@ -38,8 +38,8 @@ class LeaseManagerTest : public ::testing::Test {
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = *std::move(store);
     fencer_ = std::make_unique<Fencer>(store_.get(), Clock::Real());
-    auto manager = LeaseManager::Create(
-        store_.get(), fencer_.get(), Clock::Real(), std::move(lease_options));
+    auto manager = LeaseManager::Create(store_.get(), fencer_.get(),
+                                        Clock::Real(), lease_options);
     ASSERT_TRUE(manager.ok()) << manager.status();
     manager_ = *std::move(manager);
   }
