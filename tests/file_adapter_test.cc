@@ -3,7 +3,6 @@
 #include "storage_adapters/file/file_adapter.h"
 
 #include <signal.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,12 +13,15 @@
 #include "fencegate/common/sync_point.h"
 #include "storage_adapters/builtin.h"
 #include "storage_adapters/registry.h"
+#include "tests/file_test_util.h"
 #include "tests/test_util.h"
 
 namespace fencegate {
 namespace {
 
+using ::fencegate::testing::ApplyAndWait;
 using ::fencegate::testing::ReadFile;
+using ::fencegate::testing::ScopedFileSizeLimit;
 using ::fencegate::testing::StatusIs;
 using ::fencegate::testing::WriteFileOrDie;
 
@@ -220,6 +222,35 @@ TEST_F(FileAdapterTest, CrashDuringPutLeavesOldContents) {
   EXPECT_EQ(*ReadFile(InRoot("state.json")), "{\"v\":2}");
 }
 
+// The same through the commit thread: a process killed after a grouped
+// put's temporary was made durable and before its rename keeps the old
+// contents.
+TEST_F(FileAdapterTest, CrashBeforeAGroupedPutsRenameLeavesOldContents) {
+  FENCEGATE_SKIP_WITHOUT_SYNC_POINTS();
+  ASSERT_OK(Put("state.json", "{\"v\":1}"));
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    // The parent's commit thread does not exist here: open another adapter.
+    (void)adapter_.release();
+    absl::StatusOr<std::unique_ptr<FileAdapter>> own = FileAdapter::Open(root_);
+    if (!own.ok()) ::_exit(1);
+    SyncPoint::Get()->SetCallback("FileAdapter::Put:BeforeRename",
+                                  [](void*) { ::_exit(42); });
+    Operations ops;
+    ops.Add()->mutable_put()->set_data(std::string(1 << 20, 'x'));
+    OpResults results;
+    (void)ApplyAndWait(**own, WriteTarget{"d", 1, "state.json", ""}, ops,
+                       &results);
+    ::_exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 42) << "the put did not reach the crash point";
+  EXPECT_EQ(*ReadFile(InRoot("state.json")), "{\"v\":1}");
+}
+
 // Leftover temporaries anywhere beneath the root are removed when the
 // adapter opens; other files, and anything reached through a symlink, stay.
 TEST_F(FileAdapterTest, LeftoverTemporariesAreRemovedAtOpen) {
@@ -244,29 +275,6 @@ TEST_F(FileAdapterTest, LeftoverTemporariesAreRemovedAtOpen) {
   struct stat st;
   EXPECT_EQ(::lstat(InRoot("a/" + tmp + "0").c_str(), &st), 0);
 }
-
-// Sets RLIMIT_FSIZE for the test's scope: a write past it fails with EFBIG
-// (SIGXFSZ ignored), as a full disk fails with ENOSPC, at any offset.
-class ScopedFileSizeLimit {
- public:
-  explicit ScopedFileSizeLimit(rlim_t bytes) {
-    ::getrlimit(RLIMIT_FSIZE, &old_);
-    old_handler_ = ::signal(SIGXFSZ, SIG_IGN);
-    struct rlimit limit = old_;
-    limit.rlim_cur = bytes;
-    ok_ = ::setrlimit(RLIMIT_FSIZE, &limit) == 0;
-  }
-  ~ScopedFileSizeLimit() {
-    ::setrlimit(RLIMIT_FSIZE, &old_);
-    ::signal(SIGXFSZ, old_handler_);
-  }
-  bool ok() const { return ok_; }
-
- private:
-  struct rlimit old_;
-  sighandler_t old_handler_;
-  bool ok_ = false;
-};
 
 // A put that runs out of space fails RESOURCE_EXHAUSTED and leaves the old
 // contents and no temporary file.

@@ -20,11 +20,13 @@
 #include "fencegate/common/sync_point.h"
 #include "storage_adapters/file/fence_records.h"
 #include "storage_adapters/file/file_adapter.h"
+#include "tests/file_test_util.h"
 #include "tests/test_util.h"
 
 namespace fencegate {
 namespace {
 
+using ::fencegate::testing::ApplyAndWait;
 using ::fencegate::testing::ReadFile;
 using ::fencegate::testing::StatusIs;
 using ::fencegate::testing::WriteFileOrDie;
@@ -45,14 +47,17 @@ class FileFenceRecordsTest : public ::testing::Test {
     EXPECT_TRUE(adapter.ok()) << adapter.status();
     return adapter.ok() ? *std::move(adapter) : nullptr;
   }
+  // Apply(), or with `grouped` ApplyAsync() through the commit thread.
   static absl::Status Append(FileAdapter& adapter, uint64_t token,
                              const std::string& line,
-                             absl::Time deadline = absl::InfiniteFuture()) {
+                             absl::Time deadline = absl::InfiniteFuture(),
+                             bool grouped = false) {
     Operations ops;
     ops.Add()->mutable_append()->set_data(line + "\n");
     WriteTarget target{"jobs", token, "log.txt", "", deadline};
     if (absl::Status s = adapter.Validate(target, ops); !s.ok()) return s;
     OpResults results;
+    if (grouped) return ApplyAndWait(adapter, target, ops, &results);
     return adapter.Apply(target, ops, &results);
   }
   std::string Log() {
@@ -155,29 +160,43 @@ TEST_F(FileFenceRecordsTest, ABrokenRecordIsDataLossNotAFreshStart) {
 
 // kill -9 (an _exit from a sync point) at each step of a write that raises
 // the record: the record is never below the token of an applied write.
+// Applied on the calling thread (Apply) and through the commit thread
+// (ApplyAsync), whose group commits the record and the change with syncs
+// of their own.
 TEST_F(FileFenceRecordsTest, ACrashAtAnyStepLeavesTheRecordAtLeastAsHigh) {
   FENCEGATE_SKIP_WITHOUT_SYNC_POINTS();
   ASSERT_OK(Append(*a_, 1, "one"));
   uint64_t token = 1;
-  for (const char* point :
-       {"FileFenceRecords::Raise:AfterRename", "FileAdapter::Apply:AfterRecord",
-        "FileAdapter::Append:AfterWrite"}) {
-    ++token;
-    pid_t pid = ::fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      SyncPoint::Get()->SetCallback(point, [](void*) { ::_exit(42); });
-      (void)Append(*a_, token, absl::StrCat("line ", token));
-      ::_exit(0);
+  for (bool grouped : {false, true}) {
+    for (const char* point :
+         {"FileFenceRecords::Raise:AfterRename",
+          "FileAdapter::Apply:AfterRecord", "FileAdapter::Append:AfterWrite"}) {
+      ++token;
+      pid_t pid = ::fork();
+      ASSERT_GE(pid, 0);
+      if (pid == 0) {
+        // The parent's commit threads do not exist here: open another
+        // adapter for the grouped write.
+        (void)a_.release();
+        (void)b_.release();
+        std::unique_ptr<FileAdapter> own = Open();
+        if (own == nullptr) ::_exit(1);
+        SyncPoint::Get()->SetCallback(point, [](void*) { ::_exit(42); });
+        (void)Append(*own, token, absl::StrCat("line ", token),
+                     absl::InfiniteFuture(), grouped);
+        ::_exit(0);
+      }
+      int status = 0;
+      ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+      ASSERT_TRUE(WIFEXITED(status));
+      ASSERT_EQ(WEXITSTATUS(status), 42)
+          << point << (grouped ? " (grouped)" : "") << " was not reached";
+      std::unique_ptr<FileAdapter> restarted = Open();
+      EXPECT_EQ(Read(*restarted)["jobs"], token) << point;
+      EXPECT_TRUE(
+          GetStaleToken(Append(*restarted, token - 1, "old")).has_value())
+          << point;
     }
-    int status = 0;
-    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-    ASSERT_TRUE(WIFEXITED(status));
-    ASSERT_EQ(WEXITSTATUS(status), 42) << point << " was not reached";
-    std::unique_ptr<FileAdapter> restarted = Open();
-    EXPECT_EQ(Read(*restarted)["jobs"], token) << point;
-    EXPECT_TRUE(GetStaleToken(Append(*restarted, token - 1, "old")).has_value())
-        << point;
   }
 }
 

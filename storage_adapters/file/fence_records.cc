@@ -186,32 +186,68 @@ absl::StatusOr<uint64_t> FileFenceRecords::Read(const std::string& name,
   return token;
 }
 
-absl::Status FileFenceRecords::Held::Raise(uint64_t token) {
+FileFenceRecords::Held::Held(Held&& other) noexcept
+    : records_(other.records_),
+      domain_(std::move(other.domain_)),
+      name_(std::move(other.name_)),
+      lock_(std::move(other.lock_)),
+      token_(other.token_),
+      temp_(std::exchange(other.temp_, std::string())),
+      temp_token_(other.temp_token_) {}
+
+FileFenceRecords::Held::~Held() {
+  // Best effort: a leftover is also removed at the next start.
+  if (!temp_.empty()) ::unlinkat(records_->dir_.get(), temp_.c_str(), 0);
+}
+
+absl::Status FileFenceRecords::Held::PrepareRaise(uint64_t token) {
   if (token <= token_) return absl::OkStatus();
+  if (!temp_.empty()) {
+    return absl::InternalError(
+        "file adapter: a fence record raise is "
+        "already prepared");
+  }
   const int dir = records_->dir_.get();
-  const std::string temp = file_io::TempName();
+  std::string temp = file_io::TempName();
   const std::string where = absl::StrCat(records_->path_, "/", name_);
   Fd fd(::openat(dir, temp.c_str(),
                  O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644));
   if (!fd.valid()) return ErrnoStatus(errno, "create fence record", where);
-  absl::Status s = file_io::WriteAll(
-      fd.get(), absl::StrCat(kRecordMagic, "\n", token, "\n", domain_), where);
-  if (s.ok()) s = file_io::FsyncFd(fd.get(), "fsync fence record", where);
-  if (s.ok() && ::renameat(dir, temp.c_str(), dir, name_.c_str()) != 0) {
-    s = ErrnoStatus(errno, "rename fence record", where);
-  }
-  if (!s.ok()) {
+  if (absl::Status s = file_io::WriteAll(
+          fd.get(), absl::StrCat(kRecordMagic, "\n", token, "\n", domain_),
+          where);
+      !s.ok()) {
     ::unlinkat(dir, temp.c_str(), 0);
     return s;
   }
-  FENCEGATE_SYNC_POINT("FileFenceRecords::Raise:AfterRename");
-  if (absl::Status synced =
-          file_io::FsyncFd(dir, "fsync fence directory", records_->path_);
-      !synced.ok()) {
-    return synced;
-  }
-  token_ = token;
+  temp_ = std::move(temp);
+  temp_token_ = token;
   return absl::OkStatus();
+}
+
+absl::Status FileFenceRecords::Held::CommitRaise() {
+  if (temp_.empty()) return absl::OkStatus();
+  const int dir = records_->dir_.get();
+  if (::renameat(dir, temp_.c_str(), dir, name_.c_str()) != 0) {
+    return ErrnoStatus(errno, "rename fence record",
+                       absl::StrCat(records_->path_, "/", name_));
+  }
+  temp_.clear();
+  token_ = temp_token_;
+  FENCEGATE_SYNC_POINT("FileFenceRecords::Raise:AfterRename");
+  return absl::OkStatus();
+}
+
+absl::Status FileFenceRecords::Held::Raise(uint64_t token) {
+  if (absl::Status s = PrepareRaise(token); !s.ok() || !raise_prepared()) {
+    return s;
+  }
+  const int dir = records_->dir_.get();
+  if (absl::Status s = file_io::SyncFs(dir, records_->path_); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CommitRaise(); !s.ok()) return s;
+  return file_io::SyncFs(dir, records_->path_);
 }
 
 absl::Status FileFenceRecords::ReadAll(

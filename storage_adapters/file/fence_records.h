@@ -56,13 +56,28 @@ class FileFenceRecords {
   // A domain's record, its lock held until destroyed.
   class Held {
    public:
-    Held(Held&&) = default;
+    Held(Held&& other) noexcept;
     Held& operator=(Held&&) = delete;
+    // Removes the temporary of a raise prepared and not committed.
+    ~Held();
     // The record's token; 0 if the domain has none.
     uint64_t token() const { return token_; }
     // Replaces the record with `token`, durably, if it is higher than
     // token(); does nothing otherwise.
     absl::Status Raise(uint64_t token);
+
+    // Raise() in two steps, so that the raises of many records share one
+    // sync of the file system (file_commit.h):
+    //   PrepareRaise writes the new record to a temporary beside it (not
+    //     synced; nothing a reader sees changes) if `token` is higher than
+    //     token(), and does nothing otherwise;
+    //   CommitRaise renames a prepared temporary over the record.
+    // The record is durable only once the file system is synced after the
+    // temporary was written and again after CommitRaise. Only one raise may
+    // be prepared at a time.
+    absl::Status PrepareRaise(uint64_t token);
+    bool raise_prepared() const { return !temp_.empty(); }
+    absl::Status CommitRaise();
 
    private:
     friend class FileFenceRecords;
@@ -73,6 +88,8 @@ class FileFenceRecords {
     std::string name_;  // The record's file name.
     file_io::Fd lock_;
     uint64_t token_;
+    std::string temp_;         // A prepared raise's temporary, or empty.
+    uint64_t temp_token_ = 0;  // Its token.
   };
 
   // Takes the domain's lock, waiting for another holder (another gateway

@@ -8,48 +8,31 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
-#include <random>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "fencegate/common/stale_token.h"
-#include "fencegate/common/sync_point.h"
 #include "storage_adapters/file/file_io.h"
 
 namespace fencegate {
 namespace {
 
-using file_io::ErrnoStatus;
 using file_io::Fd;
-using file_io::FsyncFd;
 using file_io::OpenBeneath;
-using file_io::TempName;
-using file_io::WriteAll;
 
 constexpr size_t kMaxPathBytes = 4096;
 // Longest name of one path segment (NAME_MAX on Linux file systems).
 constexpr size_t kMaxNameBytes = 255;
-
-struct SplitPath {
-  std::string dir;   // "" for the root itself
-  std::string leaf;  // last segment
-};
-
-SplitPath Split(absl::string_view path) {
-  size_t slash = path.rfind('/');
-  if (slash == absl::string_view::npos) return {"", std::string(path)};
-  return {std::string(path.substr(0, slash)),
-          std::string(path.substr(slash + 1))};
-}
 
 }  // namespace
 
@@ -124,10 +107,33 @@ int RemoveLeftoverTemporaries(const std::string& root) {
   return removed;
 }
 
+// Writes are made durable with syncfs (file_commit.h), which reports
+// write-back errors only from Linux 5.8.
+absl::Status CheckSyncFsReportsErrors() {
+  struct utsname name;
+  if (::uname(&name) != 0) return absl::OkStatus();
+  std::vector<absl::string_view> parts =
+      absl::StrSplit(name.release, absl::MaxSplits('.', 2));
+  int major = 0;
+  int minor = 0;
+  if (parts.size() < 2 || !absl::SimpleAtoi(parts[0], &major)) {
+    return absl::OkStatus();
+  }
+  // "8-rc1" and the like: the digits before any suffix.
+  const absl::string_view digits = parts[1].substr(
+      0, std::min(parts[1].find_first_not_of("0123456789"), parts[1].size()));
+  if (!absl::SimpleAtoi(digits, &minor)) return absl::OkStatus();
+  if (major > 5 || (major == 5 && minor >= 8)) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "file adapter: Linux 5.8 or later is required (this is ", name.release,
+      "): before it, syncfs does not report write-back errors, and a write "
+      "that did not reach the disk could be answered as durable"));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<FileAdapter>> FileAdapter::Open(
-    const std::string& root) {
+    const std::string& root, std::function<void(size_t)> on_group) {
   if (root.empty() || root[0] != '/') {
     return absl::InvalidArgumentError(
         absl::StrCat("file adapter: root \"", root, "\" must be absolute"));
@@ -155,21 +161,34 @@ absl::StatusOr<std::unique_ptr<FileAdapter>> FileAdapter::Open(
         "file adapter: openat2 with RESOLVE_BENEATH is unavailable (",
         strerror(errno), "); Linux 5.6 or later is required"));
   }
+  if (absl::Status s = CheckSyncFsReportsErrors(); !s.ok()) return s;
   absl::StatusOr<std::unique_ptr<FileFenceRecords>> records =
       FileFenceRecords::Open(root_fd.get(), root);
   if (!records.ok()) return records.status();
   const int removed = RemoveLeftoverTemporaries(root);
-  auto adapter = std::unique_ptr<FileAdapter>(
-      new FileAdapter(root_fd.release(), root, *std::move(records)));
+  auto adapter = std::unique_ptr<FileAdapter>(new FileAdapter(
+      root_fd.release(), root, *std::move(records), std::move(on_group)));
   adapter->removed_temporaries_ = removed;
   return adapter;
 }
 
 FileAdapter::FileAdapter(int root_fd, std::string root,
-                         std::unique_ptr<FileFenceRecords> records)
-    : root_fd_(root_fd), root_(std::move(root)), records_(std::move(records)) {}
+                         std::unique_ptr<FileFenceRecords> records,
+                         std::function<void(size_t)> on_group)
+    : root_fd_(root_fd),
+      root_(std::move(root)),
+      records_(std::move(records)),
+      committer_(std::make_unique<FileCommitThread>(root_fd, root_,
+                                                    std::move(on_group))) {}
 
-FileAdapter::~FileAdapter() { ::close(root_fd_); }
+FileAdapter::~FileAdapter() {
+  committer_.reset();  // Commits what is queued; uses the root.
+  ::close(root_fd_);
+}
+
+FileCommitThread::Counts FileAdapter::commit_counts() const {
+  return committer_->counts();
+}
 
 absl::Status FileAdapter::Validate(const WriteTarget& target,
                                    const Operations& ops) const {
@@ -188,17 +207,81 @@ absl::Status FileAdapter::Validate(const WriteTarget& target,
   return absl::OkStatus();
 }
 
-absl::Status FileAdapter::Apply(const WriteTarget& target,
-                                const Operations& ops, OpResults* results) {
+absl::StatusOr<std::unique_ptr<FileWrite>> FileAdapter::Begin(
+    const WriteTarget& target, int op_count) {
   absl::StatusOr<FileFenceRecords::Held> record =
       records_->Lock(target.domain, target.deadline);
   if (!record.ok()) return record.status();
   if (record->token() > target.token) {
     return StaleTokenError(target.domain, target.token, record->token());
   }
-  if (absl::Status s = record->Raise(target.token); !s.ok()) return s;
-  FENCEGATE_SYNC_POINT("FileAdapter::Apply:AfterRecord");
-  return ApplyOps(target, ops, results);
+  auto write = std::make_unique<FileWrite>(*std::move(record));
+  write->op_count = op_count;
+  if (absl::Status s = write->record.PrepareRaise(target.token); !s.ok()) {
+    return s;
+  }
+  return write;
+}
+
+absl::Status FileAdapter::Prepare(FileWrite& write, const WriteTarget& target,
+                                  const Operations& ops, int i,
+                                  OpResults* results) {
+  write.op_index = i;
+  write.change.reset();
+  absl::StatusOr<FileChange> change =
+      FileChange::Prepare(root_fd_, std::string(target.path), ops[i],
+                          results->Add()->mutable_file());
+  if (!change.ok()) {
+    const absl::Status& s = change.status();
+    return absl::Status(s.code(),
+                        absl::StrCat("ops[", i, "] (", i, " of ", ops.size(),
+                                     " operations applied): ", s.message()));
+  }
+  write.change.emplace(*std::move(change));
+  return absl::OkStatus();
+}
+
+absl::Status FileAdapter::Apply(const WriteTarget& target,
+                                const Operations& ops, OpResults* results) {
+  absl::StatusOr<std::unique_ptr<FileWrite>> write = Begin(target, ops.size());
+  if (!write.ok()) return write.status();
+  FileWrite* const w = write->get();
+  // One operation at a time, each a group of its own: the next may depend
+  // on it (a put, then an append to the same file).
+  for (int i = 0; i < ops.size(); ++i) {
+    if (absl::Status s = Prepare(*w, target, ops, i, results); !s.ok()) {
+      return s;
+    }
+    CommitFileWrites(root_fd_, root_, {w});
+    if (!w->status.ok()) return w->status;
+  }
+  return absl::OkStatus();
+}
+
+void FileAdapter::ApplyAsync(const WriteTarget& target, const Operations& ops,
+                             OpResults* results, ApplyCallback done) {
+  if (ops.size() != 1) {
+    std::move(done)(Apply(target, ops, results));
+    return;
+  }
+  absl::StatusOr<std::unique_ptr<FileWrite>> write = Begin(target, 1);
+  if (!write.ok()) {
+    std::move(done)(write.status());
+    return;
+  }
+  if (absl::Status s = Prepare(**write, target, ops, 0, results); !s.ok()) {
+    std::move(done)(s);
+    return;
+  }
+  if (!(*write)->change->groupable()) {
+    CommitFileWrites(root_fd_, root_, {write->get()});
+    absl::Status s = std::move((*write)->status);
+    write->reset();
+    std::move(done)(std::move(s));
+    return;
+  }
+  (*write)->done = std::move(done);
+  committer_->Add(*std::move(write));
 }
 
 absl::Status FileAdapter::RaiseFence(absl::string_view domain, uint64_t token) {
@@ -229,198 +312,6 @@ absl::StatusOr<uint64_t> FileAdapter::NextFence(absl::string_view domain,
 absl::Status FileAdapter::ReadFences(
     absl::FunctionRef<void(absl::string_view domain, uint64_t token)> fn) {
   return records_->ReadAll(fn);
-}
-
-absl::Status FileAdapter::ApplyOps(const WriteTarget& target,
-                                   const Operations& ops, OpResults* results) {
-  for (int i = 0; i < ops.size(); ++i) {
-    const v1::Operation& op = ops[i];
-    v1::FileResult* result = results->Add()->mutable_file();
-    absl::Status s;
-    switch (op.op_case()) {
-      case v1::Operation::kPut:
-        s = Put(target.path, op.put().data(), result);
-        break;
-      case v1::Operation::kAppend:
-        s = Append(target.path, op.append().data(), result);
-        break;
-      case v1::Operation::kDelete:
-        s = Delete(target.path, result);
-        break;
-      default:
-        s = absl::InvalidArgumentError("no operation set");
-    }
-    if (!s.ok()) {
-      return absl::Status(s.code(),
-                          absl::StrCat("ops[", i, "] (", i, " of ", ops.size(),
-                                       " operations applied): ", s.message()));
-    }
-  }
-  return absl::OkStatus();
-}
-
-// Opens the directory `dir` beneath the root, creating missing segments (and
-// fsyncing each parent that gained one) when `create` is set.
-static absl::StatusOr<Fd> OpenDir(int root_fd, const std::string& dir,
-                                  bool create) {
-  if (dir.empty()) {
-    int fd = ::dup(root_fd);
-    if (fd < 0) return ErrnoStatus(errno, "dup root", dir);
-    return Fd(fd);
-  }
-  Fd fd(OpenBeneath(root_fd, dir, O_RDONLY | O_DIRECTORY));
-  if (fd.valid()) return fd;
-  if (errno != ENOENT || !create)
-    return ErrnoStatus(errno, "open directory", dir);
-  // Walk down, creating what is missing.
-  Fd parent(::dup(root_fd));
-  if (!parent.valid()) return ErrnoStatus(errno, "dup root for", dir);
-  size_t pos = 0;
-  while (true) {
-    size_t next = dir.find('/', pos);
-    std::string prefix = dir.substr(0, next);
-    std::string segment = dir.substr(
-        pos, next == std::string::npos ? std::string::npos : next - pos);
-    Fd child(OpenBeneath(root_fd, prefix, O_RDONLY | O_DIRECTORY));
-    if (!child.valid()) {
-      if (errno != ENOENT) return ErrnoStatus(errno, "open directory", prefix);
-      if (::mkdirat(parent.get(), segment.c_str(), 0755) != 0 &&
-          errno != EEXIST) {
-        return ErrnoStatus(errno, "create directory", prefix);
-      }
-      if (absl::Status s = FsyncFd(parent.get(), "fsync directory", prefix);
-          !s.ok()) {
-        return s;
-      }
-      child = Fd(OpenBeneath(root_fd, prefix, O_RDONLY | O_DIRECTORY));
-      if (!child.valid()) return ErrnoStatus(errno, "open directory", prefix);
-    }
-    if (next == std::string::npos) return child;
-    parent = std::move(child);
-    pos = next + 1;
-  }
-}
-
-absl::Status FileAdapter::Put(absl::string_view path, const std::string& data,
-                              v1::FileResult* result) {
-  SplitPath sp = Split(path);
-  absl::StatusOr<Fd> dir = OpenDir(root_fd_, sp.dir, /*create=*/true);
-  if (!dir.ok()) return dir.status();
-  struct stat st;
-  result->set_existed(
-      ::fstatat(dir->get(), sp.leaf.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0);
-  if (result->existed() && S_ISDIR(st.st_mode)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("file adapter: \"", path, "\" is a directory"));
-  }
-
-  std::string tmp;
-  Fd file;
-  for (int attempt = 0; attempt < 8 && !file.valid(); ++attempt) {
-    tmp = TempName();
-    file = Fd(::openat(dir->get(), tmp.c_str(),
-                       O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                       0644));
-    if (!file.valid() && errno != EEXIST) break;
-  }
-  if (!file.valid()) return ErrnoStatus(errno, "create temporary for", path);
-  absl::Status s = WriteAll(file.get(), data, path);
-  if (s.ok()) s = FsyncFd(file.get(), "fsync", path);
-  file.Reset();
-  if (s.ok()) {
-    FENCEGATE_SYNC_POINT("FileAdapter::Put:BeforeRename");
-    if (::renameat(dir->get(), tmp.c_str(), dir->get(), sp.leaf.c_str()) != 0) {
-      s = ErrnoStatus(errno, "rename into place", path);
-    }
-  }
-  if (!s.ok()) {
-    ::unlinkat(dir->get(), tmp.c_str(), 0);  // Best effort; reserved name.
-    return s;
-  }
-  if (s = FsyncFd(dir->get(), "fsync directory of", path); !s.ok()) return s;
-  result->set_size(data.size());
-  result->set_bytes_written(data.size());
-  return absl::OkStatus();
-}
-
-absl::Status FileAdapter::Append(absl::string_view path,
-                                 const std::string& data,
-                                 v1::FileResult* result) {
-  SplitPath sp = Split(path);
-  std::string full(path);
-  // O_NONBLOCK so that a FIFO cannot block the open; it is refused below.
-  constexpr uint64_t kFlags = O_WRONLY | O_APPEND | O_NONBLOCK;
-  Fd file(OpenBeneath(root_fd_, full, kFlags));
-  bool created = false;
-  if (!file.valid() && errno == ENOENT) {
-    absl::StatusOr<Fd> dir = OpenDir(root_fd_, sp.dir, /*create=*/true);
-    if (!dir.ok()) return dir.status();
-    file = Fd(OpenBeneath(root_fd_, full, kFlags | O_CREAT, 0644));
-    created = file.valid();
-    if (created) {
-      if (absl::Status s = FsyncFd(dir->get(), "fsync directory of", path);
-          !s.ok()) {
-        return s;
-      }
-    }
-  }
-  if (!file.valid()) {
-    if (errno == ENXIO) {  // A FIFO without a reader.
-      return absl::FailedPreconditionError(
-          absl::StrCat("file adapter: \"", path, "\" is not a regular file"));
-    }
-    return ErrnoStatus(errno, "open for append", path);
-  }
-  struct stat st;
-  if (::fstat(file.get(), &st) != 0) return ErrnoStatus(errno, "stat", path);
-  if (!S_ISREG(st.st_mode)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("file adapter: \"", path, "\" is not a regular file"));
-  }
-  if (::fcntl(file.get(), F_SETFL, O_WRONLY | O_APPEND) != 0) {
-    return ErrnoStatus(errno, "fcntl", path);
-  }
-  // Writers of different domains may append to one file at once; the lock
-  // keeps a failed append's rollback from cutting off another's bytes.
-  if (::flock(file.get(), LOCK_EX) != 0)
-    return ErrnoStatus(errno, "lock", path);
-  if (::fstat(file.get(), &st) != 0) return ErrnoStatus(errno, "stat", path);
-  result->set_existed(!created);
-  absl::Status s = WriteAll(file.get(), data, path);
-  if (s.ok()) s = FsyncFd(file.get(), "fsync", path);
-  FENCEGATE_SYNC_POINT("FileAdapter::Append:AfterWrite");
-  if (!s.ok()) {
-    // Leave no torn tail behind: put the file back to its previous size.
-    if (::ftruncate(file.get(), st.st_size) == 0) ::fsync(file.get());
-    return s;
-  }
-  result->set_size(static_cast<uint64_t>(st.st_size) + data.size());
-  result->set_bytes_written(data.size());
-  return absl::OkStatus();  // Closing the descriptor releases the lock.
-}
-
-absl::Status FileAdapter::Delete(absl::string_view path,
-                                 v1::FileResult* result) {
-  SplitPath sp = Split(path);
-  absl::StatusOr<Fd> dir = OpenDir(root_fd_, sp.dir, /*create=*/false);
-  if (!dir.ok()) {
-    // A missing parent, or a parent that is a file: the file cannot exist.
-    if (absl::IsNotFound(dir.status()) ||
-        absl::IsFailedPrecondition(dir.status())) {
-      result->set_existed(false);
-      return absl::OkStatus();
-    }
-    return dir.status();
-  }
-  if (::unlinkat(dir->get(), sp.leaf.c_str(), 0) != 0) {
-    if (errno == ENOENT || errno == ENOTDIR) {
-      result->set_existed(false);
-      return absl::OkStatus();
-    }
-    return ErrnoStatus(errno, "delete", path);
-  }
-  result->set_existed(true);
-  return FsyncFd(dir->get(), "fsync directory of", path);
 }
 
 absl::Status FileAdapter::Probe() {

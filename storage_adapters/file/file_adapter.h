@@ -11,15 +11,23 @@
 // also checked lexically first (INVALID_ARGUMENT): non-empty, relative, no
 // NUL, no empty, "." or ".." segments, at most 4096 bytes.
 //
-// Durability, before Apply returns OK:
+// Durability, before Apply returns OK (file_change.h, file_commit.h):
 //   put    - data goes to a temporary file in the target's directory, which
-//            is fsynced, renamed over the target, and the directory fsynced:
-//            a crash leaves the old or the new contents, never a mix.
-//   append - written with O_APPEND under flock(LOCK_EX) and fsynced (the
-//            directory too when the file was created); a failed write is
-//            truncated back. Only regular files are appended to.
-//   delete - unlinked and the directory fsynced. A missing file is not an
-//            error (existed = false), so retries are safe.
+//            is made durable, renamed over the target, and made durable
+//            again: a crash leaves the old or the new contents, never a mix.
+//   append - written with O_APPEND under flock(LOCK_EX) and made durable; a
+//            failed write is truncated back. Only regular files are
+//            appended to.
+//   delete - unlinked and made durable. A missing file is not an error
+//            (existed = false), so retries are safe.
+// "Made durable" is a syncfs of the root's file system. ApplyAsync()
+// prepares a write of one operation on the calling thread (its record
+// locked and read, a raise and a put's data written to temporaries) and
+// hands it to the adapter's commit thread (file_commit_thread.h), which
+// makes the writes queued to it durable together: three syncs per group
+// of writes rather than two fsyncs per write. Apply(), and ApplyAsync() for
+// a write of several operations or a first append to a file, commit on the
+// calling thread, one operation at a time.
 // Fences: the root keeps its own (fence_records.h), under .fencegate/
 // (refused as a resource path, INVALID_ARGUMENT). Apply locks the domain's
 // record (flock, waiting for another process until the write's deadline, 30
@@ -29,6 +37,8 @@
 // processes sharing a root on one machine, or a gateway whose fence store
 // was lost, never apply a stale write; RaiseFence, NextFence and ReadFences
 // reach the same records.
+// Linux 5.8 or later is required (openat2; syncfs reporting write-back
+// errors).
 // Leftovers: a put killed before its rename leaves a temporary file named
 // with kFileTempPrefix and its process id. Open removes every such regular
 // file beneath the root whose process no longer runs (other gateway
@@ -43,12 +53,16 @@
 #ifndef STORAGE_ADAPTERS_FILE_FILE_ADAPTER_H_
 #define STORAGE_ADAPTERS_FILE_FILE_ADAPTER_H_
 
+#include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "storage_adapters/file/fence_records.h"
+#include "storage_adapters/file/file_commit.h"
+#include "storage_adapters/file/file_commit_thread.h"
 #include "storage_adapters/file/file_io.h"
 #include "storage_adapters/storage_adapter.h"
 
@@ -57,11 +71,15 @@ namespace fencegate {
 class FileAdapter final : public StorageAdapter {
  public:
   // Opens (creating if missing) the absolute directory `root`, and removes
-  // leftover temporaries beneath it.
-  // INVALID_ARGUMENT for a relative root; UNAVAILABLE if it cannot be opened
-  // or the kernel lacks openat2 (Linux 5.6+).
+  // leftover temporaries beneath it. `on_group`, if set, is told the size
+  // of each group the commit thread commits (for a metric); it must not
+  // block. INVALID_ARGUMENT for a relative root; UNAVAILABLE if it cannot
+  // be opened or the kernel lacks openat2 (Linux 5.6+); FAILED_PRECONDITION
+  // before Linux 5.8 and on file systems where the fence records' flock is
+  // not sound (fence_records.h).
   static absl::StatusOr<std::unique_ptr<FileAdapter>> Open(
-      const std::string& root);
+      const std::string& root,
+      std::function<void(size_t writes)> on_group = nullptr);
 
   ~FileAdapter() override;
 
@@ -69,6 +87,12 @@ class FileAdapter final : public StorageAdapter {
                         const Operations& ops) const override;
   absl::Status Apply(const WriteTarget& target, const Operations& ops,
                      OpResults* results) override;
+  // Never blocks for a sync; may block for a lock (another process holding
+  // the domain's record, another domain appending to the same file), so
+  // ApplyAsyncNeverBlocks() stays false. `done` runs on the commit thread,
+  // or on this one (above).
+  void ApplyAsync(const WriteTarget& target, const Operations& ops,
+                  OpResults* results, ApplyCallback done) override;
   // The root is still a directory the gateway may write to.
   absl::Status Probe() override;
 
@@ -83,23 +107,25 @@ class FileAdapter final : public StorageAdapter {
 
   // Leftover temporaries Open removed.
   int removed_temporaries() const { return removed_temporaries_; }
+  // What the commit thread has committed.
+  FileCommitThread::Counts commit_counts() const;
 
  private:
   FileAdapter(int root_fd, std::string root,
-              std::unique_ptr<FileFenceRecords> records);
-  // Applies `ops` in order, the domain's record already checked.
-  absl::Status ApplyOps(const WriteTarget& target, const Operations& ops,
-                        OpResults* results);
-
-  absl::Status Put(absl::string_view path, const std::string& data,
-                   v1::FileResult* result);
-  absl::Status Append(absl::string_view path, const std::string& data,
-                      v1::FileResult* result);
-  absl::Status Delete(absl::string_view path, v1::FileResult* result);
+              std::unique_ptr<FileFenceRecords> records,
+              std::function<void(size_t)> on_group);
+  // Locks the domain's record, refuses a token below it, and prepares its
+  // raise to the target's token.
+  absl::StatusOr<std::unique_ptr<FileWrite>> Begin(const WriteTarget& target,
+                                                   int op_count);
+  // Prepares ops[i] in `write`, adding its result to `results`.
+  absl::Status Prepare(FileWrite& write, const WriteTarget& target,
+                       const Operations& ops, int i, OpResults* results);
 
   const int root_fd_;
   const std::string root_;
   const std::unique_ptr<FileFenceRecords> records_;
+  std::unique_ptr<FileCommitThread> committer_;
   int removed_temporaries_ = 0;
 };
 

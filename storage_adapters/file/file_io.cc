@@ -95,6 +95,13 @@ absl::Status FsyncFd(int fd, absl::string_view what, absl::string_view path) {
   return absl::OkStatus();
 }
 
+absl::Status SyncFs(int fd, absl::string_view path) {
+  if (::syncfs(fd) != 0) {
+    return ErrnoStatus(errno, "sync the file system of", path);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status WriteAll(int fd, const std::string& data, absl::string_view path) {
   size_t done = 0;
   while (done < data.size()) {

@@ -75,6 +75,13 @@ int OpenBeneath(int dirfd, const std::string& path, uint64_t flags,
 // fsync(fd), its error as ErrnoStatus(what, path).
 absl::Status FsyncFd(int fd, absl::string_view what, absl::string_view path);
 
+// syncfs(fd): every change to the file system holding `fd` made durable
+// (data, metadata, directory entries; the device's cache flushed), its error
+// as ErrnoStatus("sync the file system of", path). Write-back errors of any
+// file on that file system since the last call through `fd` are reported
+// (Linux 5.8+).
+absl::Status SyncFs(int fd, absl::string_view path);
+
 // Writes all of `data` to `fd` (retrying short writes and EINTR).
 absl::Status WriteAll(int fd, const std::string& data, absl::string_view path);
 

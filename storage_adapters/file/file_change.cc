@@ -1,0 +1,283 @@
+// Copyright fencegate authors.
+
+#include "storage_adapters/file/file_change.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "fencegate/common/sync_point.h"
+
+namespace fencegate {
+namespace {
+
+using file_io::ErrnoStatus;
+using file_io::Fd;
+using file_io::FsyncFd;
+using file_io::OpenBeneath;
+
+// O_NONBLOCK so that a FIFO cannot block the open; it is refused after.
+constexpr uint64_t kAppendFlags = O_WRONLY | O_APPEND | O_NONBLOCK;
+
+// `path` split at its last slash: the directory ("" for the root) and the
+// last segment.
+std::pair<std::string, std::string> Split(absl::string_view path) {
+  const size_t slash = path.rfind('/');
+  if (slash == absl::string_view::npos) return {"", std::string(path)};
+  return {std::string(path.substr(0, slash)),
+          std::string(path.substr(slash + 1))};
+}
+
+// Opens the directory `dir` beneath the root, creating missing segments (and
+// fsyncing each parent that gained one) when `create` is set.
+absl::StatusOr<Fd> OpenDir(int root_fd, const std::string& dir, bool create) {
+  if (dir.empty()) {
+    int fd = ::dup(root_fd);
+    if (fd < 0) return ErrnoStatus(errno, "dup root", dir);
+    return Fd(fd);
+  }
+  Fd fd(OpenBeneath(root_fd, dir, O_RDONLY | O_DIRECTORY));
+  if (fd.valid()) return fd;
+  if (errno != ENOENT || !create) {
+    return ErrnoStatus(errno, "open directory", dir);
+  }
+  // Walk down, creating what is missing.
+  Fd parent(::dup(root_fd));
+  if (!parent.valid()) return ErrnoStatus(errno, "dup root for", dir);
+  size_t pos = 0;
+  while (true) {
+    const size_t next = dir.find('/', pos);
+    const std::string prefix = dir.substr(0, next);
+    const std::string segment = dir.substr(
+        pos, next == std::string::npos ? std::string::npos : next - pos);
+    Fd child(OpenBeneath(root_fd, prefix, O_RDONLY | O_DIRECTORY));
+    if (!child.valid()) {
+      if (errno != ENOENT) return ErrnoStatus(errno, "open directory", prefix);
+      if (::mkdirat(parent.get(), segment.c_str(), 0755) != 0 &&
+          errno != EEXIST) {
+        return ErrnoStatus(errno, "create directory", prefix);
+      }
+      if (absl::Status s = FsyncFd(parent.get(), "fsync directory", prefix);
+          !s.ok()) {
+        return s;
+      }
+      child = Fd(OpenBeneath(root_fd, prefix, O_RDONLY | O_DIRECTORY));
+      if (!child.valid()) return ErrnoStatus(errno, "open directory", prefix);
+    }
+    if (next == std::string::npos) return child;
+    parent = std::move(child);
+    pos = next + 1;
+  }
+}
+
+absl::Status NotARegularFile(absl::string_view path) {
+  return absl::FailedPreconditionError(
+      absl::StrCat("file adapter: \"", path, "\" is not a regular file"));
+}
+
+}  // namespace
+
+FileChange::FileChange(Kind kind, int root_fd, std::string path,
+                       const std::string* data, v1::FileResult* result)
+    : kind_(kind),
+      root_fd_(root_fd),
+      path_(std::move(path)),
+      data_(data),
+      result_(result) {}
+
+FileChange::FileChange(FileChange&& other) noexcept
+    : kind_(other.kind_),
+      root_fd_(other.root_fd_),
+      path_(std::move(other.path_)),
+      data_(other.data_),
+      result_(other.result_),
+      dir_(std::move(other.dir_)),
+      leaf_(std::move(other.leaf_)),
+      temp_(std::exchange(other.temp_, std::string())),
+      file_(std::move(other.file_)),
+      size_before_(other.size_before_),
+      made_(other.made_) {}
+
+FileChange::~FileChange() {
+  // Best effort; the name is reserved, and a leftover is removed at the
+  // next start.
+  if (!temp_.empty() && dir_.valid()) ::unlinkat(dir_.get(), temp_.c_str(), 0);
+  // Closing file_ releases an append's lock.
+}
+
+absl::StatusOr<FileChange> FileChange::Prepare(int root_fd, std::string path,
+                                               const v1::Operation& op,
+                                               v1::FileResult* result) {
+  absl::Status s;
+  switch (op.op_case()) {
+    case v1::Operation::kPut: {
+      FileChange change(Kind::kPut, root_fd, std::move(path), &op.put().data(),
+                        result);
+      if (s = change.PreparePut(); s.ok()) return change;
+      break;
+    }
+    case v1::Operation::kAppend: {
+      FileChange change(Kind::kAppend, root_fd, std::move(path),
+                        &op.append().data(), result);
+      if (s = change.PrepareAppend(); s.ok()) return change;
+      break;
+    }
+    case v1::Operation::kDelete: {
+      FileChange change(Kind::kDelete, root_fd, std::move(path), nullptr,
+                        result);
+      if (s = change.PrepareDelete(); s.ok()) return change;
+      break;
+    }
+    default:
+      s = absl::InvalidArgumentError(
+          "the file adapter takes put, append or delete");
+  }
+  return s;
+}
+
+absl::Status FileChange::PreparePut() {
+  auto [dir, leaf] = Split(path_);
+  absl::StatusOr<Fd> opened = OpenDir(root_fd_, dir, /*create=*/true);
+  if (!opened.ok()) return opened.status();
+  dir_ = *std::move(opened);
+  leaf_ = std::move(leaf);
+  struct stat st;
+  result_->set_existed(
+      ::fstatat(dir_.get(), leaf_.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0);
+  if (result_->existed() && S_ISDIR(st.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("file adapter: \"", path_, "\" is a directory"));
+  }
+  std::string temp;
+  Fd file;
+  for (int attempt = 0; attempt < 8 && !file.valid(); ++attempt) {
+    temp = file_io::TempName();
+    file = Fd(::openat(dir_.get(), temp.c_str(),
+                       O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                       0644));
+    if (!file.valid() && errno != EEXIST) break;
+  }
+  if (!file.valid()) return ErrnoStatus(errno, "create temporary for", path_);
+  temp_ = std::move(temp);  // Removed by the destructor if not renamed.
+  return file_io::WriteAll(file.get(), *data_, path_);
+}
+
+absl::Status FileChange::OpenForAppend(bool create) {
+  result_->set_existed(true);
+  if (create) {
+    file_ =
+        Fd(OpenBeneath(root_fd_, path_, kAppendFlags | O_CREAT | O_EXCL, 0644));
+    if (file_.valid()) result_->set_existed(false);
+  }
+  if (!file_.valid() && (!create || errno == EEXIST)) {
+    file_ = Fd(OpenBeneath(root_fd_, path_, kAppendFlags));
+  }
+  if (!file_.valid()) {
+    if (errno == ENXIO) return NotARegularFile(path_);  // A FIFO, no reader.
+    return ErrnoStatus(errno, "open for append", path_);
+  }
+  struct stat st;
+  if (::fstat(file_.get(), &st) != 0) return ErrnoStatus(errno, "stat", path_);
+  if (!S_ISREG(st.st_mode)) return NotARegularFile(path_);
+  if (::fcntl(file_.get(), F_SETFL, O_WRONLY | O_APPEND) != 0) {
+    return ErrnoStatus(errno, "fcntl", path_);
+  }
+  if (::flock(file_.get(), LOCK_EX) != 0) {
+    return ErrnoStatus(errno, "lock", path_);
+  }
+  if (::fstat(file_.get(), &st) != 0) return ErrnoStatus(errno, "stat", path_);
+  size_before_ = st.st_size;
+  return absl::OkStatus();
+}
+
+absl::Status FileChange::PrepareAppend() {
+  if (absl::Status s = OpenForAppend(/*create=*/false);
+      s.ok() || !absl::IsNotFound(s)) {
+    return s;
+  }
+  file_.Reset();
+  // Make() creates the file; its directories are made here.
+  absl::StatusOr<Fd> dir = OpenDir(root_fd_, Split(path_).first,
+                                   /*create=*/true);
+  return dir.status();
+}
+
+absl::Status FileChange::PrepareDelete() {
+  auto [dir, leaf] = Split(path_);
+  leaf_ = std::move(leaf);
+  absl::StatusOr<Fd> opened = OpenDir(root_fd_, dir, /*create=*/false);
+  if (opened.ok()) {
+    dir_ = *std::move(opened);
+    return absl::OkStatus();
+  }
+  // A missing parent, or a parent that is a file: the file cannot exist.
+  if (absl::IsNotFound(opened.status()) ||
+      absl::IsFailedPrecondition(opened.status())) {
+    return absl::OkStatus();
+  }
+  return opened.status();
+}
+
+bool FileChange::groupable() const {
+  return kind_ != Kind::kAppend || file_.valid();
+}
+
+absl::Status FileChange::Make() {
+  made_ = true;
+  switch (kind_) {
+    case Kind::kPut:
+      FENCEGATE_SYNC_POINT("FileAdapter::Put:BeforeRename");
+      if (::renameat(dir_.get(), temp_.c_str(), dir_.get(), leaf_.c_str()) !=
+          0) {
+        return ErrnoStatus(errno, "rename into place", path_);
+      }
+      temp_.clear();
+      result_->set_size(data_->size());
+      result_->set_bytes_written(data_->size());
+      return absl::OkStatus();
+    case Kind::kAppend: {
+      if (!file_.valid()) {
+        if (absl::Status s = OpenForAppend(/*create=*/true); !s.ok()) return s;
+      }
+      if (absl::Status s = file_io::WriteAll(file_.get(), *data_, path_);
+          !s.ok()) {
+        // Leave no torn tail behind.
+        if (::ftruncate(file_.get(), size_before_) == 0) ::fsync(file_.get());
+        return s;
+      }
+      FENCEGATE_SYNC_POINT("FileAdapter::Append:AfterWrite");
+      result_->set_size(static_cast<uint64_t>(size_before_) + data_->size());
+      result_->set_bytes_written(data_->size());
+      return absl::OkStatus();
+    }
+    case Kind::kDelete:
+      if (!dir_.valid()) {
+        result_->set_existed(false);
+        return absl::OkStatus();
+      }
+      if (::unlinkat(dir_.get(), leaf_.c_str(), 0) != 0) {
+        if (errno == ENOENT || errno == ENOTDIR) {
+          result_->set_existed(false);
+          return absl::OkStatus();
+        }
+        return ErrnoStatus(errno, "delete", path_);
+      }
+      result_->set_existed(true);
+      return absl::OkStatus();
+  }
+  return absl::InternalError("file adapter: unknown change");
+}
+
+void FileChange::Undo() {
+  if (made_ && kind_ == Kind::kAppend && file_.valid() &&
+      ::ftruncate(file_.get(), size_before_) == 0) {
+    ::fsync(file_.get());
+  }
+}
+
+}  // namespace fencegate

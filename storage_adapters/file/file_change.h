@@ -1,0 +1,101 @@
+// Copyright fencegate authors.
+//
+// FileChange: one put, append or delete of a file beneath the file
+// adapter's root, split into the step that changes nothing a reader of the
+// root sees (Prepare) and the step that makes the change (Make), so that a
+// write's fence record can be raised durably between the two and the
+// changes of many writes can share their syncs (file_commit.h).
+//
+//   put    - Prepare writes the data to a temporary file in the target's
+//            directory (creating missing directories, durably) and notes
+//            whether the target existed; Make renames it over the target.
+//            Synced before Make, a crash leaves the old or the new contents.
+//   append - Prepare opens the regular file and takes its flock(LOCK_EX),
+//            which it keeps until destroyed, and notes its size; Make writes
+//            the data with O_APPEND. Undo truncates it back to that size.
+//            The lock keeps the append, and its undo, whole against writers
+//            of other domains appending to the same file. To a missing file,
+//            Prepare only creates its directories: Make creates the file and
+//            waits for its lock, so such a change is not groupable().
+//   delete - Make unlinks the file; a missing one is not an error
+//            (existed = false), so retries are safe.
+// None of them is durable before the file system is synced after Make.
+//
+// Paths are resolved beneath the root (openat2 with RESOLVE_BENEATH), as
+// file_adapter.h describes; a path must have passed ValidateFilePath.
+//
+// Thread safety: a FileChange is used by one thread at a time; it may move
+// between threads.
+
+#ifndef STORAGE_ADAPTERS_FILE_FILE_CHANGE_H_
+#define STORAGE_ADAPTERS_FILE_FILE_CHANGE_H_
+
+#include <sys/types.h>
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "fencegate/v1/gateway.pb.h"
+#include "storage_adapters/file/file_io.h"
+
+namespace fencegate {
+
+class FileChange {
+ public:
+  // Prepares `op` (put, append or delete) on `path`, to be reported in
+  // `result`; `op` and `result` must outlive the change. May block (an
+  // append waits for the file's lock). Errors: FAILED_PRECONDITION for a
+  // put over a directory or an append to something not a regular file,
+  // PERMISSION_DENIED for a path leading out of the root, the errno's status
+  // (file_io::ErrnoStatus) otherwise; nothing is left behind.
+  static absl::StatusOr<FileChange> Prepare(int root_fd, std::string path,
+                                            const v1::Operation& op,
+                                            v1::FileResult* result);
+
+  FileChange(FileChange&& other) noexcept;
+  FileChange& operator=(FileChange&&) = delete;
+  // Removes a put's temporary if Make() did not rename it; releases an
+  // append's lock.
+  ~FileChange();
+
+  // Whether Make() never blocks, so that the change can wait in a group:
+  // false only for an append to a file that did not exist.
+  bool groupable() const;
+
+  // Makes the change. Not durable until the file system is synced. On error
+  // nothing is changed (a put's temporary is removed, a partly written
+  // append cut back). Called at most once.
+  absl::Status Make();
+
+  // After Make() succeeded and the sync that was to make it durable failed:
+  // an append is truncated back to its size before Make() and synced, best
+  // effort. A put or delete cannot be taken back and is left as it is.
+  void Undo();
+
+ private:
+  enum class Kind { kPut, kAppend, kDelete };
+  FileChange(Kind kind, int root_fd, std::string path, const std::string* data,
+             v1::FileResult* result);
+
+  absl::Status PreparePut();
+  absl::Status PrepareAppend();
+  absl::Status PrepareDelete();
+  absl::Status OpenForAppend(bool create);
+
+  Kind kind_;
+  int root_fd_;
+  std::string path_;
+  const std::string* data_;  // Put and append.
+  v1::FileResult* result_;
+  file_io::Fd dir_;        // Put and delete: the target's directory.
+  std::string leaf_;       // Put and delete: the target's name in dir_.
+  std::string temp_;       // Put: the temporary, until renamed.
+  file_io::Fd file_;       // Append: the file, locked.
+  off_t size_before_ = 0;  // Append: its size before Make().
+  bool made_ = false;
+};
+
+}  // namespace fencegate
+
+#endif  // STORAGE_ADAPTERS_FILE_FILE_CHANGE_H_
