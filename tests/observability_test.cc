@@ -141,6 +141,14 @@ TEST_F(ObservabilityTest, WriteAndFenceOutcomesAdvancesAndDomainsAreCounted) {
       SampleValue(text, "fencegate_fence_store_sync_duration_seconds_count"),
       1);
   EXPECT_EQ(SampleValue(text, "fencegate_domains"), 1);
+  // Both accepted puts went through the file route's commit thread, one
+  // after the other: two groups of one.
+  EXPECT_EQ(SampleValue(text, "fencegate_file_commit_group_writes_sum",
+                        {{"route", "files"}}),
+            2);
+  EXPECT_EQ(SampleValue(text, "fencegate_file_commit_group_writes_count",
+                        {{"route", "files"}}),
+            2);
 
   ASSERT_TRUE(Fence("other", 3).ok());
   EXPECT_EQ(Fence("other", 2).error_code(),
