@@ -20,7 +20,7 @@
 #include "bench/safety.h"
 #include "bench/token_sources.h"
 #include "fencegate/v1/gateway.grpc.pb.h"
-#include "gateway/flags.h"
+#include "bench/flags.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 

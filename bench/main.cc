@@ -24,7 +24,7 @@
 #include "bench/memory.h"
 #include "bench/safety.h"
 #include "bench/throughput.h"
-#include "gateway/flags.h"
+#include "bench/flags.h"
 
 namespace fencegate::bench {
 namespace {

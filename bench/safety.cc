@@ -19,7 +19,7 @@
 #include "absl/strings/str_split.h"
 #include "bench/token_sources.h"
 #include "fencegate/v1/gateway.grpc.pb.h"
-#include "gateway/flags.h"
+#include "bench/flags.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "pqxx/pqxx"

@@ -15,7 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "fencegate/client/token_source.h"
-#include "gateway/flags.h"
+#include "bench/flags.h"
 #include "grpcpp/channel.h"
 
 namespace fencegate::bench {

@@ -7,6 +7,10 @@ function(fencegate_proto_library name root)
   file(MAKE_DIRECTORY ${_gen_dir})
   find_program(_grpc_plugin grpc_cpp_plugin REQUIRED)
   set(_srcs)
+  set(_all)
+  foreach(_rel ${ARGN})
+    list(APPEND _all ${root}/${_rel})
+  endforeach()
   foreach(_rel ${ARGN})
     string(REGEX REPLACE "\\.proto$" "" _base ${_rel})
     set(_out ${_gen_dir}/${_base}.pb.cc ${_gen_dir}/${_base}.pb.h
@@ -19,7 +23,8 @@ function(fencegate_proto_library name root)
         --grpc_out=${_gen_dir}
         --plugin=protoc-gen-grpc=${_grpc_plugin}
         ${root}/${_rel}
-      DEPENDS ${root}/${_rel}
+      # Any file of the library may import another.
+      DEPENDS ${_all}
       COMMENT "protoc ${_rel}")
     list(APPEND _srcs ${_out})
   endforeach()

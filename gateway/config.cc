@@ -21,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "fencegate/common/text_proto.h"
+#include "gateway/settings.h"
 
 namespace fencegate {
 namespace {
@@ -49,17 +50,25 @@ absl::StatusOr<v1::GatewayConfig> LoadConfigFile(const std::string& path) {
   return config;
 }
 
-absl::StatusOr<GatewayOptions> ResolveOptions(const v1::GatewayConfig& config) {
-  GatewayOptions options;
-  if (!config.listen_address().empty()) {
-    options.listen_address = config.listen_address();
+absl::StatusOr<GatewayOptions> ResolveOptions(const v1::GatewayConfig& given) {
+  if (given.etcd().endpoint().empty() && given.etcd().ByteSizeLong() != 0) {
+    return absl::InvalidArgumentError(
+        "etcd: lock_prefix and TLS files need an endpoint");
   }
+  if (given.zookeeper().endpoint().empty() &&
+      given.zookeeper().ByteSizeLong() != 0) {
+    return absl::InvalidArgumentError("zookeeper: lock_path needs an endpoint");
+  }
+  // Every zero setting takes the schema's default (config.proto).
+  v1::GatewayConfig config = given;
+  if (absl::Status s = FillSettingDefaults(&config); !s.ok()) return s;
+  GatewayOptions options;
+  options.listen_address = config.listen_address();
   if (options.listen_address.rfind(':') == std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat(
         "listen_address: \"", options.listen_address, "\" must be host:port"));
   }
-  std::string data_dir =
-      config.data_dir().empty() ? "fencegate-data" : config.data_dir();
+  const std::string& data_dir = config.data_dir();
   if (absl::Status s = MakeDirs(data_dir); !s.ok()) return s;
   char resolved[PATH_MAX];
   if (::realpath(data_dir.c_str(), resolved) == nullptr) {
@@ -69,7 +78,10 @@ absl::StatusOr<GatewayOptions> ResolveOptions(const v1::GatewayConfig& config) {
   options.data_dir = resolved;
 
   for (const v1::Route& route : config.routes()) {
-    RouteSpec spec{route.name(), route.uri(), {}};
+    RouteSpec spec{route.name(), route.uri(), {}, nullptr};
+    if (route.has_postgres()) {
+      spec.settings = std::make_shared<v1::PostgresRoute>(route.postgres());
+    }
     for (const v1::NamedStatement& st : route.statements()) {
       spec.statements.push_back({st.name(), st.sql(), st.session_safe()});
     }
@@ -77,7 +89,10 @@ absl::StatusOr<GatewayOptions> ResolveOptions(const v1::GatewayConfig& config) {
   }
   if (options.routes.empty()) {
     options.routes.push_back(
-        {"files", absl::StrCat("file://", options.data_dir, "/files"), {}});
+        {"files",
+         absl::StrCat("file://", options.data_dir, "/files"),
+         {},
+         nullptr});
   }
   const std::filesystem::path fence_dir =
       std::filesystem::path(options.data_dir) / "fence";
@@ -101,44 +116,29 @@ absl::StatusOr<GatewayOptions> ResolveOptions(const v1::GatewayConfig& config) {
     }
   }
 
-  if (config.limits().max_message_bytes() != 0) {
-    if (config.limits().max_message_bytes() < 1024 ||
-        config.limits().max_message_bytes() > INT_MAX) {
-      return absl::InvalidArgumentError(
-          "limits.max_message_bytes: must be from 1024 to 2147483647");
-    }
-    options.max_message_bytes = config.limits().max_message_bytes();
-  }
-  if (config.limits().max_ops_per_write() != 0) {
-    options.max_ops_per_write = config.limits().max_ops_per_write();
-  }
   const v1::Limits& limits = config.limits();
-  if (limits.max_connections() != 0) {
-    options.max_connections = limits.max_connections();
+  if (limits.max_message_bytes() < 1024 ||
+      limits.max_message_bytes() > INT_MAX) {
+    return absl::InvalidArgumentError(
+        "limits.max_message_bytes: must be from 1024 to 2147483647");
   }
-  if (limits.max_concurrent_streams() != 0) {
-    options.max_concurrent_streams = limits.max_concurrent_streams();
+  options.max_message_bytes = limits.max_message_bytes();
+  options.max_ops_per_write = limits.max_ops_per_write();
+  options.max_connections = limits.max_connections();
+  options.max_concurrent_streams = limits.max_concurrent_streams();
+  if (limits.memory_limit_mib() < 64) {
+    return absl::InvalidArgumentError("limits.memory_limit_mib: at least 64");
   }
-  if (limits.memory_limit_mib() != 0) {
-    if (limits.memory_limit_mib() < 64) {
-      return absl::InvalidArgumentError("limits.memory_limit_mib: at least 64");
-    }
-    options.memory_limit_bytes = uint64_t{limits.memory_limit_mib()} << 20;
-  }
-  auto seconds = [](uint32_t v, absl::Duration* out) {
-    if (v != 0) *out = absl::Seconds(v);
-  };
-  seconds(limits.max_connection_age_seconds(), &options.max_connection_age);
-  seconds(limits.max_connection_age_grace_seconds(),
-          &options.max_connection_age_grace);
-  seconds(limits.max_connection_idle_seconds(), &options.max_connection_idle);
-  seconds(limits.handshake_timeout_seconds(), &options.handshake_timeout);
-  if (limits.max_cached_domains() != 0) {
-    options.max_cached_domains = limits.max_cached_domains();
-  }
-  if (limits.max_waiting_acquires() != 0) {
-    options.max_waiting_acquires = limits.max_waiting_acquires();
-  }
+  options.memory_limit_bytes = uint64_t{limits.memory_limit_mib()} << 20;
+  options.max_connection_age =
+      absl::Seconds(limits.max_connection_age_seconds());
+  options.max_connection_age_grace =
+      absl::Seconds(limits.max_connection_age_grace_seconds());
+  options.max_connection_idle =
+      absl::Seconds(limits.max_connection_idle_seconds());
+  options.handshake_timeout = absl::Seconds(limits.handshake_timeout_seconds());
+  options.max_cached_domains = limits.max_cached_domains();
+  options.max_waiting_acquires = limits.max_waiting_acquires();
   options.io_threads = config.io_threads();
   if (options.io_threads == 0) {
     options.io_threads =
@@ -156,9 +156,6 @@ absl::StatusOr<GatewayOptions> ResolveOptions(const v1::GatewayConfig& config) {
         client::TlsFiles{config.etcd().tls_ca(), config.etcd().tls_cert(),
                          config.etcd().tls_key()};
     options.watchers.push_back(std::move(etcd));
-  } else if (config.etcd().ByteSizeLong() != 0) {
-    return absl::InvalidArgumentError(
-        "etcd: lock_prefix and TLS files need an endpoint");
   }
   if (!config.zookeeper().endpoint().empty()) {
     TokenWatcherSpec zookeeper;
@@ -166,26 +163,21 @@ absl::StatusOr<GatewayOptions> ResolveOptions(const v1::GatewayConfig& config) {
     zookeeper.endpoint = config.zookeeper().endpoint();
     zookeeper.lock_path = config.zookeeper().lock_path();
     options.watchers.push_back(std::move(zookeeper));
-  } else if (config.zookeeper().ByteSizeLong() != 0) {
-    return absl::InvalidArgumentError("zookeeper: lock_path needs an endpoint");
   }
-  if (config.shutdown_grace_seconds() != 0) {
-    options.shutdown_grace = absl::Seconds(config.shutdown_grace_seconds());
-  }
+  options.shutdown_grace = absl::Seconds(config.shutdown_grace_seconds());
   options.tls.cert = config.tls().cert();
   options.tls.key = config.tls().key();
   options.tls.client_ca = config.tls().client_ca();
   options.tls.crl_dir = config.tls().crl_dir();
-  if (config.tls().refresh_seconds() != 0) {
-    options.tls.refresh = absl::Seconds(config.tls().refresh_seconds());
-  }
+  options.tls.refresh = absl::Seconds(config.tls().refresh_seconds());
   options.metrics_listen = config.metrics_listen();
   if (config.log_format() == "json") {
     options.log_format = LogFormat::kJson;
-  } else if (!config.log_format().empty() && config.log_format() != "text") {
+  } else if (config.log_format() != "text") {
     return absl::InvalidArgumentError(absl::StrCat(
         "log_format: \"", config.log_format(), "\" is neither text nor json"));
   }
+  options.log_writes = config.log_writes();
   options.policy_path = config.policy();
   options.insecure_allow_remote = config.insecure_allow_remote();
   options.audit_log_path = config.audit_log();

@@ -23,6 +23,8 @@
 
 namespace fencegate {
 
+// The defaults below are the schema's (config.proto's `setting` options),
+// which ResolveOptions applies; SettingsTest checks that they agree.
 struct GatewayOptions {
   // host:port; port 0 picks a free port (see GatewayServer::port()).
   // Default: 127.0.0.1:7070.
@@ -91,7 +93,7 @@ bool IsLoopbackAddress(absl::string_view listen_address);
 // line and column of the first error; NOT_FOUND if it cannot be read.
 absl::StatusOr<v1::GatewayConfig> LoadConfigFile(const std::string& path);
 
-// Fills defaults into `config` and validates it; creates the data directory
+// Fills the schema's defaults into `config` (settings.h) and validates it; creates the data directory
 // if missing. INVALID_ARGUMENT names the offending field, and refuses a
 // non-loopback listen address without mTLS and a policy unless
 // insecure_allow_remote is set.

@@ -12,14 +12,16 @@ absl::Status RegisterBuiltinAdapters(AdapterRegistry* registry) {
   if (absl::Status s = registry->Register("file", CreateFileAdapter); !s.ok()) {
     return s;
   }
-  if (absl::Status s = registry->Register("postgres", CreatePostgresAdapter);
+  if (absl::Status s = registry->Register("postgres", CreatePostgresAdapter,
+                                          v1::PostgresRoute::descriptor());
       !s.ok()) {
     return s;
   }
   if (absl::Status s = registry->Register("noop", CreateNoopAdapter); !s.ok()) {
     return s;
   }
-  return registry->Register("postgresql", CreatePostgresAdapter);
+  return registry->Register("postgresql", CreatePostgresAdapter,
+                            v1::PostgresRoute::descriptor());
 }
 
 }  // namespace fencegate

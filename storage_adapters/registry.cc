@@ -9,9 +9,11 @@
 
 namespace fencegate {
 
-absl::Status AdapterRegistry::Register(std::string scheme,
-                                       AdapterFactory factory) {
-  auto [it, inserted] = factories_.try_emplace(scheme, std::move(factory));
+absl::Status AdapterRegistry::Register(
+    std::string scheme, AdapterFactory factory,
+    const google::protobuf::Descriptor* settings) {
+  auto [it, inserted] =
+      factories_.try_emplace(scheme, Entry{std::move(factory), settings});
   if (!inserted) {
     return absl::AlreadyExistsError(
         absl::StrCat("adapter scheme \"", scheme, "\" is already registered"));
@@ -29,7 +31,18 @@ absl::StatusOr<std::unique_ptr<StorageAdapter>> AdapterRegistry::Create(
         "adapter URI \"", uri->redacted, "\": unknown scheme \"", uri->scheme,
         "\" (known: ", absl::StrJoin(Schemes(), ", "), ")"));
   }
-  return it->second(*uri, context);
+  if (context.settings != nullptr &&
+      context.settings->GetDescriptor() != it->second.settings) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("adapter URI \"", uri->redacted, "\": settings of type ",
+                     context.settings->GetDescriptor()->full_name(),
+                     " are not for ", uri->scheme, "://",
+                     it->second.settings == nullptr
+                         ? ", which takes none"
+                         : absl::StrCat(", which takes ",
+                                        it->second.settings->full_name())));
+  }
+  return it->second.factory(*uri, context);
 }
 
 std::vector<std::string> AdapterRegistry::Schemes() const {

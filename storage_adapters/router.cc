@@ -46,7 +46,7 @@ absl::StatusOr<std::unique_ptr<Router>> Router::Create(
       return absl::InvalidArgumentError(
           absl::StrCat("route \"", spec.name, "\": defined twice"));
     }
-    AdapterContext context{spec.name, metrics, {}};
+    AdapterContext context{spec.name, metrics, {}, spec.settings.get()};
     if (on_warning) {
       context.on_warning = [on_warning,
                             route = spec.name](const std::string& message) {

@@ -12,29 +12,131 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "fencegate/common/setting_value.h"
 #include "storage_adapters/postgres/fence_schema.h"
 #include "storage_adapters/postgres/postgres_adapter.h"
 
 namespace fencegate {
 namespace {
 
-absl::Status ParseInt(const Uri& uri, absl::string_view key,
-                      absl::string_view value, int64_t min, int64_t max,
-                      int64_t* out) {
-  if (!absl::SimpleAtoi(value, out) || *out < min || *out > max) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("adapter URI \"", uri.redacted, "\": ", key, "=", value,
-                     " must be a number from ", min, " to ", max));
+using google::protobuf::FieldDescriptor;
+
+// Whether `a` and `b` hold the same value of `field`.
+bool SameField(const v1::PostgresRoute& a, const v1::PostgresRoute& b,
+               const FieldDescriptor* field) {
+  v1::PostgresRoute only_a;
+  v1::PostgresRoute only_b;
+  only_a.CopyFrom(a);
+  only_b.CopyFrom(b);
+  const google::protobuf::Descriptor* d = v1::PostgresRoute::descriptor();
+  for (int i = 0; i < d->field_count(); ++i) {
+    if (d->field(i) == field) continue;
+    only_a.GetReflection()->ClearField(&only_a, d->field(i));
+    only_b.GetReflection()->ClearField(&only_b, d->field(i));
   }
-  return absl::OkStatus();
+  return only_a.SerializeAsString() == only_b.SerializeAsString();
 }
 
 }  // namespace
 
-absl::StatusOr<PostgresAdapterOptions> ParsePostgresUri(const Uri& uri) {
+absl::StatusOr<v1::PostgresRoute> ParsePostgresSettings(
+    const Uri& uri, const v1::PostgresRoute* typed,
+    std::vector<std::string>* libpq_params) {
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("adapter URI \"", uri.redacted, "\": ", why));
+  };
+  v1::PostgresRoute settings;
+  if (typed != nullptr) settings = *typed;
+  if (absl::Status s = CheckFieldBounds(settings); !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("postgres settings: ", s.message()));
+  }
+  // The query's settings: the shorthand of the typed message.
+  v1::PostgresRoute from_uri;
+  std::vector<const FieldDescriptor*> given;
+  if (!uri.query.empty()) {
+    for (absl::string_view pair : absl::StrSplit(uri.query, '&')) {
+      if (pair.empty()) continue;
+      std::pair<absl::string_view, absl::string_view> kv =
+          absl::StrSplit(pair, absl::MaxSplits('=', 1));
+      if (const FieldDescriptor* f =
+              v1::PostgresRoute::descriptor()->FindFieldByName(
+                  std::string(kv.first))) {
+        if (absl::Status s =
+                SetFieldFromText(&from_uri, f, kv.second, kv.first);
+            !s.ok()) {
+          return bad(s.message());
+        }
+        given.push_back(f);
+      } else if (kv.first == "fence_table") {
+        return bad(
+            "fence_table is gone; the fence table is now "
+            "<fence_schema>.fences, created by `fencectl pg-setup` "
+            "(docs/postgres.md)");
+      } else if (kv.first == "client_encoding") {
+        return bad(
+            "client_encoding is not accepted: the gateway speaks UTF8 to "
+            "PostgreSQL (its SQL classifier reads text as UTF-8)");
+      } else if (kv.first == "options") {
+        return bad(
+            "options is not accepted: session settings given at "
+            "connection would apply to every Write (the route role may hold "
+            "no settings of its own either; docs/postgres.md)");
+      } else {
+        libpq_params->emplace_back(pair);
+      }
+    }
+  }
+  for (const FieldDescriptor* f : given) {
+    if (!IsUnsetField(settings, f)) {
+      if (!SameField(settings, from_uri, f)) {
+        return bad(absl::StrCat(
+            f->name(),
+            " is given both in the URI and in the route's postgres "
+            "settings, with different values"));
+      }
+      continue;
+    }
+    settings.GetReflection()->SwapFields(&settings, &from_uri, {f});
+  }
+  if (absl::Status s = FillFieldDefaults(&settings); !s.ok()) return s;
+  if (!postgres::IsPlainIdentifier(settings.fence_schema())) {
+    return bad(absl::StrCat("fence_schema=", settings.fence_schema(),
+                            " must be 1-63 lower-case letters, digits and _"));
+  }
+  for (const std::string& schema : settings.search_path()) {
+    if (schema != "$user" && (!postgres::IsPlainIdentifier(schema) ||
+                              absl::StartsWith(schema, "pg_"))) {
+      return bad(absl::StrCat(
+          "search_path=", absl::StrJoin(settings.search_path(), ","),
+          " must list schemas (1-63 lower-case letters, digits and _, "
+          "not pg_...) or $user, separated by commas; pg_temp is added "
+          "last by the gateway"));
+    }
+  }
+  return settings;
+}
+
+absl::StatusOr<PostgresAdapterOptions> ParsePostgresUri(
+    const Uri& uri, const v1::PostgresRoute* typed) {
   PostgresAdapterOptions options;
   options.redacted_uri = uri.redacted;
   std::vector<std::string> passthrough;
+  absl::StatusOr<v1::PostgresRoute> settings =
+      ParsePostgresSettings(uri, typed, &passthrough);
+  if (!settings.ok()) return settings.status();
+  options.pool_size = static_cast<int>(settings->pool_size());
+  options.pool_wait_ms = settings->pool_wait_ms();
+  options.spread_after_ms = settings->spread_after_ms();
+  options.statement_timeout_ms = settings->statement_timeout_ms();
+  options.fence_schema = settings->fence_schema();
+  options.max_result_rows = settings->max_result_rows();
+  options.max_result_bytes = settings->max_result_bytes();
+  options.allow_privileged_role = settings->allow_privileged_role();
+  options.allow_dirty_statements = settings->allow_dirty_statements();
+  options.search_path.assign(settings->search_path().begin(),
+                             settings->search_path().end());
   // libpq parameters the adapter sets unless the URI does: a server or
   // network that goes silent fails a write within about a minute instead
   // of holding its connection for ever.
@@ -43,93 +145,12 @@ absl::StatusOr<PostgresAdapterOptions> ParsePostgresUri(const Uri& uri) {
       {"keepalives", "1"},           {"keepalives_idle", "30"},
       {"keepalives_interval", "10"}, {"keepalives_count", "3"},
       {"tcp_user_timeout", "60000"}};
-  if (!uri.query.empty()) {
-    for (absl::string_view pair : absl::StrSplit(uri.query, '&')) {
-      if (pair.empty()) continue;
-      std::pair<absl::string_view, absl::string_view> kv =
-          absl::StrSplit(pair, absl::MaxSplits('=', 1));
-      int64_t n = 0;
-      absl::Status s;
-      if (kv.first == "pool_size") {
-        s = ParseInt(uri, kv.first, kv.second, 1, 1024, &n);
-        options.pool_size = static_cast<int>(n);
-      } else if (kv.first == "pool_wait_ms") {
-        s = ParseInt(uri, kv.first, kv.second, 1, 3600000, &n);
-        options.pool_wait_ms = n;
-      } else if (kv.first == "spread_after_ms") {
-        s = ParseInt(uri, kv.first, kv.second, 0, 3600000, &n);
-        options.spread_after_ms = n;
-      } else if (kv.first == "statement_timeout_ms") {
-        s = ParseInt(uri, kv.first, kv.second, 0, 86400000, &n);
-        options.statement_timeout_ms = n;
-      } else if (kv.first == "max_result_rows") {
-        s = ParseInt(uri, kv.first, kv.second, 0, 10000000, &n);
-        options.max_result_rows = n;
-      } else if (kv.first == "max_result_bytes") {
-        s = ParseInt(uri, kv.first, kv.second, 0, int64_t{1} << 30, &n);
-        options.max_result_bytes = n;
-      } else if (kv.first == "fence_schema") {
-        if (!postgres::IsPlainIdentifier(kv.second)) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "adapter URI \"", options.redacted_uri, "\": fence_schema=",
-              kv.second, " must be 1-63 lower-case letters, digits and _"));
-        }
-        options.fence_schema = std::string(kv.second);
-      } else if (kv.first == "fence_table") {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "adapter URI \"", options.redacted_uri,
-            "\": fence_table is gone; the fence table is now "
-            "<fence_schema>.fences, created by `fencectl pg-setup` "
-            "(docs/postgres.md)"));
-      } else if (kv.first == "allow_privileged_role") {
-        if (kv.second != "true" && kv.second != "false") {
-          return absl::InvalidArgumentError(
-              absl::StrCat("adapter URI \"", options.redacted_uri,
-                           "\": allow_privileged_role must be true or false"));
-        }
-        options.allow_privileged_role = kv.second == "true";
-      } else if (kv.first == "allow_dirty_statements") {
-        if (kv.second != "true" && kv.second != "false") {
-          return absl::InvalidArgumentError(
-              absl::StrCat("adapter URI \"", options.redacted_uri,
-                           "\": allow_dirty_statements must be true or false"));
-        }
-        options.allow_dirty_statements = kv.second == "true";
-      } else if (kv.first == "search_path") {
-        std::vector<std::string> schemas =
-            absl::StrSplit(kv.second, ',', absl::SkipEmpty());
-        for (const std::string& schema : schemas) {
-          if (schema != "$user" && (!postgres::IsPlainIdentifier(schema) ||
-                                    absl::StartsWith(schema, "pg_"))) {
-            return absl::InvalidArgumentError(absl::StrCat(
-                "adapter URI \"", options.redacted_uri,
-                "\": search_path=", kv.second,
-                " must list schemas (1-63 lower-case letters, digits and _, "
-                "not pg_...) or $user, separated by commas; pg_temp is added "
-                "last by the gateway"));
-          }
-        }
-        options.search_path = std::move(schemas);
-      } else if (kv.first == "client_encoding") {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "adapter URI \"", options.redacted_uri,
-            "\": client_encoding is not accepted: the gateway speaks UTF8 to "
-            "PostgreSQL (its SQL classifier reads text as UTF-8)"));
-      } else if (kv.first == "options") {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "adapter URI \"", options.redacted_uri,
-            "\": options is not accepted: session settings given at "
-            "connection would apply to every Write (the route role may hold "
-            "no settings of its own either; docs/postgres.md)"));
-      } else {
-        defaults.erase(
-            std::remove_if(defaults.begin(), defaults.end(),
-                           [&](const auto& d) { return d.first == kv.first; }),
-            defaults.end());
-        passthrough.emplace_back(pair);
-      }
-      if (!s.ok()) return s;
-    }
+  for (const std::string& param : passthrough) {
+    const std::string key = param.substr(0, param.find('='));
+    defaults.erase(
+        std::remove_if(defaults.begin(), defaults.end(),
+                       [&](const auto& d) { return d.first == key; }),
+        defaults.end());
   }
   for (const auto& [key, value] : defaults) {
     passthrough.push_back(absl::StrCat(key, "=", value));
@@ -162,7 +183,8 @@ absl::StatusOr<PostgresAdapterOptions> ParsePostgresUri(const Uri& uri) {
 
 absl::StatusOr<std::unique_ptr<StorageAdapter>> CreatePostgresAdapter(
     const Uri& uri, const AdapterContext& context) {
-  absl::StatusOr<PostgresAdapterOptions> options = ParsePostgresUri(uri);
+  absl::StatusOr<PostgresAdapterOptions> options = ParsePostgresUri(
+      uri, static_cast<const v1::PostgresRoute*>(context.settings));
   if (!options.ok()) return options.status();
   return std::unique_ptr<StorageAdapter>(
       std::make_unique<PostgresAdapter>(*std::move(options), context));

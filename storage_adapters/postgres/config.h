@@ -5,28 +5,15 @@
 //
 //   postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE?pool_size=8&...
 //
-// Everything is handed to libpq as a connection URI, except these
-// parameters, which the adapter takes for itself:
-//
-//   pool_size            connections kept open               Default: 8
-//   pool_wait_ms         wait for a connection, then give up Default: 10000
-//   spread_after_ms      wait for a busy connection before an idle one
-//                        takes queued writes (0: at once)     Default: 5
-//   statement_timeout_ms per-statement timeout, also enforced by the
-//                        gateway (cancel)                    Default: 30000
-//   fence_schema         schema of the fence table/function  Default: fencegate
-//   max_result_rows      rows returned per Write, in total   Default: 1000
-//   max_result_bytes     bytes of returned fields per Write  Default: 4 MiB
-//   allow_privileged_role  use a role that is superuser or may create
-//                        roles, bypass RLS, run programs and read or write
-//                        files on the server, or keep state beyond a Write
-//                        (TEMP, CREATE on a schema, other roles' membership,
-//                        settings of its own)                Default: false
-//   allow_dirty_statements take DO and CALL (run in BEGIN ... COMMIT,
-//                        the session reset after them)       Default: false
-//   search_path          schemas, comma-separated ($user allowed), pinned
-//                        in the startup packet with pg_temp last
-//                                                   Default: $user,public
+// The adapter's own settings are the fields of fencegate.v1.PostgresRoute
+// (proto/fencegate/v1/config.proto), with their defaults and bounds there:
+// pool_size, pool_wait_ms, spread_after_ms, statement_timeout_ms,
+// fence_schema, max_result_rows, max_result_bytes, allow_privileged_role,
+// allow_dirty_statements, search_path. A route gives them typed, in the
+// configuration file (routes { ... postgres { pool_size: 8 } }), or as
+// parameters of its URI, the shorthand (?pool_size=8&search_path=a,b); a
+// setting given both ways must agree. Everything else in the query is
+// handed to libpq.
 //
 // libpq parameters (sslmode, connect_timeout, application_name, ...) pass
 // through, but for client_encoding (refused: the gateway speaks UTF8) and
@@ -48,12 +35,16 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "fencegate/v1/config.pb.h"
 #include "storage_adapters/registry.h"
 #include "storage_adapters/storage_adapter.h"
 #include "storage_adapters/uri.h"
 
 namespace fencegate {
 
+// The defaults below are PostgresRoute's, which ParsePostgresUri applies
+// (PostgresUriTest.TheSchemasDefaultsAreTheOptionsDefaults checks that they
+// agree).
 struct PostgresAdapterOptions {
   // libpq connection URI, without the adapter's own parameters.
   std::string conninfo;
@@ -97,8 +88,17 @@ struct PostgresAdapterOptions {
   std::vector<std::string> search_path = {"$user", "public"};
 };
 
-// Parses and validates the URI. INVALID_ARGUMENT names the parameter.
-absl::StatusOr<PostgresAdapterOptions> ParsePostgresUri(const Uri& uri);
+// The route's settings: `typed` (may be null) with the URI's query merged
+// in, the schema's defaults filled, and each checked; the query's libpq
+// parameters are appended to `libpq_params`. INVALID_ARGUMENT, quoting the
+// URI (never its password), names the parameter.
+absl::StatusOr<v1::PostgresRoute> ParsePostgresSettings(
+    const Uri& uri, const v1::PostgresRoute* typed,
+    std::vector<std::string>* libpq_params);
+
+// ParsePostgresSettings, then the adapter's options from them.
+absl::StatusOr<PostgresAdapterOptions> ParsePostgresUri(
+    const Uri& uri, const v1::PostgresRoute* typed = nullptr);
 
 // ParsePostgresUri, then builds the adapter. Does not connect: the first
 // Write does, so the gateway starts even while PostgreSQL is down.

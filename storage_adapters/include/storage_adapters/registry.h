@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "google/protobuf/message.h"
 #include "metrics/metrics_context.h"
 #include "storage_adapters/storage_adapter.h"
 #include "storage_adapters/uri.h"
@@ -33,6 +34,10 @@ struct AdapterContext {
   // changed its pooled session, say), from any of the adapter's threads; it
   // must not block. Default: none.
   std::function<void(const std::string&)> on_warning;
+  // The route's typed settings from the configuration file, or null; when
+  // set, of the message type the scheme was registered with (Create checks).
+  // The factory merges them with its URI's query, the shorthand form.
+  const google::protobuf::Message* settings = nullptr;
 };
 
 // Builds an adapter from a parsed URI whose scheme matched. Validates the
@@ -50,11 +55,15 @@ class AdapterRegistry {
   AdapterRegistry(const AdapterRegistry&) = delete;
   AdapterRegistry& operator=(const AdapterRegistry&) = delete;
 
-  // ALREADY_EXISTS if `scheme` is registered.
-  absl::Status Register(std::string scheme, AdapterFactory factory);
+  // ALREADY_EXISTS if `scheme` is registered. `settings`: the message type
+  // of the scheme's typed settings (AdapterContext::settings), or null for
+  // an adapter that has none.
+  absl::Status Register(std::string scheme, AdapterFactory factory,
+                        const google::protobuf::Descriptor* settings = nullptr);
 
   // Parses `uri` and calls its scheme's factory. INVALID_ARGUMENT, quoting the
-  // URI and listing the known schemes, for an unknown scheme.
+  // URI and listing the known schemes, for an unknown scheme, and naming the
+  // type for settings of a type the scheme does not take.
   absl::StatusOr<std::unique_ptr<StorageAdapter>> Create(
       absl::string_view uri, const AdapterContext& context = {}) const;
 
@@ -62,7 +71,11 @@ class AdapterRegistry {
   std::vector<std::string> Schemes() const;
 
  private:
-  absl::flat_hash_map<std::string, AdapterFactory> factories_;
+  struct Entry {
+    AdapterFactory factory;
+    const google::protobuf::Descriptor* settings;
+  };
+  absl::flat_hash_map<std::string, Entry> factories_;
 };
 
 }  // namespace fencegate

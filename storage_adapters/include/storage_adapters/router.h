@@ -15,6 +15,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "google/protobuf/message.h"
 #include "storage_adapters/registry.h"
 #include "storage_adapters/storage_adapter.h"
 
@@ -38,6 +39,9 @@ struct RouteSpec {
   std::string uri;
   // Named SQL statements; each must pass the adapter's AddNamedStatement().
   std::vector<NamedStatementSpec> statements = {};
+  // The adapter's typed settings from the configuration file (for a
+  // postgres:// route, a v1::PostgresRoute), or null. See AdapterContext.
+  std::shared_ptr<const google::protobuf::Message> settings = nullptr;
 };
 
 struct ResolvedResource {

@@ -1,6 +1,6 @@
 // Copyright fencegate authors.
 
-#include "gateway/flags.h"
+#include "bench/flags.h"
 
 #include <algorithm>
 

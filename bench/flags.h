@@ -1,12 +1,13 @@
 // Copyright fencegate authors.
 //
-// FlagSet: the small command-line parser shared by fencegate and fencectl.
+// FlagSet: the harness's small command-line parser (the gateway and
+// fencectl use CLI11).
 // Accepts --name=value and --name value; booleans also as bare --name; "--"
 // ends the flags. Everything else is a positional argument. In flag names
 // '-' and '_' are the same: --request-id is --request_id.
 
-#ifndef GATEWAY_FLAGS_H_
-#define GATEWAY_FLAGS_H_
+#ifndef BENCH_FLAGS_H_
+#define BENCH_FLAGS_H_
 
 #include <cstdint>
 #include <functional>
@@ -56,4 +57,4 @@ class FlagSet {
 
 }  // namespace fencegate
 
-#endif  // GATEWAY_FLAGS_H_
+#endif  // BENCH_FLAGS_H_
