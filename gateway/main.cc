@@ -231,7 +231,14 @@ int Run(int argc, char** argv) {
 }  // namespace fencegate
 
 int main(int argc, char** argv) {
-  const int rc = fencegate::Run(argc, argv);
+  int rc = 1;
+  try {
+    rc = fencegate::Run(argc, argv);
+  } catch (const std::exception& e) {
+    // A flag declared twice in the schema (SettingsTest keeps that out) or
+    // memory exhausted.
+    std::cerr << "fencegate: " << e.what() << "\n";
+  }
   fencegate::FlushLog();  // Lines still queued for stderr.
   return rc;
 }
