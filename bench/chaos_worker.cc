@@ -17,10 +17,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "bench/chaos.h"
+#include "bench/flags.h"
 #include "bench/safety.h"
 #include "bench/token_sources.h"
 #include "fencegate/v1/gateway.grpc.pb.h"
-#include "bench/flags.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 
@@ -193,23 +193,19 @@ class ChaosWorker {
 
 int ChaosWorkerMain(int argc, char** argv) {
   ChaosWorkerConfig c;
-  FlagSet set;
-  AddSourceFlags(&set, &c.src);  // --gateway: the first (files, leases).
-  set.String("gateway_b", &c.gateway_b, "second gateway");
-  set.String("lock", &c.lock, "lock name (and fencing domain)");
-  set.String("run", &c.run, "run id");
-  set.String("out", &c.out, "where to write the records");
-  set.String("stop_file", &c.stop_file, "stop once this file exists");
-  set.Uint("id", &c.id, "worker id");
-  set.Uint("ttl_ms", &c.ttl_ms, "lease ttl");
-  set.Uint("writes", &c.writes, "writes per holding");
-  set.String("pause_fraction", &c.pause_fraction, "share of paused holdings");
-  std::vector<std::string> rest;
-  if (absl::Status s = set.Parse(argc, argv, 2, &rest); !s.ok()) {
-    std::fprintf(stderr, "chaos-worker: %s\n",
-                 std::string(s.message()).c_str());
-    return 2;
-  }
+  CLI::App app("a chaos worker of fencegate-bench", "chaos-worker");
+  AddSourceFlags(app, &c.src);  // --gateway: the first (files, leases).
+  app.add_option("--gateway_b", c.gateway_b, "second gateway");
+  app.add_option("--lock", c.lock, "lock name (and fencing domain)");
+  app.add_option("--run", c.run, "run id");
+  app.add_option("--out", c.out, "where to write the records");
+  app.add_option("--stop_file", c.stop_file, "stop once this file exists");
+  app.add_option("--id", c.id, "worker id");
+  app.add_option("--ttl_ms", c.ttl_ms, "lease ttl");
+  app.add_option("--writes", c.writes, "writes per holding");
+  app.add_option("--pause_fraction", c.pause_fraction,
+                 "share of paused holdings");
+  if (std::optional<int> exit = ParseFlags(app, argc, argv, 2)) return *exit;
   absl::Status s = ChaosWorker(c).Run();
   if (!s.ok()) {
     std::fprintf(stderr, "chaos-worker %llu: %s\n",

@@ -21,18 +21,15 @@
 #include "bench/bench.h"
 #include "bench/chaos.h"
 #include "bench/classifier.h"
+#include "bench/flags.h"
 #include "bench/memory.h"
 #include "bench/safety.h"
 #include "bench/throughput.h"
-#include "bench/flags.h"
 
 namespace fencegate::bench {
 namespace {
 
 constexpr char kUsage[] =
-    "Usage: fencegate-bench throughput|safety|all|memory|chaos|classifier "
-    "[flags]\n"
-    "\n"
     "Starts a throwaway PostgreSQL, pgbouncer (if installed) and a gateway\n"
     "unless given DSNs, runs the scenario, prints a summary table (with CPU\n"
     "time and context switches per write, per process), and writes\n"
@@ -45,8 +42,7 @@ constexpr char kUsage[] =
     "pausing a gateway, then checks every acknowledged write; it exits 1\n"
     "on any lost, stale or duplicated write. `classifier` times the\n"
     "PostgreSQL route's SQL classifier on a cache hit and a miss (--rounds).\n"
-    "\n"
-    "Flags:\n";
+    "'-' and '_' are one in flag names. docs/benchmarks.md has the rest.";
 
 // "-" for an unknown figure.
 std::string Cell(double v, const absl::FormatSpec<double>& format = "%.0f") {
@@ -147,68 +143,69 @@ int Run(int argc, char** argv) {
   std::string pg_dsn, pgbouncer_dsn, json = "bench-results.json",
                                      svg = "bench-latency.svg";
   std::string work_dir = "/tmp";
-  bool help = false;
+  std::string command;
   std::vector<std::string> gateway_flags;
   uint64_t pg_pool_size = 4;
   uint64_t cycles = 10, chaos_seed = 1;
   std::string chaos_sources = "lease,etcd,redis,redlock,postgres,zookeeper";
-  FlagSet set;
-  set.String(
-      "targets", &targets,
+  CLI::App app(kUsage, "fencegate-bench");
+  app.add_option("command", command,
+                 "throughput, safety, all, memory, chaos or classifier")
+      ->required()
+      ->check(CLI::IsMember(
+          {"throughput", "safety", "all", "memory", "chaos", "classifier"}));
+  app.add_option(
+      "--targets", targets,
       "comma list of direct, direct-fenced, pgbouncer, gateway-pg, "
       "file-direct, gateway-file, gateway-noop, grpc-floor, gateway-pg-mtls, "
       "gateway-noop-mtls, gateway-pg-metrics, gateway-noop-metrics "
       "(default all but the -mtls and -metrics ones)");
-  set.String("clients", &clients,
-             "comma list of client counts (default 1,16,64)");
-  set.String("patterns", &patterns, "steady,advancing (default both)");
-  set.Uint("duration_s", &duration_s, "seconds per throughput run (default 5)");
-  set.Uint("rounds", &rounds,
-           "repeat the throughput runs of each client count this many "
-           "times, and add medians (default 1)");
-  set.Uint("safety_s", &safety_s, "seconds per safety run (default 8)");
-  set.Uint("workers", &workers, "safety: contending workers (default 4)");
-  set.Uint("ttl_ms", &ttl_ms,
-           "safety, chaos: lease ttl (default 300; etcd uses 2 s)");
-  set.String("pg_dsn", &pg_dsn, "existing PostgreSQL (libpq DSN)");
-  set.String("pgbouncer_dsn", &pgbouncer_dsn, "existing pgbouncer (libpq DSN)");
-  set.String("json", &json, "JSON output file (default bench-results.json)");
-  set.String("svg", &svg, "SVG latency histograms (default bench-latency.svg)");
-  set.String("work_dir", &work_dir,
-             "where the gateway keeps its data "
-             "(default /tmp; a fresh subdirectory)");
-  set.StringList("gateway_flag", &gateway_flags,
+  app.add_option("--clients", clients,
+                 "comma list of client counts (default 1,16,64)");
+  app.add_option("--patterns", patterns, "steady,advancing (default both)");
+  app.add_option("--duration_s", duration_s,
+                 "seconds per throughput run (default 5)");
+  app.add_option("--rounds", rounds,
+                 "repeat the throughput runs of each client count this many "
+                 "times, and add medians (default 1)");
+  app.add_option("--safety_s", safety_s, "seconds per safety run (default 8)");
+  app.add_option("--workers", workers,
+                 "safety: contending workers (default 4)");
+  app.add_option("--ttl_ms", ttl_ms,
+                 "safety, chaos: lease ttl (default 300; etcd uses 2 s)");
+  app.add_option("--pg_dsn", pg_dsn, "existing PostgreSQL (libpq DSN)");
+  app.add_option("--pgbouncer_dsn", pgbouncer_dsn,
+                 "existing pgbouncer (libpq DSN)");
+  app.add_option("--json", json,
+                 "JSON output file (default bench-results.json)");
+  app.add_option("--svg", svg,
+                 "SVG latency histograms (default bench-latency.svg)");
+  app.add_option("--work_dir", work_dir,
+                 "where the gateway keeps its data "
+                 "(default /tmp; a fresh subdirectory)");
+  app.add_option("--gateway_flag", gateway_flags,
                  "extra flag for the started gateway, repeatable "
-                 "(e.g. --gateway_flag=--io_threads=8)");
-  set.Uint("pg_pool_size", &pg_pool_size,
-           "pool_size of the gateway's PostgreSQL route (default 4)");
-  set.String("domains", &memory_domains,
-             "memory: checkpoints, total domains fenced (default "
-             "10000,100000,250000,500000,1000000)");
-  set.String("name_bytes", &memory_names,
-             "memory: domain name lengths (default 12,500)");
-  set.Uint("cycles", &cycles, "chaos: gateway kills (default 10)");
-  set.Uint("seed", &chaos_seed, "chaos: seed of the fault moments (default 1)");
-  set.String("sources", &chaos_sources,
-             "chaos: token sources (default all: lease,etcd,redis,redlock,"
-             "postgres,zookeeper; those without a server are left out)");
-  set.Bool("help", &help, "print this help");
-  std::vector<std::string> args;
-  if (absl::Status s = set.Parse(argc, argv, 1, &args); !s.ok()) {
-    std::cerr << "fencegate-bench: " << s.message() << "\n";
-    return 2;
-  }
-  if (help || args.size() != 1 ||
-      (args[0] != "throughput" && args[0] != "safety" && args[0] != "all" &&
-       args[0] != "memory" && args[0] != "chaos" && args[0] != "classifier")) {
-    std::cout << kUsage << set.Usage();
-    return help ? 0 : 2;
-  }
-  if (args[0] == "classifier") {
+                 "(e.g. --gateway_flag=--io_threads=8)")
+      ->allow_extra_args(false);
+  app.add_option("--pg_pool_size", pg_pool_size,
+                 "pool_size of the gateway's PostgreSQL route (default 4)");
+  app.add_option("--domains", memory_domains,
+                 "memory: checkpoints, total domains fenced (default "
+                 "10000,100000,250000,500000,1000000)");
+  app.add_option("--name_bytes", memory_names,
+                 "memory: domain name lengths (default 12,500)");
+  app.add_option("--cycles", cycles, "chaos: gateway kills (default 10)");
+  app.add_option("--seed", chaos_seed,
+                 "chaos: seed of the fault moments (default 1)");
+  app.add_option("--sources", chaos_sources,
+                 "chaos: token sources (default all: lease,etcd,redis,redlock,"
+                 "postgres,zookeeper; those without a server are left out)");
+  if (std::optional<int> exit = ParseFlags(app, argc, argv, 1)) return *exit;
+  if (command == "classifier") {
     return RunClassifier(
         rounds < 1 ? 1 : static_cast<int>(std::min<uint64_t>(rounds, 100)));
   }
-  if (args[0] == "chaos") {
+  if (command == "chaos") {
     ChaosOptions copts;
     if (cycles == 0 || cycles > 10000) {
       std::cerr << "fencegate-bench: --cycles: 1 to 10000\n";
@@ -220,7 +217,7 @@ int Run(int argc, char** argv) {
     copts.ttl = absl::Milliseconds(ttl_ms);
     return RunChaosCommand(copts, work_dir, pg_dsn, json);
   }
-  if (args[0] == "memory") {
+  if (command == "memory") {
     MemoryOptions mopts;
     mopts.work_dir = work_dir;
     mopts.gateway_flags = gateway_flags;
@@ -318,7 +315,7 @@ int Run(int argc, char** argv) {
   }
 
   std::vector<RunStats> runs;
-  if (args[0] != "safety") {
+  if (command != "safety") {
     absl::StatusOr<std::vector<RunStats>> t = RunThroughput(**env, topts);
     if (!t.ok()) {
       std::cerr << "fencegate-bench: " << t.status().message() << "\n";
@@ -329,7 +326,7 @@ int Run(int argc, char** argv) {
   }
   std::vector<SafetyResult> safety;
   int rc = 0;
-  if (args[0] != "throughput") {
+  if (command != "throughput") {
     std::vector<std::string> sources = {"lease"};
     if (!(*env)->etcd_endpoint().empty()) sources.push_back("etcd");
     if (!(*env)->redis_endpoints().empty()) {
@@ -430,11 +427,17 @@ int main(int argc, char** argv) {
   // deadlocks under a global lock; the harness's gRPC clients pay for it.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 #endif
-  if (argc > 1 && std::string(argv[1]) == "safety-worker") {
-    return fencegate::bench::SafetyWorkerMain(argc, argv);
+  try {
+    if (argc > 1 && std::string(argv[1]) == "safety-worker") {
+      return fencegate::bench::SafetyWorkerMain(argc, argv);
+    }
+    if (argc > 1 && std::string(argv[1]) == "chaos-worker") {
+      return fencegate::bench::ChaosWorkerMain(argc, argv);
+    }
+    return fencegate::bench::Run(argc, argv);
+  } catch (const std::exception& e) {
+    // A flag declared twice (a bug here) or memory exhausted.
+    std::cerr << "fencegate-bench: " << e.what() << "\n";
+    return 1;
   }
-  if (argc > 1 && std::string(argv[1]) == "chaos-worker") {
-    return fencegate::bench::ChaosWorkerMain(argc, argv);
-  }
-  return fencegate::bench::Run(argc, argv);
 }

@@ -17,9 +17,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "bench/flags.h"
 #include "bench/token_sources.h"
 #include "fencegate/v1/gateway.grpc.pb.h"
-#include "bench/flags.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "pqxx/pqxx"
@@ -201,25 +201,22 @@ void PauseWholeProcess(absl::Duration d) {
 
 int SafetyWorkerMain(int argc, char** argv) {
   WorkerConfig c;
-  FlagSet set;
-  AddSourceFlags(&set, &c.src);
-  set.String("mode", &c.mode, "gateway or direct");
-  set.String("lock", &c.lock, "lock name (and fencing domain)");
-  set.String("run", &c.run, "run id");
-  set.String("log_path", &c.log_path, "direct mode: the file");
-  set.String("out", &c.out, "where to write the worker's results");
-  set.Uint("id", &c.id, "worker id");
-  set.Uint("ttl_ms", &c.ttl_ms, "lease ttl");
-  set.Uint("pause_ttls", &c.pause_ttls, "pause length in ttls");
-  set.String("pause_fraction", &c.pause_fraction, "share of paused holdings");
-  set.Uint("writes", &c.writes, "writes per holding");
-  set.Uint("until_ms", &c.until_ms, "stop taking the lock after (unix ms)");
-  std::vector<std::string> rest;
-  if (absl::Status s = set.Parse(argc, argv, 2, &rest); !s.ok()) {
-    std::fprintf(stderr, "safety-worker: %s\n",
-                 std::string(s.message()).c_str());
-    return 2;
-  }
+  CLI::App app("a safety worker of fencegate-bench", "safety-worker");
+  AddSourceFlags(app, &c.src);
+  app.add_option("--mode", c.mode, "gateway or direct");
+  app.add_option("--lock", c.lock, "lock name (and fencing domain)");
+  app.add_option("--run", c.run, "run id");
+  app.add_option("--log_path", c.log_path, "direct mode: the file");
+  app.add_option("--out", c.out, "where to write the worker's results");
+  app.add_option("--id", c.id, "worker id");
+  app.add_option("--ttl_ms", c.ttl_ms, "lease ttl");
+  app.add_option("--pause_ttls", c.pause_ttls, "pause length in ttls");
+  app.add_option("--pause_fraction", c.pause_fraction,
+                 "share of paused holdings");
+  app.add_option("--writes", c.writes, "writes per holding");
+  app.add_option("--until_ms", c.until_ms,
+                 "stop taking the lock after (unix ms)");
+  if (std::optional<int> exit = ParseFlags(app, argc, argv, 2)) return *exit;
   absl::Status s = Worker(c).Run();
   if (!s.ok()) {
     std::fprintf(stderr, "safety-worker %llu: %s\n",

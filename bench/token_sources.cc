@@ -81,14 +81,14 @@ absl::StatusOr<std::unique_ptr<client::TokenSource>> MakeTokenSource(
                    "\" (lease, etcd, redis, redlock, postgres, zookeeper)"));
 }
 
-void AddSourceFlags(FlagSet* set, SourceFlags* f) {
-  set->String("source", &f->source,
-              "lease, etcd, redis, redlock, postgres or zookeeper");
-  set->String("gateway", &f->gateway, "gateway address (lease service)");
-  set->String("pg_dsn", &f->pg_dsn, "PostgreSQL DSN");
-  set->String("etcd", &f->etcd, "etcd endpoint");
-  set->String("redis", &f->redis, "redis endpoints, comma separated");
-  set->String("zookeeper", &f->zookeeper, "zookeeper endpoint");
+void AddSourceFlags(CLI::App& app, SourceFlags* f) {
+  app.add_option("--source", f->source,
+                 "lease, etcd, redis, redlock, postgres or zookeeper");
+  app.add_option("--gateway", f->gateway, "gateway address (lease service)");
+  app.add_option("--pg_dsn", f->pg_dsn, "PostgreSQL DSN");
+  app.add_option("--etcd", f->etcd, "etcd endpoint");
+  app.add_option("--redis", f->redis, "redis endpoints, comma separated");
+  app.add_option("--zookeeper", f->zookeeper, "zookeeper endpoint");
 }
 
 std::vector<std::string> SourceArgs(const SourceFlags& f) {

@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
 #include "fencegate/client/token_source.h"
-#include "bench/flags.h"
 #include "grpcpp/channel.h"
 
 namespace fencegate::bench {
@@ -44,7 +44,7 @@ struct SourceFlags {
   std::string source, gateway, pg_dsn, etcd, redis, zookeeper;
 };
 // Registers --source, --gateway, --pg_dsn, --etcd, --redis, --zookeeper.
-void AddSourceFlags(FlagSet* set, SourceFlags* flags);
+void AddSourceFlags(CLI::App& app, SourceFlags* flags);
 // Those flags' arguments for a worker process.
 std::vector<std::string> SourceArgs(const SourceFlags& flags);
 // MakeTokenSource() from a worker's flags; ZooKeeper locks under

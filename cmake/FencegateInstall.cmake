@@ -44,13 +44,14 @@ install(TARGETS ${_fencegate_targets}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 get_target_property(_fencegate_generated fencegate_proto FENCEGATE_GENERATED_DIR)
 # Every header under fencegate/: fencegate/client/, fencegate/common/ (not
-# the tests' sync points, nor the server's setting_value.h) and the API's fencegate/v1/*.pb.h.
+# the tests' sync points, nor the programs' setting_value.h and flag_args.h) and the API's fencegate/v1/*.pb.h.
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/client/include/
                   ${PROJECT_SOURCE_DIR}/common/include/
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT client
   FILES_MATCHING PATTERN "*.h"
   PATTERN "sync_point.h" EXCLUDE
-  PATTERN "setting_value.h" EXCLUDE)
+  PATTERN "setting_value.h" EXCLUDE
+  PATTERN "flag_args.h" EXCLUDE)
 install(DIRECTORY ${_fencegate_generated}/fencegate
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT client
   FILES_MATCHING PATTERN "*.h")

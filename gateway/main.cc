@@ -5,7 +5,6 @@
 #include <signal.h>
 #include <sys/resource.h>
 
-#include <CLI/CLI.hpp>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -14,9 +13,11 @@
 #include <string>
 #include <vector>
 
+#include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "fencegate/common/flag_args.h"
 #include "gateway/config.h"
 #include "gateway/server.h"
 #include "gateway/setting_flags.h"
@@ -84,9 +85,9 @@ int Run(int argc, char** argv) {
                  "write the bound port to this file once serving")
       ->type_name("PATH");
   SettingFlags settings(app);
-  NormalizeFlagNames(argc, argv);
+  std::vector<std::string> args = FlagArgsForCli11(argc, argv);
   try {
-    app.parse(argc, argv);
+    app.parse(args);
   } catch (const CLI::CallForHelp&) {
     std::cout << app.help();
     return 0;

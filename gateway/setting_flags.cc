@@ -2,8 +2,6 @@
 
 #include "gateway/setting_flags.h"
 
-#include <cstring>
-
 #include "absl/strings/str_cat.h"
 
 namespace fencegate {
@@ -56,17 +54,6 @@ absl::Status SettingFlags::Apply(v1::GatewayConfig* config) const {
     }
   }
   return absl::OkStatus();
-}
-
-void NormalizeFlagNames(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    char* arg = argv[i];
-    if (std::strcmp(arg, "--") == 0) return;
-    if (std::strncmp(arg, "--", 2) != 0) continue;
-    for (char* c = arg + 2; *c != '\0' && *c != '='; ++c) {
-      if (*c == '-') *c = '_';
-    }
-  }
 }
 
 }  // namespace fencegate

@@ -9,11 +9,11 @@
 #ifndef GATEWAY_SETTING_FLAGS_H_
 #define GATEWAY_SETTING_FLAGS_H_
 
-#include <CLI/CLI.hpp>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "CLI/CLI.hpp"
 #include "absl/status/status.h"
 #include "fencegate/v1/config.pb.h"
 #include "gateway/settings.h"
@@ -43,11 +43,6 @@ class SettingFlags {
   };
   std::vector<std::unique_ptr<Flag>> flags_;
 };
-
-// Rewrites "--some-flag[=v]" to "--some_flag[=v]" in argv[1..argc), so that
-// '-' and '_' are one in flag names, as they were before the flags came
-// from the schema. Arguments after "--" are left alone.
-void NormalizeFlagNames(int argc, char** argv);
 
 }  // namespace fencegate
 

@@ -8,18 +8,19 @@
 
 #include "gateway/settings.h"
 
-#include <CLI/CLI.hpp>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "CLI/CLI.hpp"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "fencegate/common/flag_args.h"
 #include "gateway/config.h"
 #include "gateway/setting_flags.h"
 #include "storage_adapters/builtin.h"
@@ -42,13 +43,12 @@ absl::Status ParseInto(const std::vector<std::string>& args,
                        v1::GatewayConfig* config) {
   CLI::App app("settings test", "fencegate");
   SettingFlags flags(app);
-  std::vector<std::string> argv_storage = {"fencegate"};
-  argv_storage.insert(argv_storage.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& a : argv_storage) argv.push_back(a.data());
-  NormalizeFlagNames(static_cast<int>(argv.size()), argv.data());
+  std::vector<const char*> argv = {"fencegate"};
+  for (const std::string& a : args) argv.push_back(a.c_str());
+  std::vector<std::string> cli_args =
+      FlagArgsForCli11(static_cast<int>(argv.size()), argv.data());
   try {
-    app.parse(static_cast<int>(argv.size()), argv.data());
+    app.parse(cli_args);
   } catch (const CLI::ParseError& e) {
     return absl::InvalidArgumentError(e.what());
   }
@@ -159,14 +159,16 @@ TEST(SettingsTest, FlagsOverrideTheFileAndRouteReplacesItsList) {
   config.set_io_threads(3);
   config.set_shutdown_grace_seconds(9);
   config.mutable_etcd()->set_endpoint("etcd:2379");
+  config.set_audit_log("/var/log/audit.log");
   v1::Route* a = config.add_routes();
   a->set_name("a");
   a->set_uri("noop://");
   config.add_routes()->set_name("b");
-  ASSERT_OK(ParseInto({"--io-threads", "5", "--route=c=noop://", "--route",
-                       "d=file:///tmp/d", "--etcd_lock_prefix=p/",
-                       "--io_threads=6", "--insecure_allow_remote=false"},
-                      &config));
+  ASSERT_OK(
+      ParseInto({"--io-threads", "5", "--route=c=noop://", "--route",
+                 "d=file:///tmp/d", "--etcd_lock_prefix=p/", "--io_threads=6",
+                 "--insecure_allow_remote=false", "--audit-log="},
+                &config));
   EXPECT_EQ(config.io_threads(), 6u);  // The last one given.
   EXPECT_EQ(config.shutdown_grace_seconds(), 9u);
   ASSERT_EQ(config.routes_size(), 2);
@@ -175,6 +177,7 @@ TEST(SettingsTest, FlagsOverrideTheFileAndRouteReplacesItsList) {
   EXPECT_EQ(config.etcd().endpoint(), "etcd:2379");
   EXPECT_EQ(config.etcd().lock_prefix(), "p/");
   EXPECT_FALSE(config.insecure_allow_remote());
+  EXPECT_EQ(config.audit_log(), "");  // An empty value is a value.
 }
 
 TEST(SettingsTest, BadValuesAreRefusedNamingTheFlag) {

@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "fencegate/client/tls.h"
+#include "fencegate/common/flag_args.h"
 #include "grpcpp/create_channel.h"
 #include "storage_adapters/postgres/fence_schema.h"
 #include "tools/fencectl/exit_codes.h"
@@ -61,20 +62,6 @@ struct Flags {
   bool revoke_session_functions = false;
   std::vector<std::string> session_functions_for;
 };
-
-// The arguments with '-' in every flag name turned into '_' (up to '=', and
-// before a bare "--", after which everything belongs to a command).
-std::vector<std::string> Normalized(int argc, char** argv) {
-  std::vector<std::string> args(argv + 1, argv + argc);
-  for (std::string& arg : args) {
-    if (arg == "--") break;
-    if (arg.size() < 3 || arg[0] != '-' || arg[1] != '-') continue;
-    const size_t end = std::min(arg.find('='), arg.size());
-    std::replace(arg.begin() + 2, arg.begin() + static_cast<long>(end), '-',
-                 '_');
-  }
-  return args;
-}
 
 // A token from 1 to 2^64-1 in plain decimal, or a usage error's message.
 std::optional<std::string> ParseToken(const std::string& text,
@@ -336,9 +323,7 @@ int Run(int argc, char** argv) {
                "fencectl");
   Flags f;
   const Commands commands = Define(app, f);
-  std::vector<std::string> args = Normalized(argc, argv);
-  // CLI11 takes them last first.
-  std::reverse(args.begin(), args.end());
+  std::vector<std::string> args = FlagArgsForCli11(argc, argv);
   try {
     app.parse(args);
   } catch (const CLI::CallForHelp& e) {
