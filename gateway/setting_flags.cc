@@ -48,6 +48,12 @@ absl::Status SettingFlags::Apply(v1::GatewayConfig* config) const {
           return s;
         }
       }
+    } else if (flag->value.empty() &&
+               f->cpp_type() ==
+                   google::protobuf::FieldDescriptor::CPPTYPE_STRING) {
+      // An empty value leaves the file's: "--tls_crl_dir=$CRL" with CRL
+      // unset must not turn a setting off.
+      continue;
     } else if (absl::Status s = SetSetting(*flag->field, flag->value, config);
                !s.ok()) {
       return s;

@@ -4,7 +4,8 @@
 // schema (settings.h), registered on a CLI11 app. Each takes --flag=VALUE or
 // --flag VALUE (a boolean also bare); a flag given twice keeps its last
 // value, but --route, which is repeatable and replaces the configuration
-// file's routes. --help shows each flag's help and default from the schema.
+// file's routes. A text setting given an empty value keeps the file's, so
+// that a variable left unset in "--tls_crl_dir=$CRL" turns nothing off. --help shows each flag's help and default from the schema.
 
 #ifndef GATEWAY_SETTING_FLAGS_H_
 #define GATEWAY_SETTING_FLAGS_H_

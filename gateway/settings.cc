@@ -88,8 +88,9 @@ absl::Status SetSetting(const SettingField& field, absl::string_view text,
     std::pair<std::string, std::string> kv =
         absl::StrSplit(text, absl::MaxSplits('=', 1));
     if (kv.first.empty() || kv.second.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(flag, ": \"", text, "\" must be NAME=URI"));
+      // Not quoted: the URI may hold a password.
+      return absl::InvalidArgumentError(absl::StrCat(
+          flag, ": a route is NAME=URI, a name and an adapter URI"));
     }
     Message* added = r->AddMessage(m, f);
     added->GetReflection()->SetString(added, name, kv.first);

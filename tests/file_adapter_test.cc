@@ -3,6 +3,7 @@
 #include "storage_adapters/file/file_adapter.h"
 
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -159,6 +160,22 @@ TEST_F(FileAdapterTest, SymlinkEscapesAreRefused) {
   ASSERT_OK(Put("link-to-secret", "mine"));
   EXPECT_EQ(*ReadFile(outside_ + "/secret"), "secret");
   EXPECT_EQ(*ReadFile(InRoot("link-to-secret")), "mine");
+}
+
+// A file system mounted beneath the root is not reached: the root's syncfs
+// would not make a write there durable.
+TEST_F(FileAdapterTest, AMountBeneathTheRootIsRefused) {
+  ASSERT_EQ(::mkdir(InRoot("mnt").c_str(), 0755), 0);
+  if (::mount("none", InRoot("mnt").c_str(), "tmpfs", 0, nullptr) != 0) {
+    GTEST_SKIP() << "cannot mount a tmpfs here: " << strerror(errno);
+  }
+  EXPECT_THAT(Put("mnt/x", "data"),
+              StatusIs(absl::StatusCode::kPermissionDenied));
+  EXPECT_THAT(Append("mnt/x", "data"),
+              StatusIs(absl::StatusCode::kPermissionDenied));
+  EXPECT_FALSE(std::filesystem::exists(InRoot("mnt/x")));
+  ASSERT_EQ(::umount(InRoot("mnt").c_str()), 0);
+  ASSERT_OK(Put("mnt/x", "data"));  // The same path, on the root's own.
 }
 
 TEST_F(FileAdapterTest, SymlinksInsideTheRootAreFollowed) {

@@ -177,7 +177,8 @@ TEST(SettingsTest, FlagsOverrideTheFileAndRouteReplacesItsList) {
   EXPECT_EQ(config.etcd().endpoint(), "etcd:2379");
   EXPECT_EQ(config.etcd().lock_prefix(), "p/");
   EXPECT_FALSE(config.insecure_allow_remote());
-  EXPECT_EQ(config.audit_log(), "");  // An empty value is a value.
+  // An empty value keeps the file's.
+  EXPECT_EQ(config.audit_log(), "/var/log/audit.log");
 }
 
 TEST(SettingsTest, BadValuesAreRefusedNamingTheFlag) {
@@ -190,8 +191,8 @@ TEST(SettingsTest, BadValuesAreRefusedNamingTheFlag) {
            {{"--max_connections=4294967296"}, "--max_connections: \""},
            {{"--tls_refresh_seconds="}, "--tls_refresh_seconds"},
            {{"--log_writes=maybe"}, "--log_writes: \"maybe\" is not true"},
-           {{"--route=files"}, "--route: \"files\" must be NAME=URI"},
-           {{"--route==noop://"}, "must be NAME=URI"},
+           {{"--route=files"}, "--route: a route is NAME=URI"},
+           {{"--route==postgres://u:pw@h/db"}, "--route: a route is NAME=URI"},
            {{"--no_such_flag=1"}, "no_such_flag"},
            {{"--listen"}, "listen"},
        }) {
@@ -199,6 +200,7 @@ TEST(SettingsTest, BadValuesAreRefusedNamingTheFlag) {
     absl::Status s = ParseInto(c.args, &config);
     EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument)) << c.args[0];
     EXPECT_THAT(s.message(), HasSubstr(c.message)) << c.args[0];
+    EXPECT_THAT(s.message(), ::testing::Not(HasSubstr("pw"))) << c.args[0];
   }
 }
 
@@ -367,6 +369,10 @@ TEST(PostgresRouteSettingsTest, TypedSettingsAndTheUriShorthandMerge) {
   EXPECT_THAT(clash, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(clash.status().message(), HasSubstr("pool_size is given both"));
   EXPECT_THAT(clash.status().message(), ::testing::Not(HasSubstr("pw")));
+  // Given twice in the URI, the last one holds.
+  ASSERT_OK_AND_ASSIGN(
+      twice, ParsePostgres("postgres://u@h/db?pool_size=4&pool_size=6"));
+  EXPECT_EQ(twice.pool_size, 6);
   // A typed value outside its bounds.
   v1::PostgresRoute zero;
   zero.set_pool_size(0);

@@ -239,15 +239,19 @@ absl::Status FileFenceRecords::Held::CommitRaise() {
 }
 
 absl::Status FileFenceRecords::Held::Raise(uint64_t token) {
+  // A sync handle of this raise's own, opened before the temporary is
+  // written (file_io.h): the directory's descriptor is shared.
+  absl::StatusOr<file_io::Fd> sync =
+      file_io::OpenSyncHandle(records_->dir_.get(), records_->path_);
+  if (!sync.ok()) return sync.status();
   if (absl::Status s = PrepareRaise(token); !s.ok() || !raise_prepared()) {
     return s;
   }
-  const int dir = records_->dir_.get();
-  if (absl::Status s = file_io::SyncFs(dir, records_->path_); !s.ok()) {
+  if (absl::Status s = file_io::SyncFs(sync->get(), records_->path_); !s.ok()) {
     return s;
   }
   if (absl::Status s = CommitRaise(); !s.ok()) return s;
-  return file_io::SyncFs(dir, records_->path_);
+  return file_io::SyncFs(sync->get(), records_->path_);
 }
 
 absl::Status FileFenceRecords::ReadAll(

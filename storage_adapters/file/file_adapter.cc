@@ -165,21 +165,26 @@ absl::StatusOr<std::unique_ptr<FileAdapter>> FileAdapter::Open(
   absl::StatusOr<std::unique_ptr<FileFenceRecords>> records =
       FileFenceRecords::Open(root_fd.get(), root);
   if (!records.ok()) return records.status();
+  absl::StatusOr<file_io::Fd> commit_sync =
+      file_io::OpenSyncHandle(root_fd.get(), root);
+  if (!commit_sync.ok()) return commit_sync.status();
   const int removed = RemoveLeftoverTemporaries(root);
-  auto adapter = std::unique_ptr<FileAdapter>(new FileAdapter(
-      root_fd.release(), root, *std::move(records), std::move(on_group)));
+  auto adapter = std::unique_ptr<FileAdapter>(
+      new FileAdapter(root_fd.release(), root, *std::move(records),
+                      *std::move(commit_sync), std::move(on_group)));
   adapter->removed_temporaries_ = removed;
   return adapter;
 }
 
 FileAdapter::FileAdapter(int root_fd, std::string root,
                          std::unique_ptr<FileFenceRecords> records,
+                         file_io::Fd commit_sync,
                          std::function<void(size_t)> on_group)
     : root_fd_(root_fd),
       root_(std::move(root)),
       records_(std::move(records)),
-      committer_(std::make_unique<FileCommitThread>(root_fd, root_,
-                                                    std::move(on_group))) {}
+      committer_(std::make_unique<FileCommitThread>(
+          std::move(commit_sync), root_, std::move(on_group))) {}
 
 FileAdapter::~FileAdapter() {
   committer_.reset();  // Commits what is queued; uses the root.
@@ -243,6 +248,9 @@ absl::Status FileAdapter::Prepare(FileWrite& write, const WriteTarget& target,
 
 absl::Status FileAdapter::Apply(const WriteTarget& target,
                                 const Operations& ops, OpResults* results) {
+  // Its own sync handle, opened before anything is written (file_io.h).
+  absl::StatusOr<file_io::Fd> sync = file_io::OpenSyncHandle(root_fd_, root_);
+  if (!sync.ok()) return sync.status();
   absl::StatusOr<std::unique_ptr<FileWrite>> write = Begin(target, ops.size());
   if (!write.ok()) return write.status();
   FileWrite* const w = write->get();
@@ -252,7 +260,7 @@ absl::Status FileAdapter::Apply(const WriteTarget& target,
     if (absl::Status s = Prepare(*w, target, ops, i, results); !s.ok()) {
       return s;
     }
-    CommitFileWrites(root_fd_, root_, {w});
+    CommitFileWrites(sync->get(), root_, {w});
     if (!w->status.ok()) return w->status;
   }
   return absl::OkStatus();
@@ -262,6 +270,13 @@ void FileAdapter::ApplyAsync(const WriteTarget& target, const Operations& ops,
                              OpResults* results, ApplyCallback done) {
   if (ops.size() != 1) {
     std::move(done)(Apply(target, ops, results));
+    return;
+  }
+  // For a write committed here rather than by the commit thread, a sync
+  // handle of its own, opened before anything is written (file_io.h).
+  absl::StatusOr<file_io::Fd> sync = file_io::OpenSyncHandle(root_fd_, root_);
+  if (!sync.ok()) {
+    std::move(done)(sync.status());
     return;
   }
   absl::StatusOr<std::unique_ptr<FileWrite>> write = Begin(target, 1);
@@ -274,7 +289,7 @@ void FileAdapter::ApplyAsync(const WriteTarget& target, const Operations& ops,
     return;
   }
   if (!(*write)->change->groupable()) {
-    CommitFileWrites(root_fd_, root_, {write->get()});
+    CommitFileWrites(sync->get(), root_, {write->get()});
     absl::Status s = std::move((*write)->status);
     write->reset();
     std::move(done)(std::move(s));

@@ -20,9 +20,12 @@
 //            appended to.
 //   delete - unlinked and made durable. A missing file is not an error
 //            (existed = false), so retries are safe.
-// "Made durable" is a syncfs of the root's file system. ApplyAsync()
-// prepares a write of one operation on the calling thread (its record
-// locked and read, a raise and a put's data written to temporaries) and
+// "Made durable" is a syncfs of the root's file system, through a
+// descriptor of the caller's own (syncfs reports an error once per open
+// file); a path that leads into another file system mounted beneath the
+// root is refused (PERMISSION_DENIED), since that syncfs would miss it.
+// ApplyAsync() prepares a write of one operation on the calling thread (its
+// record locked and read, a raise and a put's data written to temporaries) and
 // hands it to the adapter's commit thread (file_commit_thread.h), which
 // makes the writes queued to it durable together: three syncs per group
 // of writes rather than two fsyncs per write. Apply(), and ApplyAsync() for
@@ -113,7 +116,7 @@ class FileAdapter final : public StorageAdapter {
  private:
   FileAdapter(int root_fd, std::string root,
               std::unique_ptr<FileFenceRecords> records,
-              std::function<void(size_t)> on_group);
+              file_io::Fd commit_sync, std::function<void(size_t)> on_group);
   // Locks the domain's record, refuses a token below it, and prepares its
   // raise to the target's token.
   absl::StatusOr<std::unique_ptr<FileWrite>> Begin(const WriteTarget& target,

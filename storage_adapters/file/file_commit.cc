@@ -18,10 +18,10 @@ void FailOp(FileWrite& w, const absl::Status& s) {
 
 }  // namespace
 
-void CommitFileWrites(int root_fd, absl::string_view root,
+void CommitFileWrites(int sync_fd, absl::string_view root,
                       absl::Span<FileWrite* const> writes) {
   // 1. The temporaries.
-  if (absl::Status s = file_io::SyncFs(root_fd, root); !s.ok()) {
+  if (absl::Status s = file_io::SyncFs(sync_fd, root); !s.ok()) {
     for (FileWrite* w : writes) FailOp(*w, s);
     return;
   }
@@ -36,7 +36,7 @@ void CommitFileWrites(int root_fd, absl::string_view root,
     }
   }
   if (raised) {
-    if (absl::Status s = file_io::SyncFs(root_fd, root); !s.ok()) {
+    if (absl::Status s = file_io::SyncFs(sync_fd, root); !s.ok()) {
       for (FileWrite* w : writes) {
         if (w->status.ok()) w->status = s;
       }
@@ -55,7 +55,7 @@ void CommitFileWrites(int root_fd, absl::string_view root,
     }
   }
   if (!made) return;
-  if (absl::Status s = file_io::SyncFs(root_fd, root); !s.ok()) {
+  if (absl::Status s = file_io::SyncFs(sync_fd, root); !s.ok()) {
     for (FileWrite* w : writes) {
       if (!w->status.ok()) continue;
       w->change->Undo();

@@ -59,9 +59,11 @@ struct FileWrite {
 
 // Commits `writes` (each with a change prepared and an OK status) as
 // described above, setting each write's status; an operation's error is
-// prefixed "ops[i] (i of n operations applied): ". `root_fd` is the root,
-// `root` its path for messages. Blocks for the syncs.
-void CommitFileWrites(int root_fd, absl::string_view root,
+// prefixed "ops[i] (i of n operations applied): ". `sync_fd` is the
+// caller's own sync handle of the root (file_io::OpenSyncHandle), opened
+// before any of the writes' data was written; `root` the root's path, for
+// messages. Blocks for the syncs.
+void CommitFileWrites(int sync_fd, absl::string_view root,
                       absl::Span<FileWrite* const> writes);
 
 }  // namespace fencegate

@@ -11,9 +11,9 @@
 
 namespace fencegate {
 
-FileCommitThread::FileCommitThread(int root_fd, std::string root,
+FileCommitThread::FileCommitThread(file_io::Fd sync_fd, std::string root,
                                    std::function<void(size_t)> on_group)
-    : root_fd_(root_fd),
+    : sync_fd_(std::move(sync_fd)),
       root_(std::move(root)),
       on_group_(std::move(on_group)),
       thread_([this] {
@@ -59,7 +59,7 @@ void FileCommitThread::Run() {
     }
     FENCEGATE_SYNC_POINT("FileCommitThread::Run:BeforeGroup");
     for (const std::unique_ptr<FileWrite>& w : group) writes.push_back(w.get());
-    CommitFileWrites(root_fd_, root_, writes);
+    CommitFileWrites(sync_fd_.get(), root_, writes);
     writes.clear();
     if (on_group_) on_group_(group.size());
     for (std::unique_ptr<FileWrite>& w : group) {

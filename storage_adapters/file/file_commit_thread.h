@@ -25,6 +25,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "storage_adapters/file/file_commit.h"
+#include "storage_adapters/file/file_io.h"
 
 namespace fencegate {
 
@@ -35,7 +36,9 @@ class FileCommitThread {
   // Commits beneath `root_fd` (which must stay open while this object
   // lives); `root` names it in messages. `on_group`, if set, is told the
   // size of each group, on the commit thread; it must not block.
-  FileCommitThread(int root_fd, std::string root,
+  // `sync_fd`: a sync handle of the root (file_io::OpenSyncHandle) that
+  // only this thread uses.
+  FileCommitThread(file_io::Fd sync_fd, std::string root,
                    std::function<void(size_t writes)> on_group = nullptr);
   // Commits every write queued, then joins the thread.
   ~FileCommitThread();
@@ -56,7 +59,7 @@ class FileCommitThread {
  private:
   void Run();
 
-  const int root_fd_;
+  const file_io::Fd sync_fd_;
   const std::string root_;
   const std::function<void(size_t)> on_group_;
   mutable absl::Mutex mu_;

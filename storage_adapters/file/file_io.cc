@@ -46,7 +46,8 @@ absl::Status ErrnoStatus(int err, absl::string_view what,
     case EXDEV:
       return absl::PermissionDeniedError(absl::StrCat(
           "file adapter: \"", path,
-          "\" resolves outside the route's root (symlink escape)"));
+          "\" resolves outside the route's root (a symlink escape) or into "
+          "another file system mounted beneath it"));
     case ELOOP:
       return absl::PermissionDeniedError(
           absl::StrCat("file adapter: \"", path,
@@ -81,7 +82,9 @@ int OpenBeneath(int dirfd, const std::string& path, uint64_t flags,
   std::memset(&how, 0, sizeof(how));
   how.flags = flags | O_CLOEXEC;
   how.mode = (flags & O_CREAT) ? mode : 0;
-  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
+  // RESOLVE_NO_XDEV: a file system mounted beneath the root is not
+  // reached, since the root's syncfs would not make it durable.
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV;
   int fd;
   do {
     fd = static_cast<int>(
@@ -100,6 +103,12 @@ absl::Status SyncFs(int fd, absl::string_view path) {
     return ErrnoStatus(errno, "sync the file system of", path);
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<Fd> OpenSyncHandle(int dir_fd, absl::string_view path) {
+  const int fd = ::openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus(errno, "open", path);
+  return Fd(fd);
 }
 
 absl::Status WriteAll(int fd, const std::string& data, absl::string_view path) {

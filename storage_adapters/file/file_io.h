@@ -14,6 +14,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
 namespace fencegate {
@@ -81,6 +82,13 @@ absl::Status FsyncFd(int fd, absl::string_view what, absl::string_view path);
 // file on that file system since the last call through `fd` are reported
 // (Linux 5.8+).
 absl::Status SyncFs(int fd, absl::string_view path);
+
+// A descriptor of the file system holding `dir_fd`, to syncfs through.
+// syncfs reports a write-back error once per open file, so a caller that
+// must learn of every error since some point syncs through a descriptor of
+// its own, opened at that point (before it writes what it will sync); one
+// shared with another caller could have had the error taken already.
+absl::StatusOr<Fd> OpenSyncHandle(int dir_fd, absl::string_view path);
 
 // Writes all of `data` to `fd` (retrying short writes and EINTR).
 absl::Status WriteAll(int fd, const std::string& data, absl::string_view path);

@@ -68,7 +68,9 @@ absl::StatusOr<v1::PostgresRoute> ParsePostgresSettings(
             !s.ok()) {
           return bad(s.message());
         }
-        given.push_back(f);
+        if (std::find(given.begin(), given.end(), f) == given.end()) {
+          given.push_back(f);  // Given twice, the last one holds.
+        }
       } else if (kv.first == "fence_table") {
         return bad(
             "fence_table is gone; the fence table is now "
