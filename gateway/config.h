@@ -93,10 +93,10 @@ bool IsLoopbackAddress(absl::string_view listen_address);
 // line and column of the first error; NOT_FOUND if it cannot be read.
 absl::StatusOr<v1::GatewayConfig> LoadConfigFile(const std::string& path);
 
-// Fills the schema's defaults into `config` (settings.h) and validates it; creates the data directory
-// if missing. INVALID_ARGUMENT names the offending field, and refuses a
-// non-loopback listen address without mTLS and a policy unless
-// insecure_allow_remote is set.
+// Fills the schema's defaults into `config` (settings.h) and validates it;
+// creates the data directory if missing. INVALID_ARGUMENT names the offending
+// field, and refuses a non-loopback listen address without mTLS and a policy
+// unless insecure_allow_remote is set.
 absl::StatusOr<GatewayOptions> ResolveOptions(const v1::GatewayConfig& config);
 
 }  // namespace fencegate

@@ -5,7 +5,8 @@
 // --flag VALUE (a boolean also bare); a flag given twice keeps its last
 // value, but --route, which is repeatable and replaces the configuration
 // file's routes. A text setting given an empty value keeps the file's, so
-// that a variable left unset in "--tls_crl_dir=$CRL" turns nothing off. --help shows each flag's help and default from the schema.
+// that a variable left unset in "--tls_crl_dir=$CRL" turns nothing off. --help
+// shows each flag's help and default from the schema.
 
 #ifndef GATEWAY_SETTING_FLAGS_H_
 #define GATEWAY_SETTING_FLAGS_H_
