@@ -59,18 +59,25 @@ class FileCommitTest : public ::testing::Test {
       q.done.Notify();
     });
   }
-  // Holds the commit thread before its first group until the returned
-  // notification is notified.
-  std::shared_ptr<absl::Notification> HoldFirstGroup() {
-    auto release = std::make_shared<absl::Notification>();
+  // Holds the commit thread once it has taken its first group, until
+  // `release` is notified; `taken` is notified when it has.
+  struct Hold {
+    std::shared_ptr<absl::Notification> taken =
+        std::make_shared<absl::Notification>();
+    std::shared_ptr<absl::Notification> release =
+        std::make_shared<absl::Notification>();
+  };
+  Hold HoldFirstGroup() {
+    Hold hold;
     auto held = std::make_shared<std::atomic<bool>>(false);
     SyncPoint::Get()->SetCallback("FileCommitThread::Run:BeforeGroup",
-                                  [release, held](void*) {
+                                  [hold, held](void*) {
                                     if (!held->exchange(true)) {
-                                      release->WaitForNotification();
+                                      hold.taken->Notify();
+                                      hold.release->WaitForNotification();
                                     }
                                   });
-    return release;
+    return hold;
   }
   std::string InRoot(const std::string& path) { return root_ + "/" + path; }
 
@@ -83,7 +90,7 @@ class FileCommitTest : public ::testing::Test {
 // committed together, as one group, each with its own result.
 TEST_F(FileCommitTest, WritesQueuedDuringAGroupShareTheNext) {
   FENCEGATE_SKIP_WITHOUT_SYNC_POINTS();
-  std::shared_ptr<absl::Notification> release = HoldFirstGroup();
+  Hold hold = HoldFirstGroup();
   constexpr int kWrites = 16;
   std::vector<std::unique_ptr<Queued>> writes;
   for (int i = 0; i < kWrites; ++i) {
@@ -93,8 +100,9 @@ TEST_F(FileCommitTest, WritesQueuedDuringAGroupShareTheNext) {
   }
   // The first is taken as a group of its own and held; the others queue.
   ASSERT_NO_FATAL_FAILURE(Start(*writes[0]));
+  hold.taken->WaitForNotification();
   for (int i = 1; i < kWrites; ++i) ASSERT_NO_FATAL_FAILURE(Start(*writes[i]));
-  release->Notify();
+  hold.release->Notify();
   for (int i = 0; i < kWrites; ++i) {
     writes[i]->done.WaitForNotification();
     ASSERT_OK(writes[i]->outcome);
@@ -179,7 +187,7 @@ TEST_F(FileCommitTest, AChangeThatFailsFailsOnlyItsWrite) {
   OpResults ignored;
   ASSERT_OK(ApplyAndWait(*adapter_, WriteTarget{"logs", 1, "log", ""}, line,
                          &ignored));
-  std::shared_ptr<absl::Notification> release = HoldFirstGroup();
+  Hold hold = HoldFirstGroup();
   Queued first("first", 1, "first");
   first.ops.Add()->mutable_put()->set_data("1");
   Queued big("logs", 1, "log");
@@ -190,9 +198,10 @@ TEST_F(FileCommitTest, AChangeThatFailsFailsOnlyItsWrite) {
     ScopedFileSizeLimit limit(64 << 10);
     ASSERT_TRUE(limit.ok());
     ASSERT_NO_FATAL_FAILURE(Start(first));
+    hold.taken->WaitForNotification();
     ASSERT_NO_FATAL_FAILURE(Start(big));
     ASSERT_NO_FATAL_FAILURE(Start(small));
-    release->Notify();
+    hold.release->Notify();
     big.done.WaitForNotification();
     small.done.WaitForNotification();
   }
@@ -211,7 +220,7 @@ TEST_F(FileCommitTest, AChangeThatFailsFailsOnlyItsWrite) {
 // Closing the adapter commits the writes still queued, and tells each.
 TEST_F(FileCommitTest, ClosingCommitsWhatIsQueued) {
   FENCEGATE_SKIP_WITHOUT_SYNC_POINTS();
-  std::shared_ptr<absl::Notification> release = HoldFirstGroup();
+  Hold hold = HoldFirstGroup();
   std::vector<std::unique_ptr<Queued>> writes;
   for (int i = 0; i < 4; ++i) {
     writes.push_back(std::make_unique<Queued>(absl::StrCat("domain-", i), 1,
@@ -220,7 +229,7 @@ TEST_F(FileCommitTest, ClosingCommitsWhatIsQueued) {
     ASSERT_NO_FATAL_FAILURE(Start(*writes.back()));
   }
   std::thread closer([&] { adapter_.reset(); });
-  release->Notify();
+  hold.release->Notify();
   closer.join();
   for (int i = 0; i < 4; ++i) {
     ASSERT_TRUE(writes[i]->done.HasBeenNotified()) << i;
