@@ -10,7 +10,8 @@ cd "$(dirname "$0")/.."
 BUILD=$(cd "${1:?usage: fuzz.sh BUILD_DIR [SECONDS]}" && pwd)
 ROOT=$PWD
 SECONDS_PER_TARGET=${2:-20}
-TARGETS=(write_request fence_lease_request file_path adapter_uri config policy)
+TARGETS=(write_request fence_lease_request file_path adapter_uri config policy
+  pgwire_message)
 # Scratch state (fence stores, file roots) of the targets, off the disk.
 if [ -n "${FENCEGATE_FUZZ_TMPDIR:-}" ]; then
   export TMPDIR=$FENCEGATE_FUZZ_TMPDIR

@@ -113,3 +113,58 @@ save("file_path", "dotdot", file_op(0, b"sub/../../outside/secret", b"x"))
 save("file_path", "inside_link", file_op(0, b"in_link/f", b"x") + file_op(2, b"in_link/f"))
 save("file_path", "temp_prefix", file_op(0, b"sub/.fencegate-tmp-0000000000000000", b"x"))
 save("file_path", "delete_dir", file_op(2, b"sub"))
+
+# PostgreSQL protocol target: a direction byte (0 client, 1 server), then
+# the stream's messages.
+import struct
+
+
+def pg_msg(kind, body=b""):
+    return kind + struct.pack(">i", len(body) + 4) + body
+
+
+def pg_startup(params, code=196608):
+    body = struct.pack(">i", code)
+    for k, v in params:
+        body += k.encode() + b"\0" + v.encode() + b"\0"
+    body += b"\0"
+    return struct.pack(">i", len(body) + 4) + body
+
+
+def cstr(s):
+    return s.encode() + b"\0"
+
+
+ssl_request = struct.pack(">ii", 8, 80877103)
+startup = pg_startup([("user", "worker"), ("database", "jobs"),
+                      ("options", "-c fencegate.domain=jobs -c fencegate.token=7"),
+                      ("application_name", "psql")])
+save("pgwire_message", "psql_simple", b"\0" + ssl_request + startup +
+     pg_msg(b"Q", cstr("BEGIN; UPDATE jobs SET done = true WHERE id = 1; COMMIT")) +
+     pg_msg(b"X"))
+bind = (cstr("") + cstr("s1") + struct.pack(">hh", 1, 0) + struct.pack(">h", 2) +
+        struct.pack(">i", 1) + b"7" + struct.pack(">i", -1) + struct.pack(">hh", 1, 1))
+save("pgwire_message", "extended", b"\0" + startup +
+     pg_msg(b"P", cstr("s1") + cstr("UPDATE t SET a = $1 WHERE b = $2") + struct.pack(">hii", 2, 23, 25)) +
+     pg_msg(b"B", bind) + pg_msg(b"D", b"P" + cstr("")) + pg_msg(b"E", cstr("") + struct.pack(">i", 0)) +
+     pg_msg(b"S") + pg_msg(b"C", b"S" + cstr("s1")) + pg_msg(b"H"))
+save("pgwire_message", "copy_in", b"\0" + startup + pg_msg(b"Q", cstr("COPY t FROM STDIN")) +
+     pg_msg(b"d", b"1\tx\n") + pg_msg(b"c") + pg_msg(b"f", cstr("gave up")))
+save("pgwire_message", "scram", b"\0" + startup +
+     pg_msg(b"p", cstr("SCRAM-SHA-256") + struct.pack(">i", 8) + b"n,,n=,r=") +
+     pg_msg(b"p", b"c=biws,r=abc,p=xyz"))
+save("pgwire_message", "cancel", b"\0" + struct.pack(">iiii", 16, 80877102, 1234, -5))
+server = (pg_msg(b"R", struct.pack(">i", 10) + cstr("SCRAM-SHA-256") + b"\0") +
+          pg_msg(b"R", struct.pack(">i", 0)) +
+          pg_msg(b"S", cstr("server_version") + cstr("15.10")) +
+          pg_msg(b"K", struct.pack(">ii", 4242, 99)) + pg_msg(b"Z", b"I") +
+          pg_msg(b"T", struct.pack(">h", 1) + cstr("a") + struct.pack(">ihihih", 0, 0, 25, -1, -1, 0)) +
+          pg_msg(b"D", struct.pack(">hi", 2, 1) + b"x" + struct.pack(">i", -1)) +
+          pg_msg(b"C", cstr("SELECT 1")) + pg_msg(b"N", b"SNOTICE\0Mhi\0\0") +
+          pg_msg(b"E", b"SERROR\0C25006\0Mcannot execute UPDATE in a read-only transaction\0\0") +
+          pg_msg(b"Z", b"E") + pg_msg(b"1") + pg_msg(b"2") + pg_msg(b"t", struct.pack(">hi", 1, 23)) +
+          pg_msg(b"n") + pg_msg(b"s") + pg_msg(b"3") + pg_msg(b"I") +
+          pg_msg(b"G", struct.pack(">bhh", 0, 1, 0)) + pg_msg(b"H", struct.pack(">bh", 0, 0)) +
+          pg_msg(b"d", b"row\n") + pg_msg(b"c") + pg_msg(b"A", struct.pack(">i", 7) + cstr("ch") + cstr("p")) +
+          pg_msg(b"v", struct.pack(">ii", 0, 1) + cstr("_pq_.x")) + pg_msg(b"Z", b"T"))
+save("pgwire_message", "server", b"\1" + server)
