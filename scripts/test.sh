@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what is missing, then runs the checks in stages:
 #
-#   suite     g++ Debug build with sync points, the whole suite (CTest)
+#   suite     g++ Debug build with sync points, the suite (CTest): every
+#             test but those labelled slow, or every test with --all
 #   asan      clang build with AddressSanitizer + UndefinedBehaviorSanitizer,
 #             -Wthread-safety -Werror and the libFuzzer targets; the whole
 #             suite under the sanitizers, then each fuzzer for a bounded time
@@ -19,8 +20,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DEFAULT_STAGES=suite
+ALL=0
 if [[ "${1:-}" == "--all" ]]; then
   DEFAULT_STAGES="suite asan tsan tidy"
+  ALL=1
   shift
 fi
 STAGES=${FENCEGATE_TEST_STAGES:-$DEFAULT_STAGES}
@@ -33,12 +36,23 @@ bash scripts/setup.sh
 if has_stage suite; then
   banner "suite: g++ build"
   BUILD_DIR=${FENCEGATE_TEST_BUILD_DIR:-build-test}
+  # The everyday run leaves out the tests labelled slow (the harness's
+  # safety and chaos runs, the install consumer, the packages) and so the
+  # harness itself; --all builds and runs them. Line tables only (-g1: a
+  # backtrace keeps its lines) and gold make the build a third shorter
+  # (docs/testing.md).
+  SLOW=(-LE slow)
+  BENCH=OFF
+  if [[ $ALL == 1 ]]; then SLOW=(); BENCH=ON; fi
   cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Debug \
-    -DFENCEGATE_BUILD_TESTS=ON -DFENCEGATE_BUILD_BENCH=ON -DFENCEGATE_SYNC_POINTS=ON \
-    -DFENCEGATE_WERROR=ON
+    -DCMAKE_CXX_FLAGS_DEBUG=-g1 -DCMAKE_C_FLAGS_DEBUG=-g1 \
+    -DCMAKE_EXE_LINKER_FLAGS=-fuse-ld=gold \
+    -DCMAKE_SHARED_LINKER_FLAGS=-fuse-ld=gold \
+    -DFENCEGATE_BUILD_TESTS=ON -DFENCEGATE_BUILD_BENCH=$BENCH \
+    -DFENCEGATE_SYNC_POINTS=ON -DFENCEGATE_WERROR=ON
   cmake --build "$BUILD_DIR" -j"$JOBS"
-  banner "suite: ctest"
-  (cd "$BUILD_DIR" && ctest --output-on-failure -j"$JOBS" "$@")
+  banner "suite: ctest ${SLOW[*]}"
+  (cd "$BUILD_DIR" && ctest --output-on-failure -j"$JOBS" "${SLOW[@]}" "$@")
 fi
 
 if has_stage asan; then
