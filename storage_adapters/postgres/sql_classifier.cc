@@ -2,8 +2,6 @@
 
 #include "storage_adapters/postgres/sql_classifier.h"
 
-#include <pg_query.h>
-
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -12,8 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
-#include "google/protobuf/io/coded_stream.h"
-#include "pg_query.pb.h"
+#include "storage_adapters/postgres/sql_parse.h"
 
 namespace fencegate::postgres {
 namespace {
@@ -21,11 +18,6 @@ namespace {
 using google::protobuf::Descriptor;
 using google::protobuf::FieldDescriptor;
 using google::protobuf::Message;
-using google::protobuf::Reflection;
-
-// Parse trees nested deeper than this are refused (protobuf's default, 100,
-// is too low for long expressions: a + b + c nests one level per term).
-constexpr int kMaxTreeDepth = 1000;
 
 constexpr char kAllowed[] =
     "an operation is one INSERT, UPDATE, DELETE, MERGE or SELECT (without "
@@ -114,8 +106,6 @@ struct TreeFacts {
 // Walks every message of the tree under `root`, without recursion.
 TreeFacts WalkTree(const Message& root) {
   TreeFacts facts;
-  std::vector<const Message*> pending = {&root};
-  std::vector<const FieldDescriptor*> fields;
   const Descriptor* func_call = pg_query::FuncCall::descriptor();
   const Descriptor* range_var = pg_query::RangeVar::descriptor();
   const Descriptor* into = pg_query::IntoClause::descriptor();
@@ -141,25 +131,22 @@ TreeFacts WalkTree(const Message& root) {
       }
     }
   };
-  while (!pending.empty()) {
-    const Message* m = pending.back();
-    pending.pop_back();
+  ForEachNode(root, [&](const Message& node) {
+    const Message* m = &node;
     const Descriptor* type = m->GetDescriptor();
     if (type == param_ref) {
       facts.params = std::max(
           facts.params, static_cast<const pg_query::ParamRef&>(*m).number());
     } else if (type == func_call) {
-      const auto& call = static_cast<const pg_query::FuncCall&>(*m);
-      if (!call.funcname().empty() && call.funcname().rbegin()->has_string()) {
-        const std::string& name = call.funcname().rbegin()->string().sval();
-        if (IsSessionStateFunction(name)) found(calls(name));
-        // The fence table's own functions (fence_schema.h), whatever schema
-        // names them: only the gateway calls them. Neither takes one
-        // argument, so the functional notation cannot call them.
-        if (name == "fence_next" || name == "fences") {
-          found(absl::StrCat("calls ", name,
-                             "(), which only the gateway may call"));
-        }
+      const std::string& name =
+          CalledName(static_cast<const pg_query::FuncCall&>(*m));
+      if (!name.empty() && IsSessionStateFunction(name)) found(calls(name));
+      // The fence table's own functions (fence_schema.h), whatever schema
+      // names them: only the gateway calls them. Neither takes one
+      // argument, so the functional notation cannot call them.
+      if (name == "fence_next" || name == "fences") {
+        found(absl::StrCat("calls ", name,
+                           "(), which only the gateway may call"));
       }
     } else if (type == column_ref) {
       check_field_names(static_cast<const pg_query::ColumnRef&>(*m).fields(),
@@ -178,21 +165,7 @@ TreeFacts WalkTree(const Message& root) {
     } else if (type == into) {
       found("SELECT INTO creates a table; use INSERT ... SELECT");
     }
-    const Reflection* reflection = m->GetReflection();
-    fields.clear();
-    reflection->ListFields(*m, &fields);
-    for (const FieldDescriptor* f : fields) {
-      if (f->cpp_type() != FieldDescriptor::CPPTYPE_MESSAGE) continue;
-      if (f->is_repeated()) {
-        const int n = reflection->FieldSize(*m, f);
-        for (int i = 0; i < n; ++i) {
-          pending.push_back(&reflection->GetRepeatedMessage(*m, f, i));
-        }
-      } else {
-        pending.push_back(&reflection->GetMessage(*m, f));
-      }
-    }
-  }
+  });
   return facts;
 }
 
@@ -264,35 +237,9 @@ const std::vector<std::string>& SessionStateRelations() {
 }
 
 Verdict ClassifyStatement(absl::string_view sql) {
-  // libpg_query reads a C string.
-  const std::string text(sql);
-  PgQueryProtobufParseResult parsed = pg_query_parse_protobuf(text.c_str());
-  Verdict verdict;
-  if (parsed.error != nullptr) {
-    verdict = Refused(
-        "",
-        absl::StrCat(
-            "does not parse: ",
-            parsed.error->message != nullptr ? parsed.error->message
-                                             : "unknown error",
-            parsed.error->cursorpos > 0
-                ? absl::StrCat(" (at character ", parsed.error->cursorpos, ")")
-                : std::string()));
-  } else {
-    pg_query::ParseResult tree;
-    google::protobuf::io::CodedInputStream in(
-        reinterpret_cast<const uint8_t*>(parsed.parse_tree.data),
-        static_cast<int>(parsed.parse_tree.len));
-    in.SetRecursionLimit(kMaxTreeDepth);
-    if (!tree.ParseFromCodedStream(&in) || !in.ConsumedEntireMessage()) {
-      verdict = Refused(
-          "", absl::StrCat("nests deeper than ", kMaxTreeDepth, " levels"));
-    } else {
-      verdict = ClassifyTree(tree);
-    }
-  }
-  pg_query_free_protobuf_parse_result(parsed);
-  return verdict;
+  absl::StatusOr<pg_query::ParseResult> tree = ParseSql(sql);
+  if (!tree.ok()) return Refused("", std::string(tree.status().message()));
+  return ClassifyTree(*tree);
 }
 
 StatementClassifier::StatementClassifier(Options options) : options_(options) {}

@@ -1,0 +1,176 @@
+// Copyright fencegate authors.
+
+#include "storage_adapters/postgres/session_sql.h"
+
+#include <optional>
+#include <string>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "storage_adapters/postgres/sql_parse.h"
+
+namespace fencegate::postgres {
+namespace {
+
+constexpr absl::string_view kGatewayPrefix = "fencegate.";
+
+// Whether the options of a BEGIN, SET TRANSACTION or SET SESSION
+// CHARACTERISTICS ask for READ WRITE (the grammar writes it as
+// transaction_read_only = 0).
+bool AsksReadWrite(
+    const google::protobuf::RepeatedPtrField<pg_query::Node>& options) {
+  for (const pg_query::Node& option : options) {
+    if (!option.has_def_elem()) continue;
+    const pg_query::DefElem& d = option.def_elem();
+    if (d.defname() == "transaction_read_only" && d.arg().has_a_const() &&
+        d.arg().a_const().has_ival() && d.arg().a_const().ival().ival() == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// The text of a constant, or nullopt for anything else.
+std::optional<std::string> ConstantText(const pg_query::Node& node) {
+  if (!node.has_a_const()) return std::nullopt;
+  const pg_query::A_Const& c = node.a_const();
+  if (c.has_ival()) return absl::StrCat(c.ival().ival());
+  if (c.has_fval()) return c.fval().fval();
+  if (c.has_sval()) return c.sval().sval();
+  return std::nullopt;
+}
+
+void ClassifyTransaction(const pg_query::TransactionStmt& t,
+                         SessionStatement& out) {
+  switch (t.kind()) {
+    case pg_query::TRANS_STMT_BEGIN:
+    case pg_query::TRANS_STMT_START:
+      out.effect = SessionEffect::kBegin;
+      out.read_write = AsksReadWrite(t.options());
+      out.lifts_read_only = out.read_write;
+      return;
+    case pg_query::TRANS_STMT_COMMIT:
+      out.effect = SessionEffect::kCommit;
+      out.chain = t.chain();
+      return;
+    case pg_query::TRANS_STMT_ROLLBACK:
+      out.effect = SessionEffect::kRollback;
+      out.chain = t.chain();
+      return;
+    case pg_query::TRANS_STMT_PREPARE:
+    case pg_query::TRANS_STMT_COMMIT_PREPARED:
+    case pg_query::TRANS_STMT_ROLLBACK_PREPARED:
+      out.effect = SessionEffect::kRefused;
+      out.reason =
+          "two-phase commit is not served: a prepared transaction commits "
+          "after its session's fence check, from any session";
+      return;
+    default:  // SAVEPOINT, RELEASE, ROLLBACK TO: inside a transaction.
+      return;
+  }
+}
+
+void ClassifySet(const pg_query::VariableSetStmt& set, SessionStatement& out) {
+  const std::string name = absl::AsciiStrToLower(set.name());
+  if (absl::StartsWith(name, kGatewayPrefix)) {
+    out.setting = name.substr(kGatewayPrefix.size());
+    out.effect = SessionEffect::kRefused;
+    if (out.setting != "domain" && out.setting != "token") {
+      out.reason = absl::StrCat("unknown setting ", set.name(),
+                                ": the gateway's are fencegate.domain and "
+                                "fencegate.token");
+    } else if (set.kind() != pg_query::VAR_SET_VALUE || set.is_local()) {
+      out.reason = absl::StrCat(
+          set.name(), " is set with SET ", set.name(),
+          " = value; SET LOCAL, RESET and DEFAULT do not apply to it");
+    } else if (std::optional<std::string> value =
+                   set.args_size() == 1 ? ConstantText(set.args(0))
+                                        : std::nullopt;
+               !value.has_value()) {
+      out.reason = absl::StrCat(set.name(), " takes one constant value");
+    } else {
+      out.effect = SessionEffect::kGatewaySet;
+      out.value = *std::move(value);
+    }
+    return;
+  }
+  out.lifts_read_only =
+      set.kind() == pg_query::VAR_RESET_ALL ||
+      name == "default_transaction_read_only" ||
+      name == "transaction_read_only" ||
+      ((name == "transaction" || name == "session characteristics") &&
+       AsksReadWrite(set.args()));
+}
+
+bool CallsSetConfig(const pg_query::Node& stmt) {
+  bool found = false;
+  const google::protobuf::Descriptor* func_call =
+      pg_query::FuncCall::descriptor();
+  ForEachNode(stmt, [&](const google::protobuf::Message& m) {
+    if (m.GetDescriptor() == func_call &&
+        CalledName(static_cast<const pg_query::FuncCall&>(m)) == "set_config") {
+      found = true;
+    }
+  });
+  return found;
+}
+
+SessionStatement Classify(const pg_query::Node& stmt) {
+  SessionStatement out;
+  switch (stmt.node_case()) {
+    case pg_query::Node::kTransactionStmt:
+      ClassifyTransaction(stmt.transaction_stmt(), out);
+      break;
+    case pg_query::Node::kVariableSetStmt:
+      ClassifySet(stmt.variable_set_stmt(), out);
+      break;
+    case pg_query::Node::kVariableShowStmt: {
+      const std::string name =
+          absl::AsciiStrToLower(stmt.variable_show_stmt().name());
+      if (absl::StartsWith(name, kGatewayPrefix)) {
+        out.setting = name.substr(kGatewayPrefix.size());
+        if (out.setting == "domain" || out.setting == "token") {
+          out.effect = SessionEffect::kGatewayShow;
+        } else {
+          out.effect = SessionEffect::kRefused;
+          out.reason = absl::StrCat("unknown setting ",
+                                    stmt.variable_show_stmt().name());
+        }
+      }
+      break;
+    }
+    case pg_query::Node::kDiscardStmt:
+      out.lifts_read_only =
+          stmt.discard_stmt().target() == pg_query::DISCARD_ALL;
+      break;
+    case pg_query::Node::kDoStmt:
+    case pg_query::Node::kCallStmt:
+      out.lifts_read_only = true;
+      break;
+    default:
+      out.lifts_read_only = CallsSetConfig(stmt);
+      break;
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<SessionStatement>> ClassifySessionSql(
+    absl::string_view sql) {
+  absl::StatusOr<pg_query::ParseResult> tree = ParseSql(sql);
+  if (!tree.ok()) return tree.status();
+  std::vector<SessionStatement> out;
+  for (const pg_query::RawStmt& raw : tree->stmts()) {
+    SessionStatement s = Classify(raw.stmt());
+    const auto begin = static_cast<size_t>(raw.stmt_location());
+    s.text = raw.stmt_len() == 0
+                 ? sql.substr(begin)
+                 : sql.substr(begin, static_cast<size_t>(raw.stmt_len()));
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+}  // namespace fencegate::postgres

@@ -1,0 +1,80 @@
+// Copyright fencegate authors.
+//
+// What each statement of a query string that a client sends through the
+// PostgreSQL protocol port does to its session, decided by PostgreSQL's own
+// parser (libpg_query, the PostgreSQL 15 grammar), never by keywords:
+// where transactions begin and end; the gateway's own settings
+// (fencegate.domain, fencegate.token), which the gateway answers itself and
+// never sends upstream; and what would let a session without a token
+// write. Statement boundaries are the parser's, so a ';' inside a string,
+// a comment or a dollar-quoted body splits nothing.
+//
+// What parsing cannot see: a function or DO block whose body changes
+// default_transaction_read_only. DO and CALL are therefore marked as
+// lifting the read-only mode too; the body of a function called from a
+// query is the database's to guard (pg-setup revokes the session-state
+// functions, fence_schema.h).
+//
+// Thread safety: a pure function, safe from any thread.
+
+#ifndef STORAGE_ADAPTERS_POSTGRES_SESSION_SQL_H_
+#define STORAGE_ADAPTERS_POSTGRES_SESSION_SQL_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace fencegate::postgres {
+
+enum class SessionEffect {
+  kStatement,    // runs upstream as it is
+  kBegin,        // BEGIN, START TRANSACTION
+  kCommit,       // COMMIT, END
+  kRollback,     // ROLLBACK, ABORT (not ROLLBACK TO SAVEPOINT: kStatement)
+  kGatewaySet,   // SET [SESSION] fencegate.<name> = value
+  kGatewayShow,  // SHOW fencegate.<name>
+  kRefused,      // never runs; `reason` says why
+};
+
+struct SessionStatement {
+  SessionEffect effect = SessionEffect::kStatement;
+  // The statement's text within the query string, without its ';'.
+  absl::string_view text;
+  // kGatewaySet and kGatewayShow: the name after "fencegate.", lower case
+  // ("domain", "token").
+  std::string setting;
+  // kGatewaySet: the value as written (a number's digits, a string's text).
+  std::string value;
+  // kCommit, kRollback: AND CHAIN, a new transaction begins at once.
+  bool chain = false;
+  // kBegin: READ WRITE is asked for explicitly.
+  bool read_write = false;
+  // A statement that would let this or a later transaction write in a
+  // session without a token: SET or RESET of default_transaction_read_only
+  // or transaction_read_only, SET TRANSACTION / SESSION CHARACTERISTICS
+  // ... READ WRITE, RESET ALL, DISCARD ALL, a call of set_config(), DO,
+  // CALL. Such a session refuses it; one with a token runs it.
+  bool lifts_read_only = false;
+  // kRefused: why, in words a client can act on.
+  std::string reason;
+};
+
+// The statements of `sql`, in order (none for an empty string or only
+// comments). Refused statements are marked, not dropped, so that the caller
+// answers each in its place. INVALID_ARGUMENT with the parser's message if
+// `sql` does not parse: PostgreSQL would refuse it too, and without a parse
+// the gateway cannot know where its transactions begin.
+//
+// Refused: PREPARE TRANSACTION, COMMIT PREPARED and ROLLBACK PREPARED (a
+// prepared transaction commits after its session's fence check, from any
+// session); SET LOCAL, RESET and SET ... TO DEFAULT of a fencegate.*
+// setting; a fencegate.* name other than domain and token; a value that is
+// not one constant.
+absl::StatusOr<std::vector<SessionStatement>> ClassifySessionSql(
+    absl::string_view sql);
+
+}  // namespace fencegate::postgres
+
+#endif  // STORAGE_ADAPTERS_POSTGRES_SESSION_SQL_H_

@@ -1,0 +1,136 @@
+// Copyright fencegate authors.
+//
+// What a client's query string does to its session
+// (storage_adapters/postgres/session_sql.h): statement boundaries from
+// PostgreSQL's parser, where transactions begin and end, the gateway's own
+// settings, and the statements that would let a session without a token
+// write.
+
+#include "storage_adapters/postgres/session_sql.h"
+
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/test_util.h"
+
+namespace fencegate::postgres {
+namespace {
+
+using ::fencegate::testing::StatusIs;
+using ::testing::HasSubstr;
+
+std::vector<SessionStatement> Statements(absl::string_view sql) {
+  absl::StatusOr<std::vector<SessionStatement>> s = ClassifySessionSql(sql);
+  EXPECT_TRUE(s.ok()) << sql << ": " << s.status();
+  return s.ok() ? *s : std::vector<SessionStatement>{};
+}
+
+// The one statement of `sql`.
+SessionStatement One(absl::string_view sql) {
+  std::vector<SessionStatement> s = Statements(sql);
+  EXPECT_EQ(s.size(), 1u) << sql;
+  return s.empty() ? SessionStatement{} : s[0];
+}
+
+TEST(SessionSqlTest, StatementsAreSplitWhereTheParserSplitsThem) {
+  std::vector<SessionStatement> s =
+      Statements("BEGIN; UPDATE t SET a = 1;\nCOMMIT");
+  ASSERT_EQ(s.size(), 3u);
+  EXPECT_EQ(s[0].effect, SessionEffect::kBegin);
+  EXPECT_EQ(s[1].effect, SessionEffect::kStatement);
+  EXPECT_THAT(std::string(s[1].text), HasSubstr("UPDATE t SET a = 1"));
+  EXPECT_EQ(s[2].effect, SessionEffect::kCommit);
+  EXPECT_THAT(std::string(s[2].text), HasSubstr("COMMIT"));
+  // A ';' in a string, a quoted name, a comment or a dollar-quoted body
+  // splits nothing, and a COMMIT there is no COMMIT.
+  for (const char* sql : {"UPDATE t SET \"a ;\n commit\" = 1",
+                          "SELECT ';\n commit'", "SELECT 1 -- ; commit",
+                          "SELECT $x$;commit$x$", "SELECT 1 /* ; commit */"}) {
+    EXPECT_EQ(One(sql).effect, SessionEffect::kStatement) << sql;
+  }
+  EXPECT_TRUE(Statements("").empty());
+  EXPECT_TRUE(Statements("-- nothing").empty());
+  EXPECT_THAT(ClassifySessionSql("UPDATE t SET"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ClassifySessionSql("BEGIN; SELEC 1").status().message(),
+              HasSubstr("does not parse"));
+}
+
+TEST(SessionSqlTest, TransactionControlIsKnownInEachSpelling) {
+  EXPECT_EQ(One("START TRANSACTION").effect, SessionEffect::kBegin);
+  EXPECT_EQ(One("begin work").effect, SessionEffect::kBegin);
+  EXPECT_EQ(One("END").effect, SessionEffect::kCommit);
+  EXPECT_EQ(One("ABORT").effect, SessionEffect::kRollback);
+  SessionStatement chain = One("COMMIT AND CHAIN");
+  EXPECT_EQ(chain.effect, SessionEffect::kCommit);
+  EXPECT_TRUE(chain.chain);
+  EXPECT_TRUE(One("ROLLBACK AND CHAIN").chain);
+  EXPECT_FALSE(One("COMMIT").chain);
+  // Savepoints live inside a transaction.
+  EXPECT_EQ(One("ROLLBACK TO SAVEPOINT s").effect, SessionEffect::kStatement);
+  EXPECT_EQ(One("SAVEPOINT s").effect, SessionEffect::kStatement);
+  for (const char* sql : {"PREPARE TRANSACTION 'x'", "COMMIT PREPARED 'x'",
+                          "ROLLBACK PREPARED 'x'"}) {
+    SessionStatement s = One(sql);
+    EXPECT_EQ(s.effect, SessionEffect::kRefused) << sql;
+    EXPECT_THAT(s.reason, HasSubstr("two-phase commit")) << sql;
+  }
+}
+
+TEST(SessionSqlTest, TheGatewaysSettingsAreReadFromSetAndShow) {
+  SessionStatement token = One("SET fencegate.token = 7");
+  EXPECT_EQ(token.effect, SessionEffect::kGatewaySet);
+  EXPECT_EQ(token.setting, "token");
+  EXPECT_EQ(token.value, "7");
+  // Past int32, the parser reads a number as a float's text.
+  EXPECT_EQ(One("SET fencegate.token TO 18446744073709551615").value,
+            "18446744073709551615");
+  SessionStatement domain = One("SET SESSION fencegate.domain = 'billing/run'");
+  EXPECT_EQ(domain.effect, SessionEffect::kGatewaySet);
+  EXPECT_EQ(domain.setting, "domain");
+  EXPECT_EQ(domain.value, "billing/run");
+  EXPECT_EQ(One("SET \"FenceGate\".domain = jobs").value, "jobs");
+  SessionStatement show = One("SHOW fencegate.token");
+  EXPECT_EQ(show.effect, SessionEffect::kGatewayShow);
+  EXPECT_EQ(show.setting, "token");
+  EXPECT_EQ(One("SHOW search_path").effect, SessionEffect::kStatement);
+  for (const char* sql :
+       {"SET LOCAL fencegate.token = 1", "RESET fencegate.token",
+        "SET fencegate.token TO DEFAULT", "SET fencegate.holder = 1",
+        "SET fencegate.domain = a, b", "SHOW fencegate.holder"}) {
+    SessionStatement s = One(sql);
+    EXPECT_EQ(s.effect, SessionEffect::kRefused) << sql;
+    EXPECT_FALSE(s.reason.empty()) << sql;
+  }
+}
+
+TEST(SessionSqlTest, WhatWouldLetATokenlessSessionWriteIsMarked) {
+  for (const char* sql :
+       {"SET default_transaction_read_only = off",
+        "SET SESSION transaction_read_only TO false",
+        "RESET default_transaction_read_only", "RESET ALL",
+        "SET SESSION CHARACTERISTICS AS TRANSACTION READ WRITE",
+        "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE, READ WRITE",
+        "DISCARD ALL", "BEGIN READ WRITE",
+        "START TRANSACTION ISOLATION LEVEL REPEATABLE READ READ WRITE",
+        "SELECT pg_catalog.set_config('default_transaction_read_only', 'off', "
+        "false)",
+        "SELECT 1 FROM t WHERE a = (SELECT set_config('x.y', '1', false))",
+        "DO $$BEGIN PERFORM 1; END$$", "CALL p()"}) {
+    EXPECT_TRUE(One(sql).lifts_read_only) << sql;
+  }
+  for (const char* sql :
+       {"SELECT 1", "UPDATE t SET a = 1", "BEGIN", "BEGIN READ ONLY",
+        "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE", "SET search_path = a",
+        "DISCARD PLANS", "SHOW transaction_read_only",
+        "SELECT current_setting('default_transaction_read_only')"}) {
+    EXPECT_FALSE(One(sql).lifts_read_only) << sql;
+  }
+  EXPECT_TRUE(One("BEGIN READ WRITE").read_write);
+  EXPECT_FALSE(One("BEGIN READ ONLY").read_write);
+}
+
+}  // namespace
+}  // namespace fencegate::postgres
