@@ -1,11 +1,11 @@
 // Copyright fencegate authors.
 
-#include "fencegate/pgwire/backend.h"
+#include "pgwire/backend.h"
 
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
-#include "fencegate/pgwire/message_builder.h"
+#include "pgwire/message_builder.h"
 #include "pgwire/wire_reader.h"
 
 namespace fencegate::pgwire {

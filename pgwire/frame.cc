@@ -1,6 +1,6 @@
 // Copyright fencegate authors.
 
-#include "fencegate/pgwire/frame.h"
+#include "pgwire/frame.h"
 
 #include <cstdint>
 

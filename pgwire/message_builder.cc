@@ -1,6 +1,6 @@
 // Copyright fencegate authors.
 
-#include "fencegate/pgwire/message_builder.h"
+#include "pgwire/message_builder.h"
 
 namespace fencegate::pgwire {
 

@@ -1,6 +1,6 @@
 // Copyright fencegate authors.
 
-#include "fencegate/pgwire/startup.h"
+#include "pgwire/startup.h"
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
@@ -8,7 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
-#include "fencegate/pgwire/message_builder.h"
+#include "pgwire/message_builder.h"
 #include "pgwire/wire_reader.h"
 
 namespace fencegate::pgwire {

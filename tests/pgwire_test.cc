@@ -11,13 +11,13 @@
 #include <string>
 #include <variant>
 
-#include "fencegate/pgwire/backend.h"
-#include "fencegate/pgwire/frame.h"
-#include "fencegate/pgwire/frontend.h"
-#include "fencegate/pgwire/message_builder.h"
-#include "fencegate/pgwire/startup.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "pgwire/backend.h"
+#include "pgwire/frame.h"
+#include "pgwire/frontend.h"
+#include "pgwire/message_builder.h"
+#include "pgwire/startup.h"
 #include "tests/test_util.h"
 
 namespace fencegate::pgwire {

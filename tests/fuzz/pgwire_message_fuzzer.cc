@@ -17,10 +17,10 @@
 #include <variant>
 
 #include "absl/strings/string_view.h"
-#include "fencegate/pgwire/backend.h"
-#include "fencegate/pgwire/frame.h"
-#include "fencegate/pgwire/frontend.h"
-#include "fencegate/pgwire/startup.h"
+#include "pgwire/backend.h"
+#include "pgwire/frame.h"
+#include "pgwire/frontend.h"
+#include "pgwire/startup.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace {

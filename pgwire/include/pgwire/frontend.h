@@ -21,7 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "fencegate/pgwire/frame.h"
+#include "pgwire/frame.h"
 
 namespace fencegate::pgwire {
 

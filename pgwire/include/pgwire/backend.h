@@ -22,8 +22,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "fencegate/pgwire/frame.h"
-#include "fencegate/pgwire/frontend.h"
+#include "pgwire/frame.h"
+#include "pgwire/frontend.h"
 
 namespace fencegate::pgwire {
 
