@@ -126,10 +126,9 @@ absl::StatusOr<std::vector<StartupOption>> ParseStartupOptions(
             "options: \"-c\" is not followed by name=value");
       }
       setting = words[++w];
-    } else if (absl::StartsWith(words[w], "--")) {
-      setting = absl::string_view(words[w]).substr(2);
-    } else if (absl::StartsWith(words[w], "-c")) {
-      setting = absl::string_view(words[w]).substr(2);
+    } else if (absl::StartsWith(words[w], "--") ||
+               absl::StartsWith(words[w], "-c")) {
+      setting = absl::string_view(words[w]).substr(2);  // --x=1, -cx=1
     } else {
       return absl::InvalidArgumentError(absl::StrCat(
           "options: \"", absl::CHexEscape(words[w]),

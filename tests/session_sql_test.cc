@@ -115,8 +115,7 @@ TEST(SessionSqlTest, WhatWouldLetATokenlessSessionWriteIsMarked) {
         "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE, READ WRITE",
         "DISCARD ALL", "BEGIN READ WRITE",
         "START TRANSACTION ISOLATION LEVEL REPEATABLE READ READ WRITE",
-        "SELECT pg_catalog.set_config('default_transaction_read_only', 'off', "
-        "false)",
+        "SELECT pg_catalog.set_config('default_transaction_read_only', 'f', 0)",
         "SELECT 1 FROM t WHERE a = (SELECT set_config('x.y', '1', false))",
         "DO $$BEGIN PERFORM 1; END$$", "CALL p()"}) {
     EXPECT_TRUE(One(sql).lifts_read_only) << sql;
