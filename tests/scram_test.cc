@@ -1,15 +1,19 @@
 // Copyright fencegate authors.
 //
 // The server's side of SCRAM-SHA-256 (security/scram.h), checked against
-// the exchange in RFC 7677, section 3 (user "user", password "pencil").
+// the exchange in RFC 7677, section 3 (user "user", password "pencil"), and
+// the user file that holds the verifiers (security/user_file.h).
 
 #include "security/scram.h"
 
 #include <string>
+#include <vector>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "security/user_file.h"
 #include "tests/test_util.h"
 
 namespace fencegate {
@@ -113,6 +117,51 @@ TEST(ScramTest, VerifiersAreReadInPostgresFormat) {
                 StatusIs(absl::StatusCode::kInvalidArgument))
         << bad;
   }
+}
+
+constexpr char kPencilVerifier[] =
+    "SCRAM-SHA-256$4096:W22ZaJ0SNY7soEsUEjb6gQ==$"
+    "WG5d8oPm3OtcPnkdi4Uo7BkeZkBFzpcXkuLmtbsT4qY=:"
+    "wfPLwcE6nTWhTAmQ7tl2KeoiWGPlZqQxSrmfPwDl2dU=";
+
+TEST(UserFileTest, UsersAreReadInPgbouncersFormat) {
+  const std::string text =
+      absl::StrCat("; workers\n\n\"user\" \"", kPencilVerifier,
+                   "\"\n  # the reporting job\n\"re\"\"port\"  \"",
+                   kPencilVerifier, "\"  \n");
+  ASSERT_OK_AND_ASSIGN(file, UserFile::Parse(text, "users.txt"));
+  EXPECT_EQ(file.size(), 2u);
+  ASSERT_NE(file.Find("user"), nullptr);
+  EXPECT_EQ(file.Find("user")->stored_key, Pencil().stored_key);
+  EXPECT_NE(file.Find("re\"port"), nullptr);
+  EXPECT_EQ(file.Find("nobody"), nullptr);
+  // What the file names signs in: the RFC exchange with its verifier.
+  ScramServer server(*file.Find("user"), kServerNonce);
+  ASSERT_OK(server.Start(kClientFirst).status());
+  ASSERT_OK_AND_ASSIGN(final, server.Finish(kClientFinal));
+  EXPECT_EQ(final, kServerFinal);
+}
+
+TEST(UserFileTest, AFaultyLineIsNamed) {
+  const std::string good = absl::StrCat("\"a\" \"", kPencilVerifier, "\"\n");
+  struct Case {
+    std::string text;
+    const char* says;
+  };
+  for (const Case& c : std::vector<Case>{
+           {good + "\"b\" \"pencil\"", "users.txt:2: user \"b\""},
+           {good + good, "users.txt:2: user \"a\" is listed twice"},
+           {good + "b \"x\"", "users.txt:2: expected a field in double quotes"},
+           {"\"a\" \"x", "users.txt:1: a field's closing quote is missing"},
+           {"\"a\"", "users.txt:1: expected \"user\" \"verifier\""},
+           {absl::StrCat("\"\" \"", kPencilVerifier, "\""),
+            "users.txt:1: the user is empty"}}) {
+    absl::StatusOr<UserFile> file = UserFile::Parse(c.text, "users.txt");
+    EXPECT_THAT(file, StatusIs(absl::StatusCode::kInvalidArgument)) << c.text;
+    EXPECT_THAT(file.status().message(), HasSubstr(c.says)) << c.text;
+  }
+  EXPECT_THAT(UserFile::Load("/nonexistent/users.txt"),
+              StatusIs(absl::StatusCode::kNotFound));
 }
 
 }  // namespace
