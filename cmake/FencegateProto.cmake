@@ -13,15 +13,23 @@ function(fencegate_proto_library name root)
   endforeach()
   foreach(_rel ${ARGN})
     string(REGEX REPLACE "\\.proto$" "" _base ${_rel})
-    set(_out ${_gen_dir}/${_base}.pb.cc ${_gen_dir}/${_base}.pb.h
-             ${_gen_dir}/${_base}.grpc.pb.cc ${_gen_dir}/${_base}.grpc.pb.h)
+    set(_out ${_gen_dir}/${_base}.pb.cc ${_gen_dir}/${_base}.pb.h)
+    set(_grpc_args)
+    # gRPC's code only for a file that declares a service: the others'
+    # .grpc.pb.cc would be empty and still cost seconds to compile.
+    file(STRINGS ${root}/${_rel} _services REGEX "^service ")
+    if(_services)
+      list(APPEND _out ${_gen_dir}/${_base}.grpc.pb.cc
+                       ${_gen_dir}/${_base}.grpc.pb.h)
+      set(_grpc_args --grpc_out=${_gen_dir}
+                     --plugin=protoc-gen-grpc=${_grpc_plugin})
+    endif()
     add_custom_command(
       OUTPUT ${_out}
       COMMAND protobuf::protoc
         --proto_path=${root}
         --cpp_out=${_gen_dir}
-        --grpc_out=${_gen_dir}
-        --plugin=protoc-gen-grpc=${_grpc_plugin}
+        ${_grpc_args}
         ${root}/${_rel}
       # Any file of the library may import another.
       DEPENDS ${_all}
