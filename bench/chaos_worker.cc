@@ -17,9 +17,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "bench/chaos.h"
-#include "bench/flags.h"
 #include "bench/safety.h"
 #include "bench/token_sources.h"
+#include "fencegate/common/flag_args.h"
 #include "fencegate/v1/gateway.grpc.pb.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
@@ -205,7 +205,8 @@ int ChaosWorkerMain(int argc, char** argv) {
   app.add_option("--writes", c.writes, "writes per holding");
   app.add_option("--pause_fraction", c.pause_fraction,
                  "share of paused holdings");
-  if (std::optional<int> exit = ParseFlags(app, argc, argv, 2)) return *exit;
+  if (std::optional<int> exit = ParseFlags(app, argc - 1, argv + 1))
+    return *exit;
   absl::Status s = ChaosWorker(c).Run();
   if (!s.ok()) {
     std::fprintf(stderr, "chaos-worker %llu: %s\n",

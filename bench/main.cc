@@ -21,10 +21,10 @@
 #include "bench/bench.h"
 #include "bench/chaos.h"
 #include "bench/classifier.h"
-#include "bench/flags.h"
 #include "bench/memory.h"
 #include "bench/safety.h"
 #include "bench/throughput.h"
+#include "fencegate/common/flag_args.h"
 
 namespace fencegate::bench {
 namespace {
@@ -200,7 +200,7 @@ int Run(int argc, char** argv) {
   app.add_option("--sources", chaos_sources,
                  "chaos: token sources (default all: lease,etcd,redis,redlock,"
                  "postgres,zookeeper; those without a server are left out)");
-  if (std::optional<int> exit = ParseFlags(app, argc, argv, 1)) return *exit;
+  if (std::optional<int> exit = ParseFlags(app, argc, argv)) return *exit;
   if (command == "classifier") {
     return RunClassifier(
         rounds < 1 ? 1 : static_cast<int>(std::min<uint64_t>(rounds, 100)));

@@ -17,8 +17,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "bench/flags.h"
 #include "bench/token_sources.h"
+#include "fencegate/common/flag_args.h"
 #include "fencegate/v1/gateway.grpc.pb.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
@@ -216,7 +216,8 @@ int SafetyWorkerMain(int argc, char** argv) {
   app.add_option("--writes", c.writes, "writes per holding");
   app.add_option("--until_ms", c.until_ms,
                  "stop taking the lock after (unix ms)");
-  if (std::optional<int> exit = ParseFlags(app, argc, argv, 2)) return *exit;
+  if (std::optional<int> exit = ParseFlags(app, argc - 1, argv + 1))
+    return *exit;
   absl::Status s = Worker(c).Run();
   if (!s.ok()) {
     std::fprintf(stderr, "safety-worker %llu: %s\n",

@@ -3,6 +3,7 @@
 #include "fencegate/common/flag_args.h"
 
 #include <algorithm>
+#include <iostream>
 
 namespace fencegate {
 
@@ -32,6 +33,21 @@ std::vector<std::string> FlagArgsForCli11(int argc, const char* const* argv) {
   }
   std::reverse(args.begin(), args.end());
   return args;
+}
+
+std::optional<int> ParseFlags(CLI::App& app, int argc,
+                              const char* const* argv) {
+  std::vector<std::string> args = FlagArgsForCli11(argc, argv);
+  try {
+    app.parse(args);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    std::cerr << app.get_name() << ": " << e.what() << " (see --help)\n";
+    return 2;
+  }
+  return std::nullopt;
 }
 
 }  // namespace fencegate

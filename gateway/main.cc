@@ -10,6 +10,7 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -85,16 +86,7 @@ int Run(int argc, char** argv) {
                  "write the bound port to this file once serving")
       ->type_name("PATH");
   SettingFlags settings(app);
-  std::vector<std::string> args = FlagArgsForCli11(argc, argv);
-  try {
-    app.parse(args);
-  } catch (const CLI::CallForHelp&) {
-    std::cout << app.help();
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    std::cerr << "fencegate: " << e.what() << " (see --help)\n";
-    return 2;
-  }
+  if (std::optional<int> exit = ParseFlags(app, argc, argv)) return *exit;
 
   v1::GatewayConfig config;
   if (!config_path.empty()) {

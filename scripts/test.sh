@@ -45,7 +45,7 @@ if has_stage suite; then
   BENCH=OFF
   if [[ $ALL == 1 ]]; then SLOW=(); BENCH=ON; fi
   cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Debug \
-    -DCMAKE_CXX_FLAGS_DEBUG=-g1 -DCMAKE_C_FLAGS_DEBUG=-g1 \
+    -DCMAKE_CXX_FLAGS_DEBUG=-g1 \
     -DCMAKE_EXE_LINKER_FLAGS=-fuse-ld=gold \
     -DCMAKE_SHARED_LINKER_FLAGS=-fuse-ld=gold \
     -DFENCEGATE_BUILD_TESTS=ON -DFENCEGATE_BUILD_BENCH=$BENCH \

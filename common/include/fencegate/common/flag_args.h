@@ -7,8 +7,11 @@
 #ifndef FENCEGATE_COMMON_FLAG_ARGS_H_
 #define FENCEGATE_COMMON_FLAG_ARGS_H_
 
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "CLI/CLI.hpp"
 
 namespace fencegate {
 
@@ -18,6 +21,11 @@ namespace fencegate {
 // changed, since it belongs to a command. Returned last first, the order in
 // which CLI::App::parse(std::vector<std::string>&) takes them.
 std::vector<std::string> FlagArgsForCli11(int argc, const char* const* argv);
+
+// Parses argv[1..argc) (FlagArgsForCli11) into `app`. Returns nullopt when
+// the program should go on; otherwise its exit code, having printed the help
+// to stdout (0) or "<app name>: <error> (see --help)" to stderr (2).
+std::optional<int> ParseFlags(CLI::App& app, int argc, const char* const* argv);
 
 }  // namespace fencegate
 
