@@ -181,6 +181,31 @@ absl::StatusOr<GatewayOptions> ResolveOptions(const v1::GatewayConfig& given) {
   options.policy_path = config.policy();
   options.insecure_allow_remote = config.insecure_allow_remote();
   options.audit_log_path = config.audit_log();
+  options.pg_listen = config.pg().listen();
+  options.pg_user_file = config.pg().user_file();
+  options.pg_max_connections = config.pg().max_connections();
+  options.pg_idle_transaction_timeout =
+      absl::Milliseconds(config.pg().idle_transaction_timeout_ms());
+  if (options.pg_listen.empty() && !options.pg_user_file.empty()) {
+    return absl::InvalidArgumentError("pg.user_file: needs pg.listen");
+  }
+  if (!options.pg_listen.empty()) {
+    if (options.pg_max_connections == 0) {
+      return absl::InvalidArgumentError("pg.max_connections: at least 1");
+    }
+    if (!options.policy_path.empty()) {
+      return absl::InvalidArgumentError(
+          "pg.listen: the PostgreSQL port does not apply a policy yet; serve "
+          "it only from a gateway without --policy (docs/pgwire.md)");
+    }
+    if (!IsLoopbackAddress(options.pg_listen) && options.pg_user_file.empty() &&
+        !options.insecure_allow_remote) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "pg.listen: \"", options.pg_listen,
+          "\" is reachable from other machines; serving it needs a "
+          "--pg_user_file, or --insecure_allow_remote"));
+    }
+  }
   const bool mtls = options.tls.enabled() && !options.tls.client_ca.empty();
   if (!options.policy_path.empty() && !mtls) {
     return absl::InvalidArgumentError(

@@ -83,6 +83,14 @@ struct GatewayOptions {
   bool insecure_allow_remote = false;
   // Audit log file. Default: none.
   std::string audit_log_path;
+  // The PostgreSQL protocol port: host:port, or empty (off). Default: off.
+  std::string pg_listen;
+  // Its user file; empty admits every client (loopback only).
+  std::string pg_user_file;
+  // Default: 100.
+  uint32_t pg_max_connections = 100;
+  // Default: 60 s; zero: never.
+  absl::Duration pg_idle_transaction_timeout = absl::Seconds(60);
 };
 
 // Whether `listen_address` ("host:port") only accepts connections from this

@@ -141,6 +141,12 @@ int Run(int argc, char** argv) {
   Log(LogSeverity::kInfo,
       absl::StrCat("fencegate serving on ", host, ":", (*server)->port(),
                    " data_dir=", options->data_dir));
+  if ((*server)->pg_port() != 0) {
+    Log(LogSeverity::kInfo,
+        absl::StrCat("PostgreSQL port serving on ",
+                     options->pg_listen.substr(0, options->pg_listen.rfind(':')),
+                     ":", (*server)->pg_port()));
+  }
   for (const TokenWatcherSpec& watcher : options->watchers) {
     Log(LogSeverity::kInfo,
         absl::StrCat("following ", watcher.kind, " locks",

@@ -25,6 +25,8 @@
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 #include "observability/log.h"
+#include "storage_adapters/postgres/config.h"
+#include "storage_adapters/uri.h"
 #include "security/server_tls.h"
 
 namespace fencegate {
@@ -296,7 +298,52 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
   s->route_health_ = std::make_unique<RouteHealth>(
       s->router_->Adapters(), health, options.route_health_interval);
   s->route_health_->Start();
+  if (!options.pg_listen.empty()) {
+    if (absl::Status st = s->StartPgPort(options); !st.ok()) return st;
+  }
   return s;
+}
+
+absl::Status GatewayServer::StartPgPort(const GatewayOptions& options) {
+  PgPortOptions port;
+  port.listen_address = options.pg_listen;
+  port.max_connections = options.pg_max_connections;
+  port.max_message_bytes = options.max_message_bytes;
+  port.idle_transaction_timeout = options.pg_idle_transaction_timeout;
+  if (!options.pg_user_file.empty()) {
+    absl::StatusOr<UserFile> users = UserFile::Load(options.pg_user_file);
+    if (!users.ok()) return users.status();
+    port.users = std::make_shared<const UserFile>(*std::move(users));
+  }
+  for (const RouteSpec& route : options.routes) {
+    if (!absl::StartsWith(route.uri, "postgres://") &&
+        !absl::StartsWith(route.uri, "postgresql://")) {
+      continue;
+    }
+    absl::StatusOr<Uri> uri = ParseUri(route.uri);
+    if (!uri.ok()) return uri.status();
+    absl::StatusOr<PostgresAdapterOptions> parsed = ParsePostgresUri(
+        *uri,
+        dynamic_cast<const v1::PostgresRoute*>(route.settings.get()));
+    if (!parsed.ok()) return parsed.status();
+    port.routes.push_back(PgPortRoute{route.name, *std::move(parsed)});
+  }
+  if (port.routes.empty()) {
+    return absl::InvalidArgumentError(
+        "pg.listen: the PostgreSQL port needs a PostgreSQL route "
+        "(--route=NAME=postgres://...)");
+  }
+  PgPortContext context;
+  context.fencer = fencer_.get();
+  context.run_blocking = [pool = pool_.get()](
+                             absl::AnyInvocable<void() &&> work) {
+    pool->Post(std::move(work));
+  };
+  absl::StatusOr<std::unique_ptr<PgPort>> started =
+      PgPort::Start(std::move(port), std::move(context));
+  if (!started.ok()) return started.status();
+  pg_port_ = *std::move(started);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::shared_ptr<const Policy>> GatewayServer::LoadPolicy()
@@ -336,6 +383,8 @@ GatewayServer::~GatewayServer() {
 void GatewayServer::Shutdown(absl::Duration grace) {
   if (shut_down_) return;
   shut_down_ = true;
+  // Its sessions end now; their servers roll back open transactions.
+  if (pg_port_ != nullptr) pg_port_->Shutdown();
   if (server_ != nullptr) {
     server_->GetHealthCheckService()->SetServingStatus(false);
     // Waiting Acquire calls end now rather than hold shutdown up.

@@ -27,6 +27,7 @@
 #include "metrics/metrics_server.h"
 #include "observability/request_metrics.h"
 #include "observability/route_health.h"
+#include "pgport/pg_port.h"
 #include "security/audit_log.h"
 #include "security/policy.h"
 #include "security/request_gate.h"
@@ -59,6 +60,8 @@ class GatewayServer {
 
   // The bound port (useful with port 0).
   int port() const { return port_; }
+  // The PostgreSQL port's bound port; 0 if it is off.
+  int pg_port() const { return pg_port_ != nullptr ? pg_port_->port() : 0; }
   // The metrics endpoint's bound port; 0 if metrics are off.
   int metrics_port() const {
     return metrics_ != nullptr ? metrics_->port() : 0;
@@ -81,6 +84,9 @@ class GatewayServer {
   void RaiseFenceForHolder(absl::string_view kind, const std::string& domain,
                            uint64_t token) const;
 
+  // Starts the PostgreSQL port over the PostgreSQL routes.
+  absl::Status StartPgPort(const GatewayOptions& options);
+
   // The policy as loaded from `path`.
   absl::StatusOr<std::shared_ptr<const Policy>> LoadPolicy() const;
 
@@ -95,6 +101,9 @@ class GatewayServer {
   std::unique_ptr<Router> router_;
   std::unique_ptr<RouteFences> route_fences_;
   std::unique_ptr<RocksDbStore> store_;
+  // Before the pool: destroyed after it is joined, so that no fence
+  // decision calls back into a port that is gone.
+  std::unique_ptr<PgPort> pg_port_;
   // Before the Fencer, which runs its queued work on it.
   std::unique_ptr<IoPool> pool_;
   std::unique_ptr<Fencer> fencer_;

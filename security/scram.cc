@@ -185,4 +185,70 @@ absl::StatusOr<std::string> ScramServer::Finish(
       "v=", absl::Base64Escape(Hmac(verifier_.server_key, auth_message)));
 }
 
+ScramClient::ScramClient(std::string password, std::string client_nonce)
+    : password_(std::move(password)), client_nonce_(std::move(client_nonce)) {}
+
+std::string ScramClient::First() {
+  return absl::StrCat("n,,n=,r=", client_nonce_);
+}
+
+absl::StatusOr<std::string> ScramClient::Final(
+    absl::string_view server_first) {
+  constexpr absl::string_view kWhat = "server-first-message";
+  std::vector<absl::string_view> parts = absl::StrSplit(server_first, ',');
+  if (parts.size() != 3) {
+    return Malformed(kWhat, "expected r=<nonce>,s=<salt>,i=<iterations>");
+  }
+  absl::StatusOr<std::string> nonce = Attribute(parts[0], 'r', kWhat);
+  if (!nonce.ok()) return nonce.status();
+  if (!absl::StartsWith(*nonce, client_nonce_) ||
+      nonce->size() == client_nonce_.size()) {
+    return Malformed(kWhat, "its nonce does not extend the client's");
+  }
+  absl::StatusOr<std::string> salt64 = Attribute(parts[1], 's', kWhat);
+  if (!salt64.ok()) return salt64.status();
+  std::string salt;
+  if (!absl::Base64Unescape(*salt64, &salt) || salt.empty()) {
+    return Malformed(kWhat, "its salt is not base64");
+  }
+  absl::StatusOr<std::string> count = Attribute(parts[2], 'i', kWhat);
+  if (!count.ok()) return count.status();
+  int iterations = 0;
+  if (!absl::SimpleAtoi(*count, &iterations) || iterations < 1) {
+    return Malformed(kWhat, "its iteration count is not positive");
+  }
+  unsigned char salted[kKeyBytes];
+  PKCS5_PBKDF2_HMAC(password_.data(), static_cast<int>(password_.size()),
+                    reinterpret_cast<const unsigned char*>(salt.data()),
+                    static_cast<int>(salt.size()), iterations, EVP_sha256(),
+                    kKeyBytes, salted);
+  const absl::string_view salted_password(reinterpret_cast<char*>(salted),
+                                          kKeyBytes);
+  const std::string client_key = Hmac(salted_password, "Client Key");
+  server_key_ = Hmac(salted_password, "Server Key");
+  OPENSSL_cleanse(salted, sizeof(salted));
+  const std::string without_proof =
+      absl::StrCat("c=", absl::Base64Escape("n,,"), ",r=", *nonce);
+  auth_message_ = absl::StrCat("n=,r=", client_nonce_, ",", server_first, ",",
+                               without_proof);
+  const std::string signature = Hmac(Sha256(client_key), auth_message_);
+  std::string proof(kKeyBytes, '\0');
+  for (size_t i = 0; i < kKeyBytes; ++i) proof[i] = client_key[i] ^ signature[i];
+  return absl::StrCat(without_proof, ",p=", absl::Base64Escape(proof));
+}
+
+absl::Status ScramClient::Verify(absl::string_view server_final) const {
+  if (absl::StartsWith(server_final, "e=")) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "the server refused the SCRAM proof: ", server_final.substr(2)));
+  }
+  const std::string expected =
+      absl::StrCat("v=", absl::Base64Escape(Hmac(server_key_, auth_message_)));
+  if (server_key_.empty() || server_final != expected) {
+    return absl::PermissionDeniedError(
+        "the server's SCRAM signature does not prove it knows the password");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace fencegate

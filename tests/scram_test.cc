@@ -98,6 +98,44 @@ TEST(ScramTest, AnExchangeThatDoesNotFollowTheFirstIsRefused) {
   }
 }
 
+TEST(ScramTest, TheClientSignsInToTheServerAndChecksItsSignature) {
+  ScramServer server(Pencil(), "server-nonce-1");
+  ScramClient client("pencil", "client-nonce-1");
+  ASSERT_OK_AND_ASSIGN(server_first, server.Start(client.First()));
+  ASSERT_OK_AND_ASSIGN(client_final, client.Final(server_first));
+  ASSERT_OK_AND_ASSIGN(server_final, server.Finish(client_final));
+  EXPECT_OK(client.Verify(server_final));
+  // A server that did not know the verifier cannot sign.
+  EXPECT_THAT(client.Verify("v=AAAA"),
+              StatusIs(absl::StatusCode::kPermissionDenied));
+  EXPECT_THAT(client.Verify("e=invalid-proof"),
+              StatusIs(absl::StatusCode::kPermissionDenied,
+                       HasSubstr("invalid-proof")));
+}
+
+TEST(ScramTest, TheClientsWrongPasswordIsRefusedByTheServer) {
+  ScramServer server(Pencil(), "server-nonce-2");
+  ScramClient client("crayon", "client-nonce-2");
+  ASSERT_OK_AND_ASSIGN(server_first, server.Start(client.First()));
+  ASSERT_OK_AND_ASSIGN(client_final, client.Final(server_first));
+  EXPECT_THAT(server.Finish(client_final),
+              StatusIs(absl::StatusCode::kPermissionDenied));
+}
+
+TEST(ScramTest, TheClientRefusesAServerFirstThatDoesNotFollowItsOwn) {
+  ScramClient client("pencil", "abc");
+  client.First();
+  EXPECT_THAT(client.Final("r=xyz123,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("nonce")));
+  EXPECT_THAT(client.Final("r=abc,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("nonce")));
+  EXPECT_THAT(client.Final("r=abcd,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=0"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("iteration")));
+  EXPECT_THAT(client.Final("r=abcd,s=!!,i=4096"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("salt")));
+}
+
 TEST(ScramTest, VerifiersAreReadInPostgresFormat) {
   // The RFC's password as PostgreSQL would store it with the RFC's salt.
   ASSERT_OK_AND_ASSIGN(

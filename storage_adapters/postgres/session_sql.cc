@@ -103,6 +103,16 @@ void ClassifySet(const pg_query::VariableSetStmt& set, SessionStatement& out) {
        AsksReadWrite(set.args()));
 }
 
+// Prepared statements named fencegate_* are the gateway's own.
+void RefuseGatewayName(const std::string& name, SessionStatement& out) {
+  if (absl::StartsWith(absl::AsciiStrToLower(name), kReservedNamePrefix)) {
+    out.effect = SessionEffect::kRefused;
+    out.reason = absl::StrCat("the prepared statement name \"", name,
+                              "\" is reserved: names starting with "
+                              "fencegate_ are the gateway's");
+  }
+}
+
 bool CallsSetConfig(const pg_query::Node& stmt) {
   bool found = false;
   const google::protobuf::Descriptor* func_call =
@@ -143,6 +153,14 @@ SessionStatement Classify(const pg_query::Node& stmt) {
     case pg_query::Node::kDiscardStmt:
       out.lifts_read_only =
           stmt.discard_stmt().target() == pg_query::DISCARD_ALL;
+      out.drops_prepared = out.lifts_read_only;
+      break;
+    case pg_query::Node::kDeallocateStmt:
+      out.drops_prepared = stmt.deallocate_stmt().name().empty();
+      RefuseGatewayName(stmt.deallocate_stmt().name(), out);
+      break;
+    case pg_query::Node::kPrepareStmt:
+      RefuseGatewayName(stmt.prepare_stmt().name(), out);
       break;
     case pg_query::Node::kDoStmt:
     case pg_query::Node::kCallStmt:

@@ -38,6 +38,10 @@ enum class SessionEffect {
   kRefused,      // never runs; `reason` says why
 };
 
+// Prepared statements and portals whose names start with it are the
+// gateway's own; a client's PREPARE or DEALLOCATE of one is refused.
+inline constexpr char kReservedNamePrefix[] = "fencegate_";
+
 struct SessionStatement {
   SessionEffect effect = SessionEffect::kStatement;
   // The statement's text within the query string, without its ';'.
@@ -57,6 +61,9 @@ struct SessionStatement {
   // ... READ WRITE, RESET ALL, DISCARD ALL, a call of set_config(), DO,
   // CALL. Such a session refuses it; one with a token runs it.
   bool lifts_read_only = false;
+  // DEALLOCATE ALL or DISCARD ALL: every prepared statement of the session
+  // is gone, the gateway's own included.
+  bool drops_prepared = false;
   // kRefused: why, in words a client can act on.
   std::string reason;
 };
@@ -71,7 +78,7 @@ struct SessionStatement {
 // prepared transaction commits after its session's fence check, from any
 // session); SET LOCAL, RESET and SET ... TO DEFAULT of a fencegate.*
 // setting; a fencegate.* name other than domain and token; a value that is
-// not one constant.
+// not one constant; PREPARE and DEALLOCATE of a kReservedNamePrefix name.
 absl::StatusOr<std::vector<SessionStatement>> ClassifySessionSql(
     absl::string_view sql);
 

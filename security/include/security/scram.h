@@ -11,8 +11,11 @@
 // Channel binding (SCRAM-SHA-256-PLUS) is not offered; a client that asks
 // for it is refused.
 //
+// The client's side (ScramClient) is how the port signs in to a route's
+// PostgreSQL server with the route's password.
+//
 // Thread safety: ParseScramVerifier and MakeScramVerifier are pure; a
-// ScramServer is one exchange, used by one thread.
+// ScramServer or ScramClient is one exchange, used by one thread.
 
 #ifndef SECURITY_SCRAM_H_
 #define SECURITY_SCRAM_H_
@@ -66,6 +69,29 @@ class ScramServer {
   std::string client_first_bare_;  // "n=...,r=..."
   std::string server_first_;
   std::string nonce_;  // the client's and the server's
+};
+
+class ScramClient {
+ public:
+  // `client_nonce`: as ScramServer's server_nonce.
+  ScramClient(std::string password, std::string client_nonce);
+  // The client's first message: "n,,n=,r=<nonce>" (the user is the
+  // startup packet's, as PostgreSQL clients send it).
+  std::string First();
+  // The server's first message → the client's final, with its proof.
+  // INVALID_ARGUMENT for a malformed message, a nonce that does not extend
+  // the client's, or an iteration count that is not positive. Call once,
+  // after First().
+  absl::StatusOr<std::string> Final(absl::string_view server_first);
+  // The server's final message: PERMISSION_DENIED if its signature does
+  // not prove it knew the password (or it reports an error, e=...).
+  absl::Status Verify(absl::string_view server_final) const;
+
+ private:
+  const std::string password_;
+  const std::string client_nonce_;
+  std::string auth_message_;
+  std::string server_key_;
 };
 
 }  // namespace fencegate

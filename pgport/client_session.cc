@@ -1,0 +1,413 @@
+// Copyright fencegate authors.
+//
+// A session's start (startup packet, sign-in, route, upstream connection,
+// settings) and end, and its writes to the client.
+
+#include "pgport/client_session.h"
+
+#include <openssl/rand.h>
+
+#include <limits>
+#include <utility>
+#include <variant>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "fencegate/common/limits.h"
+#include "observability/log.h"
+#include "pgport/sql_quote.h"
+#include "pgwire/backend.h"
+#include "pgwire/startup.h"
+#include "security/scram.h"
+
+namespace fencegate::pgport {
+namespace {
+
+std::string RandomBase64(size_t bytes) {
+  std::string raw(bytes, '\0');
+  RAND_bytes(reinterpret_cast<unsigned char*>(raw.data()),
+             static_cast<int>(raw.size()));
+  return absl::Base64Escape(raw);
+}
+
+bool IsSettingName(absl::string_view name) {
+  if (name.empty() || name.size() > 63 * 2) return false;
+  if (!absl::ascii_isalpha(static_cast<unsigned char>(name[0])) &&
+      name[0] != '_') {
+    return false;
+  }
+  for (char c : name) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_' &&
+        c != '.') {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool LiftsReadOnly(absl::string_view name) {
+  const std::string lower = absl::AsciiStrToLower(name);
+  return lower == "default_transaction_read_only" ||
+         lower == "transaction_read_only";
+}
+
+}  // namespace
+
+absl::Status ParseGatewaySetting(absl::string_view name,
+                                 absl::string_view value, std::string* domain,
+                                 uint64_t* token) {
+  if (name == "domain") {
+    if (absl::Status s = ValidateDomain(value, "fencegate.domain"); !s.ok()) {
+      return s;
+    }
+    *domain = std::string(value);
+    return absl::OkStatus();
+  }
+  if (name == "token") {
+    uint64_t t = 0;
+    if (!absl::SimpleAtoi(value, &t)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "fencegate.token must be a number, not \"", absl::CHexEscape(value),
+          "\""));
+    }
+    if (absl::Status s = ValidateToken(t, "fencegate.token"); !s.ok()) return s;
+    if (t > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "fencegate.token ", t,
+          " does not fit PostgreSQL's bigint fence column (at most "
+          "9223372036854775807)"));
+    }
+    *token = t;
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown setting fencegate.", name,
+      ": the gateway's are fencegate.domain and fencegate.token"));
+}
+
+ClientSession::ClientSession(PortState& port, tcp::socket client,
+                             int32_t process_id, int32_t secret_key)
+    : port_(port),
+      client_(std::move(client)),
+      client_reader_(port.options.max_message_bytes),
+      process_id_(process_id),
+      secret_key_(secret_key) {}
+
+asio::awaitable<void> ClientSession::Run() {
+  auto self = shared_from_this();
+  if (!co_await Start()) {
+    Close();
+    co_return;
+  }
+  last_client_message_ = std::chrono::steady_clock::now();
+  asio::co_spawn(client_.get_executor(), Keep(self, &ClientSession::ReplyLoop),
+                 asio::detached);
+  if (port_.options.idle_transaction_timeout > absl::ZeroDuration()) {
+    asio::co_spawn(client_.get_executor(), Keep(self, &ClientSession::Watchdog),
+                   asio::detached);
+  }
+  co_await ClientLoop();
+}
+
+asio::awaitable<void> ClientSession::Keep(
+    std::shared_ptr<ClientSession> self,
+    asio::awaitable<void> (ClientSession::*loop)()) {
+  co_await (self.get()->*loop)();
+}
+
+asio::awaitable<bool> ClientSession::Start() {
+  const pgwire::StartupMessage* startup = nullptr;
+  pgwire::StartupPacket packet;
+  for (;;) {
+    absl::StatusOr<pgwire::Frame> frame =
+        co_await client_reader_.Next(client_, /*startup=*/true);
+    if (!frame.ok()) {
+      if (!absl::IsUnavailable(frame.status())) {
+        co_await Fatal("08P01", frame.status().message());
+      }
+      co_return false;
+    }
+    absl::StatusOr<pgwire::StartupPacket> parsed =
+        pgwire::ParseStartupPacket(frame->body);
+    if (!parsed.ok()) {
+      co_await Fatal("08P01", parsed.status().message());
+      co_return false;
+    }
+    packet = *std::move(parsed);
+    if (std::holds_alternative<pgwire::SslRequest>(packet) ||
+        std::holds_alternative<pgwire::GssEncRequest>(packet)) {
+      // Neither TLS nor GSSAPI encryption is served on this port yet.
+      co_await ToClient("N");
+      continue;
+    }
+    if (const auto* cancel = std::get_if<pgwire::CancelRequest>(&packet)) {
+      auto it = port_.sessions.find(cancel->process_id);
+      if (it != port_.sessions.end()) {
+        if (std::shared_ptr<ClientSession> target = it->second.lock();
+            target != nullptr && target->secret_key() == cancel->secret_key) {
+          target->Cancel();
+        }
+      }
+      co_return false;
+    }
+    startup = &std::get<pgwire::StartupMessage>(packet);
+    break;
+  }
+  std::string database;
+  for (const auto& [name, value] : startup->parameters) {
+    if (name == "user") {
+      user_ = std::string(value);
+    } else if (name == "database") {
+      database = std::string(value);
+    } else if (name == "replication") {
+      co_await Fatal("0A000", "replication connections are not served by the gateway");
+      co_return false;
+    } else if (name == "options") {
+      absl::StatusOr<std::vector<pgwire::StartupOption>> options =
+          pgwire::ParseStartupOptions(value);
+      if (!options.ok()) {
+        co_await Fatal("22023", options.status().message());
+        co_return false;
+      }
+      for (pgwire::StartupOption& option : *options) {
+        const std::string lower = absl::AsciiStrToLower(option.name);
+        if (absl::StartsWith(lower, "fencegate.")) {
+          if (absl::Status s = ParseGatewaySetting(
+                  lower.substr(10), option.value, &domain_, &token_);
+              !s.ok()) {
+            co_await Fatal("22023", s.message());
+            co_return false;
+          }
+        } else {
+          settings_.emplace_back(std::move(option.name),
+                                 std::move(option.value));
+        }
+      }
+    } else {
+      settings_.emplace_back(std::string(name), std::string(value));
+    }
+  }
+  if (database.empty()) database = user_;
+  for (const auto& [name, value] : settings_) {
+    if (!IsSettingName(name)) {
+      co_await Fatal("22023", absl::StrCat("invalid setting name \"",
+                                           absl::CHexEscape(name), "\""));
+      co_return false;
+    }
+    if (token_ == 0 && LiftsReadOnly(name)) {
+      co_await Fatal("25006", absl::StrCat(
+                                  name,
+                                  " cannot be set by a session without "
+                                  "fencegate.token: it is read-only"));
+      co_return false;
+    }
+  }
+  if (token_ != 0 && domain_.empty()) {
+    co_await Fatal("22023",
+                   "fencegate.token needs fencegate.domain: the domain is "
+                   "the lock's name");
+    co_return false;
+  }
+  auto route = port_.routes.find(database);
+  if (route == port_.routes.end()) {
+    std::vector<std::string> names;
+    for (const auto& [name, unused] : port_.routes) names.push_back(name);
+    std::sort(names.begin(), names.end());
+    co_await Fatal("3D000",
+                   absl::StrCat("database \"", database,
+                                "\" is not a PostgreSQL route of this "
+                                "gateway; its PostgreSQL routes: ",
+                                names.empty() ? "none" : absl::StrJoin(names, ", ")));
+    co_return false;
+  }
+  route_ = &route->second;
+  if (absl::Status s = co_await Authenticate(); !s.ok()) {
+    co_await Fatal(absl::IsPermissionDenied(s) ? "28P01" : "28000", s.message());
+    co_return false;
+  }
+  // A pooled connection may have been closed by its server meanwhile: the
+  // settings' round trip finds out, and a new connection is made once.
+  const std::string setup = SetupSql();
+  for (int attempt = 0; attempt < 2 && upstream_ == nullptr; ++attempt) {
+    std::unique_ptr<Upstream> upstream =
+        attempt == 0 ? route_->pool->Take() : nullptr;
+    const bool pooled = upstream != nullptr;
+    if (!pooled) {
+      absl::StatusOr<std::unique_ptr<Upstream>> made = co_await Upstream::Connect(
+          route_->target, port_.options.max_message_bytes);
+      if (!made.ok()) {
+        co_await Fatal("08006", absl::StrCat("route \"", route_->spec.name,
+                                             "\": ", made.status().message()));
+        co_return false;
+      }
+      upstream = *std::move(made);
+    }
+    absl::Status s = co_await upstream->Run(setup);
+    if (s.ok()) {
+      upstream_ = std::move(upstream);
+    } else if (!pooled || !absl::IsUnavailable(s)) {
+      co_await Fatal("08006", absl::StrCat("route \"", route_->spec.name,
+                                           "\": ", s.message()));
+      co_return false;
+    }
+  }
+  if (upstream_ == nullptr) {
+    co_await Fatal("08006", absl::StrCat("route \"", route_->spec.name,
+                                         "\": no connection could be made"));
+    co_return false;
+  }
+  std::string hello = pgwire::Encode(pgwire::Authentication{0, {}});
+  for (const auto& [name, value] : upstream_->parameters()) {
+    absl::StrAppend(&hello, pgwire::Encode(pgwire::ParameterStatus{name, value}));
+  }
+  absl::StrAppend(
+      &hello,
+      pgwire::Encode(pgwire::BackendKeyData{process_id_, secret_key_}),
+      pgwire::Encode(pgwire::ReadyForQuery{pgwire::TransactionStatus::kIdle}));
+  co_await ToClient(std::move(hello));
+  Log(LogSeverity::kInfo,
+      absl::StrCat("pg port: session ", process_id_, " of user \"",
+                   absl::CHexEscape(user_), "\" on route \"", route_->spec.name,
+                   "\"", token_ != 0 ? absl::StrCat(", domain \"", absl::CHexEscape(domain_), "\" token ", token_) : std::string(", read-only")));
+  co_return !closed_;
+}
+
+asio::awaitable<absl::Status> ClientSession::Authenticate() {
+  if (port_.options.users == nullptr) co_return absl::OkStatus();
+  // An unknown user goes through the same exchange against a verifier
+  // nobody knows, so the answer does not tell who exists.
+  const ScramVerifier* known = port_.options.users->Find(user_);
+  ScramVerifier verifier;
+  if (known != nullptr) {
+    verifier = *known;
+  } else {
+    absl::StatusOr<ScramVerifier> unknown = ParseScramVerifier(
+        MakeScramVerifier(RandomBase64(24), RandomBase64(12), 4096));
+    if (unknown.ok()) verifier = *unknown;
+  }
+  ScramServer scram(verifier, RandomBase64(18));
+  co_await ToClient(pgwire::Encode(pgwire::Authentication{
+      10, absl::string_view("SCRAM-SHA-256\0\0", 15)}));
+  for (int step = 0; step < 2; ++step) {
+    absl::StatusOr<pgwire::Frame> frame = co_await client_reader_.Next(client_);
+    if (!frame.ok()) co_return frame.status();
+    absl::StatusOr<pgwire::FrontendMessage> message =
+        pgwire::ParseFrontendMessage(*frame);
+    if (!message.ok()) co_return message.status();
+    const auto* password = std::get_if<pgwire::PasswordMessage>(&*message);
+    if (password == nullptr) {
+      co_return absl::InvalidArgumentError(
+          "expected the SASL response of SCRAM-SHA-256");
+    }
+    if (step == 0) {
+      absl::StatusOr<pgwire::SaslInitialResponse> initial =
+          pgwire::ParseSaslInitialResponse(*password);
+      if (!initial.ok()) co_return initial.status();
+      if (initial->mechanism != "SCRAM-SHA-256" || !initial->data.has_value()) {
+        co_return absl::InvalidArgumentError(
+            "the only SASL mechanism served is SCRAM-SHA-256");
+      }
+      absl::StatusOr<std::string> first = scram.Start(*initial->data);
+      if (!first.ok()) co_return first.status();
+      co_await ToClient(
+          pgwire::Encode(pgwire::Authentication{11, *first}));
+    } else {
+      absl::StatusOr<std::string> final = scram.Finish(password->data);
+      if (!final.ok() || known == nullptr) {
+        co_return absl::PermissionDeniedError(absl::StrCat(
+            "password authentication failed for user \"",
+            absl::CHexEscape(user_), "\""));
+      }
+      co_await ToClient(
+          pgwire::Encode(pgwire::Authentication{12, *final}));
+    }
+  }
+  co_return absl::OkStatus();
+}
+
+std::string ClientSession::SetupSql() const {
+  std::vector<std::string> statements;
+  for (const auto& [name, value] : settings_) {
+    statements.push_back(
+        absl::StrCat("SET ", QuoteIdentifier(name), " = ", QuoteLiteral(value)));
+  }
+  if (token_ == 0) statements.push_back("SET default_transaction_read_only = on");
+  if (statements.empty()) return "SELECT 1";
+  return absl::StrJoin(statements, "; ");
+}
+
+asio::awaitable<void> ClientSession::Watchdog() {
+  const auto limit =
+      absl::ToChronoMilliseconds(port_.options.idle_transaction_timeout);
+  asio::steady_timer timer(client_.get_executor());
+  while (!closed_) {
+    timer.expires_after(std::min<std::chrono::milliseconds>(
+        std::chrono::milliseconds(1000),
+        std::max<std::chrono::milliseconds>(limit / 4,
+                                            std::chrono::milliseconds(10))));
+    boost::system::error_code ec;
+    co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    if (closed_ || ending_) co_return;
+    if (!tracker_.idle() && queue_.empty() &&
+        std::chrono::steady_clock::now() - last_client_message_ >= limit) {
+      Log(LogSeverity::kWarning,
+          absl::StrCat("pg port: session ", process_id_,
+                       " ended: idle in a transaction for longer than ",
+                       absl::FormatDuration(port_.options.idle_transaction_timeout)));
+      co_await Fatal("25P03",
+                     absl::StrCat("terminating the session: idle in a "
+                                  "transaction for longer than the gateway's "
+                                  "idle_transaction_timeout (",
+                                  absl::FormatDuration(
+                                      port_.options.idle_transaction_timeout),
+                                  ")"));
+      co_return;
+    }
+  }
+}
+
+asio::awaitable<void> ClientSession::Fatal(absl::string_view sqlstate,
+                                           absl::string_view message) {
+  if (closed_) co_return;
+  co_await ToClient(pgwire::EncodeError("FATAL", sqlstate, message));
+  Close();
+}
+
+asio::awaitable<void> ClientSession::ToClient(std::string bytes) {
+  auto self = shared_from_this();
+  client_out_.append(bytes);
+  if (writing_client_) co_return;
+  writing_client_ = true;
+  while (!client_out_.empty() && client_.is_open()) {
+    std::string chunk;
+    chunk.swap(client_out_);
+    if (!(co_await WriteAll(client_, chunk)).ok()) {
+      client_out_.clear();
+      break;
+    }
+  }
+  writing_client_ = false;
+}
+
+void ClientSession::Cancel() {
+  if (upstream_ == nullptr || closed_) return;
+  asio::co_spawn(client_.get_executor(),
+                 CancelUpstream(upstream_->endpoint(), upstream_->process_id(),
+                                upstream_->secret_key()),
+                 asio::detached);
+}
+
+void ClientSession::Close() {
+  if (closed_) return;
+  closed_ = true;
+  boost::system::error_code ec;
+  client_.close(ec);
+  if (upstream_ != nullptr) upstream_->socket().close(ec);
+  port_.sessions.erase(process_id_);
+}
+
+}  // namespace fencegate::pgport

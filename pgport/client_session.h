@@ -1,0 +1,157 @@
+// Copyright fencegate authors.
+//
+// ClientSession: one client of the PostgreSQL port, from its startup packet
+// to its last message (pgport/include/pgport/pg_port.h says what it does).
+// Two coroutines run it on the port's thread: one reads the client and
+// sends upstream (with the port's own messages added: the fence of each
+// transaction, and failing messages in place of refused ones), the other
+// reads the server's replies and passes them through the ResponseQueue
+// to the client.
+//
+// Thread safety: all on the port's I/O thread, but Cancel() (posted there).
+
+#ifndef PGPORT_CLIENT_SESSION_H_
+#define PGPORT_CLIENT_SESSION_H_
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "pgport/asio.h"
+#include "pgport/frame_reader.h"
+#include "pgport/port_state.h"
+#include "pgport/response_queue.h"
+#include "pgport/transaction_tracker.h"
+#include "pgport/upstream.h"
+#include "pgwire/frontend.h"
+#include "storage_adapters/postgres/session_sql.h"
+
+namespace fencegate::pgport {
+
+// SET fencegate.<name> = value (or -c fencegate.<name>=value at startup):
+// the domain or token it sets, checked. INVALID_ARGUMENT for an unknown
+// name, a bad domain, or a token that is not a number from 1 to 2^63-1
+// (PostgreSQL's bigint fence column).
+absl::Status ParseGatewaySetting(absl::string_view name,
+                                 absl::string_view value, std::string* domain,
+                                 uint64_t* token);
+
+// The highest token of a stale-token error, as text; empty for another.
+std::string StaleDetail(const absl::Status& status);
+
+class ClientSession : public std::enable_shared_from_this<ClientSession> {
+ public:
+  ClientSession(PortState& port, tcp::socket client, int32_t process_id,
+                int32_t secret_key);
+
+  // The whole session; returns when it has ended.
+  asio::awaitable<void> Run();
+
+  // A CancelRequest with this session's key: cancels what its server runs.
+  void Cancel();
+  // Ends the session at once; the server rolls back what it held.
+  void Close();
+  int32_t secret_key() const { return secret_key_; }
+
+ private:
+  using Statement = postgres::SessionStatement;
+
+  // Runs `loop` of `self`, holding it for as long as the loop runs.
+  static asio::awaitable<void> Keep(std::shared_ptr<ClientSession> self,
+                                    asio::awaitable<void> (ClientSession::*loop)());
+
+  // --- client_session.cc: start and end.
+  // The startup packet, sign-in, route and upstream connection; false if
+  // the session ended (the client was told why).
+  asio::awaitable<bool> Start();
+  asio::awaitable<absl::Status> Authenticate();
+  // The SET statements that give the upstream session the client's
+  // startup parameters (and read-only mode without a token).
+  std::string SetupSql() const;
+  asio::awaitable<void> Watchdog();
+  // Sends a FATAL error and closes.
+  asio::awaitable<void> Fatal(absl::string_view sqlstate,
+                              absl::string_view message);
+  // Appends to what the client is sent, and writes it unless another
+  // write is under way (which then writes it).
+  asio::awaitable<void> ToClient(std::string bytes);
+
+  // --- session_relay.cc: the messages of a running session.
+  asio::awaitable<void> ClientLoop();
+  asio::awaitable<void> ReplyLoop();
+  // One client message; false ends the session.
+  asio::awaitable<bool> OnMessage(const pgwire::FrontendMessage& message);
+  asio::awaitable<void> OnQuery(absl::string_view sql);
+  asio::awaitable<void> OnParse(const pgwire::Parse& parse);
+  asio::awaitable<void> OnBind(const pgwire::Bind& bind);
+  asio::awaitable<void> OnExecute(const pgwire::Execute& execute);
+  // A Query of fencegate.* settings only, answered here.
+  void AnswerSettings(const std::vector<Statement>& statements);
+  // Checks the token against this gateway's fence (rules 1-3 and 11):
+  // OK, or the error to answer (FG001 for a stale token).
+  asio::awaitable<absl::Status> CheckLocally();
+  // The fence call for the next transaction, added upstream (extended
+  // protocol; a Query's is in its text).
+  void SendFence();
+  // The database's fence holds `token` for the session's domain, above the
+  // session's: raise this gateway's fence to it, off the port's thread.
+  void Learn(uint64_t token);
+  // A refused Query: answered here when no transaction is open, else made
+  // to fail upstream so that the server's transaction fails as the client
+  // expects.
+  void RefuseQuery(absl::string_view sqlstate, absl::string_view message,
+                   absl::string_view detail = {});
+  // A refused extended-protocol message: a failing Bind in its place, and
+  // the rest of the batch skipped up to Sync.
+  void RefuseExtended(absl::string_view sqlstate, absl::string_view message,
+                      absl::string_view detail = {});
+  // Sends what was queued for the server.
+  asio::awaitable<bool> FlushUpstream();
+  void Send(const pgwire::FrontendMessage& message, Expected expected);
+  // Sends the client's message being handled (current_) as it came.
+  void Forward(Expected expected);
+  // After the client's last message: reset and pool the connection if the
+  // session ended cleanly, else close it.
+  void EndUpstream();
+
+  PortState& port_;
+  tcp::socket client_;
+  FrameReader client_reader_;
+  const int32_t process_id_;
+  const int32_t secret_key_;
+  PortRoute* route_ = nullptr;
+  std::unique_ptr<Upstream> upstream_;
+  bool closed_ = false;
+  // The client's Terminate (or end) came; the reply loop ends the upstream.
+  bool ending_ = false;
+  bool reset_failed_ = false;
+
+  // Startup parameters the upstream session is given with SET.
+  std::vector<std::pair<std::string, std::string>> settings_;
+  std::string user_;
+  std::string domain_;
+  uint64_t token_ = 0;
+
+  TransactionTracker tracker_;
+  ResponseQueue queue_;
+  std::string upstream_out_;
+  // The client's message being handled, as it came.
+  absl::string_view current_;
+  std::string client_out_;
+  bool writing_client_ = false;
+  // Extended protocol: what each prepared statement and portal does.
+  absl::flat_hash_map<std::string, Statement> statements_;
+  absl::flat_hash_map<std::string, Statement> portals_;
+  // The fence's prepared statement exists upstream.
+  bool fence_prepared_ = false;
+  // A message of this batch was refused: skip to Sync.
+  bool skipping_ = false;
+  std::chrono::steady_clock::time_point last_client_message_;
+};
+
+}  // namespace fencegate::pgport
+
+#endif  // PGPORT_CLIENT_SESSION_H_

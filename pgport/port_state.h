@@ -1,0 +1,46 @@
+// Copyright fencegate authors.
+//
+// PortState: what every session of the PostgreSQL port shares: the
+// options, the routes with their upstream targets and idle connections,
+// the I/O context all of it runs on, and the sessions by process id, for
+// CancelRequest.
+//
+// Thread safety: everything but `options` and `context` is used on the
+// port's I/O thread only.
+
+#ifndef PGPORT_PORT_STATE_H_
+#define PGPORT_PORT_STATE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "pgport/asio.h"
+#include "pgport/pg_port.h"
+#include "pgport/upstream.h"
+
+namespace fencegate::pgport {
+
+class ClientSession;
+
+struct PortRoute {
+  PgPortRoute spec;
+  UpstreamTarget target;
+  std::unique_ptr<UpstreamPool> pool;
+};
+
+struct PortState {
+  PgPortOptions options;
+  PgPortContext context;
+  asio::io_context io{1};
+  absl::flat_hash_map<std::string, PortRoute> routes;
+  // Open sessions by the process id the port gave them.
+  absl::flat_hash_map<int32_t, std::weak_ptr<ClientSession>> sessions;
+  int32_t next_process_id = 1;
+  bool stopping = false;
+};
+
+}  // namespace fencegate::pgport
+
+#endif  // PGPORT_PORT_STATE_H_

@@ -1,0 +1,550 @@
+// Copyright fencegate authors.
+//
+// A running session: the client's messages sent upstream with the fence
+// added at each transaction's start, and the server's replies passed back.
+
+#include <chrono>
+#include <utility>
+#include <variant>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "fencegate/common/stale_token.h"
+#include "observability/log.h"
+#include "pgport/client_session.h"
+#include "pgport/sql_quote.h"
+#include "pgwire/backend.h"
+#include "storage_adapters/postgres/fence_schema.h"
+
+namespace fencegate::pgport {
+namespace {
+
+using postgres::SessionEffect;
+
+// The port's own prepared statement and portal for the fence call, and the
+// statement no client can prepare, whose Bind fails in place of a refused
+// message (session_sql.h reserves the names).
+constexpr char kFenceName[] = "fencegate_fence";
+constexpr char kRefusedName[] = "fencegate_refused";
+// A Query the server refuses without touching anything, sent in place of a
+// refused one inside a transaction, so that the transaction fails as the
+// client expects.
+constexpr char kFailingQuery[] = "fencegate refused";
+
+bool Reserved(absl::string_view name) {
+  return absl::StartsWith(name, postgres::kReservedNamePrefix);
+}
+
+pgwire::TransactionStatus StatusOf(const TransactionTracker& tracker) {
+  return tracker.idle() ? pgwire::TransactionStatus::kIdle
+                        : pgwire::TransactionStatus::kInTransaction;
+}
+
+// The SQLSTATE for a refusal of this gateway's own fence check.
+absl::string_view SqlStateOf(const absl::Status& status) {
+  if (GetStaleToken(status).has_value()) return postgres::kStaleSqlState;
+  switch (status.code()) {
+    case absl::StatusCode::kPermissionDenied:
+      return "42501";
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
+      return "22023";
+    default:
+      return "58000";
+  }
+}
+
+}  // namespace
+
+asio::awaitable<void> ClientSession::ClientLoop() {
+  auto self = shared_from_this();
+  while (!closed_ && !ending_) {
+    absl::StatusOr<std::optional<pgwire::Frame>> buffered =
+        client_reader_.Buffered();
+    absl::StatusOr<pgwire::Frame> frame = absl::UnknownError("unread");
+    if (!buffered.ok()) {
+      frame = buffered.status();
+    } else if (buffered->has_value()) {
+      frame = **buffered;
+    } else {
+      // The batch read so far goes upstream in one write.
+      if (!co_await FlushUpstream()) break;
+      co_await ToClient({});
+      frame = co_await client_reader_.Next(client_);
+    }
+    if (!frame.ok()) {
+      if (absl::IsUnavailable(frame.status())) {
+        EndUpstream();  // the client went away without a Terminate
+      } else {
+        co_await Fatal(absl::IsResourceExhausted(frame.status()) ? "54000"
+                                                                 : "08P01",
+                       frame.status().message());
+      }
+      break;
+    }
+    last_client_message_ = std::chrono::steady_clock::now();
+    current_ = absl::string_view(frame->body.data() - pgwire::kHeaderBytes,
+                                 frame->size);
+    absl::StatusOr<pgwire::FrontendMessage> message =
+        pgwire::ParseFrontendMessage(*frame);
+    if (!message.ok()) {
+      co_await Fatal("08P01", message.status().message());
+      break;
+    }
+    if (!co_await OnMessage(*message)) break;
+  }
+  if (ending_) {
+    co_await FlushUpstream();
+    boost::system::error_code ec;
+    client_.close(ec);
+  }
+}
+
+asio::awaitable<bool> ClientSession::OnMessage(
+    const pgwire::FrontendMessage& message) {
+  if (skipping_ && !std::holds_alternative<pgwire::Sync>(message)) {
+    co_return true;  // the server skips them too, after the error
+  }
+  if (const auto* query = std::get_if<pgwire::Query>(&message)) {
+    co_await OnQuery(query->sql);
+  } else if (const auto* parse = std::get_if<pgwire::Parse>(&message)) {
+    co_await OnParse(*parse);
+  } else if (const auto* bind = std::get_if<pgwire::Bind>(&message)) {
+    co_await OnBind(*bind);
+  } else if (const auto* execute = std::get_if<pgwire::Execute>(&message)) {
+    co_await OnExecute(*execute);
+  } else if (const auto* describe = std::get_if<pgwire::Describe>(&message)) {
+    Forward(ClientOwed(describe->target == pgwire::Target::kStatement
+                           ? Awaited::kDescribeStatement
+                           : Awaited::kDescribePortal));
+  } else if (const auto* close = std::get_if<pgwire::Close>(&message)) {
+    if (Reserved(close->name)) {
+      RefuseExtended("42P05", absl::StrCat("names starting with ",
+                                           postgres::kReservedNamePrefix,
+                                           " are the gateway's"));
+      co_return true;
+    }
+    (close->target == pgwire::Target::kStatement ? statements_ : portals_)
+        .erase(std::string(close->name));
+    Forward(ClientOwed(Awaited::kClose));
+  } else if (std::holds_alternative<pgwire::Sync>(message)) {
+    skipping_ = false;
+    tracker_.EndOfBatch();
+    Forward(ClientOwed(Awaited::kSync));
+  } else if (std::holds_alternative<pgwire::Terminate>(message)) {
+    EndUpstream();
+    co_return false;
+  } else if (std::holds_alternative<pgwire::PasswordMessage>(message)) {
+    co_await Fatal("08P01", "unexpected password message in a running session");
+    co_return false;
+  } else {
+    // Flush and the COPY messages: nothing is owed for them.
+    absl::StrAppend(&upstream_out_, current_);
+  }
+  co_return true;
+}
+
+asio::awaitable<void> ClientSession::OnQuery(absl::string_view sql) {
+  absl::StatusOr<std::vector<Statement>> statements =
+      postgres::ClassifySessionSql(sql);
+  if (!statements.ok()) {
+    RefuseQuery("42601", statements.status().message());
+    co_return;
+  }
+  if (statements->empty()) {
+    Forward(ClientOwed(Awaited::kQuery));
+    co_return;
+  }
+  size_t settings = 0;
+  for (const Statement& s : *statements) {
+    if (s.effect == SessionEffect::kGatewaySet ||
+        s.effect == SessionEffect::kGatewayShow) {
+      ++settings;
+    }
+  }
+  if (settings == statements->size()) {
+    AnswerSettings(*statements);
+    co_return;
+  }
+  if (settings > 0) {
+    RefuseQuery("0A000",
+                "SET and SHOW of fencegate.* must be sent as a query of their "
+                "own, not with other statements");
+    co_return;
+  }
+  for (const Statement& s : *statements) {
+    if (s.effect == SessionEffect::kRefused) {
+      RefuseQuery("0A000", s.reason);
+      co_return;
+    }
+    if (token_ == 0 && s.lifts_read_only) {
+      RefuseQuery("25006",
+                  absl::StrCat("a session without fencegate.token is "
+                               "read-only, and \"",
+                               s.text, "\" would let it write; set "
+                                       "fencegate.token first"));
+      co_return;
+    }
+  }
+  bool drops_prepared = false;
+  for (const Statement& s : *statements) drops_prepared |= s.drops_prepared;
+  if (token_ == 0) {
+    for (const Statement& s : *statements) {
+      tracker_.BeginsBefore(s);
+      tracker_.BeginsAfter(s);
+    }
+    tracker_.EndOfBatch();
+    if (drops_prepared) fence_prepared_ = false;
+    Forward(ClientOwed(Awaited::kQuery));
+    co_return;
+  }
+  // Each transaction's first statement is the fence call.
+  const std::string fence =
+      FenceQuery(route_->spec.options.fence_schema, domain_, token_);
+  TransactionTracker plan = tracker_;
+  std::vector<std::string> text;
+  Expected expected = ClientOwed(Awaited::kQuery);
+  expected.fence = true;
+  for (const Statement& s : *statements) {
+    if (plan.BeginsBefore(s)) {
+      text.push_back(fence);
+      expected.own_statements.push_back(true);
+    }
+    text.emplace_back(s.text);
+    expected.own_statements.push_back(false);
+    if (plan.BeginsAfter(s)) {
+      text.push_back(fence);
+      expected.own_statements.push_back(true);
+    }
+  }
+  plan.EndOfBatch();
+  if (text.size() > statements->size()) {
+    if (absl::Status s = co_await CheckLocally(); !s.ok()) {
+      RefuseQuery(SqlStateOf(s), s.message(), StaleDetail(s));
+      co_return;
+    }
+  }
+  tracker_ = plan;
+  if (drops_prepared) fence_prepared_ = false;
+  // A newline before each ';' ends a line comment a statement ends with.
+  Send(pgwire::Query{absl::StrJoin(text, "\n;")}, std::move(expected));
+}
+
+void ClientSession::AnswerSettings(const std::vector<Statement>& statements) {
+  std::string reply;
+  for (const Statement& s : statements) {
+    if (s.effect == SessionEffect::kGatewaySet) {
+      if (!tracker_.idle()) {
+        RefuseQuery("25001",
+                    absl::StrCat("SET fencegate.", s.setting,
+                                 " cannot run inside a transaction: the "
+                                 "transaction was fenced with the token it "
+                                 "began with"));
+        return;
+      }
+      std::string domain = domain_;
+      uint64_t token = token_;
+      absl::Status parsed =
+          ParseGatewaySetting(s.setting, s.value, &domain, &token);
+      if (parsed.ok() && token != 0 && domain.empty()) {
+        parsed = absl::InvalidArgumentError(
+            "fencegate.token needs fencegate.domain: the domain is the "
+            "lock's name");
+      }
+      if (!parsed.ok()) {
+        absl::StrAppend(&reply,
+                        pgwire::EncodeError("ERROR", "22023", parsed.message()));
+        break;
+      }
+      if (token_ == 0 && token != 0) {
+        // The session may write from now on.
+        Send(pgwire::Query{"RESET default_transaction_read_only"},
+             OwnOwed(Awaited::kQuery));
+      }
+      domain_ = std::move(domain);
+      token_ = token;
+      absl::StrAppend(&reply, pgwire::Encode(pgwire::CommandComplete{"SET"}));
+    } else {
+      const std::string name = absl::StrCat("fencegate.", s.setting);
+      const std::string value =
+          s.setting == "token" ? (token_ != 0 ? absl::StrCat(token_) : "")
+                               : domain_;
+      pgwire::Column column;
+      column.name = name;
+      column.type_oid = 25;  // text
+      column.type_size = -1;
+      column.type_modifier = -1;
+      absl::StrAppend(
+          &reply, pgwire::Encode(pgwire::RowDescription{{column}}),
+          pgwire::Encode(pgwire::DataRow{{absl::string_view(value)}}),
+          pgwire::Encode(pgwire::CommandComplete{"SHOW"}));
+    }
+  }
+  absl::StrAppend(&reply,
+                  pgwire::Encode(pgwire::ReadyForQuery{StatusOf(tracker_)}));
+  queue_.Push(LocalReply(std::move(reply)), &client_out_);
+}
+
+asio::awaitable<void> ClientSession::OnParse(const pgwire::Parse& parse) {
+  if (Reserved(parse.statement)) {
+    RefuseExtended("42P05", absl::StrCat("names starting with ",
+                                         postgres::kReservedNamePrefix,
+                                         " are the gateway's"));
+    co_return;
+  }
+  Statement statement;
+  absl::StatusOr<std::vector<Statement>> statements =
+      postgres::ClassifySessionSql(parse.sql);
+  // Anything else (a syntax error, two statements) the server refuses
+  // itself, with its own message.
+  if (statements.ok() && statements->size() == 1) {
+    statement = (*statements)[0];
+    statement.text = {};
+    if (statement.effect == SessionEffect::kGatewaySet ||
+        statement.effect == SessionEffect::kGatewayShow) {
+      RefuseExtended("0A000",
+                     "SET and SHOW of fencegate.* are served only as a simple "
+                     "query");
+      co_return;
+    }
+    if (statement.effect == SessionEffect::kRefused) {
+      RefuseExtended("0A000", statement.reason);
+      co_return;
+    }
+    if (token_ == 0 && statement.lifts_read_only) {
+      RefuseExtended("25006",
+                     "a session without fencegate.token is read-only, and "
+                     "this statement would let it write; set fencegate.token "
+                     "first");
+      co_return;
+    }
+  }
+  statements_[std::string(parse.statement)] = std::move(statement);
+  Forward(ClientOwed(Awaited::kParse));
+}
+
+asio::awaitable<void> ClientSession::OnBind(const pgwire::Bind& bind) {
+  if (Reserved(bind.portal) || Reserved(bind.statement)) {
+    RefuseExtended("42P05", absl::StrCat("names starting with ",
+                                         postgres::kReservedNamePrefix,
+                                         " are the gateway's"));
+    co_return;
+  }
+  auto known = statements_.find(std::string(bind.statement));
+  Statement statement =
+      known != statements_.end() ? known->second : Statement{};
+  TransactionTracker plan = tracker_;
+  if (plan.BeginsBefore(statement) && token_ != 0) {
+    if (absl::Status s = co_await CheckLocally(); !s.ok()) {
+      RefuseExtended(SqlStateOf(s), s.message(), StaleDetail(s));
+      co_return;
+    }
+    SendFence();
+  }
+  tracker_ = plan;
+  portals_[std::string(bind.portal)] = statement;
+  Forward(ClientOwed(Awaited::kBind));
+}
+
+asio::awaitable<void> ClientSession::OnExecute(const pgwire::Execute& execute) {
+  auto known = portals_.find(std::string(execute.portal));
+  const Statement statement =
+      known != portals_.end() ? known->second : Statement{};
+  Forward(ClientOwed(Awaited::kExecute));
+  if (statement.drops_prepared) fence_prepared_ = false;
+  TransactionTracker plan = tracker_;
+  if (plan.BeginsAfter(statement) && token_ != 0) {
+    if (absl::Status s = co_await CheckLocally(); !s.ok()) {
+      RefuseExtended(SqlStateOf(s), s.message(), StaleDetail(s));
+      co_return;
+    }
+    SendFence();
+  }
+  tracker_ = plan;
+}
+
+asio::awaitable<absl::Status> ClientSession::CheckLocally() {
+  Fencer* fencer = port_.context.fencer;
+  co_return co_await asio::async_initiate<decltype(asio::use_awaitable),
+                                          void(absl::Status)>(
+      [this, fencer](auto handler) {
+        auto executor = client_.get_executor();
+        Fencer::AsyncApply apply = [](Fencer::Applied applied) {
+          // Nothing is applied in the turn: the transaction is sent once
+          // the advance is durable, and the database's fence row orders it
+          // against every later raise.
+          std::move(applied)(absl::OkStatus());
+        };
+        Fencer::DecisionCallback done =
+            [handler = std::move(handler),
+             executor](absl::StatusOr<FenceDecision> decision) mutable {
+              asio::post(executor, [handler = std::move(handler),
+                                    status = decision.status()]() mutable {
+                std::move(handler)(status);
+              });
+            };
+        if (!fencer->TryExecuteAsync(domain_, token_, apply, done)) {
+          fencer->ExecuteAsync(domain_, token_, std::move(apply),
+                               std::move(done));
+        }
+      },
+      asio::use_awaitable);
+}
+
+void ClientSession::SendFence() {
+  const std::string& schema = route_->spec.options.fence_schema;
+  if (!fence_prepared_) {
+    // Closing a statement that does not exist is no error.
+    const std::string sql = postgres::FenceCallSql(schema);
+    Send(pgwire::Close{pgwire::Target::kStatement, kFenceName},
+         OwnOwed(Awaited::kClose));
+    Send(pgwire::Parse{kFenceName, sql, {}}, OwnOwed(Awaited::kParse));
+    fence_prepared_ = true;
+  }
+  const std::string token = absl::StrCat(token_);
+  pgwire::Bind bind;
+  bind.portal = kFenceName;
+  bind.statement = kFenceName;
+  bind.parameters = {absl::string_view(domain_), absl::string_view(token)};
+  Send(bind, OwnOwed(Awaited::kBind));
+  Send(pgwire::Execute{kFenceName, 0},
+       OwnOwed(Awaited::kExecute, /*fence=*/true));
+  Send(pgwire::Close{pgwire::Target::kPortal, kFenceName},
+       OwnOwed(Awaited::kClose));
+}
+
+void ClientSession::RefuseQuery(absl::string_view sqlstate,
+                                absl::string_view message,
+                                absl::string_view detail) {
+  std::string error = pgwire::EncodeError("ERROR", sqlstate, message, detail);
+  if (tracker_.idle()) {
+    // Nothing reaches the server.
+    queue_.Push(LocalReply(absl::StrCat(
+                    error, pgwire::Encode(pgwire::ReadyForQuery{
+                               pgwire::TransactionStatus::kIdle}))),
+                &client_out_);
+    return;
+  }
+  Send(pgwire::Query{kFailingQuery},
+       Replacing(Awaited::kQuery, std::move(error)));
+}
+
+void ClientSession::RefuseExtended(absl::string_view sqlstate,
+                                   absl::string_view message,
+                                   absl::string_view detail) {
+  pgwire::Bind bind;
+  bind.statement = kRefusedName;
+  Send(bind, Replacing(Awaited::kBind, pgwire::EncodeError("ERROR", sqlstate,
+                                                           message, detail)));
+  skipping_ = true;
+}
+
+void ClientSession::Forward(Expected expected) {
+  absl::StrAppend(&upstream_out_, current_);
+  queue_.Push(std::move(expected), &client_out_);
+}
+
+void ClientSession::Send(const pgwire::FrontendMessage& message,
+                         Expected expected) {
+  upstream_out_.append(pgwire::Encode(message));
+  queue_.Push(std::move(expected), &client_out_);
+}
+
+asio::awaitable<bool> ClientSession::FlushUpstream() {
+  if (upstream_out_.empty() || upstream_ == nullptr) co_return true;
+  std::string out;
+  out.swap(upstream_out_);
+  if (!(co_await WriteAll(upstream_->socket(), out)).ok()) {
+    co_await Fatal("08006", "the route's server closed the session's connection");
+    co_return false;
+  }
+  co_return true;
+}
+
+void ClientSession::EndUpstream() {
+  ending_ = true;
+  if (!tracker_.idle() || skipping_) {
+    // The server rolls back the transaction when the connection closes.
+    Close();
+    return;
+  }
+  // The reply loop gives the connection back once this is answered.
+  Send(pgwire::Query{"DISCARD ALL"}, OwnOwed(Awaited::kQuery));
+}
+
+asio::awaitable<void> ClientSession::ReplyLoop() {
+  Upstream* upstream = upstream_.get();
+  for (;;) {
+    absl::StatusOr<pgwire::Frame> frame =
+        co_await upstream->reader().Next(upstream->socket());
+    if (!frame.ok()) {
+      if (!closed_ && !ending_) {
+        co_await Fatal("08006",
+                       absl::StrCat("the route's server closed the session's "
+                                    "connection: ",
+                                    frame.status().message()));
+      }
+      Close();
+      co_return;
+    }
+    for (;;) {
+      if (frame->type == 'S') upstream->NoteParameter(*frame);
+      ReplyOutcome outcome;
+      if (absl::Status s = queue_.OnReply(*frame, &outcome); !s.ok()) {
+        Log(LogSeverity::kError,
+            absl::StrCat("pg port: session ", process_id_, ": ", s.message()));
+        co_await Fatal("08P01", s.message());
+        co_return;
+      }
+      if (outcome.own_error) {
+        fence_prepared_ = false;
+        reset_failed_ = ending_;
+      }
+      if (outcome.database_fence.has_value()) Learn(*outcome.database_fence);
+      if (outcome.settled.has_value()) tracker_.Settle(*outcome.settled);
+      client_out_.append(outcome.to_client);
+      if (ending_ && queue_.empty()) {
+        if (!reset_failed_ && !closed_) {
+          route_->pool->Give(std::move(upstream_));
+        }
+        closed_ = true;
+        port_.sessions.erase(process_id_);
+        co_return;
+      }
+      absl::StatusOr<std::optional<pgwire::Frame>> next =
+          upstream->reader().Buffered();
+      if (!next.ok()) {
+        co_await Fatal("08P01", next.status().message());
+        co_return;
+      }
+      if (!next->has_value()) break;
+      frame = **next;
+    }
+    co_await ToClient({});
+  }
+}
+
+void ClientSession::Learn(uint64_t token) {
+  Log(LogSeverity::kInfo,
+      absl::StrCat("pg port: the database of route \"", route_->spec.name,
+                   "\" holds token ", token, " for domain \"",
+                   absl::CHexEscape(domain_), "\"; raising this gateway's fence"));
+  Fencer* fencer = port_.context.fencer;
+  port_.context.run_blocking([fencer, domain = domain_, token] {
+    if (absl::Status s = fencer->Learn(domain, token); !s.ok()) {
+      Log(LogSeverity::kWarning,
+          absl::StrCat("pg port: could not raise domain \"",
+                       absl::CHexEscape(domain), "\" to ", token, ": ",
+                       s.message()));
+    }
+  });
+}
+
+std::string StaleDetail(const absl::Status& status) {
+  std::optional<StaleTokenInfo> stale = GetStaleToken(status);
+  return stale.has_value() ? absl::StrCat(stale->highest_token) : std::string();
+}
+
+}  // namespace fencegate::pgport

@@ -1,0 +1,284 @@
+// Copyright fencegate authors.
+
+#include "pgport/upstream.h"
+
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+
+#include <variant>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "libpq-fe.h"
+#include "pgwire/backend.h"
+#include "pgwire/message_builder.h"
+#include "pgwire/startup.h"
+#include "security/scram.h"
+
+namespace fencegate::pgport {
+namespace {
+
+std::string Md5Hex(absl::string_view data) {
+  unsigned char out[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  EVP_Digest(data.data(), data.size(), out, &n, EVP_md5(), nullptr);
+  return absl::BytesToHexString(
+      absl::string_view(reinterpret_cast<const char*>(out), n));
+}
+
+std::string RandomNonce() {
+  unsigned char bytes[18];
+  RAND_bytes(bytes, sizeof(bytes));
+  return absl::Base64Escape(
+      absl::string_view(reinterpret_cast<const char*>(bytes), sizeof(bytes)));
+}
+
+std::string PasswordMessage(absl::string_view data) {
+  return pgwire::MessageBuilder('p').Bytes(data).Finish();
+}
+
+// The server's error: its message, and its SQLSTATE.
+absl::Status ServerError(const pgwire::Frame& frame, absl::string_view when) {
+  absl::StatusOr<pgwire::BackendMessage> m = pgwire::ParseBackendMessage(frame);
+  std::string text = "an error it did not explain";
+  if (m.ok() && std::holds_alternative<pgwire::ErrorResponse>(*m)) {
+    const auto& e = std::get<pgwire::ErrorResponse>(*m);
+    const absl::string_view* message = e.Find('M');
+    const absl::string_view* code = e.Find('C');
+    text = absl::StrCat(message ? *message : "", " (SQLSTATE ",
+                        code ? *code : "?", ")");
+    if (code != nullptr && (*code == "28P01" || *code == "28000")) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("the route's server refused ", when, ": ", text));
+    }
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("the route's server refused ", when, ": ", text));
+}
+
+}  // namespace
+
+absl::StatusOr<UpstreamTarget> UpstreamTargetOf(
+    const PostgresAdapterOptions& options) {
+  char* error = nullptr;
+  PQconninfoOption* parsed = PQconninfoParse(options.conninfo.c_str(), &error);
+  if (parsed == nullptr) {
+    std::string why = error != nullptr ? error : "out of memory";
+    PQfreemem(error);
+    return absl::InvalidArgumentError(
+        absl::StrCat("route URI ", options.redacted_uri, ": ", why));
+  }
+  UpstreamTarget target;
+  std::string sslmode;
+  std::string hostaddr;
+  for (PQconninfoOption* o = parsed; o->keyword != nullptr; ++o) {
+    if (o->val == nullptr) continue;
+    const absl::string_view key = o->keyword;
+    if (key == "host") target.host = o->val;
+    if (key == "hostaddr") hostaddr = o->val;
+    if (key == "port" && *o->val != '\0') target.port = o->val;
+    if (key == "user") target.user = o->val;
+    if (key == "password") target.password = o->val;
+    if (key == "dbname") target.database = o->val;
+    if (key == "sslmode") sslmode = o->val;
+  }
+  PQconninfoFree(parsed);
+  if (!hostaddr.empty()) target.host = hostaddr;
+  auto refuse = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "route URI ", options.redacted_uri,
+        " cannot serve the PostgreSQL port: ", why));
+  };
+  if (target.host.empty() || target.host[0] == '/' ||
+      absl::StrContains(target.host, ',')) {
+    return refuse("it needs one TCP host (a socket directory or a host list is not served)");
+  }
+  if (target.user.empty()) return refuse("it names no user");
+  if (sslmode == "require" || sslmode == "verify-ca" ||
+      sslmode == "verify-full") {
+    return refuse("the port reaches PostgreSQL without TLS, and its sslmode requires TLS");
+  }
+  if (target.database.empty()) target.database = target.user;
+  if (options.statement_timeout_ms > 0) {
+    target.parameters.emplace_back("statement_timeout",
+                                   absl::StrCat(options.statement_timeout_ms));
+  }
+  return target;
+}
+
+bool Upstream::NoteParameter(const pgwire::Frame& frame) {
+  absl::StatusOr<pgwire::BackendMessage> m = pgwire::ParseBackendMessage(frame);
+  if (!m.ok() || !std::holds_alternative<pgwire::ParameterStatus>(*m)) {
+    return false;
+  }
+  const auto& p = std::get<pgwire::ParameterStatus>(*m);
+  parameters_[std::string(p.name)] = std::string(p.value);
+  return true;
+}
+
+asio::awaitable<absl::StatusOr<std::unique_ptr<Upstream>>> Upstream::Connect(
+    const UpstreamTarget& target, size_t max_message_bytes) {
+  auto executor = co_await asio::this_coro::executor;
+  tcp::resolver resolver(executor);
+  boost::system::error_code ec;
+  tcp::resolver::results_type endpoints = co_await resolver.async_resolve(
+      target.host, target.port, asio::redirect_error(asio::use_awaitable, ec));
+  if (ec) {
+    co_return absl::UnavailableError(absl::StrCat(
+        "cannot resolve ", target.host, ":", target.port, ": ", ec.message()));
+  }
+  tcp::socket socket(executor);
+  tcp::endpoint endpoint = co_await asio::async_connect(
+      socket, endpoints, asio::redirect_error(asio::use_awaitable, ec));
+  if (ec) {
+    co_return absl::UnavailableError(absl::StrCat(
+        "cannot connect to ", target.host, ":", target.port, ": ",
+        ec.message()));
+  }
+  socket.set_option(tcp::no_delay(true), ec);
+  std::unique_ptr<Upstream> upstream(
+      new Upstream(std::move(socket), max_message_bytes));
+  upstream->endpoint_ = endpoint;
+  if (absl::Status s = co_await upstream->SignIn(target); !s.ok()) {
+    co_return s;
+  }
+  co_return upstream;
+}
+
+asio::awaitable<absl::Status> Upstream::SignIn(const UpstreamTarget& target) {
+  pgwire::StartupMessage startup;
+  startup.parameters.emplace_back("user", target.user);
+  startup.parameters.emplace_back("database", target.database);
+  for (const auto& [name, value] : target.parameters) {
+    startup.parameters.emplace_back(name, value);
+  }
+  if (absl::Status s =
+          co_await WriteAll(socket_, pgwire::EncodeStartupPacket(startup));
+      !s.ok()) {
+    co_return s;
+  }
+  std::unique_ptr<ScramClient> scram;
+  for (;;) {
+    absl::StatusOr<pgwire::Frame> frame = co_await reader_.Next(socket_);
+    if (!frame.ok()) {
+      co_return absl::UnavailableError(absl::StrCat(
+          "the route's server closed while signing in: ",
+          frame.status().message()));
+    }
+    if (frame->type == 'E') co_return ServerError(*frame, "the sign-in");
+    if (frame->type == 'S') {
+      NoteParameter(*frame);
+      continue;
+    }
+    if (frame->type == 'Z') co_return absl::OkStatus();
+    absl::StatusOr<pgwire::BackendMessage> m =
+        pgwire::ParseBackendMessage(*frame);
+    if (!m.ok()) co_return absl::UnavailableError(m.status().message());
+    if (const auto* key = std::get_if<pgwire::BackendKeyData>(&*m)) {
+      process_id_ = key->process_id;
+      secret_key_ = key->secret_key;
+      continue;
+    }
+    const auto* auth = std::get_if<pgwire::Authentication>(&*m);
+    if (auth == nullptr) continue;  // a notice, say
+    std::string reply;
+    switch (auth->code) {
+      case 0:  // AuthenticationOk
+        continue;
+      case 3:  // cleartext password
+        reply = PasswordMessage(absl::StrCat(target.password, std::string(1, '\0')));
+        break;
+      case 5:  // MD5, with a 4-byte salt
+        reply = PasswordMessage(absl::StrCat(
+            "md5",
+            Md5Hex(absl::StrCat(Md5Hex(absl::StrCat(target.password, target.user)),
+                                auth->data)),
+            std::string(1, '\0')));
+        break;
+      case 10: {  // SASL: the mechanisms, each NUL-terminated
+        std::vector<absl::string_view> mechanisms =
+            absl::StrSplit(auth->data, '\0', absl::SkipEmpty());
+        if (std::find(mechanisms.begin(), mechanisms.end(), "SCRAM-SHA-256") ==
+            mechanisms.end()) {
+          co_return absl::FailedPreconditionError(
+              "the route's server offers no SASL mechanism the port speaks "
+              "(SCRAM-SHA-256)");
+        }
+        scram = std::make_unique<ScramClient>(target.password, RandomNonce());
+        const std::string first = scram->First();
+        reply = pgwire::MessageBuilder('p')
+                    .CString("SCRAM-SHA-256")
+                    .Int32(static_cast<int32_t>(first.size()))
+                    .Bytes(first)
+                    .Finish();
+        break;
+      }
+      case 11: {  // SASL continue: the server's first message
+        if (scram == nullptr) co_return absl::UnavailableError("unexpected SASL message");
+        absl::StatusOr<std::string> final = scram->Final(auth->data);
+        if (!final.ok()) co_return final.status();
+        reply = PasswordMessage(*final);
+        break;
+      }
+      case 12:  // SASL final: the server's signature
+        if (scram == nullptr) co_return absl::UnavailableError("unexpected SASL message");
+        if (absl::Status s = scram->Verify(auth->data); !s.ok()) co_return s;
+        continue;
+      default:
+        co_return absl::FailedPreconditionError(absl::StrCat(
+            "the route's server asks for an authentication method the port "
+            "does not speak (code ",
+            auth->code, "); use trust, password, md5 or scram-sha-256"));
+    }
+    if (absl::Status s = co_await WriteAll(socket_, reply); !s.ok()) {
+      co_return s;
+    }
+  }
+}
+
+asio::awaitable<absl::Status> Upstream::Run(const std::string& sql) {
+  if (absl::Status s = co_await WriteAll(
+          socket_, pgwire::Encode(pgwire::FrontendMessage(pgwire::Query{sql})));
+      !s.ok()) {
+    co_return s;
+  }
+  absl::Status result = absl::OkStatus();
+  for (;;) {
+    absl::StatusOr<pgwire::Frame> frame = co_await reader_.Next(socket_);
+    if (!frame.ok()) co_return frame.status();
+    if (frame->type == 'S') NoteParameter(*frame);
+    if (frame->type == 'E' && result.ok()) {
+      result = ServerError(*frame, absl::StrCat("\"", sql, "\""));
+    }
+    if (frame->type == 'Z') co_return result;
+  }
+}
+
+asio::awaitable<void> CancelUpstream(tcp::endpoint endpoint,
+                                     int32_t process_id, int32_t secret_key) {
+  tcp::socket socket(co_await asio::this_coro::executor);
+  boost::system::error_code ec;
+  co_await socket.async_connect(endpoint,
+                                asio::redirect_error(asio::use_awaitable, ec));
+  if (ec) co_return;
+  (void)co_await WriteAll(socket, pgwire::EncodeStartupPacket(pgwire::CancelRequest{
+                                      process_id, secret_key}));
+  // The server closes the connection once it has read the request.
+  char byte;
+  co_await socket.async_read_some(asio::buffer(&byte, 1),
+                                  asio::redirect_error(asio::use_awaitable, ec));
+}
+
+std::unique_ptr<Upstream> UpstreamPool::Take() {
+  if (idle_.empty()) return nullptr;
+  std::unique_ptr<Upstream> upstream = std::move(idle_.back());
+  idle_.pop_back();
+  return upstream;
+}
+
+void UpstreamPool::Give(std::unique_ptr<Upstream> upstream) {
+  if (idle_.size() < max_idle_) idle_.push_back(std::move(upstream));
+}
+
+}  // namespace fencegate::pgport

@@ -1,0 +1,118 @@
+// Copyright fencegate authors.
+//
+// Upstream: one connection from the port to a route's PostgreSQL server,
+// signed in with the route's credentials (trust, password, MD5 or
+// SCRAM-SHA-256, whichever the server asks for), and UpstreamPool, the
+// route's idle connections.
+//
+// A connection serves one client session at a time. When a session ends
+// with its connection idle (no transaction, nothing owed), the port resets
+// it with DISCARD ALL and gives it back to the pool; otherwise it is closed,
+// and the server rolls back whatever transaction it held.
+//
+// The route's URI is read by libpq's own parser (PQconninfoParse): host
+// (a TCP host; a socket directory is refused), port, user, password,
+// dbname. The port speaks to the server without TLS, so a route whose
+// sslmode requires TLS is refused when the port starts.
+//
+// Thread safety: none; the port's I/O thread uses both.
+
+#ifndef PGPORT_UPSTREAM_H_
+#define PGPORT_UPSTREAM_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "pgport/asio.h"
+#include "pgport/frame_reader.h"
+#include "storage_adapters/postgres/config.h"
+
+namespace fencegate::pgport {
+
+// Where and as whom a route's connections sign in.
+struct UpstreamTarget {
+  std::string host;
+  std::string port = "5432";
+  std::string user;
+  std::string password;
+  std::string database;
+  // Sent in every startup packet: statement_timeout (the route's).
+  std::vector<std::pair<std::string, std::string>> parameters;
+};
+
+// The target of a route's options. INVALID_ARGUMENT for a URI libpq cannot
+// parse, a socket directory as host, no user, or an sslmode that requires
+// TLS.
+absl::StatusOr<UpstreamTarget> UpstreamTargetOf(
+    const PostgresAdapterOptions& options);
+
+class Upstream {
+ public:
+  // Connects and signs in; returns once the server is ready for a query.
+  // UNAVAILABLE if it cannot be reached or closes; PERMISSION_DENIED if
+  // it refuses the credentials; FAILED_PRECONDITION for an authentication
+  // method the port does not speak (GSSAPI, SSPI) or another server error,
+  // with the server's message.
+  static asio::awaitable<absl::StatusOr<std::unique_ptr<Upstream>>> Connect(
+      const UpstreamTarget& target, size_t max_message_bytes);
+
+  tcp::socket& socket() { return socket_; }
+  FrameReader& reader() { return reader_; }
+  // The server's key for cancelling this connection's query.
+  int32_t process_id() const { return process_id_; }
+  int32_t secret_key() const { return secret_key_; }
+  const tcp::endpoint& endpoint() const { return endpoint_; }
+
+  // The server's run-time parameters as last reported (ParameterStatus).
+  const std::map<std::string, std::string>& parameters() const {
+    return parameters_;
+  }
+  // Records a ParameterStatus message's body; false if it does not parse.
+  bool NoteParameter(const pgwire::Frame& frame);
+
+  // Runs `sql` (the port's own: a reset, settings) and reads every reply
+  // up to ReadyForQuery. The server's error as FAILED_PRECONDITION;
+  // UNAVAILABLE if the connection fails.
+  asio::awaitable<absl::Status> Run(const std::string& sql);
+
+ private:
+  Upstream(tcp::socket socket, size_t max_message_bytes)
+      : socket_(std::move(socket)), reader_(max_message_bytes) {}
+  asio::awaitable<absl::Status> SignIn(const UpstreamTarget& target);
+
+  tcp::socket socket_;
+  FrameReader reader_;
+  tcp::endpoint endpoint_;
+  int32_t process_id_ = 0;
+  int32_t secret_key_ = 0;
+  std::map<std::string, std::string> parameters_;
+};
+
+// Sends a CancelRequest for the query `process_id` runs on the server at
+// `endpoint`. Best effort, as PostgreSQL's own cancel is.
+asio::awaitable<void> CancelUpstream(tcp::endpoint endpoint,
+                                     int32_t process_id, int32_t secret_key);
+
+class UpstreamPool {
+ public:
+  explicit UpstreamPool(size_t max_idle) : max_idle_(max_idle) {}
+  // An idle connection, or null.
+  std::unique_ptr<Upstream> Take();
+  // Keeps `upstream` (already reset) for the next session, or closes it if
+  // max_idle are kept already.
+  void Give(std::unique_ptr<Upstream> upstream);
+  size_t idle() const { return idle_.size(); }
+
+ private:
+  const size_t max_idle_;
+  std::vector<std::unique_ptr<Upstream>> idle_;
+};
+
+}  // namespace fencegate::pgport
+
+#endif  // PGPORT_UPSTREAM_H_
