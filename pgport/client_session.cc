@@ -212,6 +212,11 @@ asio::awaitable<bool> ClientSession::Start() {
                    "the lock's name");
     co_return false;
   }
+  // Signed in first: the routes are named only to a known user.
+  if (absl::Status s = co_await Authenticate(); !s.ok()) {
+    co_await Fatal(absl::IsPermissionDenied(s) ? "28P01" : "28000", s.message());
+    co_return false;
+  }
   auto route = port_.routes.find(database);
   if (route == port_.routes.end()) {
     std::vector<std::string> names;
@@ -225,10 +230,6 @@ asio::awaitable<bool> ClientSession::Start() {
     co_return false;
   }
   route_ = &route->second;
-  if (absl::Status s = co_await Authenticate(); !s.ok()) {
-    co_await Fatal(absl::IsPermissionDenied(s) ? "28P01" : "28000", s.message());
-    co_return false;
-  }
   // A pooled connection may have been closed by its server meanwhile: the
   // settings' round trip finds out, and a new connection is made once.
   const std::string setup = SetupSql();

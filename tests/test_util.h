@@ -101,6 +101,22 @@ MATCHER_P(StatusIs, code,
   return status.code() == code;
 }
 
+// Expects `result` (an absl::Status or absl::StatusOr<T>) to have failed
+// with `code`, its message holding `words`.
+template <typename T>
+void ExpectError(const T& result, absl::StatusCode code,
+                 absl::string_view words) {
+  absl::Status status;
+  if constexpr (std::is_same_v<std::decay_t<T>, absl::Status>) {
+    status = result;
+  } else {
+    status = result.status();
+  }
+  EXPECT_EQ(status.code(), code) << status;
+  EXPECT_NE(status.message().find(words), absl::string_view::npos)
+      << "\"" << status.message() << "\" does not say \"" << words << "\"";
+}
+
 // A fresh directory under $TMPDIR, removed (recursively) on destruction
 // unless FENCEGATE_KEEP_TEST_DIRS is set (to read gateway logs afterwards).
 class TempDir {

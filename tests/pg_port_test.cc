@@ -1,0 +1,485 @@
+// Copyright fencegate authors.
+//
+// The PostgreSQL port (docs/pgwire.md) with real clients -- psql, pgbench,
+// psycopg 3 and libpqxx -- in front of a real PostgreSQL server: fenced
+// writes land, stale ones touch nothing, a session without a token only
+// reads, a raise mid-transaction waits for the transaction, idle and
+// killed clients' transactions are rolled back, COPY and cancel work, bad
+// bytes close only their own session, and two gateways hand a domain over
+// through the database's fence.
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "fencegate/v1/gateway.grpc.pb.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "pqxx/pqxx"
+#include "security/scram.h"
+#include "tests/fixtures.h"
+#include "tests/postgres_adapter_fixture.h"
+
+namespace fencegate {
+namespace {
+
+using ::fencegate::testing::GatewayProcess;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+constexpr char kDomain[] = "jobs-lock";
+
+std::string Options(uint64_t token) {
+  return absl::StrCat("-c fencegate.domain=", kDomain,
+                      " -c fencegate.token=", token);
+}
+
+class PgPortTest : public PostgresAdapterTest {
+ protected:
+  struct Gateway {
+    testing::TempDir dir;
+    std::unique_ptr<GatewayProcess> process;
+    int pg_port = 0;
+  };
+
+  void SetUp() override {
+    PostgresAdapterTest::SetUp();
+    Exec("INSERT INTO jobs (id, owner, amount) VALUES (1, 'nobody', 0)");
+  }
+
+  static std::unique_ptr<Gateway> StartGateway(
+      const std::vector<std::string>& extra = {}) {
+    auto g = std::make_unique<Gateway>();
+    g->pg_port = testing::FreeLoopbackPort();
+    std::vector<std::string> args = {
+        "--route=db=" + server_->Uri(),
+        absl::StrCat("--pg_listen=127.0.0.1:", g->pg_port)};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto process = GatewayProcess::Start(g->dir.path(), args);
+    EXPECT_TRUE(process.ok()) << process.status();
+    if (!process.ok()) return nullptr;
+    g->process = *std::move(process);
+    return g;
+  }
+
+  // psql -c `sql` through the port; its exit code.
+  static int Psql(const Gateway& g, const std::string& options,
+                  const std::vector<std::string>& sql, std::string* out,
+                  std::string* err, const std::string& database = "db",
+                  const std::string& password = "") {
+    std::vector<std::string> argv = {
+        "/usr/bin/env", "PGOPTIONS=" + options, "PGCONNECT_TIMEOUT=10",
+        "PGPASSWORD=" + password, "psql", "-X", "-q", "-A", "-t",
+        "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-p",
+        absl::StrCat(g.pg_port), "-U", "worker", "-d", database};
+    for (const std::string& s : sql) {
+      argv.push_back("-c");
+      argv.push_back(s);
+    }
+    out->clear();
+    err->clear();
+    return testing::RunCommand(argv, out, err);
+  }
+
+  // A psycopg 3 script, given `dsn` as DSN; its exit code.
+  static int Python(const std::string& script, const std::string& dsn,
+                    std::string* out, std::string* err) {
+    out->clear();
+    err->clear();
+    return testing::RunCommand(
+        {"/usr/bin/python3", "-c",
+         absl::StrCat("import psycopg, sys\nDSN = '", dsn, "'\n", script)},
+        out, err);
+  }
+  static std::string Dsn(const Gateway& g, const std::string& options) {
+    return absl::StrCat("host=127.0.0.1 port=", g.pg_port,
+                        " user=worker dbname=db options=\\'", options, "\\'");
+  }
+  static std::string PqxxDsn(const Gateway& g, const std::string& options) {
+    return absl::StrCat("host=127.0.0.1 port=", g.pg_port,
+                        " user=worker dbname=db options='", options, "'");
+  }
+
+  static std::string Owner() {
+    return Exec("SELECT owner FROM jobs WHERE id = 1")[0][0].as<std::string>();
+  }
+
+  static grpc::Status Fence(const Gateway& g, uint64_t token) {
+    auto stub = v1::Gateway::NewStub(grpc::CreateChannel(
+        g.process->address(), grpc::InsecureChannelCredentials()));
+    v1::FenceRequest request;
+    request.set_domain(kDomain);
+    request.set_token(token);
+    v1::FenceState state;
+    grpc::ClientContext context;
+    return stub->Fence(&context, request, &state);
+  }
+  static uint64_t GetFence(const Gateway& g) {
+    auto stub = v1::Gateway::NewStub(grpc::CreateChannel(
+        g.process->address(), grpc::InsecureChannelCredentials()));
+    v1::GetFenceRequest request;
+    request.set_domain(kDomain);
+    v1::FenceState state;
+    grpc::ClientContext context;
+    grpc::Status s = stub->GetFence(&context, request, &state);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return state.highest_token();
+  }
+
+  // Backends of the route's role in `state` ("idle in transaction", ...).
+  static int64_t WorkerBackends(const std::string& state) {
+    return Exec(absl::StrCat(
+                    "SELECT count(*) FROM pg_stat_activity WHERE usename = "
+                    "'fencegate_worker' AND state = '",
+                    state, "'"))[0][0]
+        .as<int64_t>();
+  }
+};
+
+TEST_F(PgPortTest, AFencedUpdateLandsAndAStaleOneTouchesNothing) {
+  auto g = StartGateway();
+  ASSERT_NE(g, nullptr);
+  std::string out, err;
+  ASSERT_EQ(Psql(*g, Options(5),
+                 {"UPDATE jobs SET owner = 't5' WHERE id = 1",
+                  "SHOW fencegate.token"},
+                 &out, &err),
+            0)
+      << err;
+  EXPECT_EQ(out, "5\n");
+  EXPECT_EQ(Owner(), "t5");
+  EXPECT_EQ(StoredFence(kDomain), 5);
+  // Stale at this gateway: refused before anything reaches the database.
+  EXPECT_NE(Psql(*g, Options(4), {"UPDATE jobs SET owner = 't4' WHERE id = 1"},
+                 &out, &err),
+            0);
+  EXPECT_THAT(err, HasSubstr("stale fencing token 4 for domain \"jobs-lock\": "
+                             "the highest token seen is 5"));
+  EXPECT_EQ(Owner(), "t5");
+  // Equal is accepted, in a block and in a string of statements.
+  ASSERT_EQ(Psql(*g, Options(5),
+                 {"BEGIN; UPDATE jobs SET owner = 'a' WHERE id = 1; COMMIT; "
+                  "UPDATE jobs SET owner = owner || 'b' WHERE id = 1"},
+                 &out, &err),
+            0)
+      << err;
+  EXPECT_EQ(Owner(), "ab");
+}
+
+TEST_F(PgPortTest, ASessionWithoutATokenReadsButCannotWrite) {
+  auto g = StartGateway();
+  ASSERT_NE(g, nullptr);
+  std::string out, err;
+  ASSERT_EQ(Psql(*g, "", {"SELECT owner FROM jobs WHERE id = 1"}, &out, &err),
+            0)
+      << err;
+  EXPECT_EQ(out, "nobody\n");
+  EXPECT_NE(Psql(*g, "", {"UPDATE jobs SET owner = 'x' WHERE id = 1"}, &out,
+                 &err),
+            0);
+  EXPECT_THAT(err, HasSubstr("read-only transaction"));
+  for (const char* lift :
+       {"SET default_transaction_read_only = off", "BEGIN READ WRITE",
+        "SET SESSION CHARACTERISTICS AS TRANSACTION READ WRITE", "RESET ALL",
+        "SELECT set_config('default_transaction_read_only', 'off', false)"}) {
+    EXPECT_NE(Psql(*g, "", {lift}, &out, &err), 0) << lift;
+    EXPECT_THAT(err, HasSubstr("set fencegate.token first")) << lift;
+  }
+  EXPECT_EQ(Owner(), "nobody");
+  // A token set in the session lets it write.
+  ASSERT_EQ(Psql(*g, "",
+                 {"SET fencegate.domain = 'jobs-lock'", "SET fencegate.token = 3",
+                  "UPDATE jobs SET owner = 'three' WHERE id = 1"},
+                 &out, &err),
+            0)
+      << err;
+  EXPECT_EQ(Owner(), "three");
+}
+
+TEST_F(PgPortTest, ExtendedProtocolClientsAreFencedToo) {
+  auto g = StartGateway();
+  ASSERT_NE(g, nullptr);
+  std::string out, err;
+  ASSERT_EQ(Python(R"py(
+with psycopg.connect(DSN) as c:
+    with c.cursor() as cur:
+        cur.execute("UPDATE jobs SET owner = %s WHERE id = %s", ("p1", 1), prepare=True)
+        cur.execute("UPDATE jobs SET owner = owner || %s WHERE id = %s", ("p2", 1), prepare=True)
+        cur.execute("SELECT owner, id FROM jobs WHERE id = %s", (1,), binary=True)
+        print(cur.fetchone()[0])
+)py",
+                   Dsn(*g, Options(7)), &out, &err),
+            0)
+      << err;
+  EXPECT_EQ(out, "p1p2\n");
+  EXPECT_EQ(Owner(), "p1p2");
+  // A stale token: SQLSTATE FG001 with the highest token as DETAIL, and
+  // the session recovers for reads after the error.
+  ASSERT_EQ(Python(R"py(
+c = psycopg.connect(DSN)
+try:
+    c.execute("UPDATE jobs SET owner = %s WHERE id = %s", ("p6", 1), prepare=True)
+except psycopg.Error as e:
+    print(e.sqlstate, e.diag.message_detail)
+c.rollback()
+c.autocommit = True  # a BEGIN would be fenced, and refused, too
+print(c.execute("SHOW fencegate.token").fetchone()[0])
+)py",
+                   Dsn(*g, Options(6)), &out, &err),
+            0)
+      << err;
+  EXPECT_EQ(out, "FG001 7\n6\n");
+  EXPECT_EQ(Owner(), "p1p2");
+  // libpqxx's prepared statements.
+  pqxx::connection c(PqxxDsn(*g, Options(8)));
+  c.prepare("set_owner", "UPDATE jobs SET owner = $1 WHERE id = $2");
+  {
+    pqxx::work tx(c);
+    tx.exec_prepared("set_owner", "pqxx", 1);
+    tx.commit();
+  }
+  EXPECT_EQ(Owner(), "pqxx");
+  EXPECT_EQ(StoredFence(kDomain), 8);
+}
+
+TEST_F(PgPortTest, PgbenchRunsInEveryQueryMode) {
+  auto g = StartGateway();
+  ASSERT_NE(g, nullptr);
+  testing::TempDir dir;
+  const std::string script = dir.path() + "/update.sql";
+  std::ofstream(script) << "UPDATE jobs SET amount = amount + 1 WHERE id = 1;\n";
+  for (const char* mode : {"simple", "extended", "prepared"}) {
+    std::string out, err;
+    EXPECT_EQ(testing::RunCommand(
+                  {"/usr/bin/env", "PGOPTIONS=" + Options(9), "pgbench", "-n",
+                   "-h", "127.0.0.1", "-p", absl::StrCat(g->pg_port), "-U",
+                   "worker", "-M", mode, "-c", "2", "-t", "20", "-f", script,
+                   "db"},
+                  &out, &err),
+              0)
+        << mode << ": " << err;
+  }
+  EXPECT_EQ(Exec("SELECT amount FROM jobs WHERE id = 1")[0][0].as<int64_t>(),
+            3 * 2 * 20);
+}
+
+TEST_F(PgPortTest, ARaiseDuringATransactionWaitsForItsCommit) {
+  auto g = StartGateway();
+  ASSERT_NE(g, nullptr);
+  pqxx::connection c(PqxxDsn(*g, Options(5)));
+  pqxx::work tx(c);
+  tx.exec0("UPDATE jobs SET owner = 'old holder' WHERE id = 1");
+  // The next holder's Fence raises the database's fence, which waits on
+  // the row this transaction holds.
+  std::future<grpc::Status> fenced =
+      std::async(std::launch::async, [&] { return Fence(*g, 6); });
+  ASSERT_TRUE(testing::WaitFor(
+      [] {
+        return Exec("SELECT count(*) FROM pg_stat_activity WHERE "
+                    "wait_event_type = 'Lock'")[0][0]
+                   .as<int64_t>() == 1;
+      },
+      absl::Seconds(30)));
+  tx.commit();
+  grpc::Status s = fenced.get();
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  // The old holder's transaction landed before the raise, and nothing of it
+  // lands after.
+  EXPECT_EQ(Owner(), "old holder");
+  EXPECT_EQ(StoredFence(kDomain), 6);
+  // Even its next BEGIN is refused: every transaction is fenced.
+  EXPECT_THROW(
+      {
+        pqxx::work late(c);
+        late.exec0("UPDATE jobs SET owner = 'late' WHERE id = 1");
+      },
+      pqxx::sql_error);
+  EXPECT_EQ(Owner(), "old holder");
+}
+
+TEST_F(PgPortTest, AnIdleTransactionIsEndedAndRolledBack) {
+  auto g = StartGateway({"--pg_idle_transaction_timeout_ms=300"});
+  ASSERT_NE(g, nullptr);
+  pqxx::connection c(PqxxDsn(*g, Options(5)));
+  pqxx::work tx(c);
+  tx.exec0("UPDATE jobs SET owner = 'paused' WHERE id = 1");
+  // The client pauses; the gateway ends the session.
+  ASSERT_TRUE(testing::WaitFor(
+      [] { return WorkerBackends("idle in transaction") == 0; },
+      absl::Seconds(30)));
+  EXPECT_ANY_THROW(tx.exec0("UPDATE jobs SET owner = 'resumed' WHERE id = 1"));
+  EXPECT_EQ(Owner(), "nobody");
+}
+
+TEST_F(PgPortTest, AClientKilledMidTransactionIsRolledBack) {
+  auto g = StartGateway();
+  ASSERT_NE(g, nullptr);
+  testing::TempDir dir;
+  const std::string log = dir.path() + "/client.log";
+  const pid_t client = testing::SpawnServer(
+      {"/usr/bin/python3", "-c",
+       absl::StrCat("import psycopg, time\n"
+                    "c = psycopg.connect(\"host=127.0.0.1 port=",
+                    g->pg_port, " user=worker dbname=db options='",
+                    Options(5),
+                    "'\")\n"
+                    "c.execute(\"UPDATE jobs SET owner = 'killed' WHERE id = "
+                    "1\")\n"
+                    "print('ready', flush=True)\n"
+                    "time.sleep(120)\n")},
+      log);
+  ASSERT_GT(client, 0);
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        std::ifstream in(log);
+        std::string text((std::istreambuf_iterator<char>(in)), {});
+        return text.find("ready") != std::string::npos;
+      },
+      absl::Seconds(30)));
+  EXPECT_EQ(WorkerBackends("idle in transaction"), 1);
+  ::kill(client, SIGKILL);
+  ASSERT_TRUE(testing::WaitFor(
+      [] { return WorkerBackends("idle in transaction") == 0; },
+      absl::Seconds(30)));
+  EXPECT_EQ(Owner(), "nobody");
+}
+
+TEST_F(PgPortTest, CopyRunsBothWaysAndCancelStopsAQuery) {
+  auto g = StartGateway();
+  ASSERT_NE(g, nullptr);
+  std::string out, err;
+  ASSERT_EQ(Python(R"py(
+import threading
+with psycopg.connect(DSN, autocommit=True) as c:
+    with c.cursor() as cur:
+        with cur.copy("COPY jobs (id, owner) FROM STDIN") as copy:
+            copy.write_row((2, "copied"))
+            copy.write_row((3, "in"))
+        with cur.copy("COPY (SELECT owner FROM jobs ORDER BY id) TO STDOUT") as copy:
+            print(",".join(bytes(r).decode().strip() for r in copy))
+    threading.Timer(0.5, c.cancel).start()
+    try:
+        c.execute("SELECT pg_sleep(60)")
+    except psycopg.errors.QueryCanceled:
+        print("cancelled")
+    print(c.execute("SELECT count(*) FROM jobs").fetchone()[0])
+)py",
+                   Dsn(*g, Options(5)), &out, &err),
+            0)
+      << err;
+  EXPECT_EQ(out, "nobody,copied,in\ncancelled\n3\n");
+}
+
+// A raw connection to the port; -1 if it cannot connect.
+int Connect(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Sends `bytes`, then reads until the port closes the connection.
+std::string Exchange(int port, const std::string& bytes) {
+  const int fd = Connect(port);
+  if (fd < 0) return "no connection";
+  (void)!::write(fd, bytes.data(), bytes.size());
+  std::string got;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof(buf))) > 0;) got.append(buf, n);
+  ::close(fd);
+  return got;
+}
+
+std::string Int32(int32_t v) {
+  const uint32_t n = htonl(static_cast<uint32_t>(v));
+  return std::string(reinterpret_cast<const char*>(&n), 4);
+}
+
+TEST_F(PgPortTest, BadBytesCloseOnlyTheirOwnSession) {
+  auto g = StartGateway();
+  ASSERT_NE(g, nullptr);
+  // A session stays open throughout.
+  pqxx::connection bystander(PqxxDsn(*g, Options(5)));
+  // A startup packet of another protocol version.
+  std::string reply = Exchange(g->pg_port, Int32(8) + Int32(2 << 16));
+  EXPECT_THAT(reply, HasSubstr("08P01"));
+  const std::string params = std::string("user\0w\0database\0db\0\0", 20);
+  const std::string startup = Int32(8 + params.size()) + Int32(3 << 16) + params;
+  // A FunctionCall, which the port does not serve.
+  reply = Exchange(g->pg_port, startup + "F" + Int32(4));
+  EXPECT_THAT(reply, HasSubstr("08P01"));
+  // A message longer than --max_message_bytes, refused from its header.
+  reply = Exchange(g->pg_port, startup + "Q" + Int32(1 << 30));
+  EXPECT_THAT(reply, HasSubstr("54000"));
+  pqxx::work tx(bystander);
+  tx.exec0("UPDATE jobs SET owner = 'still here' WHERE id = 1");
+  tx.commit();
+  EXPECT_EQ(Owner(), "still here");
+}
+
+TEST_F(PgPortTest, TwoGatewaysHandADomainOverThroughTheDatabase) {
+  auto a = StartGateway();
+  auto b = StartGateway();
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  std::string out, err;
+  ASSERT_EQ(Psql(*a, Options(5), {"UPDATE jobs SET owner = 'a5' WHERE id = 1"},
+                 &out, &err),
+            0)
+      << err;
+  // The next holder fences through the other gateway.
+  grpc::Status s = Fence(*b, 6);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  // Gateway a still holds 5 itself; the database refuses the old holder.
+  EXPECT_NE(Psql(*a, Options(5), {"UPDATE jobs SET owner = 'a5 late' WHERE id = 1"},
+                 &out, &err),
+            0);
+  EXPECT_THAT(err, HasSubstr("the database holds 6"));
+  EXPECT_EQ(Owner(), "a5");
+  ASSERT_EQ(Psql(*b, Options(6), {"UPDATE jobs SET owner = 'b6' WHERE id = 1"},
+                 &out, &err),
+            0)
+      << err;
+  EXPECT_EQ(Owner(), "b6");
+  // Gateway a learnt the database's fence from the refusal.
+  EXPECT_TRUE(testing::WaitFor([&] { return GetFence(*a) == 6; },
+                               absl::Seconds(30)));
+}
+
+TEST_F(PgPortTest, SignInNeedsTheUsersPasswordAndARoute) {
+  testing::TempDir dir;
+  const std::string users = dir.path() + "/users.txt";
+  std::ofstream(users) << "\"worker\" \""
+                       << MakeScramVerifier("right horse", "0123456789abcdef",
+                                            4096)
+                       << "\"\n";
+  auto g = StartGateway({"--pg_user_file=" + users});
+  ASSERT_NE(g, nullptr);
+  std::string out, err;
+  EXPECT_EQ(Psql(*g, "", {"SELECT 1"}, &out, &err, "db", "right horse"), 0)
+      << err;
+  EXPECT_NE(Psql(*g, "", {"SELECT 1"}, &out, &err, "db", "wrong horse"), 0);
+  EXPECT_THAT(err, HasSubstr("password authentication failed for user \"worker\""));
+  EXPECT_NE(Psql(*g, "", {"SELECT 1"}, &out, &err, "nosuch", "right horse"), 0);
+  EXPECT_THAT(err, HasSubstr("database \"nosuch\" is not a PostgreSQL route of "
+                             "this gateway; its PostgreSQL routes: db"));
+}
+
+}  // namespace
+}  // namespace fencegate
