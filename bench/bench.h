@@ -79,6 +79,10 @@ class Environment {
   std::string gateway_address() const {
     return gateway_ != nullptr ? gateway_->address() : "";
   }
+  // A libpq DSN of the gateway's PostgreSQL port (--pg_listen), whose
+  // session fences domain `domain` once it sets a token; empty if no
+  // gateway runs.
+  std::string pgwire_dsn(const std::string& domain) const;
   // The address of a variant gateway ("mtls", "metrics"); empty if not
   // started.
   std::string variant_address(const std::string& variant) const;
@@ -128,6 +132,8 @@ class Environment {
   std::string pg_dsn_, pg_uri_, pgbouncer_dsn_, data_dir_;
   std::string pgbouncer_dir_;
   int pgbouncer_pid_ = 0;
+  // The main gateway's PostgreSQL port.
+  int pgwire_port_ = 0;
 };
 
 }  // namespace fencegate::bench

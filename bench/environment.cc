@@ -105,8 +105,13 @@ absl::StatusOr<std::unique_ptr<Environment>> Environment::Start(
   flags.insert(flags.end(), options.gateway_flags.begin(),
                options.gateway_flags.end());
   if (!options.start_gateway) return env;
+  // Only the main gateway serves the PostgreSQL port.
+  env->pgwire_port_ = testing::FreeLoopbackPort();
+  std::vector<std::string> main_flags = flags;
+  main_flags.push_back(
+      absl::StrCat("--pg_listen=127.0.0.1:", env->pgwire_port_));
   absl::StatusOr<std::unique_ptr<testing::GatewayProcess>> gateway =
-      testing::GatewayProcess::Start(env->data_dir_, flags);
+      testing::GatewayProcess::Start(env->data_dir_, main_flags);
   if (!gateway.ok()) return gateway.status();
   env->gateway_ = *std::move(gateway);
   if (options.start_mtls_gateway) {
@@ -125,6 +130,13 @@ absl::StatusOr<std::unique_ptr<Environment>> Environment::Start(
     env->variants_["metrics"] = *std::move(gateway);
   }
   return env;
+}
+
+std::string Environment::pgwire_dsn(const std::string& domain) const {
+  if (gateway_ == nullptr) return "";
+  return absl::StrCat(
+      "host=127.0.0.1 port=", pgwire_port_,
+      " dbname=db user=bench options='-c fencegate.domain=", domain, "'");
 }
 
 absl::StatusOr<std::unique_ptr<testing::GatewayProcess>>

@@ -134,7 +134,8 @@ std::string SafetyJson(const std::vector<SafetyResult>& results) {
 
 int Run(int argc, char** argv) {
   std::string targets =
-      "direct,direct-fenced,pgbouncer,gateway-pg,file-direct,gateway-file,"
+      "direct,direct-fenced,pgbouncer,gateway-pg,gateway-pgwire,file-direct,"
+      "gateway-file,"
       "gateway-noop,grpc-floor";
   std::string clients = "1,16,64";
   std::string patterns = "steady,advancing";
@@ -157,6 +158,7 @@ int Run(int argc, char** argv) {
   app.add_option(
       "--targets", targets,
       "comma list of direct, direct-fenced, pgbouncer, gateway-pg, "
+      "gateway-pgwire, "
       "file-direct, gateway-file, gateway-noop, grpc-floor, gateway-pg-mtls, "
       "gateway-noop-mtls, gateway-pg-metrics, gateway-noop-metrics "
       "(default all but the -mtls and -metrics ones)");

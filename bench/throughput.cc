@@ -92,6 +92,37 @@ class DirectClient : public Client {
   const int id_;
 };
 
+// direct's client through the gateway's PostgreSQL port (docs/pgwire.md):
+// the same UPDATE, in a session fenced with the write's token. A new token
+// is set first with SET fencegate.token, which the port answers itself: one
+// more round trip to the gateway, none to PostgreSQL.
+class PgwireClient : public Client {
+ public:
+  PgwireClient(const std::string& dsn, int id) : conn_(dsn), id_(id) {}
+  absl::Status Write(uint64_t token) override {
+    try {
+      pqxx::nontransaction tx(conn_);
+      if (token != session_token_) {
+        tx.exec0(absl::StrCat("SET fencegate.token = ", token));
+        session_token_ = token;
+      }
+      pqxx::result r =
+          tx.exec_params(kFencedUpdate, id_, static_cast<int64_t>(token));
+      if (r.affected_rows() != 1) {
+        return absl::FailedPreconditionError("fenced update matched no row");
+      }
+      return absl::OkStatus();
+    } catch (const std::exception& e) {
+      return absl::UnavailableError(e.what());
+    }
+  }
+
+ private:
+  pqxx::connection conn_;
+  const int id_;
+  uint64_t session_token_ = 0;
+};
+
 // What the file adapter does for a 64-byte put, without the gateway: a
 // temporary file written and fsynced, renamed over the target, and the
 // directory fsynced, in a directory of its own on the file route's file
@@ -438,6 +469,16 @@ absl::StatusOr<std::vector<RunStats>> RunThroughput(
     } else if (target == "direct-fenced") {
       make = [&](int i) {
         return std::make_unique<DirectFencedClient>(env.pg_dsn(), i);
+      };
+    } else if (target == "gateway-pgwire") {
+      // direct's UPDATE, through the gateway's PostgreSQL port: each
+      // session fences a domain of its own.
+      if (env.gateway_address().empty()) {
+        return absl::FailedPreconditionError("the gateway is not running");
+      }
+      make = [&](int i) {
+        return std::make_unique<PgwireClient>(
+            env.pgwire_dsn(absl::StrCat("bench-gateway-pgwire-", i)), i);
       };
     } else if (target == "file-direct") {
       make = [&](int i) {

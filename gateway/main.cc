@@ -142,10 +142,10 @@ int Run(int argc, char** argv) {
       absl::StrCat("fencegate serving on ", host, ":", (*server)->port(),
                    " data_dir=", options->data_dir));
   if ((*server)->pg_port() != 0) {
-    Log(LogSeverity::kInfo,
-        absl::StrCat("PostgreSQL port serving on ",
-                     options->pg_listen.substr(0, options->pg_listen.rfind(':')),
-                     ":", (*server)->pg_port()));
+    Log(LogSeverity::kInfo, absl::StrCat("PostgreSQL port serving on ",
+                                         options->pg_listen.substr(
+                                             0, options->pg_listen.rfind(':')),
+                                         ":", (*server)->pg_port()));
   }
   for (const TokenWatcherSpec& watcher : options->watchers) {
     Log(LogSeverity::kInfo,

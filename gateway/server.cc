@@ -25,9 +25,9 @@
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 #include "observability/log.h"
+#include "security/server_tls.h"
 #include "storage_adapters/postgres/config.h"
 #include "storage_adapters/uri.h"
-#include "security/server_tls.h"
 
 namespace fencegate {
 namespace {
@@ -323,8 +323,7 @@ absl::Status GatewayServer::StartPgPort(const GatewayOptions& options) {
     absl::StatusOr<Uri> uri = ParseUri(route.uri);
     if (!uri.ok()) return uri.status();
     absl::StatusOr<PostgresAdapterOptions> parsed = ParsePostgresUri(
-        *uri,
-        dynamic_cast<const v1::PostgresRoute*>(route.settings.get()));
+        *uri, dynamic_cast<const v1::PostgresRoute*>(route.settings.get()));
     if (!parsed.ok()) return parsed.status();
     port.routes.push_back(PgPortRoute{route.name, *std::move(parsed)});
   }
@@ -335,8 +334,8 @@ absl::Status GatewayServer::StartPgPort(const GatewayOptions& options) {
   }
   PgPortContext context;
   context.fencer = fencer_.get();
-  context.run_blocking = [pool = pool_.get()](
-                             absl::AnyInvocable<void() &&> work) {
+  context.run_blocking = [pool =
+                              pool_.get()](absl::AnyInvocable<void() &&> work) {
     pool->Post(std::move(work));
   };
   absl::StatusOr<std::unique_ptr<PgPort>> started =

@@ -70,9 +70,9 @@ absl::Status ParseGatewaySetting(absl::string_view name,
   if (name == "token") {
     uint64_t t = 0;
     if (!absl::SimpleAtoi(value, &t)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "fencegate.token must be a number, not \"", absl::CHexEscape(value),
-          "\""));
+      return absl::InvalidArgumentError(
+          absl::StrCat("fencegate.token must be a number, not \"",
+                       absl::CHexEscape(value), "\""));
     }
     if (absl::Status s = ValidateToken(t, "fencegate.token"); !s.ok()) return s;
     if (t > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
@@ -84,9 +84,9 @@ absl::Status ParseGatewaySetting(absl::string_view name,
     *token = t;
     return absl::OkStatus();
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown setting fencegate.", name,
-      ": the gateway's are fencegate.domain and fencegate.token"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown setting fencegate.", name,
+                   ": the gateway's are fencegate.domain and fencegate.token"));
 }
 
 ClientSession::ClientSession(PortState& port, tcp::socket client,
@@ -164,7 +164,8 @@ asio::awaitable<bool> ClientSession::Start() {
     } else if (name == "database") {
       database = std::string(value);
     } else if (name == "replication") {
-      co_await Fatal("0A000", "replication connections are not served by the gateway");
+      co_await Fatal("0A000",
+                     "replication connections are not served by the gateway");
       co_return false;
     } else if (name == "options") {
       absl::StatusOr<std::vector<pgwire::StartupOption>> options =
@@ -199,8 +200,8 @@ asio::awaitable<bool> ClientSession::Start() {
       co_return false;
     }
     if (token_ == 0 && LiftsReadOnly(name)) {
-      co_await Fatal("25006", absl::StrCat(
-                                  name,
+      co_await Fatal("25006",
+                     absl::StrCat(name,
                                   " cannot be set by a session without "
                                   "fencegate.token: it is read-only"));
       co_return false;
@@ -214,7 +215,8 @@ asio::awaitable<bool> ClientSession::Start() {
   }
   // Signed in first: the routes are named only to a known user.
   if (absl::Status s = co_await Authenticate(); !s.ok()) {
-    co_await Fatal(absl::IsPermissionDenied(s) ? "28P01" : "28000", s.message());
+    co_await Fatal(absl::IsPermissionDenied(s) ? "28P01" : "28000",
+                   s.message());
     co_return false;
   }
   auto route = port_.routes.find(database);
@@ -222,11 +224,12 @@ asio::awaitable<bool> ClientSession::Start() {
     std::vector<std::string> names;
     for (const auto& [name, unused] : port_.routes) names.push_back(name);
     std::sort(names.begin(), names.end());
-    co_await Fatal("3D000",
-                   absl::StrCat("database \"", database,
-                                "\" is not a PostgreSQL route of this "
-                                "gateway; its PostgreSQL routes: ",
-                                names.empty() ? "none" : absl::StrJoin(names, ", ")));
+    co_await Fatal(
+        "3D000",
+        absl::StrCat("database \"", database,
+                     "\" is not a PostgreSQL route of this "
+                     "gateway; its PostgreSQL routes: ",
+                     names.empty() ? "none" : absl::StrJoin(names, ", ")));
     co_return false;
   }
   route_ = &route->second;
@@ -238,8 +241,9 @@ asio::awaitable<bool> ClientSession::Start() {
         attempt == 0 ? route_->pool->Take() : nullptr;
     const bool pooled = upstream != nullptr;
     if (!pooled) {
-      absl::StatusOr<std::unique_ptr<Upstream>> made = co_await Upstream::Connect(
-          route_->target, port_.options.max_message_bytes);
+      absl::StatusOr<std::unique_ptr<Upstream>> made =
+          co_await Upstream::Connect(route_->target,
+                                     port_.options.max_message_bytes);
       if (!made.ok()) {
         co_await Fatal("08006", absl::StrCat("route \"", route_->spec.name,
                                              "\": ", made.status().message()));
@@ -263,17 +267,20 @@ asio::awaitable<bool> ClientSession::Start() {
   }
   std::string hello = pgwire::Encode(pgwire::Authentication{0, {}});
   for (const auto& [name, value] : upstream_->parameters()) {
-    absl::StrAppend(&hello, pgwire::Encode(pgwire::ParameterStatus{name, value}));
+    absl::StrAppend(&hello,
+                    pgwire::Encode(pgwire::ParameterStatus{name, value}));
   }
   absl::StrAppend(
-      &hello,
-      pgwire::Encode(pgwire::BackendKeyData{process_id_, secret_key_}),
+      &hello, pgwire::Encode(pgwire::BackendKeyData{process_id_, secret_key_}),
       pgwire::Encode(pgwire::ReadyForQuery{pgwire::TransactionStatus::kIdle}));
   co_await ToClient(std::move(hello));
   Log(LogSeverity::kInfo,
-      absl::StrCat("pg port: session ", process_id_, " of user \"",
-                   absl::CHexEscape(user_), "\" on route \"", route_->spec.name,
-                   "\"", token_ != 0 ? absl::StrCat(", domain \"", absl::CHexEscape(domain_), "\" token ", token_) : std::string(", read-only")));
+      absl::StrCat(
+          "pg port: session ", process_id_, " of user \"",
+          absl::CHexEscape(user_), "\" on route \"", route_->spec.name, "\"",
+          token_ != 0 ? absl::StrCat(", domain \"", absl::CHexEscape(domain_),
+                                     "\" token ", token_)
+                      : std::string(", read-only")));
   co_return !closed_;
 }
 
@@ -291,8 +298,8 @@ asio::awaitable<absl::Status> ClientSession::Authenticate() {
     if (unknown.ok()) verifier = *unknown;
   }
   ScramServer scram(verifier, RandomBase64(18));
-  co_await ToClient(pgwire::Encode(pgwire::Authentication{
-      10, absl::string_view("SCRAM-SHA-256\0\0", 15)}));
+  co_await ToClient(pgwire::Encode(
+      pgwire::Authentication{10, absl::string_view("SCRAM-SHA-256\0\0", 15)}));
   for (int step = 0; step < 2; ++step) {
     absl::StatusOr<pgwire::Frame> frame = co_await client_reader_.Next(client_);
     if (!frame.ok()) co_return frame.status();
@@ -314,17 +321,15 @@ asio::awaitable<absl::Status> ClientSession::Authenticate() {
       }
       absl::StatusOr<std::string> first = scram.Start(*initial->data);
       if (!first.ok()) co_return first.status();
-      co_await ToClient(
-          pgwire::Encode(pgwire::Authentication{11, *first}));
+      co_await ToClient(pgwire::Encode(pgwire::Authentication{11, *first}));
     } else {
       absl::StatusOr<std::string> final = scram.Finish(password->data);
       if (!final.ok() || known == nullptr) {
-        co_return absl::PermissionDeniedError(absl::StrCat(
-            "password authentication failed for user \"",
-            absl::CHexEscape(user_), "\""));
+        co_return absl::PermissionDeniedError(
+            absl::StrCat("password authentication failed for user \"",
+                         absl::CHexEscape(user_), "\""));
       }
-      co_await ToClient(
-          pgwire::Encode(pgwire::Authentication{12, *final}));
+      co_await ToClient(pgwire::Encode(pgwire::Authentication{12, *final}));
     }
   }
   co_return absl::OkStatus();
@@ -333,10 +338,11 @@ asio::awaitable<absl::Status> ClientSession::Authenticate() {
 std::string ClientSession::SetupSql() const {
   std::vector<std::string> statements;
   for (const auto& [name, value] : settings_) {
-    statements.push_back(
-        absl::StrCat("SET ", QuoteIdentifier(name), " = ", QuoteLiteral(value)));
+    statements.push_back(absl::StrCat("SET ", QuoteIdentifier(name), " = ",
+                                      QuoteLiteral(value)));
   }
-  if (token_ == 0) statements.push_back("SET default_transaction_read_only = on");
+  if (token_ == 0)
+    statements.push_back("SET default_transaction_read_only = on");
   if (statements.empty()) return "SELECT 1";
   return absl::StrJoin(statements, "; ");
 }
@@ -356,9 +362,10 @@ asio::awaitable<void> ClientSession::Watchdog() {
     if (!tracker_.idle() && queue_.empty() &&
         std::chrono::steady_clock::now() - last_client_message_ >= limit) {
       Log(LogSeverity::kWarning,
-          absl::StrCat("pg port: session ", process_id_,
-                       " ended: idle in a transaction for longer than ",
-                       absl::FormatDuration(port_.options.idle_transaction_timeout)));
+          absl::StrCat(
+              "pg port: session ", process_id_,
+              " ended: idle in a transaction for longer than ",
+              absl::FormatDuration(port_.options.idle_transaction_timeout)));
       co_await Fatal("25P03",
                      absl::StrCat("terminating the session: idle in a "
                                   "transaction for longer than the gateway's "

@@ -60,8 +60,9 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   using Statement = postgres::SessionStatement;
 
   // Runs `loop` of `self`, holding it for as long as the loop runs.
-  static asio::awaitable<void> Keep(std::shared_ptr<ClientSession> self,
-                                    asio::awaitable<void> (ClientSession::*loop)());
+  static asio::awaitable<void> Keep(
+      std::shared_ptr<ClientSession> self,
+      asio::awaitable<void> (ClientSession::*loop)());
 
   // --- client_session.cc: start and end.
   // The startup packet, sign-in, route and upstream connection; false if

@@ -7,8 +7,7 @@
 namespace fencegate::pgport {
 
 absl::StatusOr<std::optional<pgwire::Frame>> FrameReader::Split(bool startup) {
-  const absl::string_view rest =
-      absl::string_view(buffer_).substr(consumed_);
+  const absl::string_view rest = absl::string_view(buffer_).substr(consumed_);
   absl::StatusOr<std::optional<pgwire::Frame>> frame =
       startup ? pgwire::NextStartupFrame(rest)
               : pgwire::NextFrame(rest, max_message_bytes_);
@@ -49,7 +48,9 @@ asio::awaitable<absl::Status> WriteAll(tcp::socket& socket,
   boost::system::error_code ec;
   co_await asio::async_write(socket, asio::buffer(bytes),
                              asio::redirect_error(asio::use_awaitable, ec));
-  if (ec) co_return absl::UnavailableError(absl::StrCat("write failed: ", ec.message()));
+  if (ec)
+    co_return absl::UnavailableError(
+        absl::StrCat("write failed: ", ec.message()));
   co_return absl::OkStatus();
 }
 

@@ -18,8 +18,8 @@
 
 namespace fencegate {
 
-using pgport::asio::awaitable;
 using pgport::tcp;
+using pgport::asio::awaitable;
 namespace asio = pgport::asio;
 
 class PgPort::Impl {
@@ -75,8 +75,8 @@ awaitable<void> PgPort::Impl::Accept() {
     }
     socket.set_option(tcp::no_delay(true), ec);
     if (state.sessions.size() >= state.options.max_connections) {
-      asio::co_spawn(state.io, Refuse(std::move(socket),
-                                      state.options.max_connections),
+      asio::co_spawn(state.io,
+                     Refuse(std::move(socket), state.options.max_connections),
                      asio::detached);
       continue;
     }
@@ -96,8 +96,8 @@ absl::StatusOr<std::unique_ptr<PgPort>> PgPort::Start(PgPortOptions options,
     absl::StatusOr<pgport::UpstreamTarget> target =
         pgport::UpstreamTargetOf(route.options);
     if (!target.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("route \"", route.name, "\": ", target.status().message()));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "route \"", route.name, "\": ", target.status().message()));
     }
     impl->state.routes[route.name] = pgport::PortRoute{
         route, *std::move(target),
@@ -110,8 +110,8 @@ absl::StatusOr<std::unique_ptr<PgPort>> PgPort::Start(PgPortOptions options,
   if (colon == std::string::npos ||
       !absl::SimpleAtoi(address.substr(colon + 1), &port) || port < 0 ||
       port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "pg.listen: \"", address, "\" is not host:port"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("pg.listen: \"", address, "\" is not host:port"));
   }
   absl::string_view host = absl::string_view(address).substr(0, colon);
   absl::ConsumePrefix(&host, "[");
@@ -129,8 +129,8 @@ absl::StatusOr<std::unique_ptr<PgPort>> PgPort::Start(PgPortOptions options,
   if (!ec) impl->acceptor.bind(endpoint, ec);
   if (!ec) impl->acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) {
-    return absl::UnavailableError(absl::StrCat(
-        "pg.listen: cannot serve ", address, ": ", ec.message()));
+    return absl::UnavailableError(
+        absl::StrCat("pg.listen: cannot serve ", address, ": ", ec.message()));
   }
   impl->port = impl->acceptor.local_endpoint().port();
   impl->state.options = std::move(options);

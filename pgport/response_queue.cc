@@ -99,13 +99,13 @@ absl::Status ResponseQueue::OnReply(const pgwire::Frame& frame,
   }
   if (queue_.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "the server sent a message of type '", absl::string_view(&frame.type, 1),
-        "' that nothing asked for"));
+        "the server sent a message of type '",
+        absl::string_view(&frame.type, 1), "' that nothing asked for"));
   }
   Expected& head = queue_.front();
-  const bool own_statement =
-      head.awaited == Awaited::kQuery && statement_ < head.own_statements.size() &&
-      head.own_statements[statement_];
+  const bool own_statement = head.awaited == Awaited::kQuery &&
+                             statement_ < head.own_statements.size() &&
+                             head.own_statements[statement_];
   const bool dropped = head.own || own_statement;
   if (frame.type == 'E') {
     if (!head.replacement_error.empty()) {
@@ -152,9 +152,9 @@ absl::Status ResponseQueue::OnReply(const pgwire::Frame& frame,
   bool ends = false;
   if (query_failed_ ||
       !Accepts(head.awaited, frame.type, described_parameters_, &ends)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the server sent a message of type '", absl::string_view(&frame.type, 1),
-        "' out of turn"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the server sent a message of type '",
+                     absl::string_view(&frame.type, 1), "' out of turn"));
   }
   if (!dropped) absl::StrAppend(&outcome->to_client, whole);
   if (frame.type == 't') described_parameters_ = true;

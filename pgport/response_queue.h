@@ -40,11 +40,12 @@ enum class Awaited {
   kBind,               // BindComplete
   kDescribeStatement,  // ParameterDescription, then RowDescription or NoData
   kDescribePortal,     // RowDescription or NoData
-  kExecute,  // rows, then CommandComplete, EmptyQueryResponse or PortalSuspended
-  kClose,    // CloseComplete
-  kSync,     // ReadyForQuery
-  kQuery,    // per statement: rows, CommandComplete; then ReadyForQuery
-  kLocal,    // nothing from the server: `local_reply` goes to the client
+  kExecute,            // rows, then CommandComplete, EmptyQueryResponse or
+                       // PortalSuspended
+  kClose,              // CloseComplete
+  kSync,               // ReadyForQuery
+  kQuery,  // per statement: rows, CommandComplete; then ReadyForQuery
+  kLocal,  // nothing from the server: `local_reply` goes to the client
 };
 
 struct Expected {

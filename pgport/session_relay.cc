@@ -78,9 +78,9 @@ asio::awaitable<void> ClientSession::ClientLoop() {
       if (absl::IsUnavailable(frame.status())) {
         EndUpstream();  // the client went away without a Terminate
       } else {
-        co_await Fatal(absl::IsResourceExhausted(frame.status()) ? "54000"
-                                                                 : "08P01",
-                       frame.status().message());
+        co_await Fatal(
+            absl::IsResourceExhausted(frame.status()) ? "54000" : "08P01",
+            frame.status().message());
       }
       break;
     }
@@ -180,11 +180,11 @@ asio::awaitable<void> ClientSession::OnQuery(absl::string_view sql) {
       co_return;
     }
     if (token_ == 0 && s.lifts_read_only) {
-      RefuseQuery("25006",
-                  absl::StrCat("a session without fencegate.token is "
-                               "read-only, and \"",
-                               s.text, "\" would let it write; set "
-                                       "fencegate.token first"));
+      RefuseQuery("25006", absl::StrCat("a session without fencegate.token is "
+                                        "read-only, and \"",
+                                        s.text,
+                                        "\" would let it write; set "
+                                        "fencegate.token first"));
       co_return;
     }
   }
@@ -254,8 +254,8 @@ void ClientSession::AnswerSettings(const std::vector<Statement>& statements) {
             "lock's name");
       }
       if (!parsed.ok()) {
-        absl::StrAppend(&reply,
-                        pgwire::EncodeError("ERROR", "22023", parsed.message()));
+        absl::StrAppend(
+            &reply, pgwire::EncodeError("ERROR", "22023", parsed.message()));
         break;
       }
       if (token_ == 0 && token != 0) {
@@ -268,9 +268,9 @@ void ClientSession::AnswerSettings(const std::vector<Statement>& statements) {
       absl::StrAppend(&reply, pgwire::Encode(pgwire::CommandComplete{"SET"}));
     } else {
       const std::string name = absl::StrCat("fencegate.", s.setting);
-      const std::string value =
-          s.setting == "token" ? (token_ != 0 ? absl::StrCat(token_) : "")
-                               : domain_;
+      const std::string value = s.setting == "token"
+                                    ? (token_ != 0 ? absl::StrCat(token_) : "")
+                                    : domain_;
       pgwire::Column column;
       column.name = name;
       column.type_oid = 25;  // text
@@ -421,10 +421,10 @@ void ClientSession::RefuseQuery(absl::string_view sqlstate,
   std::string error = pgwire::EncodeError("ERROR", sqlstate, message, detail);
   if (tracker_.idle()) {
     // Nothing reaches the server.
-    queue_.Push(LocalReply(absl::StrCat(
-                    error, pgwire::Encode(pgwire::ReadyForQuery{
-                               pgwire::TransactionStatus::kIdle}))),
-                &client_out_);
+    queue_.Push(
+        LocalReply(absl::StrCat(error, pgwire::Encode(pgwire::ReadyForQuery{
+                                           pgwire::TransactionStatus::kIdle}))),
+        &client_out_);
     return;
   }
   Send(pgwire::Query{kFailingQuery},
@@ -457,7 +457,8 @@ asio::awaitable<bool> ClientSession::FlushUpstream() {
   std::string out;
   out.swap(upstream_out_);
   if (!(co_await WriteAll(upstream_->socket(), out)).ok()) {
-    co_await Fatal("08006", "the route's server closed the session's connection");
+    co_await Fatal("08006",
+                   "the route's server closed the session's connection");
     co_return false;
   }
   co_return true;
@@ -530,7 +531,8 @@ void ClientSession::Learn(uint64_t token) {
   Log(LogSeverity::kInfo,
       absl::StrCat("pg port: the database of route \"", route_->spec.name,
                    "\" holds token ", token, " for domain \"",
-                   absl::CHexEscape(domain_), "\"; raising this gateway's fence"));
+                   absl::CHexEscape(domain_),
+                   "\"; raising this gateway's fence"));
   Fencer* fencer = port_.context.fencer;
   port_.context.run_blocking([fencer, domain = domain_, token] {
     if (absl::Status s = fencer->Learn(domain, token); !s.ok()) {

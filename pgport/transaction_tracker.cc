@@ -38,8 +38,8 @@ void TransactionTracker::EndOfBatch() {
 }
 
 void TransactionTracker::Settle(pgwire::TransactionStatus status) {
-  state_ = status == pgwire::TransactionStatus::kIdle ? State::kIdle
-                                                      : State::kBlock;
+  state_ =
+      status == pgwire::TransactionStatus::kIdle ? State::kIdle : State::kBlock;
 }
 
 }  // namespace fencegate::pgport

@@ -86,18 +86,22 @@ absl::StatusOr<UpstreamTarget> UpstreamTargetOf(
   PQconninfoFree(parsed);
   if (!hostaddr.empty()) target.host = hostaddr;
   auto refuse = [&](absl::string_view why) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "route URI ", options.redacted_uri,
-        " cannot serve the PostgreSQL port: ", why));
+    return absl::InvalidArgumentError(
+        absl::StrCat("route URI ", options.redacted_uri,
+                     " cannot serve the PostgreSQL port: ", why));
   };
   if (target.host.empty() || target.host[0] == '/' ||
       absl::StrContains(target.host, ',')) {
-    return refuse("it needs one TCP host (a socket directory or a host list is not served)");
+    return refuse(
+        "it needs one TCP host (a socket directory or a host list is not "
+        "served)");
   }
   if (target.user.empty()) return refuse("it names no user");
   if (sslmode == "require" || sslmode == "verify-ca" ||
       sslmode == "verify-full") {
-    return refuse("the port reaches PostgreSQL without TLS, and its sslmode requires TLS");
+    return refuse(
+        "the port reaches PostgreSQL without TLS, and its sslmode requires "
+        "TLS");
   }
   if (target.database.empty()) target.database = target.user;
   if (options.statement_timeout_ms > 0) {
@@ -132,9 +136,9 @@ asio::awaitable<absl::StatusOr<std::unique_ptr<Upstream>>> Upstream::Connect(
   tcp::endpoint endpoint = co_await asio::async_connect(
       socket, endpoints, asio::redirect_error(asio::use_awaitable, ec));
   if (ec) {
-    co_return absl::UnavailableError(absl::StrCat(
-        "cannot connect to ", target.host, ":", target.port, ": ",
-        ec.message()));
+    co_return absl::UnavailableError(absl::StrCat("cannot connect to ",
+                                                  target.host, ":", target.port,
+                                                  ": ", ec.message()));
   }
   socket.set_option(tcp::no_delay(true), ec);
   std::unique_ptr<Upstream> upstream(
@@ -162,9 +166,9 @@ asio::awaitable<absl::Status> Upstream::SignIn(const UpstreamTarget& target) {
   for (;;) {
     absl::StatusOr<pgwire::Frame> frame = co_await reader_.Next(socket_);
     if (!frame.ok()) {
-      co_return absl::UnavailableError(absl::StrCat(
-          "the route's server closed while signing in: ",
-          frame.status().message()));
+      co_return absl::UnavailableError(
+          absl::StrCat("the route's server closed while signing in: ",
+                       frame.status().message()));
     }
     if (frame->type == 'E') co_return ServerError(*frame, "the sign-in");
     if (frame->type == 'S') {
@@ -187,14 +191,16 @@ asio::awaitable<absl::Status> Upstream::SignIn(const UpstreamTarget& target) {
       case 0:  // AuthenticationOk
         continue;
       case 3:  // cleartext password
-        reply = PasswordMessage(absl::StrCat(target.password, std::string(1, '\0')));
+        reply = PasswordMessage(
+            absl::StrCat(target.password, std::string(1, '\0')));
         break;
       case 5:  // MD5, with a 4-byte salt
-        reply = PasswordMessage(absl::StrCat(
-            "md5",
-            Md5Hex(absl::StrCat(Md5Hex(absl::StrCat(target.password, target.user)),
-                                auth->data)),
-            std::string(1, '\0')));
+        reply = PasswordMessage(
+            absl::StrCat("md5",
+                         Md5Hex(absl::StrCat(
+                             Md5Hex(absl::StrCat(target.password, target.user)),
+                             auth->data)),
+                         std::string(1, '\0')));
         break;
       case 10: {  // SASL: the mechanisms, each NUL-terminated
         std::vector<absl::string_view> mechanisms =
@@ -215,14 +221,16 @@ asio::awaitable<absl::Status> Upstream::SignIn(const UpstreamTarget& target) {
         break;
       }
       case 11: {  // SASL continue: the server's first message
-        if (scram == nullptr) co_return absl::UnavailableError("unexpected SASL message");
+        if (scram == nullptr)
+          co_return absl::UnavailableError("unexpected SASL message");
         absl::StatusOr<std::string> final = scram->Final(auth->data);
         if (!final.ok()) co_return final.status();
         reply = PasswordMessage(*final);
         break;
       }
       case 12:  // SASL final: the server's signature
-        if (scram == nullptr) co_return absl::UnavailableError("unexpected SASL message");
+        if (scram == nullptr)
+          co_return absl::UnavailableError("unexpected SASL message");
         if (absl::Status s = scram->Verify(auth->data); !s.ok()) co_return s;
         continue;
       default:
@@ -255,19 +263,20 @@ asio::awaitable<absl::Status> Upstream::Run(const std::string& sql) {
   }
 }
 
-asio::awaitable<void> CancelUpstream(tcp::endpoint endpoint,
-                                     int32_t process_id, int32_t secret_key) {
+asio::awaitable<void> CancelUpstream(tcp::endpoint endpoint, int32_t process_id,
+                                     int32_t secret_key) {
   tcp::socket socket(co_await asio::this_coro::executor);
   boost::system::error_code ec;
   co_await socket.async_connect(endpoint,
                                 asio::redirect_error(asio::use_awaitable, ec));
   if (ec) co_return;
-  (void)co_await WriteAll(socket, pgwire::EncodeStartupPacket(pgwire::CancelRequest{
-                                      process_id, secret_key}));
+  (void)co_await WriteAll(socket,
+                          pgwire::EncodeStartupPacket(
+                              pgwire::CancelRequest{process_id, secret_key}));
   // The server closes the connection once it has read the request.
   char byte;
-  co_await socket.async_read_some(asio::buffer(&byte, 1),
-                                  asio::redirect_error(asio::use_awaitable, ec));
+  co_await socket.async_read_some(
+      asio::buffer(&byte, 1), asio::redirect_error(asio::use_awaitable, ec));
 }
 
 std::unique_ptr<Upstream> UpstreamPool::Take() {

@@ -95,8 +95,8 @@ class Upstream {
 
 // Sends a CancelRequest for the query `process_id` runs on the server at
 // `endpoint`. Best effort, as PostgreSQL's own cancel is.
-asio::awaitable<void> CancelUpstream(tcp::endpoint endpoint,
-                                     int32_t process_id, int32_t secret_key);
+asio::awaitable<void> CancelUpstream(tcp::endpoint endpoint, int32_t process_id,
+                                     int32_t secret_key);
 
 class UpstreamPool {
  public:

@@ -192,8 +192,7 @@ std::string ScramClient::First() {
   return absl::StrCat("n,,n=,r=", client_nonce_);
 }
 
-absl::StatusOr<std::string> ScramClient::Final(
-    absl::string_view server_first) {
+absl::StatusOr<std::string> ScramClient::Final(absl::string_view server_first) {
   constexpr absl::string_view kWhat = "server-first-message";
   std::vector<absl::string_view> parts = absl::StrSplit(server_first, ',');
   if (parts.size() != 3) {
@@ -233,7 +232,8 @@ absl::StatusOr<std::string> ScramClient::Final(
                                without_proof);
   const std::string signature = Hmac(Sha256(client_key), auth_message_);
   std::string proof(kKeyBytes, '\0');
-  for (size_t i = 0; i < kKeyBytes; ++i) proof[i] = client_key[i] ^ signature[i];
+  for (size_t i = 0; i < kKeyBytes; ++i)
+    proof[i] = client_key[i] ^ signature[i];
   return absl::StrCat(without_proof, ",p=", absl::Base64Escape(proof));
 }
 

@@ -25,6 +25,7 @@
 #include "fencegate/v1/gateway.grpc.pb.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
+#include "libpq-fe.h"
 #include "pqxx/pqxx"
 #include "security/scram.h"
 #include "tests/fixtures.h"
@@ -35,7 +36,6 @@ namespace {
 
 using ::fencegate::testing::GatewayProcess;
 using ::testing::HasSubstr;
-using ::testing::Not;
 
 constexpr char kDomain[] = "jobs-lock";
 
@@ -77,11 +77,25 @@ class PgPortTest : public PostgresAdapterTest {
                   const std::vector<std::string>& sql, std::string* out,
                   std::string* err, const std::string& database = "db",
                   const std::string& password = "") {
-    std::vector<std::string> argv = {
-        "/usr/bin/env", "PGOPTIONS=" + options, "PGCONNECT_TIMEOUT=10",
-        "PGPASSWORD=" + password, "psql", "-X", "-q", "-A", "-t",
-        "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-p",
-        absl::StrCat(g.pg_port), "-U", "worker", "-d", database};
+    std::vector<std::string> argv = {"/usr/bin/env",
+                                     "PGOPTIONS=" + options,
+                                     "PGCONNECT_TIMEOUT=10",
+                                     "PGPASSWORD=" + password,
+                                     "psql",
+                                     "-X",
+                                     "-q",
+                                     "-A",
+                                     "-t",
+                                     "-v",
+                                     "ON_ERROR_STOP=1",
+                                     "-h",
+                                     "127.0.0.1",
+                                     "-p",
+                                     absl::StrCat(g.pg_port),
+                                     "-U",
+                                     "worker",
+                                     "-d",
+                                     database};
     for (const std::string& s : sql) {
       argv.push_back("-c");
       argv.push_back(s);
@@ -139,9 +153,9 @@ class PgPortTest : public PostgresAdapterTest {
   // Backends of the route's role in `state` ("idle in transaction", ...).
   static int64_t WorkerBackends(const std::string& state) {
     return Exec(absl::StrCat(
-                    "SELECT count(*) FROM pg_stat_activity WHERE usename = "
-                    "'fencegate_worker' AND state = '",
-                    state, "'"))[0][0]
+        "SELECT count(*) FROM pg_stat_activity WHERE usename = "
+        "'fencegate_worker' AND state = '",
+        state, "'"))[0][0]
         .as<int64_t>();
   }
 };
@@ -184,9 +198,9 @@ TEST_F(PgPortTest, ASessionWithoutATokenReadsButCannotWrite) {
             0)
       << err;
   EXPECT_EQ(out, "nobody\n");
-  EXPECT_NE(Psql(*g, "", {"UPDATE jobs SET owner = 'x' WHERE id = 1"}, &out,
-                 &err),
-            0);
+  EXPECT_NE(
+      Psql(*g, "", {"UPDATE jobs SET owner = 'x' WHERE id = 1"}, &out, &err),
+      0);
   EXPECT_THAT(err, HasSubstr("read-only transaction"));
   for (const char* lift :
        {"SET default_transaction_read_only = off", "BEGIN READ WRITE",
@@ -197,11 +211,12 @@ TEST_F(PgPortTest, ASessionWithoutATokenReadsButCannotWrite) {
   }
   EXPECT_EQ(Owner(), "nobody");
   // A token set in the session lets it write.
-  ASSERT_EQ(Psql(*g, "",
-                 {"SET fencegate.domain = 'jobs-lock'", "SET fencegate.token = 3",
-                  "UPDATE jobs SET owner = 'three' WHERE id = 1"},
-                 &out, &err),
-            0)
+  ASSERT_EQ(
+      Psql(*g, "",
+           {"SET fencegate.domain = 'jobs-lock'", "SET fencegate.token = 3",
+            "UPDATE jobs SET owner = 'three' WHERE id = 1"},
+           &out, &err),
+      0)
       << err;
   EXPECT_EQ(Owner(), "three");
 }
@@ -257,16 +272,17 @@ TEST_F(PgPortTest, PgbenchRunsInEveryQueryMode) {
   ASSERT_NE(g, nullptr);
   testing::TempDir dir;
   const std::string script = dir.path() + "/update.sql";
-  std::ofstream(script) << "UPDATE jobs SET amount = amount + 1 WHERE id = 1;\n";
+  std::ofstream(script)
+      << "UPDATE jobs SET amount = amount + 1 WHERE id = 1;\n";
   for (const char* mode : {"simple", "extended", "prepared"}) {
     std::string out, err;
-    EXPECT_EQ(testing::RunCommand(
-                  {"/usr/bin/env", "PGOPTIONS=" + Options(9), "pgbench", "-n",
-                   "-h", "127.0.0.1", "-p", absl::StrCat(g->pg_port), "-U",
-                   "worker", "-M", mode, "-c", "2", "-t", "20", "-f", script,
-                   "db"},
-                  &out, &err),
-              0)
+    EXPECT_EQ(
+        testing::RunCommand(
+            {"/usr/bin/env", "PGOPTIONS=" + Options(9), "pgbench", "-n", "-h",
+             "127.0.0.1", "-p", absl::StrCat(g->pg_port), "-U", "worker", "-M",
+             mode, "-c", "2", "-t", "20", "-f", script, "db"},
+            &out, &err),
+        0)
         << mode << ": " << err;
   }
   EXPECT_EQ(Exec("SELECT amount FROM jobs WHERE id = 1")[0][0].as<int64_t>(),
@@ -285,8 +301,9 @@ TEST_F(PgPortTest, ARaiseDuringATransactionWaitsForItsCommit) {
       std::async(std::launch::async, [&] { return Fence(*g, 6); });
   ASSERT_TRUE(testing::WaitFor(
       [] {
-        return Exec("SELECT count(*) FROM pg_stat_activity WHERE "
-                    "wait_event_type = 'Lock'")[0][0]
+        return Exec(
+                   "SELECT count(*) FROM pg_stat_activity WHERE "
+                   "wait_event_type = 'Lock'")[0][0]
                    .as<int64_t>() == 1;
       },
       absl::Seconds(30)));
@@ -310,14 +327,28 @@ TEST_F(PgPortTest, ARaiseDuringATransactionWaitsForItsCommit) {
 TEST_F(PgPortTest, AnIdleTransactionIsEndedAndRolledBack) {
   auto g = StartGateway({"--pg_idle_transaction_timeout_ms=300"});
   ASSERT_NE(g, nullptr);
-  pqxx::connection c(PqxxDsn(*g, Options(5)));
-  pqxx::work tx(c);
-  tx.exec0("UPDATE jobs SET owner = 'paused' WHERE id = 1");
+  // libpq itself: libpqxx 6.4 leaks the result of a query on a connection
+  // that broke (tests/lsan.supp).
+  PGconn* c = PQconnectdb(PqxxDsn(*g, Options(5)).c_str());
+  ASSERT_EQ(PQstatus(c), CONNECTION_OK) << PQerrorMessage(c);
+  auto run = [c](const char* sql) {
+    PGresult* r = PQexec(c, sql);
+    const ExecStatusType status = PQresultStatus(r);
+    PQclear(r);
+    return status;
+  };
+  ASSERT_EQ(run("BEGIN"), PGRES_COMMAND_OK);
+  ASSERT_EQ(run("UPDATE jobs SET owner = 'paused' WHERE id = 1"),
+            PGRES_COMMAND_OK);
   // The client pauses; the gateway ends the session.
   ASSERT_TRUE(testing::WaitFor(
       [] { return WorkerBackends("idle in transaction") == 0; },
       absl::Seconds(30)));
-  EXPECT_ANY_THROW(tx.exec0("UPDATE jobs SET owner = 'resumed' WHERE id = 1"));
+  EXPECT_NE(run("UPDATE jobs SET owner = 'resumed' WHERE id = 1"),
+            PGRES_COMMAND_OK);
+  EXPECT_THAT(std::string(PQerrorMessage(c)),
+              HasSubstr("idle in a transaction"));
+  PQfinish(c);
   EXPECT_EQ(Owner(), "nobody");
 }
 
@@ -330,8 +361,7 @@ TEST_F(PgPortTest, AClientKilledMidTransactionIsRolledBack) {
       {"/usr/bin/python3", "-c",
        absl::StrCat("import psycopg, time\n"
                     "c = psycopg.connect(\"host=127.0.0.1 port=",
-                    g->pg_port, " user=worker dbname=db options='",
-                    Options(5),
+                    g->pg_port, " user=worker dbname=db options='", Options(5),
                     "'\")\n"
                     "c.execute(\"UPDATE jobs SET owner = 'killed' WHERE id = "
                     "1\")\n"
@@ -420,7 +450,8 @@ TEST_F(PgPortTest, BadBytesCloseOnlyTheirOwnSession) {
   std::string reply = Exchange(g->pg_port, Int32(8) + Int32(2 << 16));
   EXPECT_THAT(reply, HasSubstr("08P01"));
   const std::string params = std::string("user\0w\0database\0db\0\0", 20);
-  const std::string startup = Int32(8 + params.size()) + Int32(3 << 16) + params;
+  const std::string startup =
+      Int32(8 + params.size()) + Int32(3 << 16) + params;
   // A FunctionCall, which the port does not serve.
   reply = Exchange(g->pg_port, startup + "F" + Int32(4));
   EXPECT_THAT(reply, HasSubstr("08P01"));
@@ -447,9 +478,10 @@ TEST_F(PgPortTest, TwoGatewaysHandADomainOverThroughTheDatabase) {
   grpc::Status s = Fence(*b, 6);
   ASSERT_TRUE(s.ok()) << s.error_message();
   // Gateway a still holds 5 itself; the database refuses the old holder.
-  EXPECT_NE(Psql(*a, Options(5), {"UPDATE jobs SET owner = 'a5 late' WHERE id = 1"},
-                 &out, &err),
-            0);
+  EXPECT_NE(
+      Psql(*a, Options(5), {"UPDATE jobs SET owner = 'a5 late' WHERE id = 1"},
+           &out, &err),
+      0);
   EXPECT_THAT(err, HasSubstr("the database holds 6"));
   EXPECT_EQ(Owner(), "a5");
   ASSERT_EQ(Psql(*b, Options(6), {"UPDATE jobs SET owner = 'b6' WHERE id = 1"},
@@ -458,8 +490,8 @@ TEST_F(PgPortTest, TwoGatewaysHandADomainOverThroughTheDatabase) {
       << err;
   EXPECT_EQ(Owner(), "b6");
   // Gateway a learnt the database's fence from the refusal.
-  EXPECT_TRUE(testing::WaitFor([&] { return GetFence(*a) == 6; },
-                               absl::Seconds(30)));
+  EXPECT_TRUE(
+      testing::WaitFor([&] { return GetFence(*a) == 6; }, absl::Seconds(30)));
 }
 
 TEST_F(PgPortTest, SignInNeedsTheUsersPasswordAndARoute) {
@@ -475,7 +507,8 @@ TEST_F(PgPortTest, SignInNeedsTheUsersPasswordAndARoute) {
   EXPECT_EQ(Psql(*g, "", {"SELECT 1"}, &out, &err, "db", "right horse"), 0)
       << err;
   EXPECT_NE(Psql(*g, "", {"SELECT 1"}, &out, &err, "db", "wrong horse"), 0);
-  EXPECT_THAT(err, HasSubstr("password authentication failed for user \"worker\""));
+  EXPECT_THAT(err,
+              HasSubstr("password authentication failed for user \"worker\""));
   EXPECT_NE(Psql(*g, "", {"SELECT 1"}, &out, &err, "nosuch", "right horse"), 0);
   EXPECT_THAT(err, HasSubstr("database \"nosuch\" is not a PostgreSQL route of "
                              "this gateway; its PostgreSQL routes: db"));

@@ -22,8 +22,6 @@ namespace fencegate::pgport {
 namespace {
 
 using ::fencegate::testing::ExpectError;
-using ::fencegate::testing::StatusIs;
-using ::testing::HasSubstr;
 
 // Feeds `message` (one encoded backend message) to `queue`.
 ReplyOutcome Reply(ResponseQueue& queue, const std::string& message) {
@@ -41,7 +39,8 @@ std::string Complete(absl::string_view tag) {
 std::string Row(absl::string_view value) {
   return pgwire::Encode(pgwire::DataRow{{value}});
 }
-std::string Ready(pgwire::TransactionStatus s = pgwire::TransactionStatus::kIdle) {
+std::string Ready(
+    pgwire::TransactionStatus s = pgwire::TransactionStatus::kIdle) {
   return pgwire::Encode(pgwire::ReadyForQuery{s});
 }
 const std::string kBindComplete = pgwire::Encode(pgwire::BindComplete{});
@@ -56,9 +55,8 @@ TEST(ResponseQueueTest, RepliesToThePortsOwnMessagesAreDropped) {
   queue.Push(ClientOwed(Awaited::kSync), &to_client);
   EXPECT_EQ(to_client, "");
   std::string seen;
-  for (const std::string& m :
-       {kBindComplete, Row("7"), Complete("SELECT 1"), kBindComplete,
-        Complete("UPDATE 1")}) {
+  for (const std::string& m : {kBindComplete, Row("7"), Complete("SELECT 1"),
+                               kBindComplete, Complete("UPDATE 1")}) {
     ReplyOutcome o = Reply(queue, m);
     seen += o.to_client;
     EXPECT_FALSE(o.settled.has_value());
@@ -105,13 +103,11 @@ TEST(ResponseQueueTest, AQuerysOwnStatementsAreDroppedOneByOne) {
        {pgwire::Encode(pgwire::RowDescription{{column}}), Row("5"),
         Complete("SELECT 1"), Complete("UPDATE 1"), Complete("COMMIT"),
         pgwire::Encode(pgwire::RowDescription{{column}}), Row("5"),
-        Complete("SELECT 1"), Complete("UPDATE 2"),
-        Ready()}) {
+        Complete("SELECT 1"), Complete("UPDATE 2"), Ready()}) {
     seen += Reply(queue, m).to_client;
   }
-  EXPECT_EQ(seen,
-            Complete("UPDATE 1") + Complete("COMMIT") + Complete("UPDATE 2") +
-                Ready());
+  EXPECT_EQ(seen, Complete("UPDATE 1") + Complete("COMMIT") +
+                      Complete("UPDATE 2") + Ready());
 }
 
 TEST(ResponseQueueTest, ARefusedMessagesErrorIsReplacedAndLocalRepliesWait) {
@@ -126,11 +122,10 @@ TEST(ResponseQueueTest, ARefusedMessagesErrorIsReplacedAndLocalRepliesWait) {
   seen += Reply(queue, pgwire::EncodeError("ERROR", "42601",
                                            "syntax error at or near"))
               .to_client;
-  ReplyOutcome last =
-      Reply(queue, Ready(pgwire::TransactionStatus::kFailed));
+  ReplyOutcome last = Reply(queue, Ready(pgwire::TransactionStatus::kFailed));
   seen += last.to_client;
-  EXPECT_EQ(seen, Ready() + mine +
-                      Ready(pgwire::TransactionStatus::kFailed) + "local");
+  EXPECT_EQ(seen, Ready() + mine + Ready(pgwire::TransactionStatus::kFailed) +
+                      "local");
   EXPECT_TRUE(queue.empty());
   // With nothing owed, a local reply goes at once.
   queue.Push(LocalReply("now"), &to_client);
@@ -143,10 +138,12 @@ TEST(ResponseQueueTest, AReplyNothingAskedForEndsTheSession) {
       pgwire::NextFrame(kBindComplete, 1 << 20);
   ASSERT_TRUE(frame.ok() && frame->has_value());
   ReplyOutcome o;
-  ExpectError(queue.OnReply(**frame, &o), absl::StatusCode::kInvalidArgument, "nothing asked for");
+  ExpectError(queue.OnReply(**frame, &o), absl::StatusCode::kInvalidArgument,
+              "nothing asked for");
   std::string to_client;
   queue.Push(ClientOwed(Awaited::kParse), &to_client);
-  ExpectError(queue.OnReply(**frame, &o), absl::StatusCode::kInvalidArgument, "out of turn");
+  ExpectError(queue.OnReply(**frame, &o), absl::StatusCode::kInvalidArgument,
+              "out of turn");
   // Notices come at any time and always pass.
   const std::string notice =
       pgwire::Encode(pgwire::NoticeResponse{{{{'M', "hello"}}}});
@@ -185,8 +182,7 @@ TEST(TransactionTrackerTest, EachTransactionGetsOneFenceFirst) {
   EXPECT_EQ(Fences(t, "COMMIT AND CHAIN; UPDATE a SET x = 3"), "sFs");
   EXPECT_EQ(Fences(t, "ROLLBACK; SELECT 1"), "sFs");
   // BEGIN inside an implicit transaction turns it into the block.
-  EXPECT_EQ(Fences(t, "UPDATE a SET x = 1; BEGIN; UPDATE a SET x = 2"),
-            "Fsss");
+  EXPECT_EQ(Fences(t, "UPDATE a SET x = 1; BEGIN; UPDATE a SET x = 2"), "Fsss");
   EXPECT_FALSE(t.idle());
   t.Settle(pgwire::TransactionStatus::kIdle);
   EXPECT_TRUE(t.idle());
@@ -195,8 +191,8 @@ TEST(TransactionTrackerTest, EachTransactionGetsOneFenceFirst) {
 
 TEST(SqlQuoteTest, ValuesReadBackExactlyWhateverTheyHold) {
   for (const char* value :
-       {"jobs", "it's", "$fg$", "a$fg", "x$fg$y$fgg$", "back\\slash", "",
-        "$", "line\nbreak", "\"quoted\""}) {
+       {"jobs", "it's", "$fg$", "a$fg", "x$fg$y$fgg$", "back\\slash", "", "$",
+        "line\nbreak", "\"quoted\""}) {
     const std::string sql =
         absl::StrCat("SET fencegate.domain = ", QuoteLiteral(value));
     std::vector<postgres::SessionStatement> s = Statements(sql);

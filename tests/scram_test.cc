@@ -109,7 +109,8 @@ TEST(ScramTest, TheClientSignsInToTheServerAndChecksItsSignature) {
   // A server that did not know the verifier cannot sign.
   EXPECT_THAT(client.Verify("v=AAAA"),
               StatusIs(absl::StatusCode::kPermissionDenied));
-  ExpectError(client.Verify("e=invalid-proof"), absl::StatusCode::kPermissionDenied, "invalid-proof");
+  ExpectError(client.Verify("e=invalid-proof"),
+              absl::StatusCode::kPermissionDenied, "invalid-proof");
 }
 
 TEST(ScramTest, TheClientsWrongPasswordIsRefusedByTheServer) {
@@ -124,10 +125,14 @@ TEST(ScramTest, TheClientsWrongPasswordIsRefusedByTheServer) {
 TEST(ScramTest, TheClientRefusesAServerFirstThatDoesNotFollowItsOwn) {
   ScramClient client("pencil", "abc");
   client.First();
-  ExpectError(client.Final("r=xyz123,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096"), absl::StatusCode::kInvalidArgument, "nonce");
-  ExpectError(client.Final("r=abc,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096"), absl::StatusCode::kInvalidArgument, "nonce");
-  ExpectError(client.Final("r=abcd,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=0"), absl::StatusCode::kInvalidArgument, "iteration");
-  ExpectError(client.Final("r=abcd,s=!!,i=4096"), absl::StatusCode::kInvalidArgument, "salt");
+  ExpectError(client.Final("r=xyz123,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096"),
+              absl::StatusCode::kInvalidArgument, "nonce");
+  ExpectError(client.Final("r=abc,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096"),
+              absl::StatusCode::kInvalidArgument, "nonce");
+  ExpectError(client.Final("r=abcd,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=0"),
+              absl::StatusCode::kInvalidArgument, "iteration");
+  ExpectError(client.Final("r=abcd,s=!!,i=4096"),
+              absl::StatusCode::kInvalidArgument, "salt");
 }
 
 TEST(ScramTest, VerifiersAreReadInPostgresFormat) {

@@ -137,8 +137,8 @@ TEST(SessionSqlTest, WhatDropsTheGatewaysPreparedStatementIsMarked) {
   EXPECT_TRUE(One("DISCARD ALL").drops_prepared);
   EXPECT_FALSE(One("DEALLOCATE mine").drops_prepared);
   EXPECT_FALSE(One("DISCARD PLANS").drops_prepared);
-  for (const char* sql : {"DEALLOCATE fencegate_fence",
-                          "PREPARE Fencegate_Fence AS SELECT 1"}) {
+  for (const char* sql :
+       {"DEALLOCATE fencegate_fence", "PREPARE Fencegate_Fence AS SELECT 1"}) {
     SessionStatement s = One(sql);
     EXPECT_EQ(s.effect, SessionEffect::kRefused) << sql;
     EXPECT_THAT(s.reason, HasSubstr("reserved")) << sql;
