@@ -18,6 +18,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "pgport/asio.h"
 #include "pgport/pg_port.h"
+#include "pgport/session_sql_cache.h"
 #include "pgport/upstream.h"
 
 namespace fencegate::pgport {
@@ -38,6 +39,8 @@ struct PortState {
   // Open sessions by the process id the port gave them.
   absl::flat_hash_map<int32_t, std::weak_ptr<ClientSession>> sessions;
   int32_t next_process_id = 1;
+  // What the sessions' query strings and prepared statements do.
+  SessionSqlCache sql;
   bool stopping = false;
 };
 

@@ -148,7 +148,7 @@ asio::awaitable<bool> ClientSession::OnMessage(
 
 asio::awaitable<void> ClientSession::OnQuery(absl::string_view sql) {
   absl::StatusOr<std::vector<Statement>> statements =
-      postgres::ClassifySessionSql(sql);
+      port_.sql.Classify(sql);
   if (!statements.ok()) {
     RefuseQuery("42601", statements.status().message());
     co_return;
@@ -296,7 +296,7 @@ asio::awaitable<void> ClientSession::OnParse(const pgwire::Parse& parse) {
   }
   Statement statement;
   absl::StatusOr<std::vector<Statement>> statements =
-      postgres::ClassifySessionSql(parse.sql);
+      port_.sql.Classify(parse.sql);
   // Anything else (a syntax error, two statements) the server refuses
   // itself, with its own message.
   if (statements.ok() && statements->size() == 1) {
@@ -409,10 +409,9 @@ void ClientSession::SendFence() {
   bind.statement = kFenceName;
   bind.parameters = {absl::string_view(domain_), absl::string_view(token)};
   Send(bind, OwnOwed(Awaited::kBind));
+  // The portal ends with the transaction.
   Send(pgwire::Execute{kFenceName, 0},
        OwnOwed(Awaited::kExecute, /*fence=*/true));
-  Send(pgwire::Close{pgwire::Target::kPortal, kFenceName},
-       OwnOwed(Awaited::kClose));
 }
 
 void ClientSession::RefuseQuery(absl::string_view sqlstate,
