@@ -147,8 +147,7 @@ asio::awaitable<bool> ClientSession::OnMessage(
 }
 
 asio::awaitable<void> ClientSession::OnQuery(absl::string_view sql) {
-  absl::StatusOr<std::vector<Statement>> statements =
-      port_.sql.Classify(sql);
+  absl::StatusOr<std::vector<Statement>> statements = port_.sql.Classify(sql);
   if (!statements.ok()) {
     RefuseQuery("42601", statements.status().message());
     co_return;

@@ -17,8 +17,8 @@ SessionSqlCache::Classify(absl::string_view sql) {
       entry.error = parsed.status();
     } else {
       for (postgres::SessionStatement& s : *parsed) {
-        entry.spans.emplace_back(static_cast<size_t>(s.text.data() - sql.data()),
-                                 s.text.size());
+        entry.spans.emplace_back(
+            static_cast<size_t>(s.text.data() - sql.data()), s.text.size());
         s.text = {};
         entry.statements.push_back(std::move(s));
       }

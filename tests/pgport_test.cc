@@ -209,9 +209,8 @@ TEST(SqlQuoteTest, ValuesReadBackExactlyWhateverTheyHold) {
 TEST(SessionSqlCacheTest, AnswersAsTheParserWithTextsInTheStringGiven) {
   SessionSqlCache cache(/*max_entries=*/2);
   for (int round = 0; round < 3; ++round) {
-    for (const char* sql :
-         {"BEGIN; UPDATE a SET x = ';' -- c\n; COMMIT", "SET fencegate.token = 5",
-          "SELECT 1"}) {
+    for (const char* sql : {"BEGIN; UPDATE a SET x = ';' -- c\n; COMMIT",
+                            "SET fencegate.token = 5", "SELECT 1"}) {
       // A copy of its own each time: the texts must point into it.
       const std::string copy = sql;
       absl::StatusOr<std::vector<postgres::SessionStatement>> got =
