@@ -97,6 +97,9 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   // The fence call for the next transaction, added upstream (extended
   // protocol; a Query's is in its text).
   void SendFence();
+  // Prepares the session's fence statement upstream unless it is; `sync`
+  // ends that with a Sync of its own (before a Query).
+  void PrepareFence(bool sync);
   // The database's fence holds `token` for the session's domain, above the
   // session's: raise this gateway's fence to it, off the port's thread.
   void Learn(uint64_t token);

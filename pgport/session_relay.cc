@@ -199,9 +199,9 @@ asio::awaitable<void> ClientSession::OnQuery(absl::string_view sql) {
     Forward(ClientOwed(Awaited::kQuery));
     co_return;
   }
-  // Each transaction's first statement is the fence call.
-  const std::string fence =
-      FenceQuery(route_->spec.options.fence_schema, domain_, token_);
+  // Each transaction's first statement is the fence call: EXECUTE of the
+  // session's prepared fence statement, planned once.
+  const std::string fence = FenceExecute(kFenceName, domain_, token_);
   TransactionTracker plan = tracker_;
   std::vector<std::string> text;
   Expected expected = ClientOwed(Awaited::kQuery);
@@ -226,6 +226,8 @@ asio::awaitable<void> ClientSession::OnQuery(absl::string_view sql) {
     }
   }
   tracker_ = plan;
+  if (text.size() > statements->size()) PrepareFence(/*sync=*/true);
+  // A DEALLOCATE ALL in this string drops it after its EXECUTEs ran.
   if (drops_prepared) fence_prepared_ = false;
   // A newline before each ';' ends a line comment a statement ends with.
   Send(pgwire::Query{absl::StrJoin(text, "\n;")}, std::move(expected));
@@ -392,16 +394,23 @@ asio::awaitable<absl::Status> ClientSession::CheckLocally() {
       asio::use_awaitable);
 }
 
+void ClientSession::PrepareFence(bool sync) {
+  if (fence_prepared_) return;
+  // Closing a statement that does not exist is no error.
+  Send(pgwire::Close{pgwire::Target::kStatement, kFenceName},
+       OwnOwed(Awaited::kClose));
+  Send(pgwire::Parse{kFenceName,
+                     postgres::FenceCallSql(route_->spec.options.fence_schema),
+                     {}},
+       OwnOwed(Awaited::kParse));
+  // Before a Query: a Sync, so that a failed Parse cannot make the server
+  // skip the Query (the failure then shows in the Query's EXECUTE).
+  if (sync) Send(pgwire::Sync{}, OwnOwed(Awaited::kSync));
+  fence_prepared_ = true;
+}
+
 void ClientSession::SendFence() {
-  const std::string& schema = route_->spec.options.fence_schema;
-  if (!fence_prepared_) {
-    // Closing a statement that does not exist is no error.
-    const std::string sql = postgres::FenceCallSql(schema);
-    Send(pgwire::Close{pgwire::Target::kStatement, kFenceName},
-         OwnOwed(Awaited::kClose));
-    Send(pgwire::Parse{kFenceName, sql, {}}, OwnOwed(Awaited::kParse));
-    fence_prepared_ = true;
-  }
+  PrepareFence(/*sync=*/false);
   const std::string token = absl::StrCat(token_);
   pgwire::Bind bind;
   bind.portal = kFenceName;

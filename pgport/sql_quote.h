@@ -22,10 +22,11 @@ std::string QuoteIdentifier(absl::string_view name);
 // $fg$value$fg$, the tag lengthened until the value does not contain it.
 // `value` must not contain NUL (the protocol cannot carry one).
 std::string QuoteLiteral(absl::string_view value);
-// SELECT "<schema>".fence(<domain>, <token>::bigint): the fence call of a
-// transaction, as text for a simple Query.
-std::string FenceQuery(absl::string_view schema, absl::string_view domain,
-                       uint64_t token);
+// EXECUTE <statement>(<domain>, <token>): the fence call of a transaction
+// in a simple Query, through the session's prepared fence statement
+// (`statement` a plain identifier).
+std::string FenceExecute(absl::string_view statement, absl::string_view domain,
+                         uint64_t token);
 
 }  // namespace fencegate::pgport
 

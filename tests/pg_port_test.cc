@@ -188,6 +188,15 @@ TEST_F(PgPortTest, AFencedUpdateLandsAndAStaleOneTouchesNothing) {
             0)
       << err;
   EXPECT_EQ(Owner(), "ab");
+  // DEALLOCATE ALL drops the session's prepared fence too; the next
+  // transaction prepares it again.
+  ASSERT_EQ(Psql(*g, Options(5),
+                 {"UPDATE jobs SET owner = 'c' WHERE id = 1", "DEALLOCATE ALL",
+                  "UPDATE jobs SET owner = owner || 'd' WHERE id = 1"},
+                 &out, &err),
+            0)
+      << err;
+  EXPECT_EQ(Owner(), "cd");
 }
 
 TEST_F(PgPortTest, ASessionWithoutATokenReadsButCannotWrite) {

@@ -202,8 +202,8 @@ TEST(SqlQuoteTest, ValuesReadBackExactlyWhateverTheyHold) {
     EXPECT_EQ(s[0].value, value) << sql;
   }
   EXPECT_EQ(QuoteIdentifier("a\"b"), "\"a\"\"b\"");
-  EXPECT_EQ(FenceQuery("fencegate", "jobs", 7),
-            "SELECT \"fencegate\".fence($fg$jobs$fg$, 7::bigint)");
+  EXPECT_EQ(FenceExecute("fencegate_fence", "jobs", 7),
+            "EXECUTE fencegate_fence($fg$jobs$fg$, 7)");
 }
 
 TEST(SessionSqlCacheTest, AnswersAsTheParserWithTextsInTheStringGiven) {
