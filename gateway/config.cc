@@ -193,17 +193,13 @@ absl::StatusOr<GatewayOptions> ResolveOptions(const v1::GatewayConfig& given) {
     if (options.pg_max_connections == 0) {
       return absl::InvalidArgumentError("pg.max_connections: at least 1");
     }
-    if (!options.policy_path.empty()) {
-      return absl::InvalidArgumentError(
-          "pg.listen: the PostgreSQL port does not apply a policy yet; serve "
-          "it only from a gateway without --policy (docs/pgwire.md)");
-    }
     if (!IsLoopbackAddress(options.pg_listen) && options.pg_user_file.empty() &&
-        !options.insecure_allow_remote) {
+        options.tls.client_ca.empty() && !options.insecure_allow_remote) {
       return absl::InvalidArgumentError(absl::StrCat(
           "pg.listen: \"", options.pg_listen,
           "\" is reachable from other machines; serving it needs a "
-          "--pg_user_file, or --insecure_allow_remote"));
+          "--pg_user_file or client certificates (--tls_client_ca), or "
+          "--insecure_allow_remote"));
     }
   }
   const bool mtls = options.tls.enabled() && !options.tls.client_ca.empty();

@@ -310,6 +310,8 @@ absl::Status GatewayServer::StartPgPort(const GatewayOptions& options) {
   port.max_connections = options.pg_max_connections;
   port.max_message_bytes = options.max_message_bytes;
   port.idle_transaction_timeout = options.pg_idle_transaction_timeout;
+  port.tls = options.tls;
+  port.require_client_certificate = !options.policy_path.empty();
   if (!options.pg_user_file.empty()) {
     absl::StatusOr<UserFile> users = UserFile::Load(options.pg_user_file);
     if (!users.ok()) return users.status();
@@ -338,6 +340,7 @@ absl::Status GatewayServer::StartPgPort(const GatewayOptions& options) {
                               pool_.get()](absl::AnyInvocable<void() &&> work) {
     pool->Post(std::move(work));
   };
+  context.gate = gate_.get();
   absl::StatusOr<std::unique_ptr<PgPort>> started =
       PgPort::Start(std::move(port), std::move(context));
   if (!started.ok()) return started.status();

@@ -22,6 +22,8 @@
 #include "pgport/sql_quote.h"
 #include "pgwire/backend.h"
 #include "pgwire/startup.h"
+#include "security/peer_identity.h"
+#include "security/request_gate.h"
 #include "security/scram.h"
 
 namespace fencegate::pgport {
@@ -138,10 +140,12 @@ asio::awaitable<bool> ClientSession::Start() {
       co_return false;
     }
     packet = *std::move(parsed);
-    if (std::holds_alternative<pgwire::SslRequest>(packet) ||
-        std::holds_alternative<pgwire::GssEncRequest>(packet)) {
-      // Neither TLS nor GSSAPI encryption is served on this port yet.
-      co_await ToClient("N");
+    if (std::holds_alternative<pgwire::SslRequest>(packet)) {
+      if (!co_await OnSslRequest()) co_return false;
+      continue;
+    }
+    if (std::holds_alternative<pgwire::GssEncRequest>(packet)) {
+      co_await ToClient("N");  // GSSAPI encryption is not served.
       continue;
     }
     if (const auto* cancel = std::get_if<pgwire::CancelRequest>(&packet)) {
@@ -156,6 +160,12 @@ asio::awaitable<bool> ClientSession::Start() {
     }
     startup = &std::get<pgwire::StartupMessage>(packet);
     break;
+  }
+  if (port_.tls != nullptr && !client_.tls()) {
+    co_await Fatal("28000",
+                   "the gateway's PostgreSQL port serves TLS only: connect "
+                   "with sslmode=require (or prefer, libpq's default)");
+    co_return false;
   }
   std::string database;
   for (const auto& [name, value] : startup->parameters) {
@@ -233,6 +243,11 @@ asio::awaitable<bool> ClientSession::Start() {
     co_return false;
   }
   route_ = &route->second;
+  resource_ = absl::StrCat(route_->spec.name, "/");
+  if (absl::Status s = AdmitSession(); !s.ok()) {
+    co_await Fatal(absl::IsUnauthenticated(s) ? "28000" : "42501", s.message());
+    co_return false;
+  }
   // A pooled connection may have been closed by its server meanwhile: the
   // settings' round trip finds out, and a new connection is made once.
   const std::string setup = SetupSql();
@@ -284,7 +299,72 @@ asio::awaitable<bool> ClientSession::Start() {
   co_return !closed_;
 }
 
+asio::awaitable<bool> ClientSession::OnSslRequest() {
+  if (port_.tls == nullptr || client_.tls()) {
+    co_await ToClient("N");
+    co_return true;
+  }
+  // Bytes sent after the request but before the handshake would be read as
+  // if they had come over TLS.
+  if (client_reader_.pending_bytes() != 0) {
+    co_await Fatal("08P01", "unencrypted bytes after SSLRequest");
+    co_return false;
+  }
+  co_await ToClient("S");
+  if (absl::Status s = co_await client_.StartTls(port_.tls->Context());
+      !s.ok()) {
+    Log(LogSeverity::kWarning,
+        absl::StrCat("pg port: session ", process_id_, ": ", s.message()));
+    co_return false;
+  }
+  if (absl::Status s = co_await CheckRevocation(); !s.ok()) {
+    co_await Fatal("28000", s.message());
+    co_return false;
+  }
+  identity_ = CertificateIdentity(client_.peer_certificate());
+  co_return true;
+}
+
+asio::awaitable<absl::Status> ClientSession::CheckRevocation() {
+  co_return co_await asio::async_initiate<decltype(asio::use_awaitable),
+                                          void(absl::Status)>(
+      [this](auto handler) {
+        port_.context.run_blocking(
+            [tls = port_.tls.get(), leaf = client_.PeerCertificatePem(),
+             chain = client_.PeerChainPem(), handler = std::move(handler),
+             executor = client_.get_executor()]() mutable {
+              absl::Status status = tls->CheckRevocation(leaf, chain);
+              asio::post(executor, [handler = std::move(handler),
+                                    status = std::move(status)]() mutable {
+                std::move(handler)(status);
+              });
+            });
+      },
+      asio::use_awaitable);
+}
+
+absl::Status ClientSession::AdmitSession() const {
+  const RequestGate* gate = port_.context.gate;
+  if (gate == nullptr || !gate->has_policy()) return absl::OkStatus();
+  if (domain_.empty()) {
+    return absl::PermissionDeniedError(
+        "under the gateway's policy a session needs fencegate.domain, even "
+        "to read: the policy grants domains");
+  }
+  absl::StatusOr<std::unique_ptr<Admission>> admission = gate->AdmitIdentity(
+      identity_, PgTransactionFacts(domain_, token_, resource_));
+  return admission.status();
+}
+
 asio::awaitable<absl::Status> ClientSession::Authenticate() {
+  if (!identity_.empty()) {
+    co_return absl::OkStatus();  // signed in by its certificate
+  }
+  if (port_.options.require_client_certificate) {
+    co_return absl::UnauthenticatedError(
+        "no client identity: a certificate with a URI SAN, DNS SAN or CN is "
+        "required");
+  }
   if (port_.options.users == nullptr) co_return absl::OkStatus();
   // An unknown user goes through the same exchange against a verifier
   // nobody knows, so the answer does not tell who exists.
@@ -393,7 +473,7 @@ asio::awaitable<void> ClientSession::ToClient(std::string bytes) {
   while (!client_out_.empty() && client_.is_open()) {
     std::string chunk;
     chunk.swap(client_out_);
-    if (!(co_await WriteAll(client_, chunk)).ok()) {
+    if (!(co_await client_.WriteAll(chunk)).ok()) {
       client_out_.clear();
       break;
     }
@@ -412,8 +492,8 @@ void ClientSession::Cancel() {
 void ClientSession::Close() {
   if (closed_) return;
   closed_ = true;
+  client_.Close();
   boost::system::error_code ec;
-  client_.close(ec);
   if (upstream_ != nullptr) upstream_->socket().close(ec);
   port_.sessions.erase(process_id_);
 }

@@ -21,6 +21,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "pgport/asio.h"
+#include "pgport/client_stream.h"
 #include "pgport/frame_reader.h"
 #include "pgport/port_state.h"
 #include "pgport/response_queue.h"
@@ -68,7 +69,18 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   // The startup packet, sign-in, route and upstream connection; false if
   // the session ended (the client was told why).
   asio::awaitable<bool> Start();
+  // SSLRequest: TLS if the port serves it ('S', the handshake, the client
+  // certificate's checks), else 'N'. False if the session ended.
+  asio::awaitable<bool> OnSslRequest();
+  // With a CRL directory: the client certificate is not revoked (off the
+  // port's thread).
+  asio::awaitable<absl::Status> CheckRevocation();
+  // Signed in by the client certificate (identity_), or with SCRAM-SHA-256
+  // against the user file, or admitted without either (no user file).
   asio::awaitable<absl::Status> Authenticate();
+  // Under a policy: may this session work in its domain on its route?
+  // PERMISSION_DENIED or UNAUTHENTICATED if not; OK without a policy.
+  absl::Status AdmitSession() const;
   // The SET statements that give the upstream session the client's
   // startup parameters (and read-only mode without a token).
   std::string SetupSql() const;
@@ -93,6 +105,8 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   void AnswerSettings(const std::vector<Statement>& statements);
   // Checks the token against this gateway's fence (rules 1-3 and 11):
   // OK, or the error to answer (FG001 for a stale token).
+  // With a gate, the transaction is admitted under the policy first
+  // (42501 if denied) and its advance audited.
   asio::awaitable<absl::Status> CheckLocally();
   // The fence call for the next transaction, added upstream (extended
   // protocol; a Query's is in its text).
@@ -122,11 +136,13 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   void EndUpstream();
 
   PortState& port_;
-  tcp::socket client_;
+  ClientStream client_;
   FrameReader client_reader_;
   const int32_t process_id_;
   const int32_t secret_key_;
   PortRoute* route_ = nullptr;
+  // What the policy sees as the session's resource: "<route>/".
+  std::string resource_;
   std::unique_ptr<Upstream> upstream_;
   bool closed_ = false;
   // The client's Terminate (or end) came; the reply loop ends the upstream.
@@ -136,6 +152,8 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   // Startup parameters the upstream session is given with SET.
   std::vector<std::pair<std::string, std::string>> settings_;
   std::string user_;
+  // The client certificate's identity; empty without one.
+  std::string identity_;
   std::string domain_;
   uint64_t token_ = 0;
 

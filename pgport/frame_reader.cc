@@ -19,28 +19,24 @@ absl::StatusOr<std::optional<pgwire::Frame>> FrameReader::Buffered() {
   return Split(/*startup=*/false);
 }
 
-asio::awaitable<absl::StatusOr<pgwire::Frame>> FrameReader::Next(
-    tcp::socket& socket, bool startup) {
-  // What was handed out before is no longer referenced.
+void FrameReader::Compact() {
   buffer_.erase(0, consumed_);
   consumed_ = 0;
-  for (;;) {
-    absl::StatusOr<std::optional<pgwire::Frame>> frame = Split(startup);
-    if (!frame.ok()) co_return frame.status();
-    if (frame->has_value()) co_return **frame;
-    const size_t had = buffer_.size();
-    buffer_.resize(had + 16384);
-    boost::system::error_code ec;
-    const size_t n = co_await socket.async_read_some(
-        asio::buffer(buffer_.data() + had, buffer_.size() - had),
-        asio::redirect_error(asio::use_awaitable, ec));
-    buffer_.resize(had + n);
-    if (ec) {
-      co_return absl::UnavailableError(
-          ec == asio::error::eof ? std::string("the peer closed the connection")
-                                 : absl::StrCat("read failed: ", ec.message()));
-    }
-  }
+}
+
+asio::mutable_buffer FrameReader::Grow() {
+  const size_t had = buffer_.size();
+  buffer_.resize(had + kReadBytes);
+  return asio::buffer(buffer_.data() + had, kReadBytes);
+}
+
+absl::Status FrameReader::Filled(size_t n,
+                                 const boost::system::error_code& ec) {
+  buffer_.resize(buffer_.size() - kReadBytes + n);
+  if (!ec) return absl::OkStatus();
+  return absl::UnavailableError(
+      ec == asio::error::eof ? std::string("the peer closed the connection")
+                             : absl::StrCat("read failed: ", ec.message()));
 }
 
 asio::awaitable<absl::Status> WriteAll(tcp::socket& socket,

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <type_traits>
 
 #include "absl/status/statusor.h"
 #include "pgport/asio.h"
@@ -27,13 +28,31 @@ class FrameReader {
   explicit FrameReader(size_t max_message_bytes)
       : max_message_bytes_(max_message_bytes) {}
 
-  // The next message, reading from `socket` as needed. The frame points
-  // into the reader and is valid until its next call. `startup`: a
-  // startup-phase packet (no type byte). UNAVAILABLE when the peer closed
-  // or the read failed; INVALID_ARGUMENT or RESOURCE_EXHAUSTED (pgwire's)
-  // for a message that cannot be framed.
-  asio::awaitable<absl::StatusOr<pgwire::Frame>> Next(tcp::socket& socket,
-                                                      bool startup = false);
+  // The next message, reading from `stream` (a tcp::socket, or a
+  // ClientStream) as needed. The frame points into the reader and is valid
+  // until its next call. `startup`: a startup-phase packet (no type byte).
+  // UNAVAILABLE when the peer closed or the read failed; INVALID_ARGUMENT
+  // or RESOURCE_EXHAUSTED (pgwire's) for a message that cannot be framed.
+  template <typename Stream>
+  asio::awaitable<absl::StatusOr<pgwire::Frame>> Next(Stream& stream,
+                                                      bool startup = false) {
+    Compact();
+    for (;;) {
+      absl::StatusOr<std::optional<pgwire::Frame>> frame = Split(startup);
+      if (!frame.ok()) co_return frame.status();
+      if (frame->has_value()) co_return **frame;
+      const asio::mutable_buffer room = Grow();
+      boost::system::error_code ec;
+      size_t n = 0;
+      if constexpr (std::is_same_v<Stream, tcp::socket>) {
+        n = co_await stream.async_read_some(
+            room, asio::redirect_error(asio::use_awaitable, ec));
+      } else {
+        n = co_await stream.ReadSome(room, ec);
+      }
+      if (absl::Status s = Filled(n, ec); !s.ok()) co_return s;
+    }
+  }
 
   // A whole message already read, without reading; nullopt if none.
   absl::StatusOr<std::optional<pgwire::Frame>> Buffered();
@@ -43,6 +62,14 @@ class FrameReader {
 
  private:
   absl::StatusOr<std::optional<pgwire::Frame>> Split(bool startup);
+  // Drops what was handed out before (no longer referenced).
+  void Compact();
+  // Room at the end of the buffer for a read.
+  asio::mutable_buffer Grow();
+  // After a read of `n` bytes into Grow()'s room, or its error.
+  absl::Status Filled(size_t n, const boost::system::error_code& ec);
+
+  static constexpr size_t kReadBytes = 16384;
 
   const size_t max_message_bytes_;
   std::string buffer_;

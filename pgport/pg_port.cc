@@ -135,6 +135,14 @@ absl::StatusOr<std::unique_ptr<PgPort>> PgPort::Start(PgPortOptions options,
   impl->port = impl->acceptor.local_endpoint().port();
   impl->state.options = std::move(options);
   impl->state.context = std::move(context);
+  if (impl->state.options.tls.enabled()) {
+    absl::StatusOr<std::unique_ptr<pgport::PortTls>> tls =
+        pgport::PortTls::Create(impl->state.options.tls,
+                                impl->state.options.require_client_certificate,
+                                &impl->state.context.run_blocking);
+    if (!tls.ok()) return tls.status();
+    impl->state.tls = *std::move(tls);
+  }
   asio::co_spawn(impl->state.io, impl->Accept(), asio::detached);
   Impl* raw = impl.get();
   impl->thread = std::thread([raw] { raw->state.io.run(); });

@@ -19,6 +19,7 @@
 #include "pgport/asio.h"
 #include "pgport/pg_port.h"
 #include "pgport/session_sql_cache.h"
+#include "pgport/tls.h"
 #include "pgport/upstream.h"
 
 namespace fencegate::pgport {
@@ -39,6 +40,8 @@ struct PortState {
   // Open sessions by the process id the port gave them.
   absl::flat_hash_map<int32_t, std::weak_ptr<ClientSession>> sessions;
   int32_t next_process_id = 1;
+  // TLS, if the gateway has its files; else null.
+  std::unique_ptr<PortTls> tls;
   // What the sessions' query strings and prepared statements do.
   SessionSqlCache sql;
   bool stopping = false;

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "fencegate/common/stale_token.h"
+#include "fencegate/common/token_refused.h"
 #include "observability/log.h"
 #include "pgport/client_session.h"
 #include "pgport/sql_quote.h"
@@ -33,6 +34,11 @@ constexpr char kRefusedName[] = "fencegate_refused";
 // client expects.
 constexpr char kFailingQuery[] = "fencegate refused";
 
+// A token the domain's token rules refuse (policy.proto, Domain): not
+// granted by the lease service, not its lock service's holder, or past
+// max_advance.
+constexpr char kTokenRefusedSqlState[] = "FG002";
+
 bool Reserved(absl::string_view name) {
   return absl::StartsWith(name, postgres::kReservedNamePrefix);
 }
@@ -45,7 +51,10 @@ pgwire::TransactionStatus StatusOf(const TransactionTracker& tracker) {
 // The SQLSTATE for a refusal of this gateway's own fence check.
 absl::string_view SqlStateOf(const absl::Status& status) {
   if (GetStaleToken(status).has_value()) return postgres::kStaleSqlState;
+  if (GetTokenRefused(status).has_value()) return kTokenRefusedSqlState;
   switch (status.code()) {
+    case absl::StatusCode::kUnauthenticated:
+      return "28000";
     case absl::StatusCode::kPermissionDenied:
       return "42501";
     case absl::StatusCode::kInvalidArgument:
@@ -97,8 +106,7 @@ asio::awaitable<void> ClientSession::ClientLoop() {
   }
   if (ending_) {
     co_await FlushUpstream();
-    boost::system::error_code ec;
-    client_.close(ec);
+    client_.Close();
   }
 }
 
@@ -367,31 +375,46 @@ asio::awaitable<void> ClientSession::OnExecute(const pgwire::Execute& execute) {
 }
 
 asio::awaitable<absl::Status> ClientSession::CheckLocally() {
+  std::unique_ptr<Admission> admission;
+  if (const RequestGate* gate = port_.context.gate; gate != nullptr) {
+    absl::StatusOr<std::unique_ptr<Admission>> admitted = gate->AdmitIdentity(
+        identity_, PgTransactionFacts(domain_, token_, resource_));
+    if (!admitted.ok()) co_return admitted.status();
+    admission = *std::move(admitted);
+  }
+  const AdvanceCheck* check =
+      admission != nullptr ? admission->advance_check() : nullptr;
   Fencer* fencer = port_.context.fencer;
-  co_return co_await asio::async_initiate<decltype(asio::use_awaitable),
-                                          void(absl::Status)>(
-      [this, fencer](auto handler) {
-        auto executor = client_.get_executor();
-        Fencer::AsyncApply apply = [](Fencer::Applied applied) {
-          // Nothing is applied in the turn: the transaction is sent once
-          // the advance is durable, and the database's fence row orders it
-          // against every later raise.
-          std::move(applied)(absl::OkStatus());
-        };
-        Fencer::DecisionCallback done =
-            [handler = std::move(handler),
-             executor](absl::StatusOr<FenceDecision> decision) mutable {
-              asio::post(executor, [handler = std::move(handler),
-                                    status = decision.status()]() mutable {
-                std::move(handler)(status);
-              });
+  absl::StatusOr<FenceDecision> decision =
+      co_await asio::async_initiate<decltype(asio::use_awaitable),
+                                    void(absl::StatusOr<FenceDecision>)>(
+          [this, fencer, check](auto handler) {
+            auto executor = client_.get_executor();
+            Fencer::AsyncApply apply = [](Fencer::Applied applied) {
+              // Nothing is applied in the turn: the transaction is sent once
+              // the advance is durable, and the database's fence row orders it
+              // against every later raise.
+              std::move(applied)(absl::OkStatus());
             };
-        if (!fencer->TryExecuteAsync(domain_, token_, apply, done)) {
-          fencer->ExecuteAsync(domain_, token_, std::move(apply),
-                               std::move(done));
-        }
-      },
-      asio::use_awaitable);
+            Fencer::DecisionCallback done =
+                [handler = std::move(handler),
+                 executor](absl::StatusOr<FenceDecision> decision) mutable {
+                  asio::post(executor,
+                             [handler = std::move(handler),
+                              decision = std::move(decision)]() mutable {
+                               std::move(handler)(std::move(decision));
+                             });
+                };
+            if (!fencer->TryExecuteAsync(domain_, token_, apply, done, check)) {
+              ExecuteAsyncOptions options;
+              options.check = check;
+              fencer->ExecuteAsync(domain_, token_, std::move(apply),
+                                   std::move(done), std::move(options));
+            }
+          },
+          asio::use_awaitable);
+  if (admission != nullptr) admission->Audit(decision);
+  co_return decision.status();
 }
 
 void ClientSession::PrepareFence(bool sync) {

@@ -33,7 +33,7 @@ std::optional<Permission> PermissionOf(absl::string_view method) {
           {kWrite, Rule::WRITE},        {kFence, Rule::FENCE},
           {kGetFence, Rule::GET_FENCE}, {kSequence, Rule::FENCE},
           {kAcquire, Rule::LEASE},      {kKeepAlive, Rule::LEASE},
-          {kRelease, Rule::LEASE},
+          {kRelease, Rule::LEASE},      {kPgTransactionMethod, Rule::WRITE},
       };
   auto it = kTable->find(method);
   if (it == kTable->end()) return std::nullopt;
@@ -65,6 +65,18 @@ CallFacts CallFactsOf(const v1::FenceRequest& request) {
   facts.domain = request.domain();
   facts.token = request.token();
   facts.request_id = request.request_id();
+  return facts;
+}
+
+CallFacts PgTransactionFacts(absl::string_view domain, uint64_t token,
+                             absl::string_view resource) {
+  CallFacts facts;
+  facts.method = kPgTransactionMethod;
+  facts.domain = domain;
+  facts.token = token;
+  facts.resource = resource;
+  facts.ad_hoc = true;
+  facts.sql_text = true;
   return facts;
 }
 
@@ -110,28 +122,40 @@ void RequestGate::SetPolicy(std::shared_ptr<const Policy> policy) {
   policy_ = std::move(policy);
 }
 
-bool RequestGate::has_policy() const {
+bool RequestGate::has_policy() const { return policy() != nullptr; }
+
+std::shared_ptr<const Policy> RequestGate::policy() const {
   absl::MutexLock lock(&mu_);
-  return policy_ != nullptr;
+  return policy_;
 }
 
 absl::StatusOr<std::unique_ptr<Admission>> RequestGate::Admit(
     const grpc::ServerContextBase& context, const CallFacts& facts) const {
-  std::shared_ptr<const Policy> policy;
-  {
-    absl::MutexLock lock(&mu_);
-    policy = policy_;
+  std::shared_ptr<const Policy> policy = this->policy();
+  std::string identity;
+  // Without a policy or an audit log nobody reads the identity: spare the
+  // write path the auth context.
+  if (policy != nullptr || options_.audit != nullptr) {
+    if (std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
+        auth != nullptr) {
+      identity = PeerIdentity(*auth);
+    }
   }
+  return AdmitAs(std::move(policy), std::move(identity), facts);
+}
+
+absl::StatusOr<std::unique_ptr<Admission>> RequestGate::AdmitIdentity(
+    std::string identity, const CallFacts& facts) const {
+  return AdmitAs(policy(), std::move(identity), facts);
+}
+
+absl::StatusOr<std::unique_ptr<Admission>> RequestGate::AdmitAs(
+    std::shared_ptr<const Policy> policy, std::string identity,
+    const CallFacts& facts) const {
   std::unique_ptr<Admission> admission(new Admission());
   admission->gate_ = this;
   admission->facts_ = facts;
-  // Without a policy or an audit log nobody reads the identity: spare the
-  // write path the auth context.
-  if (policy == nullptr && options_.audit == nullptr) return admission;
-  if (std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
-      auth != nullptr) {
-    admission->identity_ = PeerIdentity(*auth);
-  }
+  admission->identity_ = std::move(identity);
   if (policy == nullptr) return admission;
 
   auto deny = [&](absl::Status status) {

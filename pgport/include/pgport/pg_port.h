@@ -19,7 +19,11 @@
 // - a session without a token is read-only: default_transaction_read_only
 //   is on, and the statements that would lift it are refused;
 // - a transaction left idle longer than idle_transaction_timeout ends the
-//   session, and the server rolls it back.
+//   session, and the server rolls it back;
+// - with the gateway's TLS files the port serves TLS only, and a verified
+//   client certificate is the session's identity: the policy's rules apply
+//   to each fenced transaction (WRITE on the domain, the route as the
+//   resource), and its advances are audited.
 //
 // The port runs on one I/O thread of its own; sessions never block it.
 // Blocking work (a fence's sync, learning a database's higher fence) runs
@@ -39,6 +43,8 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "fencing/fencer.h"
+#include "security/request_gate.h"
+#include "security/server_tls.h"
 #include "security/user_file.h"
 #include "storage_adapters/postgres/config.h"
 
@@ -53,10 +59,18 @@ struct PgPortRoute {
 struct PgPortOptions {
   // host:port; port 0 picks one (PgPort::port()).
   std::string listen_address;
-  // The users who may sign in, with SCRAM-SHA-256; null: every client is
-  // admitted without a password (the configuration allows that only on a
-  // loopback address).
+  // The users who may sign in, with SCRAM-SHA-256; null: every client
+  // without a client certificate is admitted without a password (the
+  // configuration allows that only on a loopback address).
   std::shared_ptr<const UserFile> users;
+  // The gateway's TLS files. Enabled: the port serves TLS to a client that
+  // asks (SSLRequest) and refuses a session without it; with a client CA, a
+  // client certificate it verifies signs the session in as the
+  // certificate's identity (security/peer_identity.h), without a password.
+  ServerTlsOptions tls;
+  // A client certificate is required (a policy is in force: it grants
+  // certificate identities).
+  bool require_client_certificate = false;
   // Client sessions open at once; more are refused (SQLSTATE 53300).
   uint32_t max_connections = 100;
   // Largest message a client may send, header included.
@@ -71,6 +85,10 @@ struct PgPortContext {
   Fencer* fencer = nullptr;
   // Runs blocking work off the port's thread (the gateway's I/O pool).
   absl::AnyInvocable<void(absl::AnyInvocable<void() &&>) const> run_blocking;
+  // Admits each fenced transaction under the policy in force and audits
+  // its advances, as it does a gRPC Write (kPgTransactionMethod); may be
+  // null (no policy, no audit). Not owned; outlives the port.
+  const RequestGate* gate = nullptr;
 };
 
 class PgPort {

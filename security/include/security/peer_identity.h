@@ -1,10 +1,12 @@
 // Copyright fencegate authors.
 //
-// The caller's identity, from the client certificate gRPC verified (mTLS):
-// its first URI SAN (e.g. a SPIFFE ID), else its first DNS SAN, else its
-// subject CN when the subject has exactly one. Empty for a caller without a
-// certificate, for a subject with several CNs and no SAN, and when the DNS
-// SAN or CN it would be holds a ':' (so that it cannot pass for a URI).
+// The caller's identity, from the client certificate the TLS handshake
+// verified (mTLS): its first URI SAN (e.g. a SPIFFE ID), else its first DNS
+// SAN, else its subject CN when the subject has exactly one. Empty for a
+// caller without a certificate, for a subject with several CNs and no SAN,
+// and when the DNS SAN or CN it would be holds a ':' (so that it cannot
+// pass for a URI). The gRPC port reads the certificate from gRPC's auth
+// context, the PostgreSQL port from OpenSSL: one rule, two readers.
 
 #ifndef SECURITY_PEER_IDENTITY_H_
 #define SECURITY_PEER_IDENTITY_H_
@@ -13,9 +15,16 @@
 
 #include "grpcpp/security/auth_context.h"
 
+// OpenSSL's certificate, kept opaque here.
+struct x509_st;
+
 namespace fencegate {
 
+// From gRPC's view of a verified peer.
 std::string PeerIdentity(const grpc::AuthContext& auth);
+
+// From a certificate OpenSSL verified; empty for null.
+std::string CertificateIdentity(const x509_st* cert);
 
 }  // namespace fencegate
 

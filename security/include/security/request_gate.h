@@ -56,6 +56,16 @@ struct CallFacts {
   absl::string_view request_id;
 };
 
+// The "method" of a transaction of the PostgreSQL port's sessions
+// (pgport/): it needs WRITE on the session's domain with "<route>/" as the
+// resource (what every resource of the route starts with), and ad hoc SQL.
+inline constexpr char kPgTransactionMethod[] = "/fencegate.pg/Transaction";
+
+// The facts of a transaction of a PostgreSQL port session.
+// `resource`: "<route>/".
+CallFacts PgTransactionFacts(absl::string_view domain, uint64_t token,
+                             absl::string_view resource);
+
 // The permission a method needs, from the one table; nullopt for a method
 // not in it.
 std::optional<Permission> PermissionOf(absl::string_view method);
@@ -132,6 +142,10 @@ class RequestGate {
   // for a caller without an identity while a policy is in force. Never blocks.
   absl::StatusOr<std::unique_ptr<Admission>> Admit(
       const grpc::ServerContextBase& context, const CallFacts& facts) const;
+  // Admit() of a caller whose `identity` another port established (the
+  // PostgreSQL port's, from its client certificate; empty for none).
+  absl::StatusOr<std::unique_ptr<Admission>> AdmitIdentity(
+      std::string identity, const CallFacts& facts) const;
 
   // Audits an advance the gateway made by itself, with `source` as the
   // identity (e.g. "etcd-watcher").
@@ -140,6 +154,11 @@ class RequestGate {
 
  private:
   friend class Admission;
+  std::shared_ptr<const Policy> policy() const;
+  // Admit() once the identity is known (or not needed).
+  absl::StatusOr<std::unique_ptr<Admission>> AdmitAs(
+      std::shared_ptr<const Policy> policy, std::string identity,
+      const CallFacts& facts) const;
   void Record(absl::string_view identity, const CallFacts& facts,
               absl::string_view outcome, uint64_t token,
               absl::string_view reason) const;
