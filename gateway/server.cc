@@ -341,6 +341,7 @@ absl::Status GatewayServer::StartPgPort(const GatewayOptions& options) {
     pool->Post(std::move(work));
   };
   context.gate = gate_.get();
+  context.memory = memory_.get();
   absl::StatusOr<std::unique_ptr<PgPort>> started =
       PgPort::Start(std::move(port), std::move(context));
   if (!started.ok()) return started.status();

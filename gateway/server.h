@@ -97,6 +97,8 @@ class GatewayServer {
   PolicyEnvironment policy_env_;
   std::unique_ptr<AuditLog> audit_;
   std::unique_ptr<RequestGate> gate_;
+  // Before both ports, whose requests and sessions hold reservations.
+  std::unique_ptr<MemoryBudget> memory_;
   // Before everything that writes through them or raises their fences.
   std::unique_ptr<Router> router_;
   std::unique_ptr<RouteFences> route_fences_;
@@ -109,7 +111,6 @@ class GatewayServer {
   std::unique_ptr<Fencer> fencer_;
   std::unique_ptr<LeaseManager> leases_;
   std::vector<std::unique_ptr<TokenWatcher>> watchers_;
-  std::unique_ptr<MemoryBudget> memory_;
   std::unique_ptr<GatewayService> service_;
   std::unique_ptr<LeaseService> lease_service_;
   // Before server_: it outlives the listener.

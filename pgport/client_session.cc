@@ -95,9 +95,10 @@ ClientSession::ClientSession(PortState& port, tcp::socket client,
                              int32_t process_id, int32_t secret_key)
     : port_(port),
       client_(std::move(client)),
-      client_reader_(port.options.max_message_bytes),
+      client_reader_(port.options.max_message_bytes, port.context.memory),
       process_id_(process_id),
-      secret_key_(secret_key) {}
+      secret_key_(secret_key),
+      client_drained_(client_.get_executor()) {}
 
 asio::awaitable<void> ClientSession::Run() {
   auto self = shared_from_this();
@@ -258,7 +259,8 @@ asio::awaitable<bool> ClientSession::Start() {
     if (!pooled) {
       absl::StatusOr<std::unique_ptr<Upstream>> made =
           co_await Upstream::Connect(route_->target,
-                                     port_.options.max_message_bytes);
+                                     port_.options.max_message_bytes,
+                                     port_.context.memory);
       if (!made.ok()) {
         co_await Fatal("08006", absl::StrCat("route \"", route_->spec.name,
                                              "\": ", made.status().message()));
@@ -473,7 +475,9 @@ asio::awaitable<void> ClientSession::ToClient(std::string bytes) {
   while (!client_out_.empty() && client_.is_open()) {
     std::string chunk;
     chunk.swap(client_out_);
-    if (!(co_await client_.WriteAll(chunk)).ok()) {
+    const bool written = (co_await client_.WriteAll(chunk)).ok();
+    client_drained_.cancel();
+    if (!written) {
       client_out_.clear();
       break;
     }

@@ -164,6 +164,10 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   absl::string_view current_;
   std::string client_out_;
   bool writing_client_ = false;
+  // The reply loop waits while the client has more than this to read.
+  static constexpr size_t kMaxPendingClientBytes = 1 << 20;
+  // Wakes the reply loop once a write to the client is done.
+  asio::steady_timer client_drained_;
   // Extended protocol: what each prepared statement and portal does.
   absl::flat_hash_map<std::string, Statement> statements_;
   absl::flat_hash_map<std::string, Statement> portals_;

@@ -22,6 +22,34 @@ absl::StatusOr<std::optional<pgwire::Frame>> FrameReader::Buffered() {
 void FrameReader::Compact() {
   buffer_.erase(0, consumed_);
   consumed_ = 0;
+  if (buffer_.capacity() > 2 * kUnreservedBytes &&
+      buffer_.size() <= kUnreservedBytes) {
+    std::string(buffer_).swap(
+        buffer_);  // gives the large message's memory back
+    held_ = MemoryBudget::Reservation();
+    held_bytes_ = 0;
+  }
+}
+
+absl::Status FrameReader::Reserve(bool startup) {
+  const absl::string_view rest = absl::string_view(buffer_).substr(consumed_);
+  // Startup packets are small (pgwire/frame.h bounds them).
+  if (memory_ == nullptr || startup || rest.size() < pgwire::kHeaderBytes) {
+    return absl::OkStatus();
+  }
+  const auto* p = reinterpret_cast<const unsigned char*>(rest.data()) + 1;
+  const size_t size = 1 + ((size_t{p[0]} << 24) | (size_t{p[1]} << 16) |
+                           (size_t{p[2]} << 8) | size_t{p[3]});
+  if (size <= kUnreservedBytes || size <= held_bytes_) return absl::OkStatus();
+  // Split() refused a message past the limit already; this one fits it.
+  absl::StatusOr<MemoryBudget::Reservation> reserved = memory_->Reserve(size);
+  if (!reserved.ok()) {
+    out_of_memory_ = true;
+    return reserved.status();
+  }
+  held_ = *std::move(reserved);
+  held_bytes_ = size;
+  return absl::OkStatus();
 }
 
 asio::mutable_buffer FrameReader::Grow() {

@@ -87,9 +87,10 @@ asio::awaitable<void> ClientSession::ClientLoop() {
       if (absl::IsUnavailable(frame.status())) {
         EndUpstream();  // the client went away without a Terminate
       } else {
-        co_await Fatal(
-            absl::IsResourceExhausted(frame.status()) ? "54000" : "08P01",
-            frame.status().message());
+        co_await Fatal(client_reader_.out_of_memory()              ? "53200"
+                       : absl::IsResourceExhausted(frame.status()) ? "54000"
+                                                                   : "08P01",
+                       frame.status().message());
       }
       break;
     }
@@ -511,7 +512,9 @@ asio::awaitable<void> ClientSession::ReplyLoop() {
     absl::StatusOr<pgwire::Frame> frame =
         co_await upstream->reader().Next(upstream->socket());
     if (!frame.ok()) {
-      if (!closed_ && !ending_) {
+      if (upstream->reader().out_of_memory()) {
+        co_await Fatal("53200", frame.status().message());
+      } else if (!closed_ && !ending_) {
         co_await Fatal("08006",
                        absl::StrCat("the route's server closed the session's "
                                     "connection: ",
@@ -554,6 +557,15 @@ asio::awaitable<void> ClientSession::ReplyLoop() {
       frame = **next;
     }
     co_await ToClient({});
+    // A client that reads slower than its server answers (a large SELECT
+    // or COPY TO) holds the server back, not the port's memory.
+    while (client_out_.size() > kMaxPendingClientBytes && writing_client_ &&
+           !closed_) {
+      boost::system::error_code ec;
+      client_drained_.expires_at(asio::steady_timer::time_point::max());
+      co_await client_drained_.async_wait(
+          asio::redirect_error(asio::use_awaitable, ec));
+    }
   }
 }
 

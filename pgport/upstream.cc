@@ -122,7 +122,8 @@ bool Upstream::NoteParameter(const pgwire::Frame& frame) {
 }
 
 asio::awaitable<absl::StatusOr<std::unique_ptr<Upstream>>> Upstream::Connect(
-    const UpstreamTarget& target, size_t max_message_bytes) {
+    const UpstreamTarget& target, size_t max_message_bytes,
+    MemoryBudget* memory) {
   auto executor = co_await asio::this_coro::executor;
   tcp::resolver resolver(executor);
   boost::system::error_code ec;
@@ -142,7 +143,7 @@ asio::awaitable<absl::StatusOr<std::unique_ptr<Upstream>>> Upstream::Connect(
   }
   socket.set_option(tcp::no_delay(true), ec);
   std::unique_ptr<Upstream> upstream(
-      new Upstream(std::move(socket), max_message_bytes));
+      new Upstream(std::move(socket), max_message_bytes, memory));
   upstream->endpoint_ = endpoint;
   if (absl::Status s = co_await upstream->SignIn(target); !s.ok()) {
     co_return s;

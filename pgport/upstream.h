@@ -59,7 +59,8 @@ class Upstream {
   // method the port does not speak (GSSAPI, SSPI) or another server error,
   // with the server's message.
   static asio::awaitable<absl::StatusOr<std::unique_ptr<Upstream>>> Connect(
-      const UpstreamTarget& target, size_t max_message_bytes);
+      const UpstreamTarget& target, size_t max_message_bytes,
+      MemoryBudget* memory);
 
   tcp::socket& socket() { return socket_; }
   FrameReader& reader() { return reader_; }
@@ -81,8 +82,8 @@ class Upstream {
   asio::awaitable<absl::Status> Run(const std::string& sql);
 
  private:
-  Upstream(tcp::socket socket, size_t max_message_bytes)
-      : socket_(std::move(socket)), reader_(max_message_bytes) {}
+  Upstream(tcp::socket socket, size_t max_message_bytes, MemoryBudget* memory)
+      : socket_(std::move(socket)), reader_(max_message_bytes, memory) {}
   asio::awaitable<absl::Status> SignIn(const UpstreamTarget& target);
 
   tcp::socket socket_;

@@ -1,6 +1,6 @@
 // Copyright fencegate authors.
 
-#include "gateway/memory_budget.h"
+#include "fencegate/common/memory_budget.h"
 
 #include <utility>
 

@@ -20,8 +20,11 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "fencegate/v1/gateway.grpc.pb.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
@@ -391,6 +394,61 @@ TEST_F(PgPortTest, AClientKilledMidTransactionIsRolledBack) {
       [] { return WorkerBackends("idle in transaction") == 0; },
       absl::Seconds(30)));
   EXPECT_EQ(Owner(), "nobody");
+}
+
+// The resident memory of process `pid`, from /proc.
+size_t RssBytes(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+  std::string text;
+  while (std::getline(in, text)) {
+    absl::string_view line = text;
+    size_t kib = 0;
+    if (absl::ConsumePrefix(&line, "VmRSS:") &&
+        absl::SimpleAtoi(
+            absl::StripSuffix(absl::StripAsciiWhitespace(line), " kB"), &kib)) {
+      return kib << 10;
+    }
+  }
+  return 0;
+}
+
+TEST_F(PgPortTest, AClientThatDoesNotReadHoldsBackItsServerNotThePortsMemory) {
+  auto g = StartGateway();
+  ASSERT_NE(g, nullptr);
+  testing::TempDir dir;
+  // 400 MB of rows asked for by a client that then reads nothing.
+  const pid_t client = testing::SpawnServer(
+      {"/usr/bin/python3", "-c",
+       absl::StrCat(
+           "import socket, struct, time\n"
+           "s = socket.create_connection(('127.0.0.1', ",
+           g->pg_port,
+           "))\n"
+           "s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)\n"
+           "p = b'user\\0worker\\0database\\0db\\0\\0'\n"
+           "s.sendall(struct.pack('!ii', 8 + len(p), 196608) + p)\n"
+           "got = b''\n"
+           "while b'Z\\0\\0\\0\\x05' not in got: got += s.recv(65536)\n"
+           "q = b\"SELECT repeat('x', 2000) FROM generate_series(1, "
+           "200000)\\0\"\n"
+           "s.sendall(b'Q' + struct.pack('!i', 4 + len(q)) + q)\n"
+           "time.sleep(120)\n")},
+      dir.path() + "/client.log");
+  ASSERT_GT(client, 0);
+  auto writing = [] {
+    return Exec(
+               "SELECT count(*) FROM pg_stat_activity WHERE wait_event = "
+               "'ClientWrite' AND query LIKE 'SELECT repeat%'")[0][0]
+        .as<int>();
+  };
+  // The server waits to write once the port stops reading it...
+  EXPECT_TRUE(
+      testing::WaitFor([&] { return writing() == 1; }, absl::Seconds(60)));
+  // ...and the port holds a few MB of the rows, not all of them.
+  EXPECT_LT(RssBytes(g->process->pid()), size_t{150} << 20);
+  ::kill(client, SIGKILL);
+  ASSERT_TRUE(
+      testing::WaitFor([&] { return writing() == 0; }, absl::Seconds(30)));
 }
 
 TEST_F(PgPortTest, CopyRunsBothWaysAndCancelStopsAQuery) {

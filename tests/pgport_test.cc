@@ -2,14 +2,20 @@
 //
 // The PostgreSQL port's pieces without I/O: which replies of the server
 // reach the client (pgport/response_queue.h), where transactions begin
-// (pgport/transaction_tracker.h), and the quoting of the SQL the port
-// writes itself (pgport/sql_quote.h), read back by PostgreSQL's parser.
+// (pgport/transaction_tracker.h), the quoting of the SQL the port writes
+// itself (pgport/sql_quote.h), read back by PostgreSQL's parser, and the
+// memory a message reader reserves (pgport/frame_reader.h), over a
+// loopback socket.
 
+#include <future>
 #include <string>
 #include <vector>
 
+#include "boost/asio/use_future.hpp"
+#include "fencegate/common/memory_budget.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "pgport/frame_reader.h"
 #include "pgport/response_queue.h"
 #include "pgport/session_sql_cache.h"
 #include "pgport/sql_quote.h"
@@ -235,6 +241,59 @@ TEST(SessionSqlCacheTest, AnswersAsTheParserWithTextsInTheStringGiven) {
     EXPECT_EQ(cache.Classify("SELEC 1").status().code(),
               absl::StatusCode::kInvalidArgument);
   }
+}
+
+// A connected pair of loopback sockets.
+struct SocketPair {
+  explicit SocketPair(asio::io_context& io) : reader(io), writer(io) {
+    tcp::acceptor acceptor(io,
+                           tcp::endpoint(asio::ip::address_v4::loopback(), 0));
+    writer.connect(acceptor.local_endpoint());
+    acceptor.accept(reader);
+  }
+  tcp::socket reader;
+  tcp::socket writer;
+};
+
+// `reader`'s next message from `socket`, run to its end on `io`.
+absl::StatusOr<pgwire::Frame> ReadOne(asio::io_context& io, FrameReader& reader,
+                                      tcp::socket& socket) {
+  std::future<absl::StatusOr<pgwire::Frame>> next =
+      asio::co_spawn(io, reader.Next(socket), asio::use_future);
+  io.restart();
+  io.run();
+  return next.get();
+}
+
+TEST(FrameReaderTest, ALargeMessageIsReservedWhileHeldAndRefusedPastTheBudget) {
+  asio::io_context io;
+  SocketPair sockets(io);
+  const std::string big =
+      pgwire::Encode(pgwire::Query{std::string(300 << 10, 'x')});
+  const std::string small = pgwire::Encode(pgwire::Query{"SELECT 1"});
+
+  MemoryBudget budget(1 << 20);
+  FrameReader reader(16 << 20, &budget);
+  asio::write(sockets.writer, asio::buffer(small + big + small));
+  ASSERT_OK_AND_ASSIGN(first, ReadOne(io, reader, sockets.reader));
+  EXPECT_EQ(first.size, small.size());
+  EXPECT_EQ(budget.used(), 0u) << "a small message is not reserved";
+  ASSERT_OK_AND_ASSIGN(second, ReadOne(io, reader, sockets.reader));
+  EXPECT_EQ(second.size, big.size());
+  EXPECT_EQ(budget.used(), big.size()) << "held while the frame is";
+  ASSERT_OK_AND_ASSIGN(third, ReadOne(io, reader, sockets.reader));
+  EXPECT_EQ(third.size, small.size());
+  EXPECT_EQ(budget.used(), 0u) << "given back with the next message";
+  EXPECT_FALSE(reader.out_of_memory());
+
+  // Past what the budget has left, the message is refused before it is read.
+  MemoryBudget tight(200 << 10);
+  FrameReader refusing(16 << 20, &tight);
+  asio::write(sockets.writer, asio::buffer(big));
+  ExpectError(ReadOne(io, refusing, sockets.reader),
+              absl::StatusCode::kResourceExhausted, "memory_limit_mib");
+  EXPECT_TRUE(refusing.out_of_memory());
+  EXPECT_EQ(tight.used(), 0u);
 }
 
 }  // namespace

@@ -42,6 +42,7 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "fencegate/common/memory_budget.h"
 #include "fencing/fencer.h"
 #include "security/request_gate.h"
 #include "security/server_tls.h"
@@ -89,6 +90,10 @@ struct PgPortContext {
   // its advances, as it does a gRPC Write (kPgTransactionMethod); may be
   // null (no policy, no audit). Not owned; outlives the port.
   const RequestGate* gate = nullptr;
+  // The gateway's memory budget, shared with its gRPC Writes: each message
+  // a session holds past 64 KiB is reserved there (pgport/frame_reader.h).
+  // May be null (no bound). Not owned; outlives the port.
+  MemoryBudget* memory = nullptr;
 };
 
 class PgPort {

@@ -1,18 +1,20 @@
 // Copyright fencegate authors.
 //
 // MemoryBudget: a bound on the bytes that requests hold while they wait for
-// their domain and run (docs/operations.md, "Limits"). gRPC's ResourceQuota
-// bounds what its transport holds; a Write it has handed over -- parsed,
-// then queued behind a busy domain -- is no longer counted there, so the
-// gateway counts it here: each Write reserves twice its size on the wire
-// (its bytes, which gRPC keeps until the reply, and the parsed request) for
-// as long as it lives, and a Write that does not fit is refused at once with
-// RESOURCE_EXHAUSTED, before it is queued.
+// their domain and run (docs/operations.md, "Limits"), one for both of the
+// gateway's ports. gRPC's ResourceQuota bounds what its transport holds; a
+// Write it has handed over -- parsed, then queued behind a busy domain -- is
+// no longer counted there, so the gateway counts it here: each Write
+// reserves twice its size on the wire (its bytes, which gRPC keeps until the
+// reply, and the parsed request) for as long as it lives, and a Write that
+// does not fit is refused at once with RESOURCE_EXHAUSTED, before it is
+// queued. The PostgreSQL port reserves each large message a session holds
+// (pgport/frame_reader.h).
 //
 // Thread safety: safe for concurrent use; never blocks.
 
-#ifndef GATEWAY_MEMORY_BUDGET_H_
-#define GATEWAY_MEMORY_BUDGET_H_
+#ifndef COMMON_MEMORY_BUDGET_H_
+#define COMMON_MEMORY_BUDGET_H_
 
 #include <atomic>
 #include <cstddef>
@@ -63,4 +65,4 @@ class MemoryBudget {
 
 }  // namespace fencegate
 
-#endif  // GATEWAY_MEMORY_BUDGET_H_
+#endif  // COMMON_MEMORY_BUDGET_H_
