@@ -36,6 +36,9 @@ struct EnvironmentOptions {
   std::string work_dir;
   // Extra gateway flags.
   std::vector<std::string> gateway_flags;
+  // The throwaway PostgreSQL without fsync (commits do not wait for the
+  // disk); off: PostgreSQL's default durability, as production runs it.
+  bool pg_fast = false;
   // The gateway's PostgreSQL route's pool_size: how many transactions it
   // runs at once. On two cores shared with PostgreSQL and the harness, 4
   // measured best of 2, 4, 8 (the adapter's default) and 64.

@@ -28,7 +28,7 @@ absl::StatusOr<std::unique_ptr<Environment>> Environment::Start(
   int pg_port = 0;
   if (options.pg_dsn.empty()) {
     absl::StatusOr<std::unique_ptr<testing::PostgresServer>> pg =
-        testing::PostgresServer::Start();
+        testing::PostgresServer::Start(/*fsync=*/!options.pg_fast);
     if (!pg.ok()) return pg.status();
     env->pg_ = *std::move(pg);
     env->pg_dsn_ = env->pg_->Conninfo();

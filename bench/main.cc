@@ -147,6 +147,7 @@ int Run(int argc, char** argv) {
   std::string command;
   std::vector<std::string> gateway_flags;
   uint64_t pg_pool_size = 4;
+  bool pg_fast = false;
   uint64_t cycles = 10, chaos_seed = 1;
   std::string chaos_sources = "lease,etcd,redis,redlock,postgres,zookeeper";
   CLI::App app(kUsage, "fencegate-bench");
@@ -176,6 +177,9 @@ int Run(int argc, char** argv) {
   app.add_option("--ttl_ms", ttl_ms,
                  "safety, chaos: lease ttl (default 300; etcd uses 2 s)");
   app.add_option("--pg_dsn", pg_dsn, "existing PostgreSQL (libpq DSN)");
+  app.add_flag("--pg_fast", pg_fast,
+               "the throwaway PostgreSQL runs with fsync=off (default: on, "
+               "PostgreSQL's own durability)");
   app.add_option("--pgbouncer_dsn", pgbouncer_dsn,
                  "existing pgbouncer (libpq DSN)");
   app.add_option("--json", json,
@@ -304,6 +308,7 @@ int Run(int argc, char** argv) {
   }
   EnvironmentOptions eopts{pg_dsn, pgbouncer_dsn, dir, gateway_flags};
   eopts.pg_pool_size = pg_pool_size;
+  eopts.pg_fast = pg_fast;
   for (const std::string& t : topts.targets) {
     eopts.start_mtls_gateway |= absl::EndsWith(t, "-mtls");
     eopts.start_metrics_gateway |= absl::EndsWith(t, "-metrics");
@@ -316,6 +321,10 @@ int Run(int argc, char** argv) {
     return 1;
   }
 
+  const std::string postgres = !pg_dsn.empty() ? "given (--pg_dsn)"
+                               : pg_fast ? "throwaway, fsync=off (--pg_fast)"
+                                         : "throwaway, fsync=on";
+  std::printf("PostgreSQL: %s\n", postgres.c_str());
   std::vector<RunStats> runs;
   if (command != "safety") {
     absl::StatusOr<std::vector<RunStats>> t = RunThroughput(**env, topts);
@@ -407,7 +416,11 @@ int Run(int argc, char** argv) {
       }
     }
   }
-  std::ofstream(json) << ToJson(runs, safety.empty() ? "" : SafetyJson(safety));
+  std::string postgres_json =
+      absl::StrCat("  \"postgres\": \"", postgres, "\"");
+  if (!safety.empty())
+    absl::StrAppend(&postgres_json, ",\n", SafetyJson(safety));
+  std::ofstream(json) << ToJson(runs, postgres_json);
   if (!runs.empty()) {
     std::ofstream(svg) << ToSvg(runs,
                                 "fencegate-bench: write latency histograms");

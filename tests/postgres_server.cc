@@ -50,8 +50,10 @@ int Shell(const std::string& command, std::string* output) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<PostgresServer>> PostgresServer::Start() {
+absl::StatusOr<std::unique_ptr<PostgresServer>> PostgresServer::Start(
+    bool fsync) {
   std::unique_ptr<PostgresServer> server(new PostgresServer());
+  server->fsync_ = fsync;
   server->bin_ = FindBinDir();
   if (server->bin_.empty()) {
     return absl::UnavailableError(
@@ -114,7 +116,8 @@ absl::Status PostgresServer::Ctl(const std::string& action) {
   std::string out;
   std::string opts = absl::StrCat(
       "-p ", port_, " -k ", dir_,
-      " -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200");
+      " -c listen_addresses=127.0.0.1 -c fsync=", fsync_ ? "on" : "off",
+      " -c max_connections=200");
   int rc =
       Shell(absl::StrCat(
                 bin_, "/pg_ctl -D ", dir_, "/data -l ", dir_, "/log -w -t 60 ",

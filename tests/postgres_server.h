@@ -19,7 +19,11 @@ namespace fencegate::testing {
 class PostgresServer {
  public:
   // initdb + start. UNAVAILABLE with the tool's output if either fails.
-  static absl::StatusOr<std::unique_ptr<PostgresServer>> Start();
+  // `fsync`: PostgreSQL's default durability; off (the tests' default), a
+  // commit does not wait for the disk.
+  static absl::StatusOr<std::unique_ptr<PostgresServer>> Start(
+      bool fsync = false);
+  bool fsync() const { return fsync_; }
   ~PostgresServer();  // Stops the server (immediate) and removes its files.
 
   // The unprivileged route role Start() creates and sets up with
@@ -51,6 +55,7 @@ class PostgresServer {
   std::string dir_;
   std::string bin_;
   int port_ = 0;
+  bool fsync_ = false;
   bool running_ = false;
 };
 
