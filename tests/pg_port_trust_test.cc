@@ -19,6 +19,7 @@
 #include "absl/strings/str_replace.h"
 #include "pqxx/pqxx"
 #include "security/request_gate.h"
+#include "security/scram.h"
 #include "tests/fixtures.h"
 #include "tests/postgres_server.h"
 #include "tests/trust_fixture.h"
@@ -38,11 +39,11 @@ class PgPortTrustTest : public testing::TrustFixture {
       start_error_ = server.status().ToString();
       return;
     }
-    server_ = server->release();
+    postgres_ = server->release();
   }
   static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
+    delete postgres_;
+    postgres_ = nullptr;
   }
 
   std::string Policy() const override {
@@ -66,7 +67,7 @@ class PgPortTrustTest : public testing::TrustFixture {
   }
 
   void SetUp() override {
-    ASSERT_NE(server_, nullptr) << start_error_;
+    ASSERT_NE(postgres_, nullptr) << start_error_;
     TrustFixture::SetUp();
     if (HasFatalFailure()) return;
     Exec("DROP TABLE IF EXISTS jobs");
@@ -82,13 +83,13 @@ class PgPortTrustTest : public testing::TrustFixture {
 
   void Start(std::vector<std::string> extra = {}) {
     pg_port_ = testing::FreeLoopbackPort();
-    extra.push_back("--route=db=" + server_->Uri());
+    extra.push_back("--route=db=" + postgres_->Uri());
     extra.push_back(absl::StrCat("--pg_listen=127.0.0.1:", pg_port_));
     StartGateway(extra);
   }
 
   static pqxx::result Exec(const std::string& sql) {
-    pqxx::connection c(server_->Conninfo());
+    pqxx::connection c(postgres_->Conninfo());
     pqxx::work tx(c);
     pqxx::result r = tx.exec(sql);
     tx.commit();
@@ -102,12 +103,14 @@ class PgPortTrustTest : public testing::TrustFixture {
   // with `sslmode`; its exit code, with what it printed in `out` and `err`.
   int Psql(const CertFiles& client, const std::string& options,
            const std::string& sql, std::string* out, std::string* err,
-           const std::string& sslmode = "verify-full") const {
+           const std::string& sslmode = "verify-full",
+           const std::string& password = "") const {
     const std::string none = dir_.path() + "/none";
     std::vector<std::string> argv = {
         "/usr/bin/env",
         "PGOPTIONS=" + options,
         "PGCONNECT_TIMEOUT=10",
+        "PGPASSWORD=" + password,
         "PGSSLMODE=" + sslmode,
         "PGSSLROOTCERT=" + pki_->ca(),
         "PGSSLCERT=" + (client.cert.empty() ? none : client.cert),
@@ -151,12 +154,12 @@ class PgPortTrustTest : public testing::TrustFixture {
     return port;
   }
 
-  static testing::PostgresServer* server_;
+  static testing::PostgresServer* postgres_;
   static std::string start_error_;
   int pg_port_ = 0;
 };
 
-testing::PostgresServer* PgPortTrustTest::server_ = nullptr;
+testing::PostgresServer* PgPortTrustTest::postgres_ = nullptr;
 std::string PgPortTrustTest::start_error_;
 
 constexpr char kUpdate[] = "UPDATE jobs SET owner = 'written' WHERE id = 1";
@@ -257,6 +260,40 @@ TEST_F(PgPortTrustTest, ARevokedCertificateIsRefused) {
   EXPECT_EQ(Owner(), "nobody");
   ASSERT_EQ(Psql(billing_, Options("billing/x", 0), "SELECT 1", &out, &err), 0)
       << err;
+}
+
+TEST_F(PgPortTrustTest, WithoutClientCertificatesAPasswordSignsInOverTls) {
+  // A gateway with TLS but no client CA and no policy, and a user file.
+  const std::string users = dir_.path() + "/users.txt";
+  testing::WriteFileOrDie(
+      users,
+      absl::StrCat("\"worker\" \"",
+                   MakeScramVerifier("right horse", "0123456789abcdef", 4096),
+                   "\"\n"));
+  pg_port_ = testing::FreeLoopbackPort();
+  gateway_.reset();
+  ASSERT_OK_AND_ASSIGN(
+      gateway, testing::GatewayProcess::Start(
+                   dir_.path() + "/plain-data",
+                   {"--tls_cert=" + server_.cert, "--tls_key=" + server_.key,
+                    "--pg_user_file=" + users, "--route=db=" + postgres_->Uri(),
+                    absl::StrCat("--pg_listen=127.0.0.1:", pg_port_)}));
+  gateway_ = std::move(gateway);
+  std::string out, err;
+  // libpq over TLS offers channel binding; the port does without it.
+  ASSERT_EQ(Psql(CertFiles{}, Options("jobs/a", 5), kUpdate, &out, &err,
+                 "verify-full", "right horse"),
+            0)
+      << err;
+  EXPECT_EQ(Owner(), "written");
+  EXPECT_NE(Psql(CertFiles{}, Options("jobs/a", 5), "SELECT 1", &out, &err,
+                 "verify-full", "wrong horse"),
+            0);
+  EXPECT_THAT(err, HasSubstr("password authentication failed"));
+  EXPECT_NE(Psql(CertFiles{}, Options("jobs/a", 5), "SELECT 1", &out, &err,
+                 "disable", "right horse"),
+            0);
+  EXPECT_THAT(err, HasSubstr("serves TLS only"));
 }
 
 TEST_F(PgPortTrustTest, BytesSentBeforeTheHandshakeAreRefused) {
