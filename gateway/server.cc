@@ -310,6 +310,7 @@ absl::Status GatewayServer::StartPgPort(const GatewayOptions& options) {
   port.max_connections = options.pg_max_connections;
   port.max_message_bytes = options.max_message_bytes;
   port.idle_transaction_timeout = options.pg_idle_transaction_timeout;
+  port.startup_timeout = options.handshake_timeout;
   port.tls = options.tls;
   port.require_client_certificate = !options.policy_path.empty();
   if (!options.pg_user_file.empty()) {

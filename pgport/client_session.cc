@@ -102,7 +102,22 @@ ClientSession::ClientSession(PortState& port, tcp::socket client,
 
 asio::awaitable<void> ClientSession::Run() {
   auto self = shared_from_this();
-  if (!co_await Start()) {
+  asio::steady_timer deadline(client_.get_executor());
+  if (port_.options.startup_timeout > absl::ZeroDuration()) {
+    deadline.expires_after(
+        absl::ToChronoMilliseconds(port_.options.startup_timeout));
+    deadline.async_wait([this, self](boost::system::error_code ec) {
+      if (ec) return;  // cancelled: the session started
+      Log(LogSeverity::kWarning,
+          absl::StrCat("pg port: session ", process_id_,
+                       " closed: not signed in within ",
+                       absl::FormatDuration(port_.options.startup_timeout)));
+      Close();
+    });
+  }
+  const bool started = co_await Start();
+  deadline.cancel();
+  if (!started) {
     Close();
     co_return;
   }

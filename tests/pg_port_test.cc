@@ -531,6 +531,28 @@ TEST_F(PgPortTest, BadBytesCloseOnlyTheirOwnSession) {
   EXPECT_EQ(Owner(), "still here");
 }
 
+TEST_F(PgPortTest, ASilentConnectionIsClosedAfterTheHandshakeTimeout) {
+  auto g = StartGateway({"--handshake_timeout_seconds=1"});
+  ASSERT_NE(g, nullptr);
+  // Connects and sends nothing: the port closes it (recv sees the end)
+  // long before the client's own 60 s run out.
+  std::string out, err;
+  ASSERT_EQ(testing::RunCommand(
+                {"/usr/bin/python3", "-c",
+                 absl::StrCat("import socket\n"
+                              "s = socket.create_connection(('127.0.0.1', ",
+                              g->pg_port,
+                              "))\n"
+                              "s.settimeout(60)\n"
+                              "print('closed' if s.recv(1) == b'' else "
+                              "'data')\n")},
+                &out, &err),
+            0)
+      << err;
+  EXPECT_EQ(out, "closed\n");
+  EXPECT_EQ(Psql(*g, Options(5), {"SELECT 1"}, &out, &err), 0) << err;
+}
+
 TEST_F(PgPortTest, TwoGatewaysHandADomainOverThroughTheDatabase) {
   auto a = StartGateway();
   auto b = StartGateway();

@@ -76,6 +76,10 @@ struct PgPortOptions {
   uint32_t max_connections = 100;
   // Largest message a client may send, header included.
   size_t max_message_bytes = 16 << 20;
+  // A session must have signed in (startup packet, TLS handshake, password)
+  // and have its server connection within this; else it is closed, so
+  // that silent connections cannot hold the session slots. 0: no limit.
+  absl::Duration startup_timeout = absl::Seconds(10);
   // A session idle inside a transaction this long is ended. 0: never.
   absl::Duration idle_transaction_timeout = absl::Seconds(60);
   std::vector<PgPortRoute> routes;
