@@ -122,9 +122,11 @@ asio::awaitable<void> ClientSession::Run() {
     co_return;
   }
   last_client_message_ = std::chrono::steady_clock::now();
+  last_server_message_ = last_client_message_;
   asio::co_spawn(client_.get_executor(), Keep(self, &ClientSession::ReplyLoop),
                  asio::detached);
-  if (port_.options.idle_transaction_timeout > absl::ZeroDuration()) {
+  if (port_.options.idle_transaction_timeout > absl::ZeroDuration() ||
+      route_->spec.options.statement_timeout_ms > 0) {
     asio::co_spawn(client_.get_executor(), Keep(self, &ClientSession::Watchdog),
                    asio::detached);
   }
@@ -334,9 +336,11 @@ asio::awaitable<bool> ClientSession::OnSslRequest() {
         absl::StrCat("pg port: session ", process_id_, ": ", s.message()));
     co_return false;
   }
-  if (absl::Status s = co_await CheckRevocation(); !s.ok()) {
-    co_await Fatal("28000", s.message());
-    co_return false;
+  if (port_.tls->checks_revocation() && client_.peer_certificate() != nullptr) {
+    if (absl::Status s = co_await CheckRevocation(); !s.ok()) {
+      co_await Fatal("28000", s.message());
+      co_return false;
+    }
   }
   identity_ = CertificateIdentity(client_.peer_certificate());
   co_return true;
@@ -445,19 +449,43 @@ std::string ClientSession::SetupSql() const {
 }
 
 asio::awaitable<void> ClientSession::Watchdog() {
-  const auto limit =
+  using std::chrono::milliseconds;
+  const milliseconds idle_limit =
       absl::ToChronoMilliseconds(port_.options.idle_transaction_timeout);
+  // The gRPC route's limit on a Write's run: the route's statement_timeout
+  // and a second of grace, enforced by a cancel whatever the session set.
+  const int64_t statement_ms = route_->spec.options.statement_timeout_ms;
+  const milliseconds statement_limit =
+      statement_ms > 0 ? milliseconds(statement_ms + 1000) : milliseconds(0);
+  milliseconds tick(1000);
+  for (milliseconds limit : {idle_limit, statement_limit}) {
+    if (limit > milliseconds(0)) tick = std::min(tick, limit / 4);
+  }
+  tick = std::max(tick, milliseconds(10));
   asio::steady_timer timer(client_.get_executor());
   while (!closed_) {
-    timer.expires_after(std::min<std::chrono::milliseconds>(
-        std::chrono::milliseconds(1000),
-        std::max<std::chrono::milliseconds>(limit / 4,
-                                            std::chrono::milliseconds(10))));
+    timer.expires_after(tick);
     boost::system::error_code ec;
     co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
     if (closed_ || ending_) co_return;
-    if (!tracker_.idle() && queue_.empty() &&
-        std::chrono::steady_clock::now() - last_client_message_ >= limit) {
+    const auto now = std::chrono::steady_clock::now();
+    if (statement_limit > milliseconds(0) && !queue_.empty() &&
+        !statement_cancelled_ &&
+        now - std::max(last_client_message_, last_server_message_) >=
+            statement_limit) {
+      // Neither the client nor the server has said anything for longer than
+      // a statement may run: the server's statement_timeout was lifted (SET,
+      // a DO block), or the client reads too slowly.
+      Log(LogSeverity::kWarning,
+          absl::StrCat("pg port: session ", process_id_,
+                       ": a statement ran longer than route \"",
+                       route_->spec.name, "\"'s statement_timeout_ms (",
+                       statement_ms, ") and a second; cancelling it"));
+      statement_cancelled_ = true;
+      Cancel();
+    }
+    if (idle_limit > milliseconds(0) && !tracker_.idle() && queue_.empty() &&
+        now - last_client_message_ >= idle_limit) {
       Log(LogSeverity::kWarning,
           absl::StrCat(
               "pg port: session ", process_id_,

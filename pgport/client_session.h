@@ -84,6 +84,9 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   // The SET statements that give the upstream session the client's
   // startup parameters (and read-only mode without a token).
   std::string SetupSql() const;
+  // Ends a session idle inside a transaction past the idle limit, and
+  // cancels a statement that runs past the route's statement_timeout_ms
+  // and a second (neither side heard from), whatever the session set.
   asio::awaitable<void> Watchdog();
   // Sends a FATAL error and closes.
   asio::awaitable<void> Fatal(absl::string_view sqlstate,
@@ -176,6 +179,9 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   // A message of this batch was refused: skip to Sync.
   bool skipping_ = false;
   std::chrono::steady_clock::time_point last_client_message_;
+  std::chrono::steady_clock::time_point last_server_message_;
+  // The watchdog cancelled the running statement; no reply since.
+  bool statement_cancelled_ = false;
 };
 
 }  // namespace fencegate::pgport

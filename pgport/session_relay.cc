@@ -523,6 +523,8 @@ asio::awaitable<void> ClientSession::ReplyLoop() {
       Close();
       co_return;
     }
+    last_server_message_ = std::chrono::steady_clock::now();
+    statement_cancelled_ = false;
     for (;;) {
       if (frame->type == 'S') upstream->NoteParameter(*frame);
       ReplyOutcome outcome;

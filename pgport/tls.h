@@ -49,7 +49,8 @@ class PortTls {
   // passed, it asks for a new one and hands out the current one meanwhile.
   std::shared_ptr<asio::ssl::context> Context() ABSL_LOCKS_EXCLUDED(mu_);
 
-  bool verifies_clients() const { return !options_.client_ca.empty(); }
+  // A CRL directory is configured: CheckRevocation() has work to do.
+  bool checks_revocation() const { return revocation_ != nullptr; }
 
   // With a CRL directory: OK unless a certificate of the client's chain
   // (`leaf_pem`, `chain_pem`: ClientStream's) is revoked or lacks its

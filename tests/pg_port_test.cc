@@ -60,12 +60,14 @@ class PgPortTest : public PostgresAdapterTest {
     Exec("INSERT INTO jobs (id, owner, amount) VALUES (1, 'nobody', 0)");
   }
 
+  // `route_params`: the route URI's query.
   static std::unique_ptr<Gateway> StartGateway(
-      const std::vector<std::string>& extra = {}) {
+      const std::vector<std::string>& extra = {},
+      const std::string& route_params = "") {
     auto g = std::make_unique<Gateway>();
     g->pg_port = testing::FreeLoopbackPort();
     std::vector<std::string> args = {
-        "--route=db=" + server_->Uri(),
+        "--route=db=" + server_->Uri(route_params),
         absl::StrCat("--pg_listen=127.0.0.1:", g->pg_port)};
     args.insert(args.end(), extra.begin(), extra.end());
     auto process = GatewayProcess::Start(g->dir.path(), args);
@@ -550,6 +552,21 @@ TEST_F(PgPortTest, ASilentConnectionIsClosedAfterTheHandshakeTimeout) {
             0)
       << err;
   EXPECT_EQ(out, "closed\n");
+  EXPECT_EQ(Psql(*g, Options(5), {"SELECT 1"}, &out, &err), 0) << err;
+}
+
+TEST_F(PgPortTest, AStatementPastTheRoutesTimeoutIsCancelledWhateverItSet) {
+  auto g = StartGateway({}, "statement_timeout_ms=500");
+  ASSERT_NE(g, nullptr);
+  std::string out, err;
+  // The session lifts the server's statement_timeout; the port's own limit
+  // (the route's, and a second) still cancels the statement.
+  EXPECT_NE(
+      Psql(*g, Options(5), {"SET statement_timeout = 0", "SELECT pg_sleep(60)"},
+           &out, &err),
+      0);
+  EXPECT_THAT(err, HasSubstr("canceling statement due to user request"));
+  // The session goes on.
   EXPECT_EQ(Psql(*g, Options(5), {"SELECT 1"}, &out, &err), 0) << err;
 }
 
