@@ -199,4 +199,28 @@ int RunCommand(const std::vector<std::string>& argv, std::string* out,
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+int RunPsql(int port, const std::string& database,
+            const std::vector<std::string>& env,
+            const std::vector<std::string>& sql, std::string* out,
+            std::string* err) {
+  std::vector<std::string> argv = {"/usr/bin/env", "PGCONNECT_TIMEOUT=10"};
+  argv.insert(argv.end(), env.begin(), env.end());
+  for (const char* arg :
+       {"psql", "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-v",
+        "VERBOSITY=verbose", "-h", "127.0.0.1", "-U", "worker"}) {
+    argv.push_back(arg);
+  }
+  argv.push_back("-p");
+  argv.push_back(absl::StrCat(port));
+  argv.push_back("-d");
+  argv.push_back(database);
+  for (const std::string& s : sql) {
+    argv.push_back("-c");
+    argv.push_back(s);
+  }
+  out->clear();
+  err->clear();
+  return RunCommand(argv, out, err);
+}
+
 }  // namespace fencegate::testing

@@ -74,6 +74,15 @@ pid_t SpawnServer(std::vector<std::string> argv, const std::string& log_path);
 int RunCommand(const std::vector<std::string>& argv, std::string* out,
                std::string* err = nullptr);
 
+// psql against a PostgreSQL protocol port on 127.0.0.1:`port`, as user
+// "worker" on `database`, with `env` (NAME=VALUE) set and one -c for each
+// of `sql`: unaligned, tuples only, stopping at the first error, errors
+// with their SQLSTATE. Its exit code; what it printed in `out` and `err`.
+int RunPsql(int port, const std::string& database,
+            const std::vector<std::string>& env,
+            const std::vector<std::string>& sql, std::string* out,
+            std::string* err);
+
 }  // namespace fencegate::testing
 
 #endif  // TESTS_FIXTURES_H_

@@ -82,32 +82,9 @@ class PgPortTest : public PostgresAdapterTest {
                   const std::vector<std::string>& sql, std::string* out,
                   std::string* err, const std::string& database = "db",
                   const std::string& password = "") {
-    std::vector<std::string> argv = {"/usr/bin/env",
-                                     "PGOPTIONS=" + options,
-                                     "PGCONNECT_TIMEOUT=10",
-                                     "PGPASSWORD=" + password,
-                                     "psql",
-                                     "-X",
-                                     "-q",
-                                     "-A",
-                                     "-t",
-                                     "-v",
-                                     "ON_ERROR_STOP=1",
-                                     "-h",
-                                     "127.0.0.1",
-                                     "-p",
-                                     absl::StrCat(g.pg_port),
-                                     "-U",
-                                     "worker",
-                                     "-d",
-                                     database};
-    for (const std::string& s : sql) {
-      argv.push_back("-c");
-      argv.push_back(s);
-    }
-    out->clear();
-    err->clear();
-    return testing::RunCommand(argv, out, err);
+    return testing::RunPsql(g.pg_port, database,
+                            {"PGOPTIONS=" + options, "PGPASSWORD=" + password},
+                            sql, out, err);
   }
 
   // A psycopg 3 script, given `dsn` as DSN; its exit code.

@@ -21,6 +21,7 @@
 #include "security/request_gate.h"
 #include "security/scram.h"
 #include "tests/fixtures.h"
+#include "tests/postgres_adapter_fixture.h"
 #include "tests/postgres_server.h"
 #include "tests/trust_fixture.h"
 
@@ -34,12 +35,7 @@ using ::testing::HasSubstr;
 class PgPortTrustTest : public testing::TrustFixture {
  protected:
   static void SetUpTestSuite() {
-    auto server = testing::PostgresServer::Start();
-    if (!server.ok()) {
-      start_error_ = server.status().ToString();
-      return;
-    }
-    postgres_ = server->release();
+    postgres_ = testing::StartSuiteServer(&start_error_);
   }
   static void TearDownTestSuite() {
     delete postgres_;
@@ -89,11 +85,7 @@ class PgPortTrustTest : public testing::TrustFixture {
   }
 
   static pqxx::result Exec(const std::string& sql) {
-    pqxx::connection c(postgres_->Conninfo());
-    pqxx::work tx(c);
-    pqxx::result r = tx.exec(sql);
-    tx.commit();
-    return r;
+    return ExecAsAdmin(*postgres_, sql);
   }
   static std::string Owner() {
     return Exec("SELECT owner FROM jobs WHERE id = 1")[0][0].as<std::string>();
@@ -106,37 +98,13 @@ class PgPortTrustTest : public testing::TrustFixture {
            const std::string& sslmode = "verify-full",
            const std::string& password = "") const {
     const std::string none = dir_.path() + "/none";
-    std::vector<std::string> argv = {
-        "/usr/bin/env",
-        "PGOPTIONS=" + options,
-        "PGCONNECT_TIMEOUT=10",
-        "PGPASSWORD=" + password,
-        "PGSSLMODE=" + sslmode,
-        "PGSSLROOTCERT=" + pki_->ca(),
-        "PGSSLCERT=" + (client.cert.empty() ? none : client.cert),
-        "PGSSLKEY=" + (client.key.empty() ? none : client.key),
-        "psql",
-        "-X",
-        "-q",
-        "-A",
-        "-t",
-        "-v",
-        "ON_ERROR_STOP=1",
-        "-v",
-        "VERBOSITY=verbose",
-        "-h",
-        "127.0.0.1",
-        "-p",
-        absl::StrCat(pg_port_),
-        "-U",
-        "worker",
-        "-d",
-        "db",
-        "-c",
-        sql};
-    out->clear();
-    err->clear();
-    return testing::RunCommand(argv, out, err);
+    return testing::RunPsql(
+        pg_port_, "db",
+        {"PGOPTIONS=" + options, "PGPASSWORD=" + password,
+         "PGSSLMODE=" + sslmode, "PGSSLROOTCERT=" + pki_->ca(),
+         "PGSSLCERT=" + (client.cert.empty() ? none : client.cert),
+         "PGSSLKEY=" + (client.key.empty() ? none : client.key)},
+        {sql}, out, err);
   }
 
   static std::string Options(const std::string& domain, uint64_t token) {

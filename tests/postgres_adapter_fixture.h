@@ -41,17 +41,20 @@ inline v1::Operation Sql(const std::string& sql,
   return op;
 }
 
+// Runs `sql` on `server` as its superuser, in a transaction of its own.
+inline pqxx::result ExecAsAdmin(const testing::PostgresServer& server,
+                                const std::string& sql) {
+  pqxx::connection c(server.Conninfo());
+  pqxx::work tx(c);
+  pqxx::result r = tx.exec(sql);
+  tx.commit();
+  return r;
+}
+
 class PostgresAdapterTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto server = testing::PostgresServer::Start();
-    // Not ASSERT: a fatal failure here makes gtest skip the suite's tests,
-    // which CTest counts as skipped, not failed. Each test fails instead.
-    if (!server.ok()) {
-      start_error_ = server.status().ToString();
-      return;
-    }
-    server_ = server->release();
+    server_ = testing::StartSuiteServer(&start_error_);
   }
   static void TearDownTestSuite() {
     delete server_;
@@ -111,11 +114,7 @@ class PostgresAdapterTest : public ::testing::Test {
   }
 
   static pqxx::result Exec(const std::string& sql) {
-    pqxx::connection c(server_->Conninfo());
-    pqxx::work tx(c);
-    pqxx::result r = tx.exec(sql);
-    tx.commit();
-    return r;
+    return ExecAsAdmin(*server_, sql);
   }
   // Ends every other client session of the test database, as an
   // administrator would (pg_terminate_backend), and waits until they are

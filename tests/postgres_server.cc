@@ -172,4 +172,14 @@ pid_t PostgresServer::postmaster_pid() const {
   return pid;
 }
 
+PostgresServer* StartSuiteServer(std::string* error) {
+  absl::StatusOr<std::unique_ptr<PostgresServer>> server =
+      PostgresServer::Start();
+  if (!server.ok()) {
+    *error = server.status().ToString();
+    return nullptr;
+  }
+  return server->release();
+}
+
 }  // namespace fencegate::testing

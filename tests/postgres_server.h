@@ -59,6 +59,13 @@ class PostgresServer {
   bool running_ = false;
 };
 
+// The server of a whole test suite, started from its SetUpTestSuite: the
+// server (the caller owns it), or null with `error` saying why. The caller
+// does not ASSERT on it there: a fatal failure in SetUpTestSuite makes gtest
+// skip the suite's tests, which CTest counts as skipped, not failed; each
+// test checks the server instead.
+PostgresServer* StartSuiteServer(std::string* error);
+
 }  // namespace fencegate::testing
 
 #endif  // TESTS_POSTGRES_SERVER_H_

@@ -32,14 +32,7 @@ using ::fencegate::testing::WaitFor;
 class PostgresTokenSourceTest : public testing::GatewayFixture {
  protected:
   static void SetUpTestSuite() {
-    auto server = PostgresServer::Start();
-    // Not ASSERT: a fatal failure here makes gtest skip the suite's tests,
-    // which CTest counts as skipped, not failed. Each test fails instead.
-    if (!server.ok()) {
-      start_error_ = server.status().ToString();
-      return;
-    }
-    server_ = server->release();
+    server_ = testing::StartSuiteServer(&start_error_);
   }
   static void TearDownTestSuite() {
     delete server_;
