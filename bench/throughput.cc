@@ -70,39 +70,20 @@ class Client {
   }
 };
 
+// `direct`'s client: the fenced UPDATE with libpqxx, on its own connection.
+// With `set_token` it is `gateway-pgwire`'s, its DSN the gateway's
+// PostgreSQL port (docs/pgwire.md): the same UPDATE in a session fenced
+// with the write's token, a new token set first with SET fencegate.token,
+// which the port answers itself (one more round trip to the gateway, none
+// to PostgreSQL).
 class DirectClient : public Client {
  public:
-  DirectClient(const std::string& dsn, int id) : conn_(dsn), id_(id) {}
+  DirectClient(const std::string& dsn, int id, bool set_token = false)
+      : conn_(dsn), id_(id), set_token_(set_token) {}
   absl::Status Write(uint64_t token) override {
     try {
       pqxx::nontransaction tx(conn_);
-      pqxx::result r =
-          tx.exec_params(kFencedUpdate, id_, static_cast<int64_t>(token));
-      if (r.affected_rows() != 1) {
-        return absl::FailedPreconditionError("fenced update matched no row");
-      }
-      return absl::OkStatus();
-    } catch (const std::exception& e) {
-      return absl::UnavailableError(e.what());
-    }
-  }
-
- private:
-  pqxx::connection conn_;
-  const int id_;
-};
-
-// direct's client through the gateway's PostgreSQL port (docs/pgwire.md):
-// the same UPDATE, in a session fenced with the write's token. A new token
-// is set first with SET fencegate.token, which the port answers itself: one
-// more round trip to the gateway, none to PostgreSQL.
-class PgwireClient : public Client {
- public:
-  PgwireClient(const std::string& dsn, int id) : conn_(dsn), id_(id) {}
-  absl::Status Write(uint64_t token) override {
-    try {
-      pqxx::nontransaction tx(conn_);
-      if (token != session_token_) {
+      if (set_token_ && token != session_token_) {
         tx.exec0(absl::StrCat("SET fencegate.token = ", token));
         session_token_ = token;
       }
@@ -120,6 +101,7 @@ class PgwireClient : public Client {
  private:
   pqxx::connection conn_;
   const int id_;
+  const bool set_token_;
   uint64_t session_token_ = 0;
 };
 
@@ -477,8 +459,9 @@ absl::StatusOr<std::vector<RunStats>> RunThroughput(
         return absl::FailedPreconditionError("the gateway is not running");
       }
       make = [&](int i) {
-        return std::make_unique<PgwireClient>(
-            env.pgwire_dsn(absl::StrCat("bench-gateway-pgwire-", i)), i);
+        return std::make_unique<DirectClient>(
+            env.pgwire_dsn(absl::StrCat("bench-gateway-pgwire-", i)), i,
+            /*set_token=*/true);
       };
     } else if (target == "file-direct") {
       make = [&](int i) {

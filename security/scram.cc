@@ -31,6 +31,18 @@ std::string Hmac(absl::string_view key, absl::string_view data) {
   return std::string(reinterpret_cast<const char*>(out), n);
 }
 
+// SaltedPassword := Hi(password, salt, i) (RFC 5802), PBKDF2 with
+// HMAC-SHA-256. The caller wipes it when done.
+std::string SaltedPassword(absl::string_view password, absl::string_view salt,
+                           int iterations) {
+  std::string salted(kKeyBytes, '\0');
+  PKCS5_PBKDF2_HMAC(password.data(), static_cast<int>(password.size()),
+                    reinterpret_cast<const unsigned char*>(salt.data()),
+                    static_cast<int>(salt.size()), iterations, EVP_sha256(),
+                    kKeyBytes, reinterpret_cast<unsigned char*>(salted.data()));
+  return salted;
+}
+
 std::string Sha256(absl::string_view data) {
   unsigned char out[kKeyBytes];
   SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), out);
@@ -87,16 +99,10 @@ absl::StatusOr<ScramVerifier> ParseScramVerifier(absl::string_view text) {
 
 std::string MakeScramVerifier(absl::string_view password,
                               absl::string_view salt, int iterations) {
-  unsigned char salted[kKeyBytes];
-  PKCS5_PBKDF2_HMAC(password.data(), static_cast<int>(password.size()),
-                    reinterpret_cast<const unsigned char*>(salt.data()),
-                    static_cast<int>(salt.size()), iterations, EVP_sha256(),
-                    kKeyBytes, salted);
-  const absl::string_view salted_password(reinterpret_cast<char*>(salted),
-                                          kKeyBytes);
+  std::string salted_password = SaltedPassword(password, salt, iterations);
   const std::string stored = Sha256(Hmac(salted_password, "Client Key"));
   const std::string server = Hmac(salted_password, "Server Key");
-  OPENSSL_cleanse(salted, sizeof(salted));
+  OPENSSL_cleanse(salted_password.data(), salted_password.size());
   return absl::StrCat(kPrefix, iterations, ":", absl::Base64Escape(salt), "$",
                       absl::Base64Escape(stored), ":",
                       absl::Base64Escape(server));
@@ -216,16 +222,10 @@ absl::StatusOr<std::string> ScramClient::Final(absl::string_view server_first) {
   if (!absl::SimpleAtoi(*count, &iterations) || iterations < 1) {
     return Malformed(kWhat, "its iteration count is not positive");
   }
-  unsigned char salted[kKeyBytes];
-  PKCS5_PBKDF2_HMAC(password_.data(), static_cast<int>(password_.size()),
-                    reinterpret_cast<const unsigned char*>(salt.data()),
-                    static_cast<int>(salt.size()), iterations, EVP_sha256(),
-                    kKeyBytes, salted);
-  const absl::string_view salted_password(reinterpret_cast<char*>(salted),
-                                          kKeyBytes);
+  std::string salted_password = SaltedPassword(password_, salt, iterations);
   const std::string client_key = Hmac(salted_password, "Client Key");
   server_key_ = Hmac(salted_password, "Server Key");
-  OPENSSL_cleanse(salted, sizeof(salted));
+  OPENSSL_cleanse(salted_password.data(), salted_password.size());
   const std::string without_proof =
       absl::StrCat("c=", absl::Base64Escape("n,,"), ",r=", *nonce);
   auth_message_ = absl::StrCat("n=,r=", client_nonce_, ",", server_first, ",",

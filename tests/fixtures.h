@@ -69,6 +69,10 @@ int64_t ProcStatusKb(pid_t pid, const std::string& field);
 // die. Returns its pid, or -1 if fork failed.
 pid_t SpawnServer(std::vector<std::string> argv, const std::string& log_path);
 
+// A TCP connection to 127.0.0.1:`port` (a blocking socket the caller
+// closes); -1 if it cannot connect.
+int ConnectLoopback(int port);
+
 // Runs a command (argv[0] is a path), capturing stdout; returns the exit
 // code, or -1 if it did not exit normally.
 int RunCommand(const std::vector<std::string>& argv, std::string* out,

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/synchronization/notification.h"
+#include "tests/fixtures.h"
 #include "tests/metrics_scrape.h"
 #include "tests/test_util.h"
 
@@ -26,16 +27,8 @@ namespace {
 // Connects to 127.0.0.1:`port` and sends the start of a request, never its
 // end. Returns the socket (-1 on failure).
 int HalfSentRequest(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  const int fd = testing::ConnectLoopback(port);
   if (fd < 0) return -1;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(fd);
-    return -1;
-  }
   const std::string start = "GET /metrics HTTP/1.1\r\nHost: x\r\n";
   if (::send(fd, start.data(), start.size(), MSG_NOSIGNAL) !=
       static_cast<ssize_t>(start.size())) {

@@ -456,23 +456,9 @@ with psycopg.connect(DSN, autocommit=True) as c:
   EXPECT_EQ(out, "nobody,copied,in\ncancelled\n3\n");
 }
 
-// A raw connection to the port; -1 if it cannot connect.
-int Connect(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 // Sends `bytes`, then reads until the port closes the connection.
 std::string Exchange(int port, const std::string& bytes) {
-  const int fd = Connect(port);
+  const int fd = testing::ConnectLoopback(port);
   if (fd < 0) return "no connection";
   (void)!::write(fd, bytes.data(), bytes.size());
   std::string got;
