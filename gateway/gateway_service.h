@@ -14,10 +14,10 @@
 #include <cstdint>
 #include <memory>
 
+#include "fencegate/common/memory_budget.h"
 #include "fencegate/v1/gateway.grpc.pb.h"
 #include "fencing/fencer.h"
 #include "gateway/io_pool.h"
-#include "fencegate/common/memory_budget.h"
 #include "observability/request_metrics.h"
 #include "security/request_gate.h"
 #include "storage_adapters/router.h"
