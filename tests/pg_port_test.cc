@@ -20,11 +20,8 @@
 #include <thread>
 #include <vector>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
 #include "fencegate/v1/gateway.grpc.pb.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
@@ -375,22 +372,6 @@ TEST_F(PgPortTest, AClientKilledMidTransactionIsRolledBack) {
   EXPECT_EQ(Owner(), "nobody");
 }
 
-// The resident memory of process `pid`, from /proc.
-size_t RssBytes(pid_t pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
-  std::string text;
-  while (std::getline(in, text)) {
-    absl::string_view line = text;
-    size_t kib = 0;
-    if (absl::ConsumePrefix(&line, "VmRSS:") &&
-        absl::SimpleAtoi(
-            absl::StripSuffix(absl::StripAsciiWhitespace(line), " kB"), &kib)) {
-      return kib << 10;
-    }
-  }
-  return 0;
-}
-
 TEST_F(PgPortTest, AClientThatDoesNotReadHoldsBackItsServerNotThePortsMemory) {
   auto g = StartGateway();
   ASSERT_NE(g, nullptr);
@@ -424,7 +405,9 @@ TEST_F(PgPortTest, AClientThatDoesNotReadHoldsBackItsServerNotThePortsMemory) {
   EXPECT_TRUE(
       testing::WaitFor([&] { return writing() == 1; }, absl::Seconds(60)));
   // ...and the port holds a few MB of the rows, not all of them.
-  EXPECT_LT(RssBytes(g->process->pid()), size_t{150} << 20);
+  const int64_t rss_kb = testing::ProcStatusKb(g->process->pid(), "VmRSS");
+  EXPECT_GT(rss_kb, 0);
+  EXPECT_LT(rss_kb, 150 << 10);
   ::kill(client, SIGKILL);
   ASSERT_TRUE(
       testing::WaitFor([&] { return writing() == 0; }, absl::Seconds(30)));
