@@ -12,8 +12,9 @@ absl::Status RunExclusive(
   absl::StatusOr<std::unique_ptr<HeldLock>> lock =
       source.Acquire(name, options, nullptr);
   if (!lock.ok()) return lock.status();
+  SeqCounter seq;
   absl::Status result =
-      work(LockContext{(*lock)->name(), (*lock)->token(), **lock});
+      work(LockContext{(*lock)->name(), (*lock)->token(), **lock, seq});
   const bool lost = (*lock)->lost();
   absl::Status released = (*lock)->Release();
   if (!result.ok()) return result;

@@ -105,6 +105,8 @@ struct GatewayService::PendingWrite {
   grpc::ByteBuffer* response_bytes = nullptr;
   std::string domain;
   WriteTarget target;  // Views `domain` and the request.
+  // Set by the adapter when the write's (token, seq) was already applied.
+  bool replayed = false;
   StorageAdapter* adapter = nullptr;
   // What the gate admitted; views the request.
   std::unique_ptr<Admission> admission;
@@ -184,6 +186,8 @@ grpc::ServerUnaryReactor* GatewayService::Write(
   write->target =
       WriteTarget{write->domain, request->token(), resolved.path,
                   request->request_id(), absl::FromChrono(context->deadline())};
+  write->target.seq = request->seq();
+  write->target.replayed = &write->replayed;
   write->adapter = resolved.adapter;
   if (write->adapter->ApplyAsyncNeverBlocks() && TryWriteHere(write)) {
     // A write to an adapter that only queues or computes, whose domain is
@@ -282,6 +286,7 @@ void GatewayService::Reply(std::unique_ptr<PendingWrite> write,
   if (decision.ok()) {
     ToProto(decision->fence, write->response->mutable_fence());
     write->response->set_fence_advanced(decision->advanced);
+    if (write->replayed) write->response->set_replayed(true);
     if (absl::Status s =
             SerializeWriteResponse(*write->response, write->response_bytes);
         !s.ok()) {

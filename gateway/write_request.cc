@@ -2,6 +2,9 @@
 
 #include "gateway/write_request.h"
 
+#include <cstdint>
+#include <limits>
+
 #include "absl/strings/str_cat.h"
 #include "fencegate/common/limits.h"
 #include "google/protobuf/io/coded_stream.h"
@@ -100,10 +103,21 @@ absl::Status CheckWrite(const Router& router, v1::WriteRequest* request,
       !s.ok()) {
     return s;
   }
-  if (absl::Status s = checked.resolved.adapter->Validate(
-          WriteTarget{checked.domain, request->token(), checked.resolved.path,
-                      request->request_id()},
-          request->ops());
+  if (request->seq() != 0 && !checked.resolved.adapter->KeepsSeq()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "seq: route \"", checked.resolved.route,
+        "\" does not keep (token, seq) in its storage (PostgreSQL routes "
+        "do); send seq 0 or leave it unset"));
+  }
+  if (request->seq() > uint64_t{std::numeric_limits<int64_t>::max()}) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("seq: ", request->seq(), " is above 2^63-1"));
+  }
+  WriteTarget target{checked.domain, request->token(), checked.resolved.path,
+                     request->request_id()};
+  target.seq = request->seq();
+  if (absl::Status s =
+          checked.resolved.adapter->Validate(target, request->ops());
       !s.ok()) {
     return s;
   }

@@ -239,6 +239,10 @@ TEST_F(GatewayE2eTest, MalformedRequestsAreInvalidArgument) {
   r = base;
   r.mutable_ops(0)->clear_op();
   expect_invalid(r, "ops[0]");
+  // A file route keeps no (token, seq).
+  r = base;
+  r.set_seq(1);
+  expect_invalid(r, "seq");
   // Each path rule is checked before the fence moves: a segment longer
   // than the file system allows, a reserved name as a directory.
   r = base;

@@ -68,6 +68,10 @@ struct QueuedWrite {
   bool retryable = false;  // Nothing was committed: safe to send again.
   bool stale = false;      // The database holds a higher token.
   uint64_t held = 0;       // The database's token, when stale.
+  // Its (token, seq) was the database's already: applied by an earlier
+  // attempt, not again.
+  bool replayed = false;
+  uint64_t later_seq = 0;  // The database's seq, when out of order.
 };
 using Batch = std::vector<std::unique_ptr<QueuedWrite>>;
 

@@ -53,6 +53,11 @@ std::string FenceNextSql(const std::string& schema) {
   return absl::StrCat("SELECT \"", schema, "\".fence_next($1, $2::bigint)");
 }
 
+std::string FenceSeqSql(const std::string& schema) {
+  return absl::StrCat("SELECT \"", schema,
+                      "\".fence_seq($1, $2::bigint, $3::bigint)");
+}
+
 std::string ReadFencesSql(const std::string& schema) {
   return absl::StrCat("SELECT domain, token FROM \"", schema, "\".fences()");
 }
@@ -81,7 +86,12 @@ std::vector<std::string> FenceSetupSql(const std::string& schema,
       absl::StrCat("CREATE TABLE IF NOT EXISTS ", s,
                    ".fences (domain text PRIMARY KEY,"
                    " token bigint NOT NULL CHECK (token > 0),"
-                   " updated_at timestamptz NOT NULL DEFAULT now())"));
+                   " updated_at timestamptz NOT NULL DEFAULT now(),"
+                   " seq bigint NOT NULL DEFAULT 0 CHECK (seq >= 0))"));
+  // Tables made before (token, seq) existed get the column: 0, no seq yet.
+  sql.push_back(absl::StrCat("ALTER TABLE ", s,
+                             ".fences ADD COLUMN IF NOT EXISTS seq bigint NOT "
+                             "NULL DEFAULT 0 CHECK (seq >= 0)"));
   sql.push_back(absl::StrCat("ALTER TABLE ", s, ".fences OWNER TO ", owner));
   sql.push_back(absl::StrCat("REVOKE ALL ON ", s, ".fences FROM PUBLIC"));
   // The only way in. SECURITY DEFINER runs it as the owner; its own
@@ -123,8 +133,11 @@ BEGIN
       p_token, quote_literal(p_domain), held
       USING ERRCODE = '$STALE', DETAIL = held::text;
   END IF;
+  -- A raise starts the new token's seq at 0; a row raised to this very
+  -- token meanwhile keeps its seq (fence_seq() may have recorded one).
   INSERT INTO $S.fences AS f (domain, token) VALUES (p_domain, p_token)
   ON CONFLICT (domain) DO UPDATE SET token = EXCLUDED.token,
+    seq = CASE WHEN f.token = EXCLUDED.token THEN f.seq ELSE 0 END,
     updated_at = now() WHERE f.token <= EXCLUDED.token
   RETURNING f.token INTO held;
   IF held IS NULL THEN
@@ -159,12 +172,66 @@ BEGIN
   END IF;
   INSERT INTO $S.fences AS f (domain, token) VALUES (p_domain, p_at_least)
   ON CONFLICT (domain) DO UPDATE SET
-    token = GREATEST(f.token + 1, EXCLUDED.token), updated_at = now()
+    token = GREATEST(f.token + 1, EXCLUDED.token), seq = 0, updated_at = now()
   RETURNING f.token INTO granted;
   RETURN granted;
 END
 $fn$)sql",
       {{"$S", s}, {"$ONCE", kNotFirstSqlState}}));
+  // fence() for a Write with a seq: under the row's exclusive lock (so a
+  // second attempt of one (token, seq) waits for the first to commit or
+  // roll back), refuses a stale token as fence() does; for the row's own
+  // token, refuses the row's seq as applied already (FG004) and a lower
+  // one as out of order (FG003), each with the row's seq in DETAIL, which
+  // rolls the transaction back; otherwise records (token, seq), raising
+  // the token if higher. First write of its transaction only.
+  sql.push_back(absl::StrReplaceAll(
+      R"sql(CREATE OR REPLACE FUNCTION $S.fence_seq(p_domain text, p_token bigint, p_seq bigint)
+RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+  held bigint;
+  held_seq bigint;
+BEGIN
+  IF p_domain IS NULL OR p_token IS NULL OR p_token < 1 OR p_seq IS NULL
+     OR p_seq < 1 THEN
+    RAISE EXCEPTION 'fencing token and seq must be at least 1 and domain not null'
+      USING ERRCODE = '22023';
+  END IF;
+  IF pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL THEN
+    RAISE EXCEPTION 'fencegate.fence_seq() must be the first write of its transaction'
+      USING ERRCODE = '$ONCE';
+  END IF;
+  INSERT INTO $S.fences AS f (domain, token) VALUES (p_domain, p_token)
+  ON CONFLICT (domain) DO NOTHING;
+  SELECT f.token, f.seq INTO held, held_seq FROM $S.fences AS f
+    WHERE f.domain = p_domain FOR UPDATE;
+  IF held > p_token THEN
+    RAISE EXCEPTION 'stale fencing token % for domain %: the database holds %',
+      p_token, quote_literal(p_domain), held
+      USING ERRCODE = '$STALE', DETAIL = held::text;
+  END IF;
+  IF held = p_token AND held_seq = p_seq THEN
+    RAISE EXCEPTION 'seq % of token % for domain % is applied already',
+      p_seq, p_token, quote_literal(p_domain)
+      USING ERRCODE = '$APPLIED', DETAIL = held_seq::text;
+  END IF;
+  IF held = p_token AND held_seq > p_seq THEN
+    RAISE EXCEPTION 'seq % of token % for domain % is out of order: % was applied',
+      p_seq, p_token, quote_literal(p_domain), held_seq
+      USING ERRCODE = '$ORDER', DETAIL = held_seq::text;
+  END IF;
+  UPDATE $S.fences AS f SET token = p_token, seq = p_seq,
+    updated_at = CASE WHEN f.token = p_token THEN f.updated_at ELSE now() END
+    WHERE f.domain = p_domain;
+  RETURN p_token;
+END
+$fn$)sql",
+      {{"$S", s},
+       {"$STALE", kStaleSqlState},
+       {"$ONCE", kNotFirstSqlState},
+       {"$APPLIED", kSeqAppliedSqlState},
+       {"$ORDER", kSeqOrderSqlState}}));
   // What a gateway reads at start-up to raise its own fences (it may not
   // read the table itself).
   sql.push_back(absl::StrReplaceAll(
@@ -174,8 +241,10 @@ SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
   SELECT f.domain, f.token FROM $S.fences AS f
 $fn$)sql",
       {{"$S", s}}));
-  for (const std::string& f : {fn, absl::StrCat(s, ".fence_next(text, bigint)"),
-                               absl::StrCat(s, ".fences()")}) {
+  for (const std::string& f :
+       {fn, absl::StrCat(s, ".fence_next(text, bigint)"),
+        absl::StrCat(s, ".fence_seq(text, bigint, bigint)"),
+        absl::StrCat(s, ".fences()")}) {
     sql.push_back(absl::StrCat("ALTER FUNCTION ", f, " OWNER TO ", owner));
     sql.push_back(absl::StrCat("REVOKE ALL ON FUNCTION ", f, " FROM PUBLIC"));
     sql.push_back(absl::StrCat("GRANT EXECUTE ON FUNCTION ", f, " TO ", r));
@@ -212,8 +281,8 @@ END$$)sql",
       s,
       ".fences AS f (domain, token) SELECT domain, token FROM "
       "public.fencegate_fences WHERE token > 0 ON CONFLICT (domain) DO UPDATE "
-      "SET token = EXCLUDED.token WHERE f.token < EXCLUDED.token; END IF; "
-      "END$$"));
+      "SET token = EXCLUDED.token, seq = 0 WHERE f.token < EXCLUDED.token; "
+      "END IF; END$$"));
   return sql;
 }
 

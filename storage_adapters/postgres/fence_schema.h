@@ -4,8 +4,10 @@
 // role of its own, "<schema>_owner", holding the fence table and the
 // SECURITY DEFINER functions that are the only way to it:
 //
-//   <schema>.fences (domain text PRIMARY KEY, token bigint > 0, updated_at)
+//   <schema>.fences (domain text PRIMARY KEY, token bigint > 0, updated_at,
+//                    seq bigint >= 0)
 //   <schema>.fence(domain text, token bigint) RETURNS bigint
+//   <schema>.fence_seq(domain text, token bigint, seq bigint) RETURNS bigint
 //   <schema>.fence_next(domain text, at_least bigint) RETURNS bigint
 //   <schema>.fences() RETURNS TABLE (domain text, token bigint)
 //
@@ -17,16 +19,22 @@
 // error's DETAIL. It must be its transaction's first write (FG002
 // otherwise), which the gateway's call always is: SQL sent through a route
 // cannot call it a second time to raise another domain's fence.
+// A raise sets the row's seq to 0. fence_seq() is fence() for a Write
+// carrying a seq (docs/fencing.md, rule 14): it locks the row exclusively
+// and, for the row's own token, refuses the row's seq (FG004: applied
+// already) and lower ones (FG003: out of order), the row's seq in DETAIL;
+// otherwise it records (token, seq), raising the token if higher, so the
+// record commits or rolls back with the Write itself.
 // fence_next() raises the row to the higher of its token + 1 and
 // `at_least` and returns it (first write only, as fence()): a gateway's
 // lease grants and Sequence calls take their tokens from it, so gateways
 // sharing the database never hand out one token twice. fences() lists
-// every row, for a gateway's start-up. All three are SECURITY DEFINER.
-// Route roles get USAGE on the schema and EXECUTE on the three functions,
+// every row, for a gateway's start-up. All four are SECURITY DEFINER.
+// Route roles get USAGE on the schema and EXECUTE on the four functions,
 // nothing else: no statement sent through a route can write, drop or read
-// the fence table itself (and the classifier refuses calls of fence_next()
-// and fences() in a Write's SQL), and every name is schema-qualified, so no
-// search_path can redirect the call. Direct writers
+// the fence table itself (and the classifier refuses calls of fence_next(),
+// fence_seq() and fences() in a Write's SQL), and every name is
+// schema-qualified, so no search_path can redirect the call. Direct writers
 // call the same function first in each transaction (docs/postgres.md).
 //
 // pg-setup also takes TEMP on the database from the route role: where
@@ -59,6 +67,13 @@ inline constexpr char kStaleSqlState[] = "FG001";
 // something: it must come first (so client SQL cannot call it again).
 inline constexpr char kNotFirstSqlState[] = "FG002";
 
+// SQLSTATE of fence_seq() refusing a seq below the row's for its token.
+inline constexpr char kSeqOrderSqlState[] = "FG003";
+
+// SQLSTATE of fence_seq() finding the row's own (token, seq): the Write
+// was applied already, and this attempt is rolled back.
+inline constexpr char kSeqAppliedSqlState[] = "FG004";
+
 // True for a name fencegate accepts as schema or role: 1-63 lower-case
 // letters, digits and '_', not starting with a digit.
 bool IsPlainIdentifier(absl::string_view name);
@@ -69,6 +84,10 @@ std::string OwnerRole(const std::string& schema);
 // "SELECT "<schema>".fence($1, $2::bigint)": the first statement of every
 // Write's transaction.
 std::string FenceCallSql(const std::string& schema);
+
+// "SELECT "<schema>".fence_seq($1, $2::bigint, $3::bigint)": the first
+// statement of a Write with a seq.
+std::string FenceSeqSql(const std::string& schema);
 
 // "SELECT "<schema>".fence_next($1, $2::bigint)".
 std::string FenceNextSql(const std::string& schema);

@@ -8,6 +8,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "fencegate/common/seq_out_of_order.h"
 #include "fencegate/common/stale_token.h"
 #include "fencegate/common/sync_point.h"
 #include "storage_adapters/postgres/fence_schema.h"
@@ -95,10 +96,19 @@ bool PgPipeline::SendWrite(const QueuedWrite& w) {
   if (w.dirty && !SendSimple(c, "BEGIN")) return false;
   const std::string domain(w.target->domain);
   const std::string token = absl::StrCat(w.target->token);
-  const char* fence_params[2] = {domain.c_str(), token.c_str()};
-  if (PQsendQueryPrepared(c, conn_->fence_statement().c_str(), 2, fence_params,
-                          nullptr, nullptr, 0) != 1) {
-    return false;
+  if (w.target->seq == 0) {
+    const char* fence_params[2] = {domain.c_str(), token.c_str()};
+    if (PQsendQueryPrepared(c, conn_->fence_statement().c_str(), 2,
+                            fence_params, nullptr, nullptr, 0) != 1) {
+      return false;
+    }
+  } else {
+    const std::string seq = absl::StrCat(w.target->seq);
+    const char* fence_params[3] = {domain.c_str(), token.c_str(), seq.c_str()};
+    if (PQsendQueryParams(c, settings_->fence_seq_sql.c_str(), 3, nullptr,
+                          fence_params, nullptr, nullptr, 0) != 1) {
+      return false;
+    }
   }
   std::vector<std::string> texts;
   std::vector<const char*> params;
@@ -241,6 +251,9 @@ void PgPipeline::Feed(PgResult r, bool cancelled) {
         return;
       }
       if (failed_) w->results->Clear();
+      if (w->replayed && w->status.ok() && w->target->replayed != nullptr) {
+        *w->target->replayed = true;
+      }
       ++write_;
       BeginWrite();
       return;
@@ -335,11 +348,27 @@ bool PgPipeline::OnError(const PGresult* r, bool cancelled) {
   }
   if (failed_) return true;
   failed_ = true;
-  if (q_ == fence_query_ && std::string_view(state) == kStaleSqlState) {
+  // fence() and fence_seq() put the database's token, or seq, in DETAIL.
+  const char* detail = PQresultErrorField(r, PG_DIAG_MESSAGE_DETAIL);
+  const std::string_view fence_state =
+      q_ == fence_query_ ? std::string_view(state) : std::string_view();
+  if (fence_state == kStaleSqlState) {
     w->stale = true;
-    // fence() puts the database's token in DETAIL.
-    const char* detail = PQresultErrorField(r, PG_DIAG_MESSAGE_DETAIL);
     if (detail == nullptr || !absl::SimpleAtoi(detail, &w->held)) w->held = 0;
+  } else if (fence_state == kSeqAppliedSqlState) {
+    // Rolled back, having applied nothing: the earlier attempt did.
+    w->replayed = true;
+  } else if (fence_state == kSeqOrderSqlState) {
+    if (detail == nullptr || !absl::SimpleAtoi(detail, &w->later_seq)) {
+      w->later_seq = 0;
+    }
+    w->status = SeqOutOfOrderError(w->target->domain, w->target->token,
+                                   w->target->seq, w->later_seq);
+  } else if (fence_state == "42883" && w->target->seq != 0) {
+    w->status = absl::FailedPreconditionError(absl::StrCat(
+        "postgres: the database's fence schema has no fence_seq() function: "
+        "run fencectl pg-setup again to add (token, seq) to it "
+        "(docs/postgres.md); nothing applied"));
   } else if (cancelled && std::string_view(state) == "57014") {
     w->status = absl::DeadlineExceededError(absl::StrCat(
         op_index >= 0 ? absl::StrCat("ops[", op_index, "]")

@@ -36,6 +36,7 @@ class PgPipeline {
  public:
   struct Settings {
     std::string fence_call_sql;    // Prepared again after a reset.
+    std::string fence_seq_sql;     // For a Write with a seq; not prepared.
     int statement_timeout_ms = 0;  // For the cancelled Write's message.
     int64_t max_result_rows = 0;
     int64_t max_result_bytes = 0;

@@ -27,6 +27,7 @@ PostgresAdapter::PostgresAdapter(PostgresAdapterOptions options,
                            : absl::Milliseconds(options_.statement_timeout_ms) +
                                  absl::Seconds(1)),
       pipeline_settings_{fence_call_sql_,
+                         postgres::FenceSeqSql(options_.fence_schema),
                          static_cast<int>(options_.statement_timeout_ms),
                          options_.max_result_rows, options_.max_result_bytes},
       control_pool_(options_.conninfo, options_.redacted_uri, 2,

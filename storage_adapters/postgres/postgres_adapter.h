@@ -175,6 +175,12 @@ class PostgresAdapter final : public StorageAdapter,
   // gateway. Tokens above 2^63-1 are INVALID_ARGUMENT (OUT_OF_RANGE for
   // NextFence); the stale-token error holds the database's token.
   bool KeepsFences() const override { return true; }
+  // A Write with a seq calls fence_seq() instead of fence() (fence_schema.h):
+  // its (token, seq) is recorded in the fence row, in its own transaction.
+  // The database's FG004 (applied already) is OK with `replayed` set and no
+  // results; FG003 is SeqOutOfOrderError; a database whose fence schema
+  // predates fence_seq() is FAILED_PRECONDITION naming pg-setup.
+  bool KeepsSeq() const override { return true; }
   absl::Status RaiseFence(absl::string_view domain, uint64_t token) override;
   absl::StatusOr<uint64_t> NextFence(absl::string_view domain,
                                      uint64_t at_least) override;

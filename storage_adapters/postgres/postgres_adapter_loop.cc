@@ -249,6 +249,8 @@ void PostgresAdapter::Complete(const std::shared_ptr<Link>& link) {
       w->retryable = false;
       w->stale = false;
       w->held = 0;
+      w->replayed = false;
+      w->later_seq = 0;
       retries.push_back(std::move(w));
     } else {
       report.push_back(std::move(w));

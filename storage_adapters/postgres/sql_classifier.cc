@@ -142,9 +142,9 @@ TreeFacts WalkTree(const Message& root) {
           CalledName(static_cast<const pg_query::FuncCall&>(*m));
       if (!name.empty() && IsSessionStateFunction(name)) found(calls(name));
       // The fence table's own functions (fence_schema.h), whatever schema
-      // names them: only the gateway calls them. Neither takes one
+      // names them: only the gateway calls them. None takes one
       // argument, so the functional notation cannot call them.
-      if (name == "fence_next" || name == "fences") {
+      if (name == "fence_next" || name == "fence_seq" || name == "fences") {
         found(absl::StrCat("calls ", name,
                            "(), which only the gateway may call"));
       }

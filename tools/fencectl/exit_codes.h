@@ -32,6 +32,9 @@ inline constexpr int kExitDenied = 7;
 inline constexpr int kExitTokenRefused = 8;
 // `health`: the gateway or the route answers NOT_SERVING.
 inline constexpr int kExitNotServing = 9;
+// `write --seq`: a later seq of the token was applied before this one
+// (SeqOutOfOrder); nothing was applied.
+inline constexpr int kExitSeqOutOfOrder = 10;
 
 // Prints "fencectl: MESSAGE (see fencectl --help)"; returns kExitUsage.
 inline int UsageError(const std::string& message) {

@@ -40,7 +40,8 @@ constexpr char kFooter[] =
     "Exit codes: 0 ok, 1 error, 2 usage, 3 stale token, 4 invalid request,\n"
     "5 unavailable or deadline exceeded, 6 lock not acquired or lost,\n"
     "7 permission denied or not authenticated, 8 token refused (no lock\n"
-    "service granted it), 9 not serving (health).";
+    "service granted it), 9 not serving (health), 10 seq out of order\n"
+    "(write --seq).";
 
 // Every flag's value; CLI11 writes them.
 struct Flags {
@@ -162,6 +163,18 @@ Commands Define(CLI::App& app, Flags& f) {
       ->required();
   c.write->add_option("--resource", f.write.resource, "ROUTE/PATH")->required();
   c.write->add_option("--request_id", f.request_id, "id for the logs");
+  c.write
+      ->add_option("--seq", f.write.seq,
+                   "the write's number within its token, 1 to 2^63-1 "
+                   "(PostgreSQL routes): a write whose reply is lost is "
+                   "sent again with it, and applied at most once")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{9223372036854775807ULL}));
+  c.write
+      ->add_option("--attempts", f.write.attempts,
+                   "with --seq: attempts in all while the gateway or its "
+                   "storage is unavailable or the deadline passes (each "
+                   "attempt has --timeout)")
+      ->check(CLI::Range(1, 100));
   c.operations = {
       c.write->add_option("--put", f.write.put, "replace the file with DATA"),
       c.write->add_option("--put_file", f.write.put_file,

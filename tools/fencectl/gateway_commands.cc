@@ -13,7 +13,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "fencegate/client/write_retry.h"
 #include "fencegate/common/grpc_status.h"
+#include "fencegate/common/seq_out_of_order.h"
 #include "fencegate/common/stale_token.h"
 #include "fencegate/common/token_refused.h"
 #include "fencegate/v1/gateway.grpc.pb.h"
@@ -81,13 +83,19 @@ std::optional<std::string> ReadInput(const std::string& path,
   return data.str();
 }
 
-int ReportError(const grpc::Status& grpc_status) {
-  absl::Status status = FromGrpcStatus(grpc_status);
+int ReportError(const absl::Status& status) {
   if (std::optional<StaleTokenInfo> stale = GetStaleToken(status)) {
     std::cerr << "fencectl: rejected: stale token " << stale->token
               << " for domain \"" << stale->domain
               << "\"; its highest token is " << stale->highest_token << "\n";
     return kExitStale;
+  }
+  if (std::optional<SeqOutOfOrderInfo> order = GetSeqOutOfOrder(status)) {
+    std::cerr << "fencectl: rejected: seq " << order->seq << " of token "
+              << order->token << " for domain \"" << order->domain
+              << "\" is out of order; seq " << order->last_seq
+              << " was applied after it\n";
+    return kExitSeqOutOfOrder;
   }
   std::cerr << "fencectl: " << absl::StatusCodeToString(status.code()) << ": "
             << status.message() << "\n";
@@ -106,6 +114,10 @@ int ReportError(const grpc::Status& grpc_status) {
     default:
       return kExitError;
   }
+}
+
+int ReportError(const grpc::Status& status) {
+  return ReportError(FromGrpcStatus(status));
 }
 
 void Print(const google::protobuf::Message& message, bool json,
@@ -184,13 +196,24 @@ int RunWrite(const GatewayCall& call, const WriteCommand& write) {
           BuildOperation(write, request.add_ops())) {
     return UsageError(*error);
   }
-  v1::WriteResponse response;
+  request.set_seq(write.seq);
   auto stub = v1::Gateway::NewStub(call.channel);
-  grpc::Status status = stub->Write(ContextOf(call).get(), request, &response);
-  if (!status.ok()) return ReportError(status);
+  client::WriteRetryOptions retry;
+  retry.max_attempts = write.attempts;
+  retry.attempt_timeout = call.timeout;
+  int attempts = 0;
+  absl::StatusOr<v1::WriteResponse> written =
+      client::WriteWithRetry(*stub, request, retry, &attempts);
+  if (attempts > 1) {
+    std::cerr << "fencectl: " << attempts << " attempts with seq " << write.seq
+              << "\n";
+  }
+  if (!written.ok()) return ReportError(written.status());
+  const v1::WriteResponse& response = *written;
   std::string text =
       absl::StrCat("ok: ", Describe(response.fence()),
-                   response.fence_advanced() ? " (advanced)" : "");
+                   response.fence_advanced() ? " (advanced)" : "",
+                   response.replayed() ? " (replayed: applied already)" : "");
   if (response.results_size() > 0 && response.results(0).has_file()) {
     const v1::FileResult& r = response.results(0).file();
     absl::StrAppend(&text, " size=", r.size(), " written=", r.bytes_written());

@@ -36,6 +36,8 @@ struct WriteCommand {
   bool del = false;
   std::optional<std::string> sql, statement;
   std::vector<std::string> params;  // TYPE:VALUE each.
+  uint64_t seq = 0;                 // 0: none, and one attempt only.
+  int attempts = 6;                 // With a seq: attempts in all.
 };
 
 int RunWrite(const GatewayCall& call, const WriteCommand& write);

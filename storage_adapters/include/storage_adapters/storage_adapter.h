@@ -39,6 +39,13 @@ struct WriteTarget {
   // The client's deadline: work still running after it is cancelled where
   // the storage allows (the PostgreSQL adapter does). Default: none.
   absl::Time deadline = absl::InfiniteFuture();
+  // The request's seq within its token; 0: none. Only for adapters whose
+  // KeepsSeq() is true.
+  uint64_t seq = 0;
+  // Where an adapter that keeps (token, seq) says that the write was a
+  // retry of the storage's last applied one, answered without applying it
+  // again (results then stay empty). May be null (then not said).
+  bool* replayed = nullptr;
 };
 
 // Thread safety: implementations are safe for concurrent use. Calls for one
@@ -140,6 +147,15 @@ class StorageAdapter {
   // cannot read. May block.
   virtual absl::Status ReadFences(
       absl::FunctionRef<void(absl::string_view domain, uint64_t token)> fn);
+
+  // True if the storage records each domain's last applied (token, seq)
+  // together with the write (docs/fencing.md, rule 14): a write with a seq
+  // equal to the last one of its token is not applied again (`replayed`
+  // is set and Apply returns OK), one below it fails with
+  // SeqOutOfOrderError (common/seq_out_of_order.h), applying nothing. The
+  // gateway refuses a seq on routes whose adapter returns false (the
+  // default).
+  virtual bool KeepsSeq() const { return false; }
 
   // True if ApplyAsync() never blocks the calling thread (it queues the
   // write, or does only in-memory work), so that the gateway may call it

@@ -4,7 +4,9 @@
 //
 //   absl::Status s = RunExclusive(source, "nightly-billing", {}, [&](const
 //       LockContext& lock) {
-//     return gateway.Write(lock.name, lock.token, ...);  // every write fenced
+//     request.set_token(lock.token);     // every write fenced
+//     request.set_seq(lock.seq.Next());  // and safe to retry
+//     return WriteWithRetry(*stub, request, {}).status();
 //   });
 //
 // Acquires the lock (waiting up to options.wait), keeps it alive while
@@ -15,6 +17,7 @@
 #ifndef CLIENT_RUN_EXCLUSIVE_H_
 #define CLIENT_RUN_EXCLUSIVE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -24,10 +27,23 @@
 
 namespace fencegate::client {
 
+// The seq numbers of one holding of a lock: 1, 2, 3, ... for the Writes
+// made with its token (WriteRequest.seq; write_retry.h). Each Write takes
+// a new one; a retry of a Write reuses its own. Thread-safe.
+class SeqCounter {
+ public:
+  uint64_t Next() { return next_.fetch_add(1, std::memory_order_relaxed); }
+
+ private:
+  std::atomic<uint64_t> next_{1};
+};
+
 struct LockContext {
   const std::string& name;  // The lock, and the fencing domain.
   uint64_t token;
   const HeldLock& lock;
+  // Starts at 1 for every holding (every token).
+  SeqCounter& seq;
   bool lost() const { return lock.lost(); }
 };
 
