@@ -106,8 +106,8 @@ absl::Status CheckWrite(const Router& router, v1::WriteRequest* request,
   if (request->seq() != 0 && !checked.resolved.adapter->KeepsSeq()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "seq: route \"", checked.resolved.route,
-        "\" does not keep (token, seq) in its storage (PostgreSQL routes "
-        "do); send seq 0 or leave it unset"));
+        "\" does not keep (token, seq) in its storage (PostgreSQL and file "
+        "routes do); send seq 0 or leave it unset"));
   }
   if (request->seq() > uint64_t{std::numeric_limits<int64_t>::max()}) {
     return absl::InvalidArgumentError(

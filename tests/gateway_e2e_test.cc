@@ -239,9 +239,10 @@ TEST_F(GatewayE2eTest, MalformedRequestsAreInvalidArgument) {
   r = base;
   r.mutable_ops(0)->clear_op();
   expect_invalid(r, "ops[0]");
-  // A file route keeps no (token, seq).
+  // A file Write with a seq takes one operation.
   r = base;
   r.set_seq(1);
+  r.add_ops()->mutable_append()->set_data("y");
   expect_invalid(r, "seq");
   // Each path rule is checked before the fence moves: a segment longer
   // than the file system allows, a reserved name as a directory.

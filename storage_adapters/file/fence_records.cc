@@ -29,9 +29,11 @@ using file_io::ErrnoStatus;
 using file_io::Fd;
 
 constexpr char kRecordMagic[] = "fencegate-fence 1";
+// A record with a seq intent.
+constexpr char kSeqRecordMagic[] = "fencegate-fence 2";
 constexpr char kLockSuffix[] = ".lock";
 constexpr absl::Duration kMaxLockWait = absl::Seconds(30);
-// A record holds at most a domain (512 bytes) and a token.
+// A record holds at most a domain (512 bytes), a token and a seq intent.
 constexpr size_t kMaxRecordBytes = 1024;
 
 // File systems whose flock does not exclude processes of other machines,
@@ -110,12 +112,13 @@ FileFenceRecords::FileFenceRecords(Fd dir, std::string path)
 
 FileFenceRecords::Held::Held(const FileFenceRecords* records,
                              std::string domain, std::string name, Fd lock,
-                             uint64_t token)
+                             uint64_t token, SeqIntent intent)
     : records_(records),
       domain_(std::move(domain)),
       name_(std::move(name)),
       lock_(std::move(lock)),
-      token_(token) {}
+      token_(token),
+      intent_(std::move(intent)) {}
 
 absl::StatusOr<FileFenceRecords::Held> FileFenceRecords::Lock(
     absl::string_view domain, absl::Time deadline) const {
@@ -146,18 +149,37 @@ absl::StatusOr<FileFenceRecords::Held> FileFenceRecords::Lock(
     pause = std::min(pause * 2, absl::Milliseconds(10));
   }
   std::string found;
-  absl::StatusOr<uint64_t> token = Read(name, domain, &found);
-  if (!token.ok()) return token.status();
-  return Held(this, std::string(domain), name, std::move(lock), *token);
+  absl::StatusOr<Record> record = Read(name, domain, &found);
+  if (!record.ok()) return record.status();
+  return Held(this, std::string(domain), name, std::move(lock), record->token,
+              std::move(record->intent));
 }
 
-absl::StatusOr<uint64_t> FileFenceRecords::Read(const std::string& name,
-                                                absl::string_view domain,
-                                                std::string* found) const {
+namespace {
+
+// "<seq> <request hash> <size before> <existed>" of a record's intent line.
+bool ParseIntent(absl::string_view line, SeqIntent* intent) {
+  std::vector<absl::string_view> fields = absl::StrSplit(line, ' ');
+  if (fields.size() != 4 || !absl::SimpleAtoi(fields[0], &intent->seq) ||
+      intent->seq == 0 || fields[1].size() != 64 ||
+      !absl::SimpleAtoi(fields[2], &intent->size_before) ||
+      (fields[3] != "0" && fields[3] != "1")) {
+    return false;
+  }
+  intent->request_hash = std::string(fields[1]);
+  intent->existed = fields[3] == "1";
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<FileFenceRecords::Record> FileFenceRecords::Read(
+    const std::string& name, absl::string_view domain,
+    std::string* found) const {
   const std::string where = absl::StrCat(path_, "/", name);
   Fd fd(::openat(dir_.get(), name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
   if (!fd.valid()) {
-    if (errno == ENOENT) return uint64_t{0};
+    if (errno == ENOENT) return Record{};
     return ErrnoStatus(errno, "open fence record", where);
   }
   std::string text(kMaxRecordBytes + 1, '\0');
@@ -170,20 +192,25 @@ absl::StatusOr<uint64_t> FileFenceRecords::Read(const std::string& name,
     got += static_cast<size_t>(n);
   }
   text.resize(got);
+  const bool with_seq = absl::StartsWith(text, kSeqRecordMagic);
   std::vector<absl::string_view> parts =
-      absl::StrSplit(text, absl::MaxSplits('\n', 2));
-  uint64_t token = 0;
-  if (got > kMaxRecordBytes || parts.size() != 3 || parts[0] != kRecordMagic ||
-      !absl::SimpleAtoi(parts[1], &token) || token == 0 ||
-      RecordName(parts[2]) != name || (!domain.empty() && parts[2] != domain)) {
+      absl::StrSplit(text, absl::MaxSplits('\n', with_seq ? 3 : 2));
+  Record record;
+  const size_t expected = with_seq ? 4 : 3;
+  if (got > kMaxRecordBytes || parts.size() != expected ||
+      parts[0] != (with_seq ? kSeqRecordMagic : kRecordMagic) ||
+      !absl::SimpleAtoi(parts[1], &record.token) || record.token == 0 ||
+      (with_seq && !ParseIntent(parts[2], &record.intent)) ||
+      RecordName(parts.back()) != name ||
+      (!domain.empty() && parts.back() != domain)) {
     return absl::DataLossError(absl::StrCat(
         "file adapter: fence record ", where,
         " is not a fence record of its domain; the fence it kept is unknown "
         "(restore it, or remove it knowing that its domain's old holders are "
         "then admitted again)"));
   }
-  *found = std::string(parts[2]);
-  return token;
+  *found = std::string(parts.back());
+  return record;
 }
 
 FileFenceRecords::Held::Held(Held&& other) noexcept
@@ -192,8 +219,10 @@ FileFenceRecords::Held::Held(Held&& other) noexcept
       name_(std::move(other.name_)),
       lock_(std::move(other.lock_)),
       token_(other.token_),
+      intent_(std::move(other.intent_)),
       temp_(std::exchange(other.temp_, std::string())),
-      temp_token_(other.temp_token_) {}
+      temp_token_(other.temp_token_),
+      temp_intent_(std::move(other.temp_intent_)) {}
 
 FileFenceRecords::Held::~Held() {
   // Best effort: a leftover is also removed at the next start.
@@ -202,6 +231,20 @@ FileFenceRecords::Held::~Held() {
 
 absl::Status FileFenceRecords::Held::PrepareRaise(uint64_t token) {
   if (token <= token_) return absl::OkStatus();
+  return WriteTemp(token, SeqIntent{});
+}
+
+absl::Status FileFenceRecords::Held::PrepareRecord(uint64_t token,
+                                                   const SeqIntent& intent) {
+  if (token < token_ || intent.seq == 0) {
+    return absl::InternalError(
+        "file adapter: a seq record below the fence, or without a seq");
+  }
+  return WriteTemp(token, intent);
+}
+
+absl::Status FileFenceRecords::Held::WriteTemp(uint64_t token,
+                                               const SeqIntent& intent) {
   if (!temp_.empty()) {
     return absl::InternalError(
         "file adapter: a fence record raise is "
@@ -213,15 +256,19 @@ absl::Status FileFenceRecords::Held::PrepareRaise(uint64_t token) {
   Fd fd(::openat(dir, temp.c_str(),
                  O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644));
   if (!fd.valid()) return ErrnoStatus(errno, "create fence record", where);
-  if (absl::Status s = file_io::WriteAll(
-          fd.get(), absl::StrCat(kRecordMagic, "\n", token, "\n", domain_),
-          where);
-      !s.ok()) {
+  const std::string text =
+      intent.seq == 0
+          ? absl::StrCat(kRecordMagic, "\n", token, "\n", domain_)
+          : absl::StrCat(kSeqRecordMagic, "\n", token, "\n", intent.seq, " ",
+                         intent.request_hash, " ", intent.size_before, " ",
+                         intent.existed ? 1 : 0, "\n", domain_);
+  if (absl::Status s = file_io::WriteAll(fd.get(), text, where); !s.ok()) {
     ::unlinkat(dir, temp.c_str(), 0);
     return s;
   }
   temp_ = std::move(temp);
   temp_token_ = token;
+  temp_intent_ = intent;
   return absl::OkStatus();
 }
 
@@ -234,6 +281,7 @@ absl::Status FileFenceRecords::Held::CommitRaise() {
   }
   temp_.clear();
   token_ = temp_token_;
+  intent_ = std::move(temp_intent_);
   FENCEGATE_SYNC_POINT("FileFenceRecords::Raise:AfterRename");
   return absl::OkStatus();
 }
@@ -272,9 +320,9 @@ absl::Status FileFenceRecords::ReadAll(
   ::closedir(listing);
   for (const std::string& name : names) {
     std::string domain;
-    absl::StatusOr<uint64_t> token = Read(name, "", &domain);
-    if (!token.ok()) return token.status();
-    if (*token > 0) fn(domain, *token);
+    absl::StatusOr<Record> record = Read(name, "", &domain);
+    if (!record.ok()) return record.status();
+    if (record->token > 0) fn(domain, record->token);
   }
   return absl::OkStatus();
 }

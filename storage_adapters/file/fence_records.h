@@ -8,16 +8,21 @@
 // Under <root>/.fencegate/fences/ (the file adapter refuses resource paths
 // whose first segment is ".fencegate"), per domain, named by the SHA-256 of
 // the domain in hex:
-//   <hash>       the record, "fencegate-fence 1\n<token>\n<domain>",
-//                replaced as a whole: written to a temporary that is fsynced,
-//                renamed over it, and the directory fsynced, so that a crash
-//                leaves the old record or the new one;
+//   <hash>       the record, "fencegate-fence 1\n<token>\n<domain>", or,
+//                once a Write with a seq was recorded for the token,
+//                "fencegate-fence 2\n<token>\n<seq> <request hash> <size
+//                before> <existed>\n<domain>" (SeqIntent below); replaced
+//                as a whole: written to a temporary that is synced, renamed
+//                over it, and synced again, so that a crash leaves the old
+//                record or the new one;
 //   <hash>.lock  an empty file, never replaced, locked with flock(LOCK_EX)
 //                across reading the record, checking a token, raising the
 //                record and the write's file change, by every process (and
 //                every thread: each lock opens its own descriptor).
 // A record is raised before the write it admits is applied, so that a crash
-// at any point leaves it at least as high as every applied write's token.
+// at any point leaves it at least as high as every applied write's token;
+// so is a Write's seq intent, so that a crash leaves it recorded if its
+// change may have been made.
 //
 // flock excludes processes of one machine on a local file system. Open
 // refuses roots on network and FUSE file systems (NFS, SMB/CIFS, 9p, Ceph,
@@ -44,6 +49,16 @@ namespace fencegate {
 // The first path segment reserved for the gateway's own files.
 inline constexpr absl::string_view kFileReservedDirectory = ".fencegate";
 
+// The last Write with a seq recorded for a domain's token (docs/fencing.md,
+// rule 14), written before its change is made: enough to tell, on a retry,
+// whether the change was made, and to answer as it would have been.
+struct SeqIntent {
+  uint64_t seq = 0;          // 0: none recorded for the token.
+  std::string request_hash;  // Hex SHA-256 of the Write's path and op.
+  uint64_t size_before = 0;  // An append's file size before it.
+  bool existed = false;      // Whether the file existed before the change.
+};
+
 class FileFenceRecords {
  public:
   // Creates <root>/.fencegate/fences if missing (beneath `root_fd`, which
@@ -62,6 +77,8 @@ class FileFenceRecords {
     ~Held();
     // The record's token; 0 if the domain has none.
     uint64_t token() const { return token_; }
+    // The seq recorded for token(); seq 0 if none.
+    const SeqIntent& intent() const { return intent_; }
     // Replaces the record with `token`, durably, if it is higher than
     // token(); does nothing otherwise.
     absl::Status Raise(uint64_t token);
@@ -76,20 +93,28 @@ class FileFenceRecords {
     // temporary was written and again after CommitRaise. Only one raise may
     // be prepared at a time.
     absl::Status PrepareRaise(uint64_t token);
+    // As PrepareRaise, for a Write with a seq: the new record holds `token`
+    // (at least token()) and `intent` (seq at least 1), whatever token()
+    // is.
+    absl::Status PrepareRecord(uint64_t token, const SeqIntent& intent);
     bool raise_prepared() const { return !temp_.empty(); }
     absl::Status CommitRaise();
 
    private:
     friend class FileFenceRecords;
     Held(const FileFenceRecords* records, std::string domain, std::string name,
-         file_io::Fd lock, uint64_t token);
+         file_io::Fd lock, uint64_t token, SeqIntent intent);
+    // Writes the temporary of a new record.
+    absl::Status WriteTemp(uint64_t token, const SeqIntent& intent);
     const FileFenceRecords* records_;
     std::string domain_;
     std::string name_;  // The record's file name.
     file_io::Fd lock_;
     uint64_t token_;
+    SeqIntent intent_;
     std::string temp_;         // A prepared raise's temporary, or empty.
-    uint64_t temp_token_ = 0;  // Its token.
+    uint64_t temp_token_ = 0;  // Its token,
+    SeqIntent temp_intent_;    // and its intent.
   };
 
   // Takes the domain's lock, waiting for another holder (another gateway
@@ -107,11 +132,14 @@ class FileFenceRecords {
 
  private:
   FileFenceRecords(file_io::Fd dir, std::string path);
+  struct Record {
+    uint64_t token = 0;  // 0: no record.
+    SeqIntent intent;
+  };
   // Reads the record `name` of `domain` (empty: any domain, returned in
-  // `*found`): its token, 0 if there is none.
-  absl::StatusOr<uint64_t> Read(const std::string& name,
-                                absl::string_view domain,
-                                std::string* found) const;
+  // `*found`).
+  absl::StatusOr<Record> Read(const std::string& name, absl::string_view domain,
+                              std::string* found) const;
 
   const file_io::Fd dir_;   // <root>/.fencegate/fences
   const std::string path_;  // Its path, for messages.

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
+#include <openssl/evp.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -17,10 +18,12 @@
 #include <filesystem>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "fencegate/common/seq_out_of_order.h"
 #include "fencegate/common/stale_token.h"
 #include "storage_adapters/file/file_io.h"
 
@@ -198,6 +201,12 @@ FileCommitThread::Counts FileAdapter::commit_counts() const {
 absl::Status FileAdapter::Validate(const WriteTarget& target,
                                    const Operations& ops) const {
   if (absl::Status s = ValidateFilePath(target.path); !s.ok()) return s;
+  if (target.seq != 0 && ops.size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "seq: a file Write with a seq takes one operation, not ", ops.size(),
+        " (the operations of one Write are not applied atomically, so a retry "
+        "could not be answered as one write)"));
+  }
   for (int i = 0; i < ops.size(); ++i) {
     switch (ops[i].op_case()) {
       case v1::Operation::kPut:
@@ -213,19 +222,80 @@ absl::Status FileAdapter::Validate(const WriteTarget& target,
 }
 
 absl::StatusOr<std::unique_ptr<FileWrite>> FileAdapter::Begin(
-    const WriteTarget& target, int op_count) {
+    const WriteTarget& target, const Operations& ops, OpResults* results) {
   absl::StatusOr<FileFenceRecords::Held> record =
       records_->Lock(target.domain, target.deadline);
   if (!record.ok()) return record.status();
   if (record->token() > target.token) {
     return StaleTokenError(target.domain, target.token, record->token());
   }
+  absl::StatusOr<bool> replayed = CheckSeq(*record, target, ops, results);
+  if (!replayed.ok()) return replayed.status();
+  if (*replayed) return nullptr;
   auto write = std::make_unique<FileWrite>(*std::move(record));
-  write->op_count = op_count;
+  write->op_count = ops.size();
+  if (target.seq != 0) return write;  // Recorded with its change.
   if (absl::Status s = write->record.PrepareRaise(target.token); !s.ok()) {
     return s;
   }
   return write;
+}
+
+namespace {
+
+// Hex SHA-256 of a Write's path and operation: what a seq names.
+std::string RequestHash(absl::string_view path, const v1::Operation& op) {
+  const std::string text =
+      absl::StrCat(path, std::string(1, '\0'), op.SerializeAsString());
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int size = 0;
+  EVP_Digest(text.data(), text.size(), digest, &size, EVP_sha256(), nullptr);
+  return absl::BytesToHexString(
+      absl::string_view(reinterpret_cast<const char*>(digest), size));
+}
+
+}  // namespace
+
+absl::StatusOr<bool> FileAdapter::CheckSeq(const FileFenceRecords::Held& record,
+                                           const WriteTarget& target,
+                                           const Operations& ops,
+                                           OpResults* results) {
+  const SeqIntent& last = record.intent();
+  if (record.token() != target.token || last.seq == 0) return false;
+  if (target.seq == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "seq: domain \"", absl::CHexEscape(target.domain),
+        "\"'s writes with token ", target.token, " carry a seq (the last was ",
+        last.seq,
+        "): send one, since a write without it could not be told from a retry "
+        "on this file route; nothing applied"));
+  }
+  if (target.seq > last.seq) return false;
+  if (target.seq < last.seq) {
+    return SeqOutOfOrderError(target.domain, target.token, target.seq,
+                              last.seq);
+  }
+  const v1::Operation& op = ops[0];
+  if (RequestHash(target.path, op) != last.request_hash) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "seq: seq ", target.seq, " of token ", target.token,
+        " was recorded for another write (another path or operation): a seq "
+        "names one write; nothing applied"));
+  }
+  absl::StatusOr<bool> made = FileChange::Made(
+      root_fd_, std::string(target.path), op, last.size_before);
+  if (!made.ok() || !*made) return made;  // Not made: applied now.
+  v1::FileResult* result = results->Add()->mutable_file();
+  result->set_existed(last.existed);
+  const std::string* data = op.has_put()      ? &op.put().data()
+                            : op.has_append() ? &op.append().data()
+                                              : nullptr;
+  if (data != nullptr) {
+    result->set_bytes_written(data->size());
+    result->set_size((op.has_append() ? last.size_before : 0) + data->size());
+  }
+  if (target.replayed != nullptr) *target.replayed = true;
+  return true;
 }
 
 absl::Status FileAdapter::Prepare(FileWrite& write, const WriteTarget& target,
@@ -243,7 +313,11 @@ absl::Status FileAdapter::Prepare(FileWrite& write, const WriteTarget& target,
                                      " operations applied): ", s.message()));
   }
   write.change.emplace(*std::move(change));
-  return absl::OkStatus();
+  if (target.seq == 0) return absl::OkStatus();
+  return write.record.PrepareRecord(
+      target.token,
+      SeqIntent{target.seq, RequestHash(target.path, ops[i]),
+                write.change->size_before(), write.change->existed_before()});
 }
 
 absl::Status FileAdapter::Apply(const WriteTarget& target,
@@ -251,8 +325,10 @@ absl::Status FileAdapter::Apply(const WriteTarget& target,
   // Its own sync handle, opened before anything is written (file_io.h).
   absl::StatusOr<file_io::Fd> sync = file_io::OpenSyncHandle(root_fd_, root_);
   if (!sync.ok()) return sync.status();
-  absl::StatusOr<std::unique_ptr<FileWrite>> write = Begin(target, ops.size());
+  absl::StatusOr<std::unique_ptr<FileWrite>> write =
+      Begin(target, ops, results);
   if (!write.ok()) return write.status();
+  if (*write == nullptr) return absl::OkStatus();  // Replayed.
   FileWrite* const w = write->get();
   // One operation at a time, each a group of its own: the next may depend
   // on it (a put, then an append to the same file).
@@ -279,8 +355,9 @@ void FileAdapter::ApplyAsync(const WriteTarget& target, const Operations& ops,
     std::move(done)(sync.status());
     return;
   }
-  absl::StatusOr<std::unique_ptr<FileWrite>> write = Begin(target, 1);
-  if (!write.ok()) {
+  absl::StatusOr<std::unique_ptr<FileWrite>> write =
+      Begin(target, ops, results);
+  if (!write.ok() || *write == nullptr) {  // Failed, or replayed.
     std::move(done)(write.status());
     return;
   }

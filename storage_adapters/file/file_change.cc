@@ -101,6 +101,7 @@ FileChange::FileChange(FileChange&& other) noexcept
       temp_(std::exchange(other.temp_, std::string())),
       file_(std::move(other.file_)),
       size_before_(other.size_before_),
+      delete_found_(other.delete_found_),
       made_(other.made_) {}
 
 FileChange::~FileChange() {
@@ -213,6 +214,9 @@ absl::Status FileChange::PrepareDelete() {
   absl::StatusOr<Fd> opened = OpenDir(root_fd_, dir, /*create=*/false);
   if (opened.ok()) {
     dir_ = *std::move(opened);
+    struct stat st;
+    delete_found_ =
+        ::fstatat(dir_.get(), leaf_.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
     return absl::OkStatus();
   }
   // A missing parent, or a parent that is a file: the file cannot exist.
@@ -225,6 +229,118 @@ absl::Status FileChange::PrepareDelete() {
 
 bool FileChange::groupable() const {
   return kind_ != Kind::kAppend || file_.valid();
+}
+
+bool FileChange::existed_before() const {
+  switch (kind_) {
+    case Kind::kPut:
+      return result_->existed();
+    case Kind::kAppend:
+      return file_.valid();
+    case Kind::kDelete:
+      return delete_found_;
+  }
+  return false;
+}
+
+uint64_t FileChange::size_before() const {
+  return kind_ == Kind::kAppend && file_.valid()
+             ? static_cast<uint64_t>(size_before_)
+             : 0;
+}
+
+namespace {
+
+// Up to `limit` bytes of `fd` from `offset`.
+absl::StatusOr<std::string> ReadAt(int fd, uint64_t offset, size_t limit,
+                                   absl::string_view path) {
+  std::string out(limit, '\0');
+  size_t got = 0;
+  while (got < limit) {
+    const ssize_t n = ::pread(fd, out.data() + got, limit - got,
+                              static_cast<off_t>(offset + got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoStatus(errno, "read", path);
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  out.resize(got);
+  return out;
+}
+
+absl::Status CannotTell(absl::string_view path) {
+  return absl::AbortedError(absl::StrCat(
+      "file adapter: \"", path,
+      "\" changed since this (token, seq) was first tried (another domain's "
+      "write to it?): whether that attempt was applied cannot be told; "
+      "nothing applied"));
+}
+
+}  // namespace
+
+absl::StatusOr<bool> FileChange::Made(int root_fd, const std::string& path,
+                                      const v1::Operation& op,
+                                      uint64_t size_before) {
+  switch (op.op_case()) {
+    case v1::Operation::kPut: {
+      const std::string& data = op.put().data();
+      Fd file(OpenBeneath(root_fd, path, O_RDONLY | O_NONBLOCK));
+      if (!file.valid()) {
+        if (errno == ENOENT || errno == ENOTDIR) return false;
+        return ErrnoStatus(errno, "open", path);
+      }
+      absl::StatusOr<std::string> now =
+          ReadAt(file.get(), 0, data.size() + 1, path);
+      if (!now.ok()) return now.status();
+      return *now == data;
+    }
+    case v1::Operation::kAppend: {
+      const std::string& data = op.append().data();
+      Fd file(OpenBeneath(root_fd, path, O_RDWR | O_NONBLOCK));
+      if (!file.valid()) {
+        if ((errno == ENOENT || errno == ENOTDIR) && size_before == 0) {
+          return false;
+        }
+        if (errno == ENOENT || errno == ENOTDIR) return CannotTell(path);
+        return ErrnoStatus(errno, "open", path);
+      }
+      if (::flock(file.get(), LOCK_EX) != 0) {
+        return ErrnoStatus(errno, "lock", path);
+      }
+      struct stat st;
+      if (::fstat(file.get(), &st) != 0)
+        return ErrnoStatus(errno, "stat", path);
+      const uint64_t size = static_cast<uint64_t>(st.st_size);
+      if (size == size_before) return false;
+      if (size < size_before) return CannotTell(path);
+      absl::StatusOr<std::string> tail =
+          ReadAt(file.get(), size_before, data.size(), path);
+      if (!tail.ok()) return tail.status();
+      if (size >= size_before + data.size()) {
+        if (*tail == data) return true;
+        return CannotTell(path);
+      }
+      // Part of it, and nothing after: cut short. Back to where it began.
+      if (data.substr(0, tail->size()) != *tail) return CannotTell(path);
+      if (::ftruncate(file.get(), static_cast<off_t>(size_before)) != 0) {
+        return ErrnoStatus(errno, "truncate", path);
+      }
+      if (absl::Status s = FsyncFd(file.get(), "fsync", path); !s.ok()) {
+        return s;
+      }
+      return false;
+    }
+    case v1::Operation::kDelete: {
+      struct stat st;
+      Fd file(OpenBeneath(root_fd, path, O_PATH | O_NOFOLLOW));
+      if (file.valid() && ::fstat(file.get(), &st) == 0) return false;
+      if (errno == ENOENT || errno == ENOTDIR) return true;
+      return ErrnoStatus(errno, "stat", path);
+    }
+    default:
+      return absl::InvalidArgumentError(
+          "the file adapter takes put, append or delete");
+  }
 }
 
 absl::Status FileChange::Make() {

@@ -63,6 +63,24 @@ class FileChange {
   // false only for an append to a file that did not exist.
   bool groupable() const;
 
+  // What Prepare found: whether the file existed, and an append's size
+  // before it (0 for a missing file, and for a put or delete).
+  bool existed_before() const;
+  uint64_t size_before() const;
+
+  // Whether `op` on `path`, prepared when the file had `size_before` bytes
+  // (an append), was made since, judged by the file as it is now (a
+  // Write's seq intent, on a retry: docs/fencing.md, rule 14): a put by
+  // the file holding exactly its data; a delete by the file's absence; an
+  // append by its data at `size_before`. An append cut short by a crash
+  // (part of its data there, nothing after) is truncated back to
+  // `size_before`, durably, and is not made. ABORTED if the file changed
+  // so that neither can be told (another domain's write to it since).
+  // Takes an append's file lock while it looks.
+  static absl::StatusOr<bool> Made(int root_fd, const std::string& path,
+                                   const v1::Operation& op,
+                                   uint64_t size_before);
+
   // Makes the change. Not durable until the file system is synced. On error
   // nothing is changed (a put's temporary is removed, a partly written
   // append cut back). Called at most once.
@@ -88,11 +106,12 @@ class FileChange {
   std::string path_;
   const std::string* data_;  // Put and append.
   v1::FileResult* result_;
-  file_io::Fd dir_;        // Put and delete: the target's directory.
-  std::string leaf_;       // Put and delete: the target's name in dir_.
-  std::string temp_;       // Put: the temporary, until renamed.
-  file_io::Fd file_;       // Append: the file, locked.
-  off_t size_before_ = 0;  // Append: its size before Make().
+  file_io::Fd dir_;            // Put and delete: the target's directory.
+  std::string leaf_;           // Put and delete: the target's name in dir_.
+  std::string temp_;           // Put: the temporary, until renamed.
+  file_io::Fd file_;           // Append: the file, locked.
+  off_t size_before_ = 0;      // Append: its size before Make().
+  bool delete_found_ = false;  // Delete: the file was there at Prepare.
   bool made_ = false;
 };
 

@@ -1,0 +1,236 @@
+// Copyright fencegate authors.
+//
+// (token, seq) on file routes (docs/fencing.md, rule 14): a Write's seq
+// intent is recorded in its domain's fence record before its change is
+// made, so a retry after a crash at any step applies the change once, and
+// an older seq is refused. A crash is the process ending at a named step
+// (a forked child that _exits at a sync point, as kill -9 would end it:
+// what it wrote to files stays, nothing else runs).
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "fencegate/common/seq_out_of_order.h"
+#include "fencegate/common/stale_token.h"
+#include "fencegate/common/sync_point.h"
+#include "storage_adapters/file/file_adapter.h"
+#include "tests/file_test_util.h"
+#include "tests/test_util.h"
+
+namespace fencegate {
+namespace {
+
+using ::fencegate::testing::ApplyAndWait;
+using ::fencegate::testing::ReadFile;
+using ::testing::HasSubstr;
+
+class FileSeqTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = dir_.path() + "/root";
+    adapter_ = Open();
+    ASSERT_NE(adapter_, nullptr);
+  }
+  void TearDown() override { SyncPoint::Get()->ClearAll(); }
+  std::unique_ptr<FileAdapter> Open() {
+    auto adapter = FileAdapter::Open(root_);
+    EXPECT_TRUE(adapter.ok()) << adapter.status();
+    return adapter.ok() ? *std::move(adapter) : nullptr;
+  }
+
+  struct Outcome {
+    absl::Status status;
+    bool replayed = false;
+    OpResults results;
+  };
+  // One operation on `path` as (token, seq) of domain "jobs"; with
+  // `grouped`, through the commit thread.
+  static Outcome Write(FileAdapter& adapter, uint64_t token, uint64_t seq,
+                       const v1::Operation& op,
+                       const std::string& path = "log.txt",
+                       bool grouped = false) {
+    Outcome out;
+    Operations ops;
+    *ops.Add() = op;
+    WriteTarget target{"jobs", token, path, ""};
+    target.seq = seq;
+    target.replayed = &out.replayed;
+    out.status = adapter.Validate(target, ops);
+    if (!out.status.ok()) return out;
+    out.status = grouped ? ApplyAndWait(adapter, target, ops, &out.results)
+                         : adapter.Apply(target, ops, &out.results);
+    return out;
+  }
+  static v1::Operation Append(const std::string& line) {
+    v1::Operation op;
+    op.mutable_append()->set_data(line + "\n");
+    return op;
+  }
+  static v1::Operation Put(const std::string& data) {
+    v1::Operation op;
+    op.mutable_put()->set_data(data);
+    return op;
+  }
+  std::string File(const std::string& path = "log.txt") {
+    absl::StatusOr<std::string> text = ReadFile(root_ + "/" + path);
+    return text.ok() ? *text : "<missing>";
+  }
+
+  // Runs `op` as (token, seq) in a child process that ends at `point`.
+  // True if it reached the point.
+  bool CrashAt(const char* point, uint64_t token, uint64_t seq,
+               const v1::Operation& op, bool grouped) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      (void)adapter_.release();  // Its commit thread is the parent's.
+      std::unique_ptr<FileAdapter> own = Open();
+      if (own == nullptr) ::_exit(1);
+      SyncPoint::Get()->SetCallback(point, [](void*) { ::_exit(42); });
+      (void)Write(*own, token, seq, op, "log.txt", grouped);
+      ::_exit(0);
+    }
+    int status = 0;
+    return pid > 0 && ::waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+           WEXITSTATUS(status) == 42;
+  }
+
+  testing::TempDir dir_;
+  std::string root_;
+  std::unique_ptr<FileAdapter> adapter_;
+};
+
+// The gateway dies mid-append, at each step; the worker retries with the
+// same (token, seq) through a restarted gateway: one line, never two.
+TEST_F(FileSeqTest, ARetryAfterACrashMidAppendAppendsOnce) {
+  FENCEGATE_SKIP_WITHOUT_SYNC_POINTS();
+  ASSERT_OK(Write(*adapter_, 5, 1, Append("first")).status);
+  uint64_t seq = 1;
+  std::string expected = "first\n";
+  for (bool grouped : {false, true}) {
+    for (const char* point :
+         {"FileFenceRecords::Raise:AfterRename",
+          "FileAdapter::Apply:AfterRecord", "FileAdapter::Append:AfterWrite"}) {
+      ++seq;
+      const std::string line = absl::StrCat("line ", seq);
+      ASSERT_TRUE(CrashAt(point, 5, seq, Append(line), grouped))
+          << point << " was not reached";
+      std::unique_ptr<FileAdapter> restarted = Open();
+      Outcome retry = Write(*restarted, 5, seq, Append(line));
+      ASSERT_TRUE(retry.status.ok()) << point << ": " << retry.status;
+      absl::StrAppend(&expected, line, "\n");
+      EXPECT_EQ(File(), expected) << point << (grouped ? " (grouped)" : "");
+      // Made before the crash only once its bytes were written.
+      EXPECT_EQ(retry.replayed,
+                std::string(point) == "FileAdapter::Append:AfterWrite")
+          << point;
+      ASSERT_EQ(retry.results.size(), 1);
+      EXPECT_EQ(retry.results[0].file().size(), expected.size()) << point;
+      EXPECT_EQ(retry.results[0].file().bytes_written(), line.size() + 1);
+      // A second retry is answered from the record.
+      EXPECT_TRUE(Write(*restarted, 5, seq, Append(line)).replayed) << point;
+      EXPECT_EQ(File(), expected) << point;
+    }
+  }
+}
+
+// The same crash without a seq: the retry appends the line again. This is
+// what the rule prevents, and it shows the test above can see it.
+TEST_F(FileSeqTest, WithoutASeqTheRetryAfterACrashAppendsTwice) {
+  FENCEGATE_SKIP_WITHOUT_SYNC_POINTS();
+  ASSERT_TRUE(CrashAt("FileAdapter::Append:AfterWrite", 5, 0, Append("pay"),
+                      /*grouped=*/false));
+  std::unique_ptr<FileAdapter> restarted = Open();
+  ASSERT_OK(Write(*restarted, 5, 0, Append("pay")).status);
+  EXPECT_EQ(File(), "pay\npay\n");
+}
+
+// An append cut short by the crash (part of its bytes written) is taken
+// back and made whole by the retry.
+TEST_F(FileSeqTest, APartialAppendIsCutBackAndMadeOnce) {
+  FENCEGATE_SKIP_WITHOUT_SYNC_POINTS();
+  ASSERT_OK(Write(*adapter_, 5, 1, Append("first")).status);
+  // What a crash mid-write leaves: the intent recorded, part of the bytes.
+  ASSERT_TRUE(CrashAt("FileAdapter::Apply:AfterRecord", 5, 2, Append("second"),
+                      /*grouped=*/false));
+  {
+    FILE* f = std::fopen((root_ + "/log.txt").c_str(), "a");
+    ASSERT_NE(f, nullptr);
+    std::fputs("sec", f);
+    std::fclose(f);
+  }
+  std::unique_ptr<FileAdapter> restarted = Open();
+  Outcome retry = Write(*restarted, 5, 2, Append("second"));
+  ASSERT_OK(retry.status);
+  EXPECT_FALSE(retry.replayed);
+  EXPECT_EQ(File(), "first\nsecond\n");
+}
+
+TEST_F(FileSeqTest, AnOlderSeqIsRefusedAndGapsAreAllowed) {
+  ASSERT_OK(Write(*adapter_, 5, 3, Append("a")).status);
+  Outcome older = Write(*adapter_, 5, 2, Append("b"));
+  std::optional<SeqOutOfOrderInfo> info = GetSeqOutOfOrder(older.status);
+  ASSERT_TRUE(info.has_value()) << older.status;
+  EXPECT_EQ(info->last_seq, 3u);
+  EXPECT_FALSE(GetStaleToken(older.status).has_value());
+  ASSERT_OK(Write(*adapter_, 5, 9, Append("c")).status);
+  EXPECT_EQ(File(), "a\nc\n");
+  // A new token starts its own seq; the old one is stale.
+  ASSERT_OK(Write(*adapter_, 6, 1, Append("d")).status);
+  EXPECT_TRUE(
+      GetStaleToken(Write(*adapter_, 5, 10, Append("e")).status).has_value());
+  EXPECT_EQ(File(), "a\nc\nd\n");
+}
+
+// Once a token's writes carry a seq on a file route, a write without one,
+// or the same seq naming another write, could not be told from a retry.
+TEST_F(FileSeqTest, ASeqNamesOneWriteAndATokenWithSeqsNeedsThem) {
+  ASSERT_OK(Write(*adapter_, 5, 1, Append("a")).status);
+  Outcome other = Write(*adapter_, 5, 1, Append("b"));
+  EXPECT_EQ(other.status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(other.status.message(), HasSubstr("another write"));
+  Outcome without = Write(*adapter_, 5, 0, Append("c"));
+  EXPECT_EQ(without.status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(without.status.message(), HasSubstr("carry a seq"));
+  EXPECT_EQ(File(), "a\n");
+  // A new holder (a raised fence) may write without.
+  ASSERT_OK(adapter_->RaiseFence("jobs", 6));
+  ASSERT_OK(Write(*adapter_, 6, 0, Append("d")).status);
+  EXPECT_EQ(File(), "a\nd\n");
+}
+
+// Put and delete: a retry of a change already made is answered as it was.
+TEST_F(FileSeqTest, PutAndDeleteRetriesAreAnsweredFromTheRecord) {
+  ASSERT_OK(Write(*adapter_, 5, 1, Put("v1"), "state").status);
+  Outcome put = Write(*adapter_, 5, 2, Put("v2"), "state", /*grouped=*/true);
+  ASSERT_OK(put.status);
+  Outcome again = Write(*adapter_, 5, 2, Put("v2"), "state");
+  ASSERT_OK(again.status);
+  EXPECT_TRUE(again.replayed);
+  ASSERT_EQ(again.results.size(), 1);
+  EXPECT_TRUE(again.results[0].file().existed());
+  EXPECT_EQ(again.results[0].file().size(), 2u);
+  v1::Operation del;
+  del.mutable_delete_();
+  ASSERT_OK(Write(*adapter_, 5, 3, del, "state").status);
+  Outcome deleted = Write(*adapter_, 5, 3, del, "state");
+  ASSERT_OK(deleted.status);
+  EXPECT_TRUE(deleted.replayed);
+  EXPECT_TRUE(deleted.results[0].file().existed());
+  EXPECT_EQ(File("state"), "<missing>");
+}
+
+TEST_F(FileSeqTest, AWriteWithASeqTakesOneOperation) {
+  Operations ops;
+  *ops.Add() = Append("a");
+  *ops.Add() = Append("b");
+  WriteTarget target{"jobs", 5, "log.txt", ""};
+  target.seq = 1;
+  EXPECT_EQ(adapter_->Validate(target, ops).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace fencegate
