@@ -277,6 +277,7 @@ std::string JsonList(const std::vector<double>& v) {
 absl::StatusOr<ChaosResult> RunChaos(Environment& env,
                                      const ChaosOptions& options) {
   ChaosResult result;
+  result.retry = options.retry;
   for (const std::string& s : options.sources) {
     if (Available(env, s)) {
       result.sources.push_back(s);
@@ -324,7 +325,8 @@ absl::StatusOr<ChaosResult> RunChaos(Environment& env,
           absl::StrCat("--ttl_ms=",
                        absl::ToInt64Milliseconds(TtlOf(source, options.ttl))),
           absl::StrCat("--writes=", options.writes_per_holding),
-          absl::StrCat("--pause_fraction=", options.pause_fraction)};
+          absl::StrCat("--pause_fraction=", options.pause_fraction),
+          "--retry=" + options.retry};
       for (std::string& a :
            SourceArgs(env.source_flags(source, gateways.address(0)))) {
         argv.push_back(std::move(a));
@@ -359,11 +361,15 @@ absl::StatusOr<ChaosResult> RunChaos(Environment& env,
     std::pair<std::string, std::string> head_rest =
         absl::StrSplit(*text, absl::MaxSplits('\n', 1));
     std::vector<std::string> head = absl::StrSplit(head_rest.first, ' ');
-    uint64_t holdings = 0, pauses = 0;
-    if (head.size() != 3 || !absl::SimpleAtoi(head[1], &holdings) ||
-        !absl::SimpleAtoi(head[2], &pauses)) {
+    uint64_t holdings = 0, pauses = 0, retried = 0, replayed = 0;
+    if (head.size() != 5 || !absl::SimpleAtoi(head[1], &holdings) ||
+        !absl::SimpleAtoi(head[2], &pauses) ||
+        !absl::SimpleAtoi(head[3], &retried) ||
+        !absl::SimpleAtoi(head[4], &replayed)) {
       return absl::DataLossError("bad worker file " + out);
     }
+    result.retried += retried;
+    result.replayed += replayed;
     result.holdings += holdings;
     holdings_of[out_sources[i]] += holdings;
     result.late_holders += pauses;
@@ -421,6 +427,9 @@ void PrintChaos(const ChaosResult& r) {
   row("fences", c.fences);
   row("holdings", r.holdings);
   row("late_holders", r.late_holders);
+  std::printf("  %-24s %s\n", "retry", r.retry.c_str());
+  row("retried", r.retried);
+  row("replayed", r.replayed);
   row("kills", r.kills);
   row("fence_stores_lost", r.fence_stores_lost);
   row("gateway_pauses", r.gateway_pauses);
@@ -452,6 +461,8 @@ std::string ChaosJson(const ChaosResult& r) {
       ",\n    \"errors\": ", c.errors, ",\n    \"fences\": ", c.fences,
       ",\n    \"holdings\": ", r.holdings,
       ",\n    \"late_holders\": ", r.late_holders,
+      ",\n    \"retry\": \"", r.retry, "\"",
+      ",\n    \"retried\": ", r.retried, ",\n    \"replayed\": ", r.replayed,
       ",\n    \"kills\": ", r.kills,
       ",\n    \"fence_stores_lost\": ", r.fence_stores_lost,
       ",\n    \"gateway_pauses\": ", r.gateway_pauses,

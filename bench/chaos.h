@@ -16,8 +16,9 @@
 //     turn;
 //   - every fourth cycle, SIGSTOP of the first gateway for three times the
 //     longest lease ttl of the sources, then SIGCONT.
-// Then the checker (chaos_checker.h) compares what the clients recorded
-// with what the table and the files hold.
+// A write whose outcome is unknown is retried with its (token, seq)
+// (ChaosOptions::retry). Then the checker (chaos_checker.h) compares what
+// the clients recorded with what the table and the files hold.
 
 #ifndef BENCH_CHAOS_H_
 #define BENCH_CHAOS_H_
@@ -49,6 +50,10 @@ struct ChaosOptions {
   int writes_per_holding = 4;
   // Seed of the fault schedule's random moments.
   uint64_t seed = 1;
+  // How the workers retry a write whose outcome is unknown: "seq" (with its
+  // (token, seq): the storage applies it once), "plain" (without a seq:
+  // the duplicates the checker then finds show it can see them), "none".
+  std::string retry = "seq";
 };
 
 struct ChaosResult {
@@ -61,6 +66,9 @@ struct ChaosResult {
   std::vector<double> restart_ms;    // Each restart: spawn to serving.
   std::vector<double> pg_outage_ms;  // Each PostgreSQL restart.
   uint64_t holdings = 0, late_holders = 0;
+  std::string retry;
+  // Writes sent more than once, and those answered as replayed.
+  uint64_t retried = 0, replayed = 0;
   // Why the run cannot vouch for anything, if it cannot: a source that never
   // held its lock, a route without an acknowledged write, late holders none
   // of whose writes was refused. A blind run fails like a violation.

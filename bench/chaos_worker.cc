@@ -19,6 +19,7 @@
 #include "bench/chaos.h"
 #include "bench/safety.h"
 #include "bench/token_sources.h"
+#include "fencegate/client/write_retry.h"
 #include "fencegate/common/flag_args.h"
 #include "fencegate/v1/gateway.grpc.pb.h"
 #include "grpcpp/create_channel.h"
@@ -40,6 +41,10 @@ int64_t MonotonicMicros() {
 struct ChaosWorkerConfig {
   SourceFlags src;  // src.gateway: the first gateway.
   std::string gateway_b, lock, run, out, stop_file;
+  // What a write whose outcome is unknown (UNAVAILABLE, DEADLINE_EXCEEDED)
+  // does: "seq" retries it with its (token, seq) (WriteWithRetry), "plain"
+  // retries it without a seq, "none" gives up.
+  std::string retry = "seq";
   uint64_t id = 0, ttl_ms = 500, writes = 4;
   std::string pause_fraction = "0.3";
 };
@@ -91,18 +96,41 @@ class ChaosWorker {
       (void)(*lock)->Release();  // Refused when lost: fine.
     }
     std::ofstream out(c_.out);
-    out << "H " << holdings_ << " " << pauses_ << "\n" << records_;
+    out << "H " << holdings_ << " " << pauses_ << " " << retried_ << " "
+        << replayed_ << "\n"
+        << records_;
     return out ? absl::OkStatus()
                : absl::InternalError("cannot write " + c_.out);
   }
 
  private:
-  grpc::Status Call(v1::Gateway::Stub* gateway, const v1::WriteRequest& r) {
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() +
-                         std::chrono::seconds(3));
-    v1::WriteResponse response;
-    return gateway->Write(&context, r, &response);
+  // Sends `r` (its seq set from `write_id` in "seq" mode), retrying as
+  // c_.retry says; counts the writes sent more than once, and those the
+  // storage answered as replayed.
+  absl::Status Call(v1::Gateway::Stub* gateway, v1::WriteRequest r,
+                    int64_t write_id) {
+    client::WriteRetryOptions options;
+    options.attempt_timeout = absl::Seconds(3);
+    int attempts = 1;
+    absl::StatusOr<v1::WriteResponse> response;
+    if (c_.retry == "seq") {
+      r.set_seq(static_cast<uint64_t>(write_id));
+      response = client::WriteWithRetry(*gateway, r, options, &attempts);
+    } else {
+      // One attempt, or ("plain") the same loop without a seq.
+      const int max = c_.retry == "plain" ? options.max_attempts : 1;
+      for (attempts = 1;; ++attempts) {
+        response = client::WriteWithRetry(*gateway, r, options);
+        if (response.ok() || attempts >= max ||
+            !client::IsOutcomeUnknown(response.status().code())) {
+          break;
+        }
+        absl::SleepFor(options.initial_backoff);
+      }
+    }
+    if (attempts > 1) ++retried_;
+    if (response.ok() && response->replayed()) ++replayed_;
+    return response.status();
   }
 
   // Fences `token` on every gateway, retrying one that is down for a while;
@@ -147,7 +175,8 @@ class ChaosWorker {
     sql->add_params()->set_int64(write_id);
     v1::Gateway::Stub* gateway =
         gateways_[std::uniform_int_distribution<size_t>(0, 1)(rng_)].get();
-    Record("pg", token, write_id, [&] { return Call(gateway, request); });
+    Record("pg", token, write_id,
+           [&] { return Call(gateway, request, write_id); });
   }
 
   void WriteFile(uint64_t token, int64_t write_id) {
@@ -158,7 +187,7 @@ class ChaosWorker {
     request.add_ops()->mutable_append()->set_data(
         absl::StrCat(token, " ", write_id, "\n"));
     Record("file", token, write_id,
-           [&] { return Call(gateways_[0].get(), request); });
+           [&] { return Call(gateways_[0].get(), request, write_id); });
   }
 
   template <typename Fn>
@@ -169,12 +198,13 @@ class ChaosWorker {
     w.write_id = write_id;
     w.token = token;
     w.sent_us = MonotonicMicros();
-    const grpc::Status s = send();
+    const absl::Status s = send();
     w.answered_us = MonotonicMicros();
     // FAILED_PRECONDITION is the stale refusal here: the run has no policy
     // (so no token binding refuses) and its inserts violate no constraint.
+    // Seqs only grow within a worker, so none is out of order.
     w.outcome = s.ok() ? WriteRecord::Outcome::kAcknowledged
-                : s.error_code() == grpc::StatusCode::FAILED_PRECONDITION
+                : s.code() == absl::StatusCode::kFailedPrecondition
                     ? WriteRecord::Outcome::kRefusedStale
                     : WriteRecord::Outcome::kError;
     records_ += FormatRecord(w);
@@ -184,7 +214,7 @@ class ChaosWorker {
   std::mt19937 rng_;
   double pause_fraction_ = 0.3;
   std::vector<std::unique_ptr<v1::Gateway::Stub>> gateways_;
-  uint64_t holdings_ = 0, pauses_ = 0;
+  uint64_t holdings_ = 0, pauses_ = 0, retried_ = 0, replayed_ = 0;
   int64_t counter_ = 0;
   std::string records_;
 };
@@ -205,6 +235,8 @@ int ChaosWorkerMain(int argc, char** argv) {
   app.add_option("--writes", c.writes, "writes per holding");
   app.add_option("--pause_fraction", c.pause_fraction,
                  "share of paused holdings");
+  app.add_option("--retry", c.retry, "seq, plain or none")
+      ->check(CLI::IsMember({"seq", "plain", "none"}));
   if (std::optional<int> exit = ParseFlags(app, argc - 1, argv + 1))
     return *exit;
   absl::Status s = ChaosWorker(c).Run();

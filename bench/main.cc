@@ -150,6 +150,7 @@ int Run(int argc, char** argv) {
   bool pg_fast = false;
   uint64_t cycles = 10, chaos_seed = 1;
   std::string chaos_sources = "lease,etcd,redis,redlock,postgres,zookeeper";
+  std::string chaos_retry = "seq";
   CLI::App app(kUsage, "fencegate-bench");
   app.add_option("command", command,
                  "throughput, safety, all, memory, chaos or classifier")
@@ -159,10 +160,11 @@ int Run(int argc, char** argv) {
   app.add_option(
       "--targets", targets,
       "comma list of direct, direct-fenced, pgbouncer, gateway-pg, "
-      "gateway-pgwire, "
-      "file-direct, gateway-file, gateway-noop, grpc-floor, gateway-pg-mtls, "
-      "gateway-noop-mtls, gateway-pg-metrics, gateway-noop-metrics "
-      "(default all but the -mtls and -metrics ones)");
+      "gateway-pgwire, file-direct, gateway-file, gateway-noop, grpc-floor, "
+      "gateway-pg-seq, gateway-file-seq (every write with a seq), "
+      "gateway-pg-mtls, gateway-noop-mtls, gateway-pg-metrics, "
+      "gateway-noop-metrics (default all but the -seq, -mtls and -metrics "
+      "ones)");
   app.add_option("--clients", clients,
                  "comma list of client counts (default 1,16,64)");
   app.add_option("--patterns", patterns, "steady,advancing (default both)");
@@ -203,6 +205,11 @@ int Run(int argc, char** argv) {
   app.add_option("--cycles", cycles, "chaos: gateway kills (default 10)");
   app.add_option("--seed", chaos_seed,
                  "chaos: seed of the fault moments (default 1)");
+  app.add_option("--retry", chaos_retry,
+                 "chaos: how a write whose outcome is unknown is retried: seq "
+                 "(with its (token, seq); default), plain (without a seq: "
+                 "the checker then finds duplicates) or none")
+      ->check(CLI::IsMember({"seq", "plain", "none"}));
   app.add_option("--sources", chaos_sources,
                  "chaos: token sources (default all: lease,etcd,redis,redlock,"
                  "postgres,zookeeper; those without a server are left out)");
@@ -219,6 +226,7 @@ int Run(int argc, char** argv) {
     }
     copts.cycles = static_cast<int>(cycles);
     copts.seed = chaos_seed;
+    copts.retry = chaos_retry;
     copts.sources = absl::StrSplit(chaos_sources, ',', absl::SkipEmpty());
     copts.ttl = absl::Milliseconds(ttl_ms);
     return RunChaosCommand(copts, work_dir, pg_dsn, json);

@@ -204,9 +204,11 @@ class DirectFencedClient : public Client {
 
 class GatewayClient : public Client {
  public:
+  // `with_seq`: each write carries the next seq of the client's own
+  // counter (1, 2, ...: a new token may start anywhere, gaps are allowed).
   GatewayClient(std::shared_ptr<grpc::Channel> channel, std::string kind,
-                std::string domain, int id)
-      : stub_(v1::Gateway::NewStub(channel)) {
+                std::string domain, int id, bool with_seq)
+      : stub_(v1::Gateway::NewStub(channel)), with_seq_(with_seq) {
     request_.set_domain(std::move(domain));
     v1::Operation* op = request_.add_ops();
     if (kind == "gateway-pg") {
@@ -248,6 +250,7 @@ class GatewayClient : public Client {
  private:
   void SetToken(uint64_t token) {
     request_.set_token(token);
+    if (with_seq_) request_.set_seq(++seq_);
     if (request_.ops(0).has_sql()) {
       request_.mutable_ops(0)->mutable_sql()->mutable_params(1)->set_int64(
           static_cast<int64_t>(token));
@@ -260,6 +263,8 @@ class GatewayClient : public Client {
   }
 
   std::unique_ptr<v1::Gateway::Stub> stub_;
+  const bool with_seq_;
+  uint64_t seq_ = 0;
   v1::WriteRequest request_;
   // The write in flight (one at a time).
   std::unique_ptr<grpc::ClientContext> context_;
@@ -477,6 +482,7 @@ absl::StatusOr<std::vector<RunStats>> RunThroughput(
         return std::make_unique<DirectClient>(env.pgbouncer_dsn(), i);
       };
     } else if (target == "gateway-pg" || target == "gateway-file" ||
+               target == "gateway-pg-seq" || target == "gateway-file-seq" ||
                target == "gateway-noop" || target == "grpc-floor" ||
                target == "gateway-pg-mtls" || target == "gateway-noop-mtls" ||
                target == "gateway-pg-metrics" ||
@@ -502,10 +508,11 @@ absl::StatusOr<std::vector<RunStats>> RunThroughput(
         args.SetInt("grpc.channel_id", i / 8);  // Distinct subchannels.
         auto ch = grpc::CreateCustomChannel(address, credentials, args);
         if (target == "grpc-floor") return std::make_unique<HealthClient>(ch);
-        const std::string kind(
-            absl::StripSuffix(target, absl::StrCat("-", variant)));
+        const bool with_seq = absl::EndsWith(target, "-seq");
+        const std::string kind(absl::StripSuffix(
+            absl::StripSuffix(target, absl::StrCat("-", variant)), "-seq"));
         return std::make_unique<GatewayClient>(
-            ch, kind, absl::StrCat("bench-", target, "-", i), i);
+            ch, kind, absl::StrCat("bench-", target, "-", i), i, with_seq);
       };
     } else {
       return absl::InvalidArgumentError(

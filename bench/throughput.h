@@ -15,7 +15,8 @@ namespace fencegate::bench {
 
 struct ThroughputOptions {
   // direct, direct-fenced, pgbouncer, gateway-pg, gateway-file, gateway-noop,
-  // grpc-floor.
+  // grpc-floor; gateway-pg-seq and gateway-file-seq are gateway-pg and
+  // gateway-file with a seq in every write.
   std::vector<std::string> targets;
   std::vector<int> clients = {1, 16, 64};
   // steady (a holder keeps its token) and/or advancing (each write raises).

@@ -102,8 +102,8 @@ int RunPgSetup(const Flags& f) {
   if (!s.ok()) return PgSetupFailed(s);
   std::cout << "pg-setup: schema " << f.schema << " ready; role " << f.role
             << " may call " << f.schema
-            << ".fence(text, bigint), fence_next(text, bigint) and "
-               "fences()\n";
+            << ".fence(text, bigint), fence_seq(text, bigint, bigint), "
+               "fence_next(text, bigint) and fences()\n";
   if (!f.revoke_session_functions) return kExitOk;
   absl::StatusOr<std::vector<std::string>> revoked =
       postgres::RevokeSessionFunctions(f.admin_dsn, f.role,
