@@ -108,7 +108,7 @@ class ChaosWorker {
   // c_.retry says; counts the writes sent more than once, and those the
   // storage answered as replayed.
   absl::Status Call(v1::Gateway::Stub* gateway, v1::WriteRequest r,
-                    int64_t write_id) {
+                    int64_t write_id, int* sent) {
     client::WriteRetryOptions options;
     options.attempt_timeout = absl::Seconds(3);
     int attempts = 1;
@@ -130,6 +130,7 @@ class ChaosWorker {
     }
     if (attempts > 1) ++retried_;
     if (response.ok() && response->replayed()) ++replayed_;
+    *sent = attempts;
     return response.status();
   }
 
@@ -176,7 +177,7 @@ class ChaosWorker {
     v1::Gateway::Stub* gateway =
         gateways_[std::uniform_int_distribution<size_t>(0, 1)(rng_)].get();
     Record("pg", token, write_id,
-           [&] { return Call(gateway, request, write_id); });
+           [&](int* sent) { return Call(gateway, request, write_id, sent); });
   }
 
   void WriteFile(uint64_t token, int64_t write_id) {
@@ -186,8 +187,9 @@ class ChaosWorker {
     request.set_resource(absl::StrCat("files/", c_.lock, ".log"));
     request.add_ops()->mutable_append()->set_data(
         absl::StrCat(token, " ", write_id, "\n"));
-    Record("file", token, write_id,
-           [&] { return Call(gateways_[0].get(), request, write_id); });
+    Record("file", token, write_id, [&](int* sent) {
+      return Call(gateways_[0].get(), request, write_id, sent);
+    });
   }
 
   template <typename Fn>
@@ -198,13 +200,17 @@ class ChaosWorker {
     w.write_id = write_id;
     w.token = token;
     w.sent_us = MonotonicMicros();
-    const absl::Status s = send();
+    int sent = 1;
+    const absl::Status s = send(&sent);
     w.answered_us = MonotonicMicros();
     // FAILED_PRECONDITION is the stale refusal here: the run has no policy
     // (so no token binding refuses) and its inserts violate no constraint.
-    // Seqs only grow within a worker, so none is out of order.
+    // Seqs only grow within a worker, so none is out of order. A retry
+    // refused as stale says nothing of the attempt before it, whose outcome
+    // was unknown: it may have been applied (before the fence moved), so
+    // the write's outcome stays unknown.
     w.outcome = s.ok() ? WriteRecord::Outcome::kAcknowledged
-                : s.code() == absl::StatusCode::kFailedPrecondition
+                : s.code() == absl::StatusCode::kFailedPrecondition && sent == 1
                     ? WriteRecord::Outcome::kRefusedStale
                     : WriteRecord::Outcome::kError;
     records_ += FormatRecord(w);

@@ -18,9 +18,12 @@
 // stale token, SeqOutOfOrder, a SQL error, ...) returns at once, with the
 // gateway's details as payloads (common/grpc_status.h).
 //
-// A retry after an attempt that was in fact applied, and then overtaken by
-// a later seq of the same token, fails with SeqOutOfOrder: the write was
-// applied once, and the later one after it.
+// A retry refused as stale (a new holder fenced meanwhile) or as out of
+// order says only that the retry was not applied: the attempt before it,
+// whose outcome was unknown, may have been, and if so before the new
+// holder's token (docs/fencing.md, rule 4) or the later seq. The storage
+// keeps the last (token, seq) of the domain's current token only, so it
+// cannot answer such a retry as replayed.
 //
 // Thread safety: safe to call concurrently with one stub.
 
