@@ -231,6 +231,26 @@ TEST_F(PostgresSeqTest, AnOlderFenceSchemaIsUpgradedByPgSetup) {
   EXPECT_EQ(Entries("x"), 1);
 }
 
+// A dirty Write resets its session (DISCARD ALL), which drops the prepared
+// fence_seq() call: the next Write with a seq on that session still works.
+TEST_F(PostgresSeqTest, AWriteWithASeqAfterASessionReset) {
+  std::unique_ptr<StorageAdapter> adapter =
+      MakeAdapter("allow_dirty_statements=true&pool_size=1");
+  ASSERT_NE(adapter, nullptr);
+  ASSERT_OK(Write(*adapter, 5, 1, "before").status);
+  Operations dirty;
+  *dirty.Add() = Sql("DO $$BEGIN PERFORM 1; END$$");
+  WriteTarget target{"billing", 5, "ledger", ""};
+  target.seq = 2;
+  ASSERT_OK(adapter->Validate(target, dirty));
+  OpResults ignored;
+  ASSERT_OK(adapter->Apply(target, dirty, &ignored));
+  ASSERT_OK(Write(*adapter, 5, 3, "after").status);
+  EXPECT_TRUE(Write(*adapter, 5, 3, "after").replayed);
+  EXPECT_EQ(Entries("after"), 1);
+  EXPECT_EQ(StoredSeq("billing"), 3);
+}
+
 // Through the gateway: fencectl write --seq retries a write whose reply was
 // lost, and the gateway answers the retry as replayed.
 TEST_F(PostgresSeqTest, FencectlRetriesAWriteWhoseReplyWasLost) {

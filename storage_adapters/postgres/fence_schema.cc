@@ -202,8 +202,22 @@ BEGIN
     RAISE EXCEPTION 'fencegate.fence_seq() must be the first write of its transaction'
       USING ERRCODE = '$ONCE';
   END IF;
-  INSERT INTO $S.fences AS f (domain, token) VALUES (p_domain, p_token)
-  ON CONFLICT (domain) DO NOTHING;
+  -- The common case, a holder's next write: one UPDATE, which takes the
+  -- row's lock itself (and, waiting for another attempt of this very
+  -- (token, seq), looks again at the row that attempt left).
+  UPDATE $S.fences AS f SET token = p_token, seq = p_seq,
+    updated_at = CASE WHEN f.token = p_token THEN f.updated_at ELSE now() END
+    WHERE f.domain = p_domain
+      AND (f.token < p_token OR (f.token = p_token AND f.seq < p_seq));
+  IF FOUND THEN
+    RETURN p_token;
+  END IF;
+  -- A new domain, a stale token, or a seq not above the row's.
+  INSERT INTO $S.fences AS f (domain, token, seq)
+    VALUES (p_domain, p_token, p_seq) ON CONFLICT (domain) DO NOTHING;
+  IF FOUND THEN
+    RETURN p_token;
+  END IF;
   SELECT f.token, f.seq INTO held, held_seq FROM $S.fences AS f
     WHERE f.domain = p_domain FOR UPDATE;
   IF held > p_token THEN
@@ -221,6 +235,8 @@ BEGIN
       p_seq, p_token, quote_literal(p_domain), held_seq
       USING ERRCODE = '$ORDER', DETAIL = held_seq::text;
   END IF;
+  -- The row moved under the first UPDATE's feet (a concurrent insert of
+  -- the domain): it is locked now, and the write may go ahead.
   UPDATE $S.fences AS f SET token = p_token, seq = p_seq,
     updated_at = CASE WHEN f.token = p_token THEN f.updated_at ELSE now() END
     WHERE f.domain = p_domain;

@@ -60,6 +60,15 @@ class PgConnection final {
   // "fencegate_fence_" and 16 random hex digits, so that nothing a Write
   // sends can name it without first reading it.
   const std::string& fence_statement() const { return fence_statement_; }
+  // The name of fence_seq()'s prepared statement (fence_statement() and
+  // "_seq"), and whether it is prepared on this session now: a database
+  // whose fence schema predates fence_seq() cannot prepare it, and a
+  // session reset drops it.
+  std::string fence_seq_statement() const {
+    return fence_statement_ + "_seq";
+  }
+  bool seq_prepared() const { return seq_prepared_; }
+  void set_seq_prepared(bool prepared) { seq_prepared_ = prepared; }
 
   // Records the parameters the server reports now (PQparameterStatus) as
   // the session's baseline.
@@ -75,6 +84,7 @@ class PgConnection final {
   PGconn* const conn_;
   const std::string fence_statement_;
   bool ended_between_queries_ = false;
+  bool seq_prepared_ = false;
   std::vector<std::pair<const char*, std::string>> baseline_;
 };
 

@@ -105,10 +105,13 @@ bool PgPipeline::SendWrite(const QueuedWrite& w) {
   } else {
     const std::string seq = absl::StrCat(w.target->seq);
     const char* fence_params[3] = {domain.c_str(), token.c_str(), seq.c_str()};
-    if (PQsendQueryParams(c, settings_->fence_seq_sql.c_str(), 3, nullptr,
-                          fence_params, nullptr, nullptr, 0) != 1) {
-      return false;
-    }
+    const int sent =
+        conn_->seq_prepared()
+            ? PQsendQueryPrepared(c, conn_->fence_seq_statement().c_str(), 3,
+                                  fence_params, nullptr, nullptr, 0)
+            : PQsendQueryParams(c, settings_->fence_seq_sql.c_str(), 3,
+                                nullptr, fence_params, nullptr, nullptr, 0);
+    if (sent != 1) return false;
   }
   std::vector<std::string> texts;
   std::vector<const char*> params;
@@ -135,6 +138,9 @@ bool PgPipeline::SendWrite(const QueuedWrite& w) {
 
 bool PgPipeline::SendReset() {
   PGconn* c = conn_->raw();
+  // DISCARD ALL drops fence_seq()'s statement too: later Writes with a seq
+  // send its text.
+  conn_->set_seq_prepared(false);
   // ROLLBACK ends the block of a dirty Write that failed inside it (and is
   // only a warning after one that committed), so that a failed dirty Write
   // costs no new connection; then the reset, first in a segment of its own.

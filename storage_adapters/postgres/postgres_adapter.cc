@@ -133,6 +133,13 @@ absl::Status PostgresAdapter::SetUpConnection(PgConnection& c) {
             ? postgres::ConnectionError(c.raw())
             : postgres::Trimmed(PQresultErrorMessage(prepared.get()))));
   }
+  // Writes with a seq call fence_seq(); a schema without it leaves it
+  // unprepared, and such a Write then says to run pg-setup.
+  postgres::PgResult seq_prepared(
+      PQprepare(c.raw(), c.fence_seq_statement().c_str(),
+                pipeline_settings_.fence_seq_sql.c_str(), 3, nullptr));
+  c.set_seq_prepared(seq_prepared != nullptr &&
+                     PQresultStatus(seq_prepared.get()) == PGRES_COMMAND_OK);
   c.RecordBaseline();
   return absl::OkStatus();
 }
