@@ -10,8 +10,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "fencegate/common/seq_out_of_order.h"
 #include "fencegate/common/stale_token.h"
@@ -107,33 +109,73 @@ class FileSeqTest : public ::testing::Test {
 TEST_F(FileSeqTest, ARetryAfterACrashMidAppendAppendsOnce) {
   FENCEGATE_SKIP_WITHOUT_SYNC_POINTS();
   ASSERT_OK(Write(*adapter_, 5, 1, Append("first")).status);
+  uint64_t token = 5;
   uint64_t seq = 1;
   std::string expected = "first\n";
+  struct Step {
+    const char* point;
+    bool raise;  // The write raises the fence (a new holder's first).
+  };
   for (bool grouped : {false, true}) {
-    for (const char* point :
-         {"FileFenceRecords::Raise:AfterRename",
-          "FileAdapter::Apply:AfterRecord", "FileAdapter::Append:AfterWrite"}) {
-      ++seq;
-      const std::string line = absl::StrCat("line ", seq);
-      ASSERT_TRUE(CrashAt(point, 5, seq, Append(line), grouped))
-          << point << " was not reached";
+    for (const Step& step : {Step{"FileFenceRecords::Raise:AfterRename", true},
+                             Step{"FileAdapter::Apply:AfterRecord", false},
+                             Step{"FileAdapter::Append:AfterWrite", false},
+                             Step{"FileAdapter::Apply:AfterRecord", true},
+                             Step{"FileAdapter::Append:AfterWrite", true}}) {
+      if (step.raise) {
+        ++token;
+        seq = 1;
+      } else {
+        ++seq;
+      }
+      const std::string where =
+          absl::StrCat(step.point, step.raise ? " raising" : "",
+                       grouped ? " (grouped)" : "");
+      const std::string line = absl::StrCat("line ", token, ".", seq);
+      ASSERT_TRUE(CrashAt(step.point, token, seq, Append(line), grouped))
+          << where << " was not reached";
       std::unique_ptr<FileAdapter> restarted = Open();
-      Outcome retry = Write(*restarted, 5, seq, Append(line));
-      ASSERT_TRUE(retry.status.ok()) << point << ": " << retry.status;
+      Outcome retry = Write(*restarted, token, seq, Append(line));
+      ASSERT_TRUE(retry.status.ok()) << where << ": " << retry.status;
       absl::StrAppend(&expected, line, "\n");
-      EXPECT_EQ(File(), expected) << point << (grouped ? " (grouped)" : "");
+      EXPECT_EQ(File(), expected) << where;
       // Made before the crash only once its bytes were written.
       EXPECT_EQ(retry.replayed,
-                std::string(point) == "FileAdapter::Append:AfterWrite")
-          << point;
+                std::string(step.point) == "FileAdapter::Append:AfterWrite")
+          << where;
       ASSERT_EQ(retry.results.size(), 1);
-      EXPECT_EQ(retry.results[0].file().size(), expected.size()) << point;
+      EXPECT_EQ(retry.results[0].file().size(), expected.size()) << where;
       EXPECT_EQ(retry.results[0].file().bytes_written(), line.size() + 1);
       // A second retry is answered from the record.
-      EXPECT_TRUE(Write(*restarted, 5, seq, Append(line)).replayed) << point;
-      EXPECT_EQ(File(), expected) << point;
+      EXPECT_TRUE(Write(*restarted, token, seq, Append(line)).replayed)
+          << where;
+      EXPECT_EQ(File(), expected) << where;
     }
   }
+}
+
+// A seq intent slot cut short by a crash fails its checksum: the other
+// slot's intent stands, and the write it names is still answered.
+TEST_F(FileSeqTest, AnIntentSlotCutShortIsIgnored) {
+  ASSERT_OK(Write(*adapter_, 5, 1, Append("a")).status);
+  ASSERT_OK(Write(*adapter_, 5, 2, Append("b")).status);
+  // The slot of seq 1 is the one the next intent would overwrite.
+  std::string slot;
+  for (const auto& e :
+       std::filesystem::directory_iterator(root_ + "/.fencegate/fences")) {
+    const std::string name = e.path().string();
+    absl::StatusOr<std::string> text = ReadFile(name);
+    if (absl::EndsWith(name, ".seq0") || absl::EndsWith(name, ".seq1")) {
+      if (text.ok() && absl::StrContains(*text, "\n5 1 ")) slot = name;
+    }
+  }
+  ASSERT_FALSE(slot.empty());
+  testing::WriteFileOrDie(slot, "fencegate-seq 1\n5 3 ");  // Cut short.
+  std::unique_ptr<FileAdapter> restarted = Open();
+  EXPECT_TRUE(Write(*restarted, 5, 2, Append("b")).replayed);
+  EXPECT_TRUE(GetSeqOutOfOrder(Write(*restarted, 5, 1, Append("a")).status)
+                  .has_value());
+  EXPECT_EQ(File(), "a\nb\n");
 }
 
 // The same crash without a seq: the retry appends the line again. This is

@@ -29,11 +29,12 @@ using file_io::ErrnoStatus;
 using file_io::Fd;
 
 constexpr char kRecordMagic[] = "fencegate-fence 1";
-// A record with a seq intent.
-constexpr char kSeqRecordMagic[] = "fencegate-fence 2";
+// A seq intent slot.
+constexpr char kIntentMagic[] = "fencegate-seq 1";
+constexpr char kIntentSuffix[] = ".seq";
 constexpr char kLockSuffix[] = ".lock";
 constexpr absl::Duration kMaxLockWait = absl::Seconds(30);
-// A record holds at most a domain (512 bytes), a token and a seq intent.
+// A record holds at most a domain (512 bytes) and a token; an intent less.
 constexpr size_t kMaxRecordBytes = 1024;
 
 // File systems whose flock does not exclude processes of other machines,
@@ -112,13 +113,14 @@ FileFenceRecords::FileFenceRecords(Fd dir, std::string path)
 
 FileFenceRecords::Held::Held(const FileFenceRecords* records,
                              std::string domain, std::string name, Fd lock,
-                             uint64_t token, SeqIntent intent)
+                             uint64_t token, SeqIntent intent, int intent_slot)
     : records_(records),
       domain_(std::move(domain)),
       name_(std::move(name)),
       lock_(std::move(lock)),
       token_(token),
-      intent_(std::move(intent)) {}
+      intent_(std::move(intent)),
+      intent_slot_(intent_slot) {}
 
 absl::StatusOr<FileFenceRecords::Held> FileFenceRecords::Lock(
     absl::string_view domain, absl::Time deadline) const {
@@ -149,37 +151,103 @@ absl::StatusOr<FileFenceRecords::Held> FileFenceRecords::Lock(
     pause = std::min(pause * 2, absl::Milliseconds(10));
   }
   std::string found;
-  absl::StatusOr<Record> record = Read(name, domain, &found);
-  if (!record.ok()) return record.status();
-  return Held(this, std::string(domain), name, std::move(lock), record->token,
-              std::move(record->intent));
+  absl::StatusOr<uint64_t> token = Read(name, domain, &found);
+  if (!token.ok()) return token.status();
+  int slot = -1;
+  absl::StatusOr<SeqIntent> intent = ReadIntent(name, &slot);
+  if (!intent.ok()) return intent.status();
+  return Held(this, std::string(domain), name, std::move(lock), *token,
+              *std::move(intent), slot);
 }
 
 namespace {
 
-// "<seq> <request hash> <size before> <existed>" of a record's intent line.
-bool ParseIntent(absl::string_view line, SeqIntent* intent) {
-  std::vector<absl::string_view> fields = absl::StrSplit(line, ' ');
-  if (fields.size() != 4 || !absl::SimpleAtoi(fields[0], &intent->seq) ||
-      intent->seq == 0 || fields[1].size() != 64 ||
-      !absl::SimpleAtoi(fields[2], &intent->size_before) ||
-      (fields[3] != "0" && fields[3] != "1")) {
+// Hex SHA-256 of `text`.
+std::string Sha256Hex(absl::string_view text) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int size = 0;
+  EVP_Digest(text.data(), text.size(), digest, &size, EVP_sha256(), nullptr);
+  return absl::BytesToHexString(
+      absl::string_view(reinterpret_cast<const char*>(digest), size));
+}
+
+// An intent slot's line: "<token> <seq> <request hash> <size before>
+// <existed>".
+std::string IntentLine(const SeqIntent& i) {
+  return absl::StrCat(i.token, " ", i.seq, " ", i.request_hash, " ",
+                      i.size_before, " ", i.existed ? 1 : 0);
+}
+
+// A slot's text, if whole: magic, line, the line's checksum.
+bool ParseIntent(absl::string_view text, SeqIntent* intent) {
+  std::vector<absl::string_view> lines = absl::StrSplit(text, '\n');
+  if (lines.size() != 3 || lines[0] != kIntentMagic ||
+      lines[2] != Sha256Hex(lines[1])) {
     return false;
   }
-  intent->request_hash = std::string(fields[1]);
-  intent->existed = fields[3] == "1";
+  std::vector<absl::string_view> fields = absl::StrSplit(lines[1], ' ');
+  if (fields.size() != 5 || !absl::SimpleAtoi(fields[0], &intent->token) ||
+      !absl::SimpleAtoi(fields[1], &intent->seq) || intent->seq == 0 ||
+      fields[2].size() != 64 ||
+      !absl::SimpleAtoi(fields[3], &intent->size_before) ||
+      (fields[4] != "0" && fields[4] != "1")) {
+    return false;
+  }
+  intent->request_hash = std::string(fields[2]);
+  intent->existed = fields[4] == "1";
   return true;
+}
+
+// Up to `limit` bytes of file `name` in `dir`; ENOENT gives "".
+absl::StatusOr<std::string> ReadSmall(int dir, const std::string& name,
+                                      size_t limit, absl::string_view where) {
+  Fd fd(::openat(dir, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd.valid()) {
+    if (errno == ENOENT) return std::string();
+    return ErrnoStatus(errno, "open", where);
+  }
+  std::string text(limit, '\0');
+  size_t got = 0;
+  while (got < text.size()) {
+    ssize_t n = ::read(fd.get(), text.data() + got, text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoStatus(errno, "read", where);
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  text.resize(got);
+  return text;
 }
 
 }  // namespace
 
-absl::StatusOr<FileFenceRecords::Record> FileFenceRecords::Read(
-    const std::string& name, absl::string_view domain,
-    std::string* found) const {
+absl::StatusOr<SeqIntent> FileFenceRecords::ReadIntent(const std::string& name,
+                                                       int* slot) const {
+  SeqIntent newest;
+  *slot = -1;
+  for (int i = 0; i < 2; ++i) {
+    const std::string file = absl::StrCat(name, kIntentSuffix, i);
+    absl::StatusOr<std::string> text = ReadSmall(
+        dir_.get(), file, kMaxRecordBytes, absl::StrCat(path_, "/", file));
+    if (!text.ok()) return text.status();
+    SeqIntent read;
+    if (!ParseIntent(*text, &read)) continue;  // Absent, or cut short.
+    if (*slot < 0 || std::make_pair(read.token, read.seq) >
+                         std::make_pair(newest.token, newest.seq)) {
+      newest = std::move(read);
+      *slot = i;
+    }
+  }
+  return newest;
+}
+
+absl::StatusOr<uint64_t> FileFenceRecords::Read(const std::string& name,
+                                                absl::string_view domain,
+                                                std::string* found) const {
   const std::string where = absl::StrCat(path_, "/", name);
   Fd fd(::openat(dir_.get(), name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
   if (!fd.valid()) {
-    if (errno == ENOENT) return Record{};
+    if (errno == ENOENT) return uint64_t{0};
     return ErrnoStatus(errno, "open fence record", where);
   }
   std::string text(kMaxRecordBytes + 1, '\0');
@@ -192,25 +260,20 @@ absl::StatusOr<FileFenceRecords::Record> FileFenceRecords::Read(
     got += static_cast<size_t>(n);
   }
   text.resize(got);
-  const bool with_seq = absl::StartsWith(text, kSeqRecordMagic);
   std::vector<absl::string_view> parts =
-      absl::StrSplit(text, absl::MaxSplits('\n', with_seq ? 3 : 2));
-  Record record;
-  const size_t expected = with_seq ? 4 : 3;
-  if (got > kMaxRecordBytes || parts.size() != expected ||
-      parts[0] != (with_seq ? kSeqRecordMagic : kRecordMagic) ||
-      !absl::SimpleAtoi(parts[1], &record.token) || record.token == 0 ||
-      (with_seq && !ParseIntent(parts[2], &record.intent)) ||
-      RecordName(parts.back()) != name ||
-      (!domain.empty() && parts.back() != domain)) {
+      absl::StrSplit(text, absl::MaxSplits('\n', 2));
+  uint64_t token = 0;
+  if (got > kMaxRecordBytes || parts.size() != 3 || parts[0] != kRecordMagic ||
+      !absl::SimpleAtoi(parts[1], &token) || token == 0 ||
+      RecordName(parts[2]) != name || (!domain.empty() && parts[2] != domain)) {
     return absl::DataLossError(absl::StrCat(
         "file adapter: fence record ", where,
         " is not a fence record of its domain; the fence it kept is unknown "
         "(restore it, or remove it knowing that its domain's old holders are "
         "then admitted again)"));
   }
-  *found = std::string(parts.back());
-  return record;
+  *found = std::string(parts[2]);
+  return token;
 }
 
 FileFenceRecords::Held::Held(Held&& other) noexcept
@@ -220,9 +283,9 @@ FileFenceRecords::Held::Held(Held&& other) noexcept
       lock_(std::move(other.lock_)),
       token_(other.token_),
       intent_(std::move(other.intent_)),
+      intent_slot_(other.intent_slot_),
       temp_(std::exchange(other.temp_, std::string())),
-      temp_token_(other.temp_token_),
-      temp_intent_(std::move(other.temp_intent_)) {}
+      temp_token_(other.temp_token_) {}
 
 FileFenceRecords::Held::~Held() {
   // Best effort: a leftover is also removed at the next start.
@@ -231,20 +294,6 @@ FileFenceRecords::Held::~Held() {
 
 absl::Status FileFenceRecords::Held::PrepareRaise(uint64_t token) {
   if (token <= token_) return absl::OkStatus();
-  return WriteTemp(token, SeqIntent{});
-}
-
-absl::Status FileFenceRecords::Held::PrepareRecord(uint64_t token,
-                                                   const SeqIntent& intent) {
-  if (token < token_ || intent.seq == 0) {
-    return absl::InternalError(
-        "file adapter: a seq record below the fence, or without a seq");
-  }
-  return WriteTemp(token, intent);
-}
-
-absl::Status FileFenceRecords::Held::WriteTemp(uint64_t token,
-                                               const SeqIntent& intent) {
   if (!temp_.empty()) {
     return absl::InternalError(
         "file adapter: a fence record raise is "
@@ -256,19 +305,37 @@ absl::Status FileFenceRecords::Held::WriteTemp(uint64_t token,
   Fd fd(::openat(dir, temp.c_str(),
                  O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644));
   if (!fd.valid()) return ErrnoStatus(errno, "create fence record", where);
-  const std::string text =
-      intent.seq == 0
-          ? absl::StrCat(kRecordMagic, "\n", token, "\n", domain_)
-          : absl::StrCat(kSeqRecordMagic, "\n", token, "\n", intent.seq, " ",
-                         intent.request_hash, " ", intent.size_before, " ",
-                         intent.existed ? 1 : 0, "\n", domain_);
-  if (absl::Status s = file_io::WriteAll(fd.get(), text, where); !s.ok()) {
+  if (absl::Status s = file_io::WriteAll(
+          fd.get(), absl::StrCat(kRecordMagic, "\n", token, "\n", domain_),
+          where);
+      !s.ok()) {
     ::unlinkat(dir, temp.c_str(), 0);
     return s;
   }
   temp_ = std::move(temp);
   temp_token_ = token;
-  temp_intent_ = intent;
+  return absl::OkStatus();
+}
+
+absl::Status FileFenceRecords::Held::PrepareIntent(const SeqIntent& intent) {
+  if (intent.seq == 0) {
+    return absl::InternalError("file adapter: a seq intent without a seq");
+  }
+  const int slot = intent_slot_ == 0 ? 1 : 0;
+  const std::string file = absl::StrCat(name_, kIntentSuffix, slot);
+  const std::string where = absl::StrCat(records_->path_, "/", file);
+  Fd fd(::openat(records_->dir_.get(), file.c_str(),
+                 O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644));
+  if (!fd.valid()) return ErrnoStatus(errno, "open seq intent", where);
+  const std::string line = IntentLine(intent);
+  if (absl::Status s = file_io::WriteAll(
+          fd.get(),
+          absl::StrCat(kIntentMagic, "\n", line, "\n", Sha256Hex(line)), where);
+      !s.ok()) {
+    return s;  // Cut short: its checksum fails, the other slot stands.
+  }
+  intent_ = intent;
+  intent_slot_ = slot;
   return absl::OkStatus();
 }
 
@@ -281,7 +348,6 @@ absl::Status FileFenceRecords::Held::CommitRaise() {
   }
   temp_.clear();
   token_ = temp_token_;
-  intent_ = std::move(temp_intent_);
   FENCEGATE_SYNC_POINT("FileFenceRecords::Raise:AfterRename");
   return absl::OkStatus();
 }
@@ -320,9 +386,9 @@ absl::Status FileFenceRecords::ReadAll(
   ::closedir(listing);
   for (const std::string& name : names) {
     std::string domain;
-    absl::StatusOr<Record> record = Read(name, "", &domain);
-    if (!record.ok()) return record.status();
-    if (record->token > 0) fn(domain, record->token);
+    absl::StatusOr<uint64_t> token = Read(name, "", &domain);
+    if (!token.ok()) return token.status();
+    if (*token > 0) fn(domain, *token);
   }
   return absl::OkStatus();
 }

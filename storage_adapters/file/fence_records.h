@@ -8,13 +8,18 @@
 // Under <root>/.fencegate/fences/ (the file adapter refuses resource paths
 // whose first segment is ".fencegate"), per domain, named by the SHA-256 of
 // the domain in hex:
-//   <hash>       the record, "fencegate-fence 1\n<token>\n<domain>", or,
-//                once a Write with a seq was recorded for the token,
-//                "fencegate-fence 2\n<token>\n<seq> <request hash> <size
-//                before> <existed>\n<domain>" (SeqIntent below); replaced
-//                as a whole: written to a temporary that is synced, renamed
-//                over it, and synced again, so that a crash leaves the old
-//                record or the new one;
+//   <hash>       the record, "fencegate-fence 1\n<token>\n<domain>",
+//                replaced as a whole: written to a temporary that is synced,
+//                renamed over it, and synced again, so that a crash leaves
+//                the old record or the new one;
+//   <hash>.seq0, <hash>.seq1
+//                the domain's last two seq intents (SeqIntent below), each
+//                "fencegate-seq 1\n<token> <seq> <request hash> <size
+//                before> <existed>\n<SHA-256 of that line>", written in
+//                place, alternately: the one not holding the newest. A slot
+//                a crash cut short fails its checksum, and the other holds
+//                the intent before. No rename, so an intent is durable with
+//                the first sync of the write's group (file_commit.h);
 //   <hash>.lock  an empty file, never replaced, locked with flock(LOCK_EX)
 //                across reading the record, checking a token, raising the
 //                record and the write's file change, by every process (and
@@ -49,11 +54,12 @@ namespace fencegate {
 // The first path segment reserved for the gateway's own files.
 inline constexpr absl::string_view kFileReservedDirectory = ".fencegate";
 
-// The last Write with a seq recorded for a domain's token (docs/fencing.md,
-// rule 14), written before its change is made: enough to tell, on a retry,
+// The last Write with a seq recorded for a domain (docs/fencing.md, rule
+// 14), durable before its change is made: enough to tell, on a retry,
 // whether the change was made, and to answer as it would have been.
 struct SeqIntent {
-  uint64_t seq = 0;          // 0: none recorded for the token.
+  uint64_t token = 0;
+  uint64_t seq = 0;          // 0: none recorded.
   std::string request_hash;  // Hex SHA-256 of the Write's path and op.
   uint64_t size_before = 0;  // An append's file size before it.
   bool existed = false;      // Whether the file existed before the change.
@@ -77,7 +83,8 @@ class FileFenceRecords {
     ~Held();
     // The record's token; 0 if the domain has none.
     uint64_t token() const { return token_; }
-    // The seq recorded for token(); seq 0 if none.
+    // The newest seq intent of the domain (seq 0 if none), of whatever
+    // token: compare its token.
     const SeqIntent& intent() const { return intent_; }
     // Replaces the record with `token`, durably, if it is higher than
     // token(); does nothing otherwise.
@@ -93,28 +100,25 @@ class FileFenceRecords {
     // temporary was written and again after CommitRaise. Only one raise may
     // be prepared at a time.
     absl::Status PrepareRaise(uint64_t token);
-    // As PrepareRaise, for a Write with a seq: the new record holds `token`
-    // (at least token()) and `intent` (seq at least 1), whatever token()
-    // is.
-    absl::Status PrepareRecord(uint64_t token, const SeqIntent& intent);
+    // Writes `intent` (seq at least 1) to the slot not holding intent(),
+    // and makes it intent(). Durable once the file system is synced.
+    absl::Status PrepareIntent(const SeqIntent& intent);
     bool raise_prepared() const { return !temp_.empty(); }
     absl::Status CommitRaise();
 
    private:
     friend class FileFenceRecords;
     Held(const FileFenceRecords* records, std::string domain, std::string name,
-         file_io::Fd lock, uint64_t token, SeqIntent intent);
-    // Writes the temporary of a new record.
-    absl::Status WriteTemp(uint64_t token, const SeqIntent& intent);
+         file_io::Fd lock, uint64_t token, SeqIntent intent, int intent_slot);
     const FileFenceRecords* records_;
     std::string domain_;
     std::string name_;  // The record's file name.
     file_io::Fd lock_;
     uint64_t token_;
     SeqIntent intent_;
+    int intent_slot_;          // The slot holding intent_; -1: none.
     std::string temp_;         // A prepared raise's temporary, or empty.
-    uint64_t temp_token_ = 0;  // Its token,
-    SeqIntent temp_intent_;    // and its intent.
+    uint64_t temp_token_ = 0;  // Its token.
   };
 
   // Takes the domain's lock, waiting for another holder (another gateway
@@ -132,14 +136,15 @@ class FileFenceRecords {
 
  private:
   FileFenceRecords(file_io::Fd dir, std::string path);
-  struct Record {
-    uint64_t token = 0;  // 0: no record.
-    SeqIntent intent;
-  };
   // Reads the record `name` of `domain` (empty: any domain, returned in
-  // `*found`).
-  absl::StatusOr<Record> Read(const std::string& name, absl::string_view domain,
-                              std::string* found) const;
+  // `*found`): its token, 0 if there is none.
+  absl::StatusOr<uint64_t> Read(const std::string& name,
+                                absl::string_view domain,
+                                std::string* found) const;
+  // The newest whole intent of the slots of record `name`, and its slot
+  // (-1, and seq 0, if none is whole).
+  absl::StatusOr<SeqIntent> ReadIntent(const std::string& name,
+                                       int* slot) const;
 
   const file_io::Fd dir_;   // <root>/.fencegate/fences
   const std::string path_;  // Its path, for messages.

@@ -234,7 +234,6 @@ absl::StatusOr<std::unique_ptr<FileWrite>> FileAdapter::Begin(
   if (*replayed) return nullptr;
   auto write = std::make_unique<FileWrite>(*std::move(record));
   write->op_count = ops.size();
-  if (target.seq != 0) return write;  // Recorded with its change.
   if (absl::Status s = write->record.PrepareRaise(target.token); !s.ok()) {
     return s;
   }
@@ -261,7 +260,10 @@ absl::StatusOr<bool> FileAdapter::CheckSeq(const FileFenceRecords::Held& record,
                                            const Operations& ops,
                                            OpResults* results) {
   const SeqIntent& last = record.intent();
-  if (record.token() != target.token || last.seq == 0) return false;
+  if (record.token() != target.token || last.token != target.token ||
+      last.seq == 0) {
+    return false;
+  }
   if (target.seq == 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "seq: domain \"", absl::CHexEscape(target.domain),
@@ -314,9 +316,8 @@ absl::Status FileAdapter::Prepare(FileWrite& write, const WriteTarget& target,
   }
   write.change.emplace(*std::move(change));
   if (target.seq == 0) return absl::OkStatus();
-  return write.record.PrepareRecord(
-      target.token,
-      SeqIntent{target.seq, RequestHash(target.path, ops[i]),
+  return write.record.PrepareIntent(
+      SeqIntent{target.token, target.seq, RequestHash(target.path, ops[i]),
                 write.change->size_before(), write.change->existed_before()});
 }
 

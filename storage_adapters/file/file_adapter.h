@@ -101,13 +101,13 @@ class FileAdapter final : public StorageAdapter {
 
   // The root's fence records (above). Tokens of up to 2^64-1.
   bool KeepsFences() const override { return true; }
-  // A Write with a seq (one operation only) records its intent in the
-  // domain's fence record, durably before its change is made (SeqIntent,
-  // fence_records.h). A retry of the recorded (token, seq) is answered
-  // from the record, replayed, if the file shows the change made
-  // (FileChange::Made), and applied again otherwise; a lower seq is
-  // SeqOutOfOrderError; the same seq for another path or operation, and a
-  // write without a seq for a token that has one recorded, are
+  // A Write with a seq (one operation only) records its intent beside the
+  // domain's fence record, durable before its change is made (SeqIntent,
+  // fence_records.h: with the group's first sync, so it costs no sync). A retry
+  // of the recorded (token, seq) is answered from the record, replayed, if the
+  // file shows the change made (FileChange::Made), and applied again otherwise;
+  // a lower seq is SeqOutOfOrderError; the same seq for another path or
+  // operation, and a write without a seq for a token that has one recorded, are
   // FAILED_PRECONDITION (either could not be told from a retry).
   bool KeepsSeq() const override { return true; }
   absl::Status RaiseFence(absl::string_view domain, uint64_t token) override;
@@ -127,7 +127,7 @@ class FileAdapter final : public StorageAdapter {
               std::unique_ptr<FileFenceRecords> records,
               file_io::Fd commit_sync, std::function<void(size_t)> on_group);
   // Locks the domain's record, refuses a token below it, and prepares its
-  // raise to the target's token (a Write with a seq: its record is
+  // raise to the target's token (a Write with a seq: its intent is
   // prepared with its change). Null if the write is a retry answered from
   // the record (its result added to `results`, target.replayed set).
   absl::StatusOr<std::unique_ptr<FileWrite>> Begin(const WriteTarget& target,
