@@ -32,6 +32,8 @@ constexpr char kRecordMagic[] = "fencegate-fence 1";
 // A seq intent slot.
 constexpr char kIntentMagic[] = "fencegate-seq 1";
 constexpr char kIntentSuffix[] = ".seq";
+// A slot's size: its text, then NULs.
+constexpr size_t kIntentSlotBytes = 512;
 constexpr char kLockSuffix[] = ".lock";
 constexpr absl::Duration kMaxLockWait = absl::Seconds(30);
 // A record holds at most a domain (512 bytes) and a token; an intent less.
@@ -180,6 +182,7 @@ std::string IntentLine(const SeqIntent& i) {
 
 // A slot's text, if whole: magic, line, the line's checksum.
 bool ParseIntent(absl::string_view text, SeqIntent* intent) {
+  text = text.substr(0, text.find('\0'));
   std::vector<absl::string_view> lines = absl::StrSplit(text, '\n');
   if (lines.size() != 3 || lines[0] != kIntentMagic ||
       lines[2] != Sha256Hex(lines[1])) {
@@ -324,14 +327,16 @@ absl::Status FileFenceRecords::Held::PrepareIntent(const SeqIntent& intent) {
   const int slot = intent_slot_ == 0 ? 1 : 0;
   const std::string file = absl::StrCat(name_, kIntentSuffix, slot);
   const std::string where = absl::StrCat(records_->path_, "/", file);
+  // Overwritten in place, at a fixed size, so that the file system
+  // allocates and frees nothing: only the block's data changes.
   Fd fd(::openat(records_->dir_.get(), file.c_str(),
-                 O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644));
+                 O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644));
   if (!fd.valid()) return ErrnoStatus(errno, "open seq intent", where);
   const std::string line = IntentLine(intent);
-  if (absl::Status s = file_io::WriteAll(
-          fd.get(),
-          absl::StrCat(kIntentMagic, "\n", line, "\n", Sha256Hex(line)), where);
-      !s.ok()) {
+  std::string text =
+      absl::StrCat(kIntentMagic, "\n", line, "\n", Sha256Hex(line));
+  text.resize(kIntentSlotBytes, '\0');
+  if (absl::Status s = file_io::WriteAll(fd.get(), text, where); !s.ok()) {
     return s;  // Cut short: its checksum fails, the other slot stands.
   }
   intent_ = intent;

@@ -15,8 +15,9 @@
 //   <hash>.seq0, <hash>.seq1
 //                the domain's last two seq intents (SeqIntent below), each
 //                "fencegate-seq 1\n<token> <seq> <request hash> <size
-//                before> <existed>\n<SHA-256 of that line>", written in
-//                place, alternately: the one not holding the newest. A slot
+//                before> <existed>\n<SHA-256 of that line>" and NULs up to
+//                512 bytes, overwritten in place, alternately: the one not
+//                holding the newest. A slot
 //                a crash cut short fails its checksum, and the other holds
 //                the intent before. No rename, so an intent is durable with
 //                the first sync of the write's group (file_commit.h);
