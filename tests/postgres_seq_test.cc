@@ -97,22 +97,28 @@ class PostgresSeqTest : public PostgresAdapterTest {
     return absl::StrCat("postgres://", testing::PostgresServer::kWorkerRole,
                         "@127.0.0.1:", proxy.port(), "/postgres");
   }
-  std::unique_ptr<StorageAdapter> AdapterThrough(
-      const testing::CutProxy& proxy) {
+  // An adapter through `proxy`, started, with a connection open (one
+  // write of `seq` done, 0: none), so that the proxy holds its replies.
+  std::unique_ptr<StorageAdapter> AdapterThrough(testing::CutProxy& proxy,
+                                                 uint64_t seq) {
+    if (absl::Status s = proxy.Start(server_->port()); !s.ok()) {
+      ADD_FAILURE() << s;
+      return nullptr;
+    }
     AdapterRegistry registry;
     EXPECT_OK(RegisterBuiltinAdapters(&registry));
     auto adapter = registry.Create(UriThrough(proxy));
     EXPECT_TRUE(adapter.ok()) << adapter.status();
-    return adapter.ok() ? *std::move(adapter) : nullptr;
+    if (!adapter.ok()) return nullptr;
+    EXPECT_OK(Write(**adapter, 5, seq, "warm-up").status);
+    return *std::move(adapter);
   }
 };
 
 TEST_F(PostgresSeqTest, ARetryAfterTheReplyWasLostAppliesOnce) {
   testing::CutProxy proxy;
-  ASSERT_OK(proxy.Start(server_->port()));
-  std::unique_ptr<StorageAdapter> adapter = AdapterThrough(proxy);
+  std::unique_ptr<StorageAdapter> adapter = AdapterThrough(proxy, 1);
   ASSERT_NE(adapter, nullptr);
-  ASSERT_OK(Write(*adapter, 5, 1, "warm-up").status);
 
   Outcome lost = WriteAndLoseTheReply(*adapter, proxy, 5, 2, "invoice-7");
   EXPECT_EQ(lost.status.code(), absl::StatusCode::kUnavailable) << lost.status;
@@ -142,10 +148,8 @@ TEST_F(PostgresSeqTest, ARetryAfterTheReplyWasLostAppliesOnce) {
 // duplicate.
 TEST_F(PostgresSeqTest, WithoutASeqTheSameRetryAppliesTwice) {
   testing::CutProxy proxy;
-  ASSERT_OK(proxy.Start(server_->port()));
-  std::unique_ptr<StorageAdapter> adapter = AdapterThrough(proxy);
+  std::unique_ptr<StorageAdapter> adapter = AdapterThrough(proxy, 0);
   ASSERT_NE(adapter, nullptr);
-  ASSERT_OK(Write(*adapter, 5, 0, "warm-up").status);
   Outcome lost = WriteAndLoseTheReply(*adapter, proxy, 5, 0, "invoice-7");
   EXPECT_EQ(lost.status.code(), absl::StatusCode::kUnavailable) << lost.status;
   ASSERT_OK(Write(*adapter, 5, 0, "invoice-7").status);

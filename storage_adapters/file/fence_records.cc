@@ -201,10 +201,13 @@ bool ParseIntent(absl::string_view text, SeqIntent* intent) {
   return true;
 }
 
-// Up to `limit` bytes of file `name` in `dir`; ENOENT gives "".
+// Up to `limit` bytes of file `name` in `dir`; "" with `*exists` false if
+// there is no such file.
 absl::StatusOr<std::string> ReadSmall(int dir, const std::string& name,
-                                      size_t limit, absl::string_view where) {
+                                      size_t limit, absl::string_view where,
+                                      bool* exists) {
   Fd fd(::openat(dir, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  *exists = fd.valid();
   if (!fd.valid()) {
     if (errno == ENOENT) return std::string();
     return ErrnoStatus(errno, "open", where);
@@ -230,8 +233,10 @@ absl::StatusOr<SeqIntent> FileFenceRecords::ReadIntent(const std::string& name,
   *slot = -1;
   for (int i = 0; i < 2; ++i) {
     const std::string file = absl::StrCat(name, kIntentSuffix, i);
-    absl::StatusOr<std::string> text = ReadSmall(
-        dir_.get(), file, kMaxRecordBytes, absl::StrCat(path_, "/", file));
+    bool exists = false;
+    absl::StatusOr<std::string> text =
+        ReadSmall(dir_.get(), file, kMaxRecordBytes,
+                  absl::StrCat(path_, "/", file), &exists);
     if (!text.ok()) return text.status();
     SeqIntent read;
     if (!ParseIntent(*text, &read)) continue;  // Absent, or cut short.
@@ -248,21 +253,13 @@ absl::StatusOr<uint64_t> FileFenceRecords::Read(const std::string& name,
                                                 absl::string_view domain,
                                                 std::string* found) const {
   const std::string where = absl::StrCat(path_, "/", name);
-  Fd fd(::openat(dir_.get(), name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
-  if (!fd.valid()) {
-    if (errno == ENOENT) return uint64_t{0};
-    return ErrnoStatus(errno, "open fence record", where);
-  }
-  std::string text(kMaxRecordBytes + 1, '\0');
-  size_t got = 0;
-  while (got < text.size()) {
-    ssize_t n = ::read(fd.get(), text.data() + got, text.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ErrnoStatus(errno, "read fence record", where);
-    if (n == 0) break;
-    got += static_cast<size_t>(n);
-  }
-  text.resize(got);
+  bool exists = false;
+  absl::StatusOr<std::string> read =
+      ReadSmall(dir_.get(), name, kMaxRecordBytes + 1, where, &exists);
+  if (!read.ok()) return read.status();
+  if (!exists) return uint64_t{0};
+  const std::string& text = *read;
+  const size_t got = text.size();
   std::vector<absl::string_view> parts =
       absl::StrSplit(text, absl::MaxSplits('\n', 2));
   uint64_t token = 0;
