@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -182,12 +183,16 @@ TEST_F(LeaseE2eTest, RunExclusiveHandsTheTokenAndReleases) {
       }));
   EXPECT_GT(seen, 0u);
   EXPECT_EQ(Report(), "exclusive");
-  // Released even when the work fails.
+  // Released even when the work fails. Each holding's seqs start at 1.
+  std::vector<uint64_t> seqs;
   EXPECT_THAT(client::RunExclusive(source, "jobs", {},
-                                   [](const client::LockContext&) {
+                                   [&](const client::LockContext& lock) {
+                                     seqs.push_back(lock.seq.Next());
+                                     seqs.push_back(lock.seq.Next());
                                      return absl::AbortedError("work failed");
                                    }),
               StatusIs(absl::StatusCode::kAborted));
+  EXPECT_EQ(seqs, (std::vector<uint64_t>{1, 2}));
   v1::AcquireResponse next = Acquire("jobs", 60000);
   EXPECT_TRUE(next.acquired());
   EXPECT_EQ(next.token(), seen + 2);

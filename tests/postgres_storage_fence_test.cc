@@ -132,6 +132,7 @@ TEST_F(PostgresStorageFenceTest, TheAdapterRaisesHandsOutAndReadsFences) {
 // raise another domain's fence with them nor list every domain.
 TEST_F(PostgresStorageFenceTest, AWritesSqlCannotCallTheFenceFunctions) {
   for (const char* sql : {"SELECT fencegate.fence_next('other', 100)",
+                          "SELECT fencegate.fence_seq('other', 100, 1)",
                           "SELECT * FROM fencegate.fences()",
                           "INSERT INTO jobs (id, owner) SELECT 1, domain "
                           "FROM \"fencegate\".\"fences\"()"}) {

@@ -64,9 +64,7 @@ class PgConnection final {
   // "_seq"), and whether it is prepared on this session now: a database
   // whose fence schema predates fence_seq() cannot prepare it, and a
   // session reset drops it.
-  std::string fence_seq_statement() const {
-    return fence_statement_ + "_seq";
-  }
+  std::string fence_seq_statement() const { return fence_statement_ + "_seq"; }
   bool seq_prepared() const { return seq_prepared_; }
   void set_seq_prepared(bool prepared) { seq_prepared_ = prepared; }
 

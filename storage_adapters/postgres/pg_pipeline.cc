@@ -109,8 +109,8 @@ bool PgPipeline::SendWrite(const QueuedWrite& w) {
         conn_->seq_prepared()
             ? PQsendQueryPrepared(c, conn_->fence_seq_statement().c_str(), 3,
                                   fence_params, nullptr, nullptr, 0)
-            : PQsendQueryParams(c, settings_->fence_seq_sql.c_str(), 3,
-                                nullptr, fence_params, nullptr, nullptr, 0);
+            : PQsendQueryParams(c, settings_->fence_seq_sql.c_str(), 3, nullptr,
+                                fence_params, nullptr, nullptr, 0);
     if (sent != 1) return false;
   }
   std::vector<std::string> texts;

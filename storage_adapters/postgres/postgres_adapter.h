@@ -6,8 +6,9 @@
 // Every Write is one transaction, sent in one round trip (libpq's pipeline
 // mode: the queries and a sync go out together, and the server runs them as
 // one implicit transaction that commits at the sync):
-//   1. <fence_schema>.fence(domain, token) (fence_schema.h), prepared once
-//      per connection: the domain's row is raised, or kept if equal, under
+//   1. <fence_schema>.fence(domain, token) (fence_schema.h), or fence_seq()
+//      for a Write with a seq (KeepsSeq below), prepared once per
+//      connection: the domain's row is raised, or kept if equal, under
 //      its row lock, so a raise waits for the transactions of lower tokens;
 //      if the database already holds a higher token -- from another gateway
 //      or a direct writer following the same protocol -- it fails (SQLSTATE
