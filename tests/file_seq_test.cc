@@ -83,11 +83,14 @@ class FileSeqTest : public ::testing::Test {
 
   // Runs `op` as (token, seq) in a child process that ends at `point`.
   // True if it reached the point.
+  // The fixture's adapter is closed first, so that no thread of it runs
+  // while the process forks (a lock another thread held at the fork would
+  // stay locked in the child), and opened again after.
   bool CrashAt(const char* point, uint64_t token, uint64_t seq,
                const v1::Operation& op, bool grouped) {
+    adapter_.reset();
     const pid_t pid = ::fork();
     if (pid == 0) {
-      (void)adapter_.release();  // Its commit thread is the parent's.
       std::unique_ptr<FileAdapter> own = Open();
       if (own == nullptr) ::_exit(1);
       SyncPoint::Get()->SetCallback(point, [](void*) { ::_exit(42); });
@@ -95,8 +98,10 @@ class FileSeqTest : public ::testing::Test {
       ::_exit(0);
     }
     int status = 0;
-    return pid > 0 && ::waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
-           WEXITSTATUS(status) == 42;
+    const bool reached = pid > 0 && ::waitpid(pid, &status, 0) == pid &&
+                         WIFEXITED(status) && WEXITSTATUS(status) == 42;
+    adapter_ = Open();
+    return reached;
   }
 
   testing::TempDir dir_;
