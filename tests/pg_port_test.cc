@@ -407,7 +407,9 @@ TEST_F(PgPortTest, AClientThatDoesNotReadHoldsBackItsServerNotThePortsMemory) {
   // ...and the port holds a few MB of the rows, not all of them.
   const int64_t rss_kb = testing::ProcStatusKb(g->process->pid(), "VmRSS");
   EXPECT_GT(rss_kb, 0);
-  EXPECT_LT(rss_kb, 150 << 10);
+  // Under the sanitizers the gateway's own overhead (shadow memory, ASan's
+  // quarantine) comes on top; still far below the 400 MB asked for.
+  EXPECT_LT(rss_kb, (testing::kUndefinedSanitizer ? 250 : 150) << 10);
   ::kill(client, SIGKILL);
   ASSERT_TRUE(
       testing::WaitFor([&] { return writing() == 0; }, absl::Seconds(30)));
