@@ -187,6 +187,7 @@ grpc::ServerUnaryReactor* GatewayService::Write(
       WriteTarget{write->domain, request->token(), resolved.path,
                   request->request_id(), absl::FromChrono(context->deadline())};
   write->target.seq = request->seq();
+  write->target.resource = request->resource();
   write->target.replayed = &write->replayed;
   write->adapter = resolved.adapter;
   if (write->adapter->ApplyAsyncNeverBlocks() && TryWriteHere(write)) {

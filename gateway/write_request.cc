@@ -113,8 +113,19 @@ absl::Status CheckWrite(const Router& router, v1::WriteRequest* request,
     return absl::InvalidArgumentError(
         absl::StrCat("seq: ", request->seq(), " is above 2^63-1"));
   }
+  for (int i = 0; i < request->ops_size(); ++i) {
+    const v1::Operation& op = request->ops(i);
+    if ((op.if_absent() || op.has_if_version()) &&
+        !checked.resolved.adapter->KeepsVersions()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ops[", i, "]: if_absent and if_version: route \"",
+          checked.resolved.route,
+          "\" keeps no file versions (file routes do); leave them unset"));
+    }
+  }
   WriteTarget target{checked.domain, request->token(), checked.resolved.path,
                      request->request_id()};
+  target.resource = request->resource();
   target.seq = request->seq();
   if (absl::Status s =
           checked.resolved.adapter->Validate(target, request->ops());

@@ -39,7 +39,8 @@ struct CheckedWrite {
 // Every check a parsed Write passes before any fence can move, in this
 // order: token, request_id, resource (UTF-8), its route, the domain, at
 // least one operation, named statements (expanded into `request`'s ops in
-// place), and the route adapter's Validate(). The first failure's status,
+// place), a seq and preconditions only where the route keeps them, and the
+// route adapter's Validate(). The first failure's status,
 // INVALID_ARGUMENT naming the field for a malformed request. `out->resolved`
 // is set as soon as the route is known, also when a later check fails (the
 // refusal is counted against that route). No I/O; never touches a fence.

@@ -5,10 +5,7 @@
 // made, so a retry after a crash at any step applies the change once, and
 // an older seq is refused. A crash is the process ending at a named step
 // (a forked child that _exits at a sync point, as kill -9 would end it:
-// what it wrote to files stays, nothing else runs).
-
-#include <sys/wait.h>
-#include <unistd.h>
+// what it wrote to files stays, nothing else runs: testing::CrashedAt).
 
 #include <filesystem>
 #include <string>
@@ -18,6 +15,7 @@
 #include "fencegate/common/seq_out_of_order.h"
 #include "fencegate/common/stale_token.h"
 #include "fencegate/common/sync_point.h"
+#include "storage_adapters/file/checked_slot.h"
 #include "storage_adapters/file/file_adapter.h"
 #include "tests/file_test_util.h"
 #include "tests/test_util.h"
@@ -89,17 +87,10 @@ class FileSeqTest : public ::testing::Test {
   bool CrashAt(const char* point, uint64_t token, uint64_t seq,
                const v1::Operation& op, bool grouped) {
     adapter_.reset();
-    const pid_t pid = ::fork();
-    if (pid == 0) {
+    const bool reached = testing::CrashedAt(point, [&] {
       std::unique_ptr<FileAdapter> own = Open();
-      if (own == nullptr) ::_exit(1);
-      SyncPoint::Get()->SetCallback(point, [](void*) { ::_exit(42); });
-      (void)Write(*own, token, seq, op, "log.txt", grouped);
-      ::_exit(0);
-    }
-    int status = 0;
-    const bool reached = pid > 0 && ::waitpid(pid, &status, 0) == pid &&
-                         WIFEXITED(status) && WEXITSTATUS(status) == 42;
+      if (own != nullptr) (void)Write(*own, token, seq, op, "log.txt", grouped);
+    });
     adapter_ = Open();
     return reached;
   }
@@ -164,18 +155,28 @@ TEST_F(FileSeqTest, ARetryAfterACrashMidAppendAppendsOnce) {
 TEST_F(FileSeqTest, AnIntentSlotCutShortIsIgnored) {
   ASSERT_OK(Write(*adapter_, 5, 1, Append("a")).status);
   ASSERT_OK(Write(*adapter_, 5, 2, Append("b")).status);
-  // The slot of seq 1 is the one the next intent would overwrite.
-  std::string slot;
+  // The slot of seq 1 is the one the next intent would overwrite: cut
+  // short there, as a crash in the middle of its write would leave it.
+  bool cut = false;
   for (const auto& e :
        std::filesystem::directory_iterator(root_ + "/.fencegate/fences")) {
     const std::string name = e.path().string();
     absl::StatusOr<std::string> text = ReadFile(name);
-    if (absl::EndsWith(name, ".seq0") || absl::EndsWith(name, ".seq1")) {
-      if (text.ok() && absl::StrContains(*text, "\n5 1 ")) slot = name;
+    if (!absl::EndsWith(name, ".lock") || !text.ok()) continue;
+    for (size_t slot = 0; slot < 2; ++slot) {
+      const size_t at = slot * kCheckedSlotBytes;
+      if (text->size() < at + kCheckedSlotBytes ||
+          !absl::StrContains(text->substr(at, kCheckedSlotBytes), "\n5 1 ")) {
+        continue;
+      }
+      std::string torn = "fencegate-seq 1\n5 3 ";
+      torn.resize(kCheckedSlotBytes, '\0');
+      text->replace(at, kCheckedSlotBytes, torn);
+      testing::WriteFileOrDie(name, *text);
+      cut = true;
     }
   }
-  ASSERT_FALSE(slot.empty());
-  testing::WriteFileOrDie(slot, "fencegate-seq 1\n5 3 ");  // Cut short.
+  ASSERT_TRUE(cut);
   std::unique_ptr<FileAdapter> restarted = Open();
   EXPECT_TRUE(Write(*restarted, 5, 2, Append("b")).replayed);
   EXPECT_TRUE(GetSeqOutOfOrder(Write(*restarted, 5, 1, Append("a")).status)

@@ -1,16 +1,21 @@
 // Copyright fencegate authors.
 //
 // Helpers of the file adapter's tests: a file size limit standing in for a
-// full disk, and ApplyAsync() waited for.
+// full disk, ApplyAsync() waited for, and a crash at a named step.
 
 #ifndef TESTS_FILE_TEST_UTIL_H_
 #define TESTS_FILE_TEST_UTIL_H_
 
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <functional>
 
 #include "absl/status/status.h"
 #include "absl/synchronization/notification.h"
+#include "fencegate/common/sync_point.h"
 #include "storage_adapters/storage_adapter.h"
 
 namespace fencegate::testing {
@@ -52,6 +57,22 @@ inline absl::Status ApplyAndWait(StorageAdapter& adapter,
   });
   done.WaitForNotification();
   return outcome;
+}
+
+// Runs `work` in a forked child process that ends at sync point `point`
+// as kill -9 would end it (what it wrote to files stays, nothing else
+// runs); true if it reached the point. No thread of the caller may hold a
+// lock the child needs while it forks: close adapters first.
+inline bool CrashedAt(const char* point, const std::function<void()>& work) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    SyncPoint::Get()->SetCallback(point, [](void*) { ::_exit(42); });
+    work();
+    ::_exit(0);
+  }
+  int status = 0;
+  return pid > 0 && ::waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+         WEXITSTATUS(status) == 42;
 }
 
 }  // namespace fencegate::testing

@@ -534,5 +534,60 @@ TEST_F(GatewayE2eTest, FencectlExitCodes) {
             5);
 }
 
+// Preconditions over the wire (docs/fencing.md, rule 15): the result
+// carries the file's version, a failed precondition its own detail naming
+// the resource, and fencectl its own exit code; routes without versions
+// refuse them.
+TEST_F(GatewayE2eTest, PreconditionsOverTheWire) {
+  Start({"--route=files=file://" + data_dir() + "/files",
+         "--route=noop=noop://"});
+  const std::string addr = "--addr=" + gateway_->address();
+  auto write = [&](std::vector<std::string> flags, std::string* out,
+                   std::string* err) {
+    std::vector<std::string> argv = {FENCECTL_BIN, addr,
+                                     "write",      "--domain=jobs",
+                                     "--token=5",  "--resource=files/v.txt"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    return RunCommand(argv, out, err);
+  };
+  std::string out, err;
+  ASSERT_EQ(write({"--put=one", "--if-absent"}, &out, &err), 0) << err;
+  EXPECT_THAT(out, HasSubstr("version=1"));
+  EXPECT_EQ(write({"--put=two", "--if-absent"}, &out, &err), 11);
+  EXPECT_THAT(err, HasSubstr("precondition if-absent failed: files/v.txt "
+                             "exists, version 1"));
+  EXPECT_EQ(write({"--put=two", "--if-version=0"}, &out, &err), 11);
+  EXPECT_EQ(write({"--put=two", "--if-version=0", "--if-absent"}, &out, &err),
+            2);
+  out.clear();
+  ASSERT_EQ(write({"--append=+", "--if-version=1"}, &out, &err), 0) << err;
+  EXPECT_THAT(out, HasSubstr("version=2"));
+  EXPECT_EQ(*ReadFile(FilePath("v.txt")), "one+");
+
+  v1::WriteRequest request;
+  request.set_domain("jobs");
+  request.set_token(5);
+  request.set_resource("files/v.txt");
+  request.add_ops()->mutable_put()->set_data("lost update");
+  request.mutable_ops(0)->set_if_version(1);
+  grpc::Status failed = Call(request);
+  ASSERT_EQ(failed.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  google::rpc::Status rich;
+  ASSERT_TRUE(rich.ParseFromString(failed.error_details()));
+  ASSERT_EQ(rich.details_size(), 1);
+  v1::PreconditionFailed detail;
+  ASSERT_TRUE(rich.details(0).UnpackTo(&detail));
+  EXPECT_EQ(detail.resource(), "files/v.txt");
+  EXPECT_EQ(detail.expected_version(), 1u);
+  EXPECT_TRUE(detail.exists());
+  EXPECT_EQ(detail.version(), 2u);
+  EXPECT_EQ(*ReadFile(FilePath("v.txt")), "one+");
+
+  request.set_resource("noop/v.txt");
+  grpc::Status refused = Call(request);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(refused.error_message(), HasSubstr("keeps no file versions"));
+}
+
 }  // namespace
 }  // namespace fencegate

@@ -5,13 +5,13 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "fencegate/common/sync_point.h"
+#include "storage_adapters/file/checked_slot.h"
 
 namespace fencegate {
 namespace {
@@ -31,9 +32,6 @@ using file_io::Fd;
 constexpr char kRecordMagic[] = "fencegate-fence 1";
 // A seq intent slot.
 constexpr char kIntentMagic[] = "fencegate-seq 1";
-constexpr char kIntentSuffix[] = ".seq";
-// A slot's size: its text, then NULs.
-constexpr size_t kIntentSlotBytes = 512;
 constexpr char kLockSuffix[] = ".lock";
 constexpr absl::Duration kMaxLockWait = absl::Seconds(30);
 // A record holds at most a domain (512 bytes) and a token; an intent less.
@@ -51,20 +49,80 @@ constexpr UnsoundFs kUnsound[] = {
     {0x5346414F, "AFS"},  {0x65735546, "FUSE"},
 };
 
-std::string RecordName(absl::string_view domain) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int size = 0;
-  EVP_Digest(domain.data(), domain.size(), digest, &size, EVP_sha256(),
-             nullptr);
-  return absl::BytesToHexString(
-      absl::string_view(reinterpret_cast<const char*>(digest), size));
-}
+std::string RecordName(absl::string_view domain) { return Sha256Hex(domain); }
 
 absl::Status MkdirBeneath(int dirfd, const char* name, absl::string_view path) {
   if (::mkdirat(dirfd, name, 0755) != 0 && errno != EEXIST) {
     return ErrnoStatus(errno, "create directory", path);
   }
   return absl::OkStatus();
+}
+
+// An intent slot's line: "<token> <seq> <request hash> <size before>
+// <existed> <version>".
+std::string IntentLine(const SeqIntent& i) {
+  return absl::StrCat(i.token, " ", i.seq, " ", i.request_hash, " ",
+                      i.size_before, " ", i.existed ? 1 : 0, " ", i.version);
+}
+
+// A slot's text, if whole (checked_slot.h). Slots written before versions
+// were kept have no version: 0.
+bool ParseIntent(absl::string_view text, SeqIntent* intent) {
+  std::optional<std::string> line = ParseCheckedSlot(text, kIntentMagic);
+  if (!line.has_value()) return false;
+  std::vector<absl::string_view> fields = absl::StrSplit(*line, ' ');
+  if ((fields.size() != 5 && fields.size() != 6) ||
+      !absl::SimpleAtoi(fields[0], &intent->token) ||
+      !absl::SimpleAtoi(fields[1], &intent->seq) || intent->seq == 0 ||
+      fields[2].size() != 64 ||
+      !absl::SimpleAtoi(fields[3], &intent->size_before) ||
+      (fields[4] != "0" && fields[4] != "1") ||
+      (fields.size() == 6 && !absl::SimpleAtoi(fields[5], &intent->version))) {
+    return false;
+  }
+  intent->request_hash = std::string(fields[2]);
+  intent->existed = fields[4] == "1";
+  return true;
+}
+
+// Up to `limit` bytes of file `name` in `dir`; "" with `*exists` false if
+// there is no such file.
+absl::StatusOr<std::string> ReadSmall(int dir, const std::string& name,
+                                      size_t limit, absl::string_view where,
+                                      bool* exists) {
+  Fd fd(::openat(dir, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  *exists = fd.valid();
+  if (!fd.valid()) {
+    if (errno == ENOENT) return std::string();
+    return ErrnoStatus(errno, "open", where);
+  }
+  return file_io::ReadAt(fd.get(), 0, limit, where);
+}
+
+// The newest whole intent of the slots in the lock file `lock`, and its
+// slot (-1, and seq 0, if none is whole).
+absl::StatusOr<SeqIntent> ReadIntent(int lock, absl::string_view where,
+                                     int* slot) {
+  absl::StatusOr<std::string> text =
+      file_io::ReadAt(lock, 0, 2 * kCheckedSlotBytes, where);
+  if (!text.ok()) return text.status();
+  SeqIntent newest;
+  *slot = -1;
+  for (int i = 0; i < 2; ++i) {
+    const size_t at = i * kCheckedSlotBytes;
+    SeqIntent read;
+    if (text->size() <= at ||
+        !ParseIntent(absl::string_view(*text).substr(at, kCheckedSlotBytes),
+                     &read)) {
+      continue;  // Absent, or cut short.
+    }
+    if (*slot < 0 || std::make_pair(read.token, read.seq) >
+                         std::make_pair(newest.token, newest.seq)) {
+      newest = std::move(read);
+      *slot = i;
+    }
+  }
+  return newest;
 }
 
 }  // namespace
@@ -134,119 +192,25 @@ absl::StatusOr<FileFenceRecords::Held> FileFenceRecords::Lock(
     return ErrnoStatus(errno, "open fence lock",
                        absl::StrCat(path_, "/", lock_name));
   }
-  const absl::Time give_up = std::min(deadline, absl::Now() + kMaxLockWait);
-  absl::Duration pause = absl::Microseconds(100);
-  while (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
-    if (errno == EINTR) continue;
-    if (errno != EWOULDBLOCK) {
-      return ErrnoStatus(errno, "lock fence record",
-                         absl::StrCat(path_, "/", lock_name));
-    }
-    if (absl::Now() >= give_up) {
-      return absl::UnavailableError(absl::StrCat(
-          "file adapter: the fence record of domain \"",
-          absl::CHexEscape(domain),
-          "\" stayed locked by another writer (another gateway process on "
-          "this root?) until the deadline; nothing was written"));
-    }
-    absl::SleepFor(pause);
-    pause = std::min(pause * 2, absl::Milliseconds(10));
+  const absl::Status locked = file_io::LockUntil(
+      lock.get(), std::min(deadline, absl::Now() + kMaxLockWait),
+      absl::StrCat(path_, "/", lock_name));
+  if (absl::IsDeadlineExceeded(locked)) {
+    return absl::UnavailableError(absl::StrCat(
+        "file adapter: the fence record of domain \"", absl::CHexEscape(domain),
+        "\" stayed locked by another writer (another gateway process on "
+        "this root?) until the deadline; nothing was written"));
   }
+  if (!locked.ok()) return locked;
   std::string found;
   absl::StatusOr<uint64_t> token = Read(name, domain, &found);
   if (!token.ok()) return token.status();
   int slot = -1;
-  absl::StatusOr<SeqIntent> intent = ReadIntent(name, &slot);
+  absl::StatusOr<SeqIntent> intent =
+      ReadIntent(lock.get(), absl::StrCat(path_, "/", lock_name), &slot);
   if (!intent.ok()) return intent.status();
   return Held(this, std::string(domain), name, std::move(lock), *token,
               *std::move(intent), slot);
-}
-
-namespace {
-
-// Hex SHA-256 of `text`.
-std::string Sha256Hex(absl::string_view text) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int size = 0;
-  EVP_Digest(text.data(), text.size(), digest, &size, EVP_sha256(), nullptr);
-  return absl::BytesToHexString(
-      absl::string_view(reinterpret_cast<const char*>(digest), size));
-}
-
-// An intent slot's line: "<token> <seq> <request hash> <size before>
-// <existed>".
-std::string IntentLine(const SeqIntent& i) {
-  return absl::StrCat(i.token, " ", i.seq, " ", i.request_hash, " ",
-                      i.size_before, " ", i.existed ? 1 : 0);
-}
-
-// A slot's text, if whole: magic, line, the line's checksum.
-bool ParseIntent(absl::string_view text, SeqIntent* intent) {
-  text = text.substr(0, text.find('\0'));
-  std::vector<absl::string_view> lines = absl::StrSplit(text, '\n');
-  if (lines.size() != 3 || lines[0] != kIntentMagic ||
-      lines[2] != Sha256Hex(lines[1])) {
-    return false;
-  }
-  std::vector<absl::string_view> fields = absl::StrSplit(lines[1], ' ');
-  if (fields.size() != 5 || !absl::SimpleAtoi(fields[0], &intent->token) ||
-      !absl::SimpleAtoi(fields[1], &intent->seq) || intent->seq == 0 ||
-      fields[2].size() != 64 ||
-      !absl::SimpleAtoi(fields[3], &intent->size_before) ||
-      (fields[4] != "0" && fields[4] != "1")) {
-    return false;
-  }
-  intent->request_hash = std::string(fields[2]);
-  intent->existed = fields[4] == "1";
-  return true;
-}
-
-// Up to `limit` bytes of file `name` in `dir`; "" with `*exists` false if
-// there is no such file.
-absl::StatusOr<std::string> ReadSmall(int dir, const std::string& name,
-                                      size_t limit, absl::string_view where,
-                                      bool* exists) {
-  Fd fd(::openat(dir, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
-  *exists = fd.valid();
-  if (!fd.valid()) {
-    if (errno == ENOENT) return std::string();
-    return ErrnoStatus(errno, "open", where);
-  }
-  std::string text(limit, '\0');
-  size_t got = 0;
-  while (got < text.size()) {
-    ssize_t n = ::read(fd.get(), text.data() + got, text.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ErrnoStatus(errno, "read", where);
-    if (n == 0) break;
-    got += static_cast<size_t>(n);
-  }
-  text.resize(got);
-  return text;
-}
-
-}  // namespace
-
-absl::StatusOr<SeqIntent> FileFenceRecords::ReadIntent(const std::string& name,
-                                                       int* slot) const {
-  SeqIntent newest;
-  *slot = -1;
-  for (int i = 0; i < 2; ++i) {
-    const std::string file = absl::StrCat(name, kIntentSuffix, i);
-    bool exists = false;
-    absl::StatusOr<std::string> text =
-        ReadSmall(dir_.get(), file, kMaxRecordBytes,
-                  absl::StrCat(path_, "/", file), &exists);
-    if (!text.ok()) return text.status();
-    SeqIntent read;
-    if (!ParseIntent(*text, &read)) continue;  // Absent, or cut short.
-    if (*slot < 0 || std::make_pair(read.token, read.seq) >
-                         std::make_pair(newest.token, newest.seq)) {
-      newest = std::move(read);
-      *slot = i;
-    }
-  }
-  return newest;
 }
 
 absl::StatusOr<uint64_t> FileFenceRecords::Read(const std::string& name,
@@ -322,19 +286,15 @@ absl::Status FileFenceRecords::Held::PrepareIntent(const SeqIntent& intent) {
     return absl::InternalError("file adapter: a seq intent without a seq");
   }
   const int slot = intent_slot_ == 0 ? 1 : 0;
-  const std::string file = absl::StrCat(name_, kIntentSuffix, slot);
-  const std::string where = absl::StrCat(records_->path_, "/", file);
   // Overwritten in place, at a fixed size, so that the file system
-  // allocates and frees nothing: only the block's data changes.
-  Fd fd(::openat(records_->dir_.get(), file.c_str(),
-                 O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644));
-  if (!fd.valid()) return ErrnoStatus(errno, "open seq intent", where);
-  const std::string line = IntentLine(intent);
-  std::string text =
-      absl::StrCat(kIntentMagic, "\n", line, "\n", Sha256Hex(line));
-  text.resize(kIntentSlotBytes, '\0');
-  if (absl::Status s = file_io::WriteAll(fd.get(), text, where); !s.ok()) {
-    return s;  // Cut short: its checksum fails, the other slot stands.
+  // allocates and frees nothing: only the block's data changes. Cut short,
+  // a slot fails its checksum and the other one stands.
+  if (absl::Status s = file_io::WriteAllAt(
+          lock_.get(), CheckedSlotText(kIntentMagic, IntentLine(intent)),
+          slot * kCheckedSlotBytes,
+          absl::StrCat(records_->path_, "/", name_, kLockSuffix));
+      !s.ok()) {
+    return s;
   }
   intent_ = intent;
   intent_slot_ = slot;

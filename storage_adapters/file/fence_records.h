@@ -12,19 +12,20 @@
 //                replaced as a whole: written to a temporary that is synced,
 //                renamed over it, and synced again, so that a crash leaves
 //                the old record or the new one;
-//   <hash>.seq0, <hash>.seq1
-//                the domain's last two seq intents (SeqIntent below), each
-//                "fencegate-seq 1\n<token> <seq> <request hash> <size
-//                before> <existed>\n<SHA-256 of that line>" and NULs up to
-//                512 bytes, overwritten in place, alternately: the one not
-//                holding the newest. A slot
-//                a crash cut short fails its checksum, and the other holds
-//                the intent before. No rename, so an intent is durable with
-//                the first sync of the write's group (file_commit.h);
-//   <hash>.lock  an empty file, never replaced, locked with flock(LOCK_EX)
-//                across reading the record, checking a token, raising the
-//                record and the write's file change, by every process (and
-//                every thread: each lock opens its own descriptor).
+//   <hash>.lock  a file never replaced, locked with flock(LOCK_EX) across
+//                reading the record, checking a token, raising the record
+//                and the write's file change, by every process (and every
+//                thread: each lock opens its own descriptor). It also holds
+//                the domain's last two seq intents (SeqIntent below), in
+//                two checked slots (checked_slot.h) at offsets 0 and 512,
+//                with the magic "fencegate-seq 1" and the line "<token>
+//                <seq> <request hash> <size before> <existed> <version>",
+//                overwritten in place alternately: the one not holding the
+//                newest. A slot a crash cut short fails its checksum, and the
+//                other holds the intent before. No rename, so an intent is
+//                durable with the first sync of the write's group
+//                (file_commit.h), and read through the descriptor the lock
+//                opened anyway.
 // A record is raised before the write it admits is applied, so that a crash
 // at any point leaves it at least as high as every applied write's token;
 // so is a Write's seq intent, so that a crash leaves it recorded if its
@@ -64,6 +65,7 @@ struct SeqIntent {
   std::string request_hash;  // Hex SHA-256 of the Write's path and op.
   uint64_t size_before = 0;  // An append's file size before it.
   bool existed = false;      // Whether the file existed before the change.
+  uint64_t version = 0;      // The file's version after the change.
 };
 
 class FileFenceRecords {
@@ -142,10 +144,6 @@ class FileFenceRecords {
   absl::StatusOr<uint64_t> Read(const std::string& name,
                                 absl::string_view domain,
                                 std::string* found) const;
-  // The newest whole intent of the slots of record `name`, and its slot
-  // (-1, and seq 0, if none is whole).
-  absl::StatusOr<SeqIntent> ReadIntent(const std::string& name,
-                                       int* slot) const;
 
   const file_io::Fd dir_;   // <root>/.fencegate/fences
   const std::string path_;  // Its path, for messages.

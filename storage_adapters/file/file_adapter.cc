@@ -5,7 +5,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
-#include <openssl/evp.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -23,8 +22,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "fencegate/common/precondition_failed.h"
 #include "fencegate/common/seq_out_of_order.h"
 #include "fencegate/common/stale_token.h"
+#include "storage_adapters/file/checked_slot.h"
 #include "storage_adapters/file/file_io.h"
 
 namespace fencegate {
@@ -168,24 +169,29 @@ absl::StatusOr<std::unique_ptr<FileAdapter>> FileAdapter::Open(
   absl::StatusOr<std::unique_ptr<FileFenceRecords>> records =
       FileFenceRecords::Open(root_fd.get(), root);
   if (!records.ok()) return records.status();
+  absl::StatusOr<std::unique_ptr<FileVersions>> versions =
+      FileVersions::Open(root_fd.get(), root);
+  if (!versions.ok()) return versions.status();
   absl::StatusOr<file_io::Fd> commit_sync =
       file_io::OpenSyncHandle(root_fd.get(), root);
   if (!commit_sync.ok()) return commit_sync.status();
   const int removed = RemoveLeftoverTemporaries(root);
-  auto adapter = std::unique_ptr<FileAdapter>(
-      new FileAdapter(root_fd.release(), root, *std::move(records),
-                      *std::move(commit_sync), std::move(on_group)));
+  auto adapter = std::unique_ptr<FileAdapter>(new FileAdapter(
+      root_fd.release(), root, *std::move(records), *std::move(versions),
+      *std::move(commit_sync), std::move(on_group)));
   adapter->removed_temporaries_ = removed;
   return adapter;
 }
 
 FileAdapter::FileAdapter(int root_fd, std::string root,
                          std::unique_ptr<FileFenceRecords> records,
+                         std::unique_ptr<FileVersions> versions,
                          file_io::Fd commit_sync,
                          std::function<void(size_t)> on_group)
     : root_fd_(root_fd),
       root_(std::move(root)),
       records_(std::move(records)),
+      versions_(std::move(versions)),
       committer_(std::make_unique<FileCommitThread>(
           std::move(commit_sync), root_, std::move(on_group))) {}
 
@@ -217,6 +223,10 @@ absl::Status FileAdapter::Validate(const WriteTarget& target,
         return absl::InvalidArgumentError(absl::StrCat(
             "ops[", i, "]: the file adapter takes put, append or delete"));
     }
+    if (ops[i].if_absent() && ops[i].has_if_version()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ops[", i, "]: if_absent and if_version: set at most one"));
+    }
   }
   return absl::OkStatus();
 }
@@ -244,13 +254,8 @@ namespace {
 
 // Hex SHA-256 of a Write's path and operation: what a seq names.
 std::string RequestHash(absl::string_view path, const v1::Operation& op) {
-  const std::string text =
-      absl::StrCat(path, std::string(1, '\0'), op.SerializeAsString());
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int size = 0;
-  EVP_Digest(text.data(), text.size(), digest, &size, EVP_sha256(), nullptr);
-  return absl::BytesToHexString(
-      absl::string_view(reinterpret_cast<const char*>(digest), size));
+  return Sha256Hex(
+      absl::StrCat(path, std::string(1, '\0'), op.SerializeAsString()));
 }
 
 }  // namespace
@@ -296,6 +301,7 @@ absl::StatusOr<bool> FileAdapter::CheckSeq(const FileFenceRecords::Held& record,
     result->set_bytes_written(data->size());
     result->set_size((op.has_append() ? last.size_before : 0) + data->size());
   }
+  result->set_version(last.version);
   if (target.replayed != nullptr) *target.replayed = true;
   return true;
 }
@@ -305,20 +311,28 @@ absl::Status FileAdapter::Prepare(FileWrite& write, const WriteTarget& target,
                                   OpResults* results) {
   write.op_index = i;
   write.change.reset();
-  absl::StatusOr<FileChange> change =
-      FileChange::Prepare(root_fd_, std::string(target.path), ops[i],
-                          results->Add()->mutable_file());
+  absl::StatusOr<FileChange> change = FileChange::Prepare(
+      root_fd_, *versions_, target.deadline, std::string(target.path), ops[i],
+      results->Add()->mutable_file());
   if (!change.ok()) {
     const absl::Status& s = change.status();
-    return absl::Status(s.code(),
-                        absl::StrCat("ops[", i, "] (", i, " of ", ops.size(),
-                                     " operations applied): ", s.message()));
+    const std::string place = absl::StrCat(
+        "ops[", i, "] (", i, " of ", ops.size(), " operations applied): ");
+    if (std::optional<PreconditionFailedInfo> failed =
+            GetPreconditionFailed(s)) {
+      failed->resource =
+          std::string(target.resource.empty() ? target.path : target.resource);
+      failed->op_index = i;
+      return PreconditionFailedError(*failed, place);
+    }
+    return absl::Status(s.code(), absl::StrCat(place, s.message()));
   }
   write.change.emplace(*std::move(change));
   if (target.seq == 0) return absl::OkStatus();
   return write.record.PrepareIntent(
       SeqIntent{target.token, target.seq, RequestHash(target.path, ops[i]),
-                write.change->size_before(), write.change->existed_before()});
+                write.change->size_before(), write.change->existed_before(),
+                write.change->version_after()});
 }
 
 absl::Status FileAdapter::Apply(const WriteTarget& target,

@@ -40,6 +40,10 @@
 // processes sharing a root on one machine, or a gateway whose fence store
 // was lost, never apply a stale write; RaiseFence, NextFence and ReadFences
 // reach the same records.
+// Versions: every path's version is kept under .fencegate/ too
+// (file_versions.h); each operation takes the path's lock after the
+// domain's record, checks its if_absent / if_version there, and raises the
+// version before its change is made (file_change.h).
 // Linux 5.8 or later is required (openat2; syncfs reporting write-back
 // errors).
 // Leftovers: a put killed before its rename leaves a temporary file named
@@ -67,6 +71,7 @@
 #include "storage_adapters/file/file_commit.h"
 #include "storage_adapters/file/file_commit_thread.h"
 #include "storage_adapters/file/file_io.h"
+#include "storage_adapters/file/file_versions.h"
 #include "storage_adapters/storage_adapter.h"
 
 namespace fencegate {
@@ -110,6 +115,11 @@ class FileAdapter final : public StorageAdapter {
   // operation, and a write without a seq for a token that has one recorded, are
   // FAILED_PRECONDITION (either could not be told from a retry).
   bool KeepsSeq() const override { return true; }
+  // Every path's version (file_versions.h), in each result; an operation's
+  // if_absent or if_version is checked under the path's version lock, with
+  // the file as the change finds it, and fails with PreconditionFailedError
+  // (common/precondition_failed.h), that operation changing nothing.
+  bool KeepsVersions() const override { return true; }
   absl::Status RaiseFence(absl::string_view domain, uint64_t token) override;
   absl::StatusOr<uint64_t> NextFence(absl::string_view domain,
                                      uint64_t at_least) override;
@@ -125,7 +135,8 @@ class FileAdapter final : public StorageAdapter {
  private:
   FileAdapter(int root_fd, std::string root,
               std::unique_ptr<FileFenceRecords> records,
-              file_io::Fd commit_sync, std::function<void(size_t)> on_group);
+              std::unique_ptr<FileVersions> versions, file_io::Fd commit_sync,
+              std::function<void(size_t)> on_group);
   // Locks the domain's record, refuses a token below it, and prepares its
   // raise to the target's token (a Write with a seq: its intent is
   // prepared with its change). Null if the write is a retry answered from
@@ -145,6 +156,7 @@ class FileAdapter final : public StorageAdapter {
   const int root_fd_;
   const std::string root_;
   const std::unique_ptr<FileFenceRecords> records_;
+  const std::unique_ptr<FileVersions> versions_;
   std::unique_ptr<FileCommitThread> committer_;
   int removed_temporaries_ = 0;
 };

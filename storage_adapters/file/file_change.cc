@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "fencegate/common/precondition_failed.h"
 #include "fencegate/common/sync_point.h"
 
 namespace fencegate {
@@ -20,6 +21,7 @@ using file_io::ErrnoStatus;
 using file_io::Fd;
 using file_io::FsyncFd;
 using file_io::OpenBeneath;
+using file_io::ReadAt;
 
 // O_NONBLOCK so that a FIFO cannot block the open; it is refused after.
 constexpr uint64_t kAppendFlags = O_WRONLY | O_APPEND | O_NONBLOCK;
@@ -83,10 +85,12 @@ absl::Status NotARegularFile(absl::string_view path) {
 }  // namespace
 
 FileChange::FileChange(Kind kind, int root_fd, std::string path,
-                       const std::string* data, v1::FileResult* result)
+                       const v1::Operation* op, const std::string* data,
+                       v1::FileResult* result)
     : kind_(kind),
       root_fd_(root_fd),
       path_(std::move(path)),
+      op_(op),
       data_(data),
       result_(result) {}
 
@@ -94,8 +98,10 @@ FileChange::FileChange(FileChange&& other) noexcept
     : kind_(other.kind_),
       root_fd_(other.root_fd_),
       path_(std::move(other.path_)),
+      op_(other.op_),
       data_(other.data_),
       result_(other.result_),
+      version_(std::move(other.version_)),
       dir_(std::move(other.dir_)),
       leaf_(std::move(other.leaf_)),
       temp_(std::exchange(other.temp_, std::string())),
@@ -111,34 +117,68 @@ FileChange::~FileChange() {
   // Closing file_ releases an append's lock.
 }
 
-absl::StatusOr<FileChange> FileChange::Prepare(int root_fd, std::string path,
-                                               const v1::Operation& op,
-                                               v1::FileResult* result) {
-  absl::Status s;
+absl::StatusOr<FileChange> FileChange::Prepare(
+    int root_fd, const FileVersions& versions, absl::Time deadline,
+    std::string path, const v1::Operation& op, v1::FileResult* result) {
+  Kind kind;
+  const std::string* data = nullptr;
   switch (op.op_case()) {
-    case v1::Operation::kPut: {
-      FileChange change(Kind::kPut, root_fd, std::move(path), &op.put().data(),
-                        result);
-      if (s = change.PreparePut(); s.ok()) return change;
+    case v1::Operation::kPut:
+      kind = Kind::kPut;
+      data = &op.put().data();
       break;
-    }
-    case v1::Operation::kAppend: {
-      FileChange change(Kind::kAppend, root_fd, std::move(path),
-                        &op.append().data(), result);
-      if (s = change.PrepareAppend(); s.ok()) return change;
+    case v1::Operation::kAppend:
+      kind = Kind::kAppend;
+      data = &op.append().data();
       break;
-    }
-    case v1::Operation::kDelete: {
-      FileChange change(Kind::kDelete, root_fd, std::move(path), nullptr,
-                        result);
-      if (s = change.PrepareDelete(); s.ok()) return change;
+    case v1::Operation::kDelete:
+      kind = Kind::kDelete;
       break;
-    }
     default:
-      s = absl::InvalidArgumentError(
+      return absl::InvalidArgumentError(
           "the file adapter takes put, append or delete");
   }
-  return s;
+  FileChange change(kind, root_fd, std::move(path), &op, data, result);
+  absl::StatusOr<FileVersions::Held> version =
+      versions.Lock(change.path_, deadline);
+  if (!version.ok()) return version.status();
+  change.version_.emplace(*std::move(version));
+  absl::Status s;
+  switch (kind) {
+    case Kind::kPut:
+      s = change.PreparePut();
+      break;
+    case Kind::kAppend:
+      s = change.PrepareAppend();
+      break;
+    case Kind::kDelete:
+      s = change.PrepareDelete();
+      break;
+  }
+  if (!s.ok()) return s;
+  return change;
+}
+
+absl::Status FileChange::Admit(bool exists) const {
+  const bool if_absent = op_->has_if_absent() && op_->if_absent();
+  const uint64_t version = version_->version();
+  if ((!if_absent || !exists) &&
+      (!op_->has_if_version() || op_->if_version() == version)) {
+    return absl::OkStatus();
+  }
+  PreconditionFailedInfo info;
+  info.resource = path_;
+  info.expected_absent = if_absent;
+  info.expected_version = op_->if_version();
+  info.exists = exists;
+  info.version = version;
+  return PreconditionFailedError(info);
+}
+
+absl::Status FileChange::RaiseVersion() {
+  if (absl::Status s = version_->PrepareRaise(); !s.ok()) return s;
+  result_->set_version(version_->version());
+  return absl::OkStatus();
 }
 
 absl::Status FileChange::PreparePut() {
@@ -154,6 +194,7 @@ absl::Status FileChange::PreparePut() {
     return absl::FailedPreconditionError(
         absl::StrCat("file adapter: \"", path_, "\" is a directory"));
   }
+  if (absl::Status s = Admit(result_->existed()); !s.ok()) return s;
   std::string temp;
   Fd file;
   for (int attempt = 0; attempt < 8 && !file.valid(); ++attempt) {
@@ -165,7 +206,10 @@ absl::Status FileChange::PreparePut() {
   }
   if (!file.valid()) return ErrnoStatus(errno, "create temporary for", path_);
   temp_ = std::move(temp);  // Removed by the destructor if not renamed.
-  return file_io::WriteAll(file.get(), *data_, path_);
+  if (absl::Status s = file_io::WriteAll(file.get(), *data_, path_); !s.ok()) {
+    return s;
+  }
+  return RaiseVersion();
 }
 
 absl::Status FileChange::OpenForAppend(bool create) {
@@ -197,15 +241,19 @@ absl::Status FileChange::OpenForAppend(bool create) {
 }
 
 absl::Status FileChange::PrepareAppend() {
-  if (absl::Status s = OpenForAppend(/*create=*/false);
-      s.ok() || !absl::IsNotFound(s)) {
-    return s;
+  absl::Status s = OpenForAppend(/*create=*/false);
+  if (s.ok()) {
+    if (s = Admit(/*exists=*/true); !s.ok()) return s;
+    return RaiseVersion();
   }
+  if (!absl::IsNotFound(s)) return s;
   file_.Reset();
+  if (s = Admit(/*exists=*/false); !s.ok()) return s;
   // Make() creates the file; its directories are made here.
   absl::StatusOr<Fd> dir = OpenDir(root_fd_, Split(path_).first,
                                    /*create=*/true);
-  return dir.status();
+  if (!dir.ok()) return dir.status();
+  return RaiseVersion();
 }
 
 absl::Status FileChange::PrepareDelete() {
@@ -217,14 +265,18 @@ absl::Status FileChange::PrepareDelete() {
     struct stat st;
     delete_found_ =
         ::fstatat(dir_.get(), leaf_.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
+  } else if (!absl::IsNotFound(opened.status()) &&
+             !absl::IsFailedPrecondition(opened.status())) {
+    return opened.status();
+  }
+  // Else a missing parent, or a parent that is a file: the file cannot
+  // exist.
+  if (absl::Status s = Admit(delete_found_); !s.ok()) return s;
+  if (!delete_found_) {
+    result_->set_version(version_->version());  // Nothing to change.
     return absl::OkStatus();
   }
-  // A missing parent, or a parent that is a file: the file cannot exist.
-  if (absl::IsNotFound(opened.status()) ||
-      absl::IsFailedPrecondition(opened.status())) {
-    return absl::OkStatus();
-  }
-  return opened.status();
+  return RaiseVersion();
 }
 
 bool FileChange::groupable() const {
@@ -249,24 +301,9 @@ uint64_t FileChange::size_before() const {
              : 0;
 }
 
-namespace {
+uint64_t FileChange::version_after() const { return version_->version(); }
 
-// Up to `limit` bytes of `fd` from `offset`.
-absl::StatusOr<std::string> ReadAt(int fd, uint64_t offset, size_t limit,
-                                   absl::string_view path) {
-  std::string out(limit, '\0');
-  size_t got = 0;
-  while (got < limit) {
-    const ssize_t n = ::pread(fd, out.data() + got, limit - got,
-                              static_cast<off_t>(offset + got));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ErrnoStatus(errno, "read", path);
-    if (n == 0) break;
-    got += static_cast<size_t>(n);
-  }
-  out.resize(got);
-  return out;
-}
+namespace {
 
 absl::Status CannotTell(absl::string_view path) {
   return absl::AbortedError(absl::StrCat(
@@ -372,7 +409,9 @@ absl::Status FileChange::Make() {
       return absl::OkStatus();
     }
     case Kind::kDelete:
-      if (!dir_.valid()) {
+      // Missing when prepared (under the version lock): nothing to change,
+      // and the version was not raised.
+      if (!dir_.valid() || !delete_found_) {
         result_->set_existed(false);
         return absl::OkStatus();
       }

@@ -21,6 +21,13 @@
 //            (existed = false), so retries are safe.
 // None of them is durable before the file system is synced after Make.
 //
+// Versions (file_versions.h): Prepare first takes the path's version lock,
+// which the change keeps until destroyed; then checks the operation's
+// precondition (if_absent, if_version) against the file as it finds it,
+// before it writes anything; and last, if the change will change the file
+// (all but a delete of a missing file), raises the path's version, not yet
+// synced. The result's version is the one after the change.
+//
 // Paths are resolved beneath the root (openat2 with RESOLVE_BENEATH), as
 // file_adapter.h describes; a path must have passed ValidateFilePath.
 //
@@ -32,26 +39,34 @@
 
 #include <sys/types.h>
 
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "fencegate/v1/gateway.pb.h"
 #include "storage_adapters/file/file_io.h"
+#include "storage_adapters/file/file_versions.h"
 
 namespace fencegate {
 
 class FileChange {
  public:
   // Prepares `op` (put, append or delete) on `path`, to be reported in
-  // `result`; `op` and `result` must outlive the change. May block (an
-  // append waits for the file's lock). Errors: FAILED_PRECONDITION for a
-  // put over a directory or an append to something not a regular file,
+  // `result`; `op`, `versions` and `result` must outlive the change. May
+  // block: for the path's version lock (until `deadline`, as
+  // FileVersions::Lock) and an append for the file's lock. Errors:
+  // FAILED_PRECONDITION with a PreconditionFailed payload
+  // (common/precondition_failed.h, its resource the path and its op_index 0)
+  // for a precondition that does not hold; FAILED_PRECONDITION for a put over
+  // a directory or an append to something not a regular file,
   // PERMISSION_DENIED for a path leading out of the root, the errno's status
-  // (file_io::ErrnoStatus) otherwise; nothing is left behind.
-  static absl::StatusOr<FileChange> Prepare(int root_fd, std::string path,
-                                            const v1::Operation& op,
-                                            v1::FileResult* result);
+  // (file_io::ErrnoStatus) otherwise. Nothing is left behind but, after a
+  // failure past the precondition, a raised version.
+  static absl::StatusOr<FileChange> Prepare(
+      int root_fd, const FileVersions& versions, absl::Time deadline,
+      std::string path, const v1::Operation& op, v1::FileResult* result);
 
   FileChange(FileChange&& other) noexcept;
   FileChange& operator=(FileChange&&) = delete;
@@ -67,6 +82,8 @@ class FileChange {
   // before it (0 for a missing file, and for a put or delete).
   bool existed_before() const;
   uint64_t size_before() const;
+  // The path's version once the change is made.
+  uint64_t version_after() const;
 
   // Whether `op` on `path`, prepared when the file had `size_before` bytes
   // (an append), was made since, judged by the file as it is now (a
@@ -93,8 +110,13 @@ class FileChange {
 
  private:
   enum class Kind { kPut, kAppend, kDelete };
-  FileChange(Kind kind, int root_fd, std::string path, const std::string* data,
-             v1::FileResult* result);
+  FileChange(Kind kind, int root_fd, std::string path, const v1::Operation* op,
+             const std::string* data, v1::FileResult* result);
+
+  // The precondition of op_, for a file that `exists` or not.
+  absl::Status Admit(bool exists) const;
+  // Raises the path's version (version_ held) and reports it in result_.
+  absl::Status RaiseVersion();
 
   absl::Status PreparePut();
   absl::Status PrepareAppend();
@@ -104,8 +126,10 @@ class FileChange {
   Kind kind_;
   int root_fd_;
   std::string path_;
+  const v1::Operation* op_;
   const std::string* data_;  // Put and append.
   v1::FileResult* result_;
+  std::optional<FileVersions::Held> version_;  // The path's, locked.
   file_io::Fd dir_;            // Put and delete: the target's directory.
   std::string leaf_;           // Put and delete: the target's name in dir_.
   std::string temp_;           // Put: the temporary, until renamed.

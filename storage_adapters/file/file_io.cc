@@ -6,9 +6,11 @@
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 
@@ -22,6 +24,50 @@ namespace fencegate::file_io {
 std::string TempName() {
   thread_local std::mt19937_64 rng(std::random_device{}());
   return absl::StrFormat("%s%d-%016x", kFileTempPrefix, ::getpid(), rng());
+}
+
+absl::StatusOr<std::string> ReadAt(int fd, uint64_t offset, size_t limit,
+                                   absl::string_view path) {
+  std::string out(limit, '\0');
+  size_t got = 0;
+  while (got < limit) {
+    const ssize_t n = ::pread(fd, out.data() + got, limit - got,
+                              static_cast<off_t>(offset + got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoStatus(errno, "read", path);
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  out.resize(got);
+  return out;
+}
+
+absl::Status WriteAllAt(int fd, absl::string_view data, uint64_t offset,
+                        absl::string_view path) {
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::pwrite(fd, data.data() + done, data.size() - done,
+                               static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoStatus(errno, "write", path);
+    done += static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LockUntil(int fd, absl::Time give_up, absl::string_view path) {
+  absl::Duration pause = absl::Microseconds(100);
+  while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EINTR) continue;
+    if (errno != EWOULDBLOCK) return ErrnoStatus(errno, "lock", path);
+    if (absl::Now() >= give_up) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("\"", path, "\" stayed locked"));
+    }
+    absl::SleepFor(pause);
+    pause = std::min(pause * 2, absl::Milliseconds(10));
+  }
+  return absl::OkStatus();
 }
 
 bool IsLeftoverTemporary(absl::string_view name) {

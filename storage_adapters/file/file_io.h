@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 
 namespace fencegate {
 
@@ -90,8 +91,24 @@ absl::Status SyncFs(int fd, absl::string_view path);
 // shared with another caller could have had the error taken already.
 absl::StatusOr<Fd> OpenSyncHandle(int dir_fd, absl::string_view path);
 
+// Up to `limit` bytes of `fd` from `offset` (fewer at the file's end;
+// retrying short reads and EINTR).
+absl::StatusOr<std::string> ReadAt(int fd, uint64_t offset, size_t limit,
+                                   absl::string_view path);
+
 // Writes all of `data` to `fd` (retrying short writes and EINTR).
 absl::Status WriteAll(int fd, const std::string& data, absl::string_view path);
+
+// flock(LOCK_EX) of `fd`, waiting for another holder (another thread's
+// descriptor, another process) until `give_up`, polling with a pause that
+// grows from 100 us to 10 ms. DEADLINE_EXCEEDED if it is still held then;
+// the errno's status (ErrnoStatus) for another failure.
+absl::Status LockUntil(int fd, absl::Time give_up, absl::string_view path);
+
+// Writes all of `data` to `fd` at `offset` (pwrite, retrying short writes
+// and EINTR).
+absl::Status WriteAllAt(int fd, absl::string_view data, uint64_t offset,
+                        absl::string_view path);
 
 // A fresh name for a temporary file: the file adapter's prefix
 // (kFileTempPrefix), this process's id and 16 random hex digits, so that

@@ -35,6 +35,9 @@ inline constexpr int kExitNotServing = 9;
 // `write --seq`: a later seq of the token was applied before this one
 // (SeqOutOfOrder); nothing was applied.
 inline constexpr int kExitSeqOutOfOrder = 10;
+// `write --if-absent / --if-version`: the file's state did not meet the
+// precondition (PreconditionFailed); that operation changed nothing.
+inline constexpr int kExitPreconditionFailed = 11;
 
 // Prints "fencectl: MESSAGE (see fencectl --help)"; returns kExitUsage.
 inline int UsageError(const std::string& message) {

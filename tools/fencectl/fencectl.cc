@@ -41,7 +41,8 @@ constexpr char kFooter[] =
     "5 unavailable or deadline exceeded, 6 lock not acquired or lost,\n"
     "7 permission denied or not authenticated, 8 token refused (no lock\n"
     "service granted it), 9 not serving (health), 10 seq out of order\n"
-    "(write --seq).";
+    "(write --seq), 11 precondition failed (write --if-absent,\n"
+    "--if-version).";
 
 // Every flag's value; CLI11 writes them.
 struct Flags {
@@ -166,8 +167,8 @@ Commands Define(CLI::App& app, Flags& f) {
   c.write
       ->add_option("--seq", f.write.seq,
                    "the write's number within its token, 1 to 2^63-1 "
-                   "(PostgreSQL routes): a write whose reply is lost is "
-                   "sent again with it, and applied at most once")
+                   "(PostgreSQL and file routes): a write whose reply is "
+                   "lost is sent again with it, and applied at most once")
       ->check(CLI::Range(uint64_t{1}, uint64_t{9223372036854775807ULL}));
   c.write
       ->add_option("--attempts", f.write.attempts,
@@ -175,6 +176,14 @@ Commands Define(CLI::App& app, Flags& f) {
                    "storage is unavailable or the deadline passes (each "
                    "attempt has --timeout)")
       ->check(CLI::Range(1, 100));
+  CLI::Option* if_absent =
+      c.write->add_flag("--if_absent", f.write.if_absent,
+                        "file routes: apply only if the file does not exist");
+  c.write
+      ->add_option("--if_version", f.write.if_version,
+                   "file routes: apply only if the file's version is N "
+                   "(the version a write's result printed)")
+      ->excludes(if_absent);
   c.operations = {
       c.write->add_option("--put", f.write.put, "replace the file with DATA"),
       c.write->add_option("--put_file", f.write.put_file,

@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "fencegate/client/write_retry.h"
 #include "fencegate/common/grpc_status.h"
+#include "fencegate/common/precondition_failed.h"
 #include "fencegate/common/seq_out_of_order.h"
 #include "fencegate/common/stale_token.h"
 #include "fencegate/common/token_refused.h"
@@ -96,6 +97,17 @@ int ReportError(const absl::Status& status) {
               << "\" is out of order; seq " << order->last_seq
               << " was applied after it\n";
     return kExitSeqOutOfOrder;
+  }
+  if (std::optional<PreconditionFailedInfo> failed =
+          GetPreconditionFailed(status)) {
+    std::cerr << "fencectl: rejected: precondition "
+              << (failed->expected_absent
+                      ? std::string("if-absent")
+                      : absl::StrCat("if-version=", failed->expected_version))
+              << " failed: " << failed->resource << " "
+              << (failed->exists ? "exists" : "does not exist") << ", version "
+              << failed->version << "; nothing applied\n";
+    return kExitPreconditionFailed;
   }
   std::cerr << "fencectl: " << absl::StatusCodeToString(status.code()) << ": "
             << status.message() << "\n";
@@ -196,6 +208,10 @@ int RunWrite(const GatewayCall& call, const WriteCommand& write) {
           BuildOperation(write, request.add_ops())) {
     return UsageError(*error);
   }
+  if (write.if_absent) request.mutable_ops(0)->set_if_absent(true);
+  if (write.if_version.has_value()) {
+    request.mutable_ops(0)->set_if_version(*write.if_version);
+  }
   request.set_seq(write.seq);
   auto stub = v1::Gateway::NewStub(call.channel);
   client::WriteRetryOptions retry;
@@ -216,7 +232,8 @@ int RunWrite(const GatewayCall& call, const WriteCommand& write) {
                    response.replayed() ? " (replayed: applied already)" : "");
   if (response.results_size() > 0 && response.results(0).has_file()) {
     const v1::FileResult& r = response.results(0).file();
-    absl::StrAppend(&text, " size=", r.size(), " written=", r.bytes_written());
+    absl::StrAppend(&text, " size=", r.size(), " written=", r.bytes_written(),
+                    " version=", r.version());
   } else if (response.results_size() > 0 && response.results(0).has_sql()) {
     const v1::SqlResult& r = response.results(0).sql();
     absl::StrAppend(&text, " rows_affected=", r.rows_affected());

@@ -38,6 +38,8 @@ struct WriteCommand {
   std::vector<std::string> params;  // TYPE:VALUE each.
   uint64_t seq = 0;                 // 0: none, and one attempt only.
   int attempts = 6;                 // With a seq: attempts in all.
+  bool if_absent = false;           // The operation's preconditions.
+  std::optional<uint64_t> if_version;
 };
 
 int RunWrite(const GatewayCall& call, const WriteCommand& write);

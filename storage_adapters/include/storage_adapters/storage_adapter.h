@@ -42,6 +42,9 @@ struct WriteTarget {
   // The request's seq within its token; 0: none. Only for adapters whose
   // KeepsSeq() is true.
   uint64_t seq = 0;
+  // The request's resource as sent, "<route>/<path>", for error details;
+  // may be empty (then `path` is named).
+  absl::string_view resource = {};
   // Where an adapter that keeps (token, seq) says that the write was a
   // retry of the storage's last applied one, answered without applying it
   // again (results then stay empty). May be null (then not said).
@@ -156,6 +159,13 @@ class StorageAdapter {
   // gateway refuses a seq on routes whose adapter returns false (the
   // default).
   virtual bool KeepsSeq() const { return false; }
+
+  // True if the adapter keeps a version per path and checks an operation's
+  // if_absent and if_version (docs/fencing.md, rule 15), failing one that
+  // does not hold with PreconditionFailedError
+  // (common/precondition_failed.h). The gateway refuses them on routes
+  // whose adapter returns false (the default).
+  virtual bool KeepsVersions() const { return false; }
 
   // True if ApplyAsync() never blocks the calling thread (it queues the
   // write, or does only in-memory work), so that the gateway may call it
