@@ -186,8 +186,7 @@ absl::StatusOr<FileFenceRecords::Held> FileFenceRecords::Lock(
     absl::string_view domain, absl::Time deadline) const {
   const std::string name = RecordName(domain);
   const std::string lock_name = absl::StrCat(name, kLockSuffix);
-  Fd lock(::openat(dir_.get(), lock_name.c_str(),
-                   O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644));
+  Fd lock(file_io::OpenOrCreateAt(dir_.get(), lock_name, O_RDWR, 0644));
   if (!lock.valid()) {
     return ErrnoStatus(errno, "open fence lock",
                        absl::StrCat(path_, "/", lock_name));

@@ -42,6 +42,14 @@ absl::StatusOr<std::string> ReadAt(int fd, uint64_t offset, size_t limit,
   return out;
 }
 
+int OpenOrCreateAt(int dir_fd, const std::string& name, int flags,
+                   mode_t mode) {
+  flags |= O_CLOEXEC | O_NOFOLLOW;
+  const int fd = ::openat(dir_fd, name.c_str(), flags);
+  if (fd >= 0 || errno != ENOENT) return fd;
+  return ::openat(dir_fd, name.c_str(), flags | O_CREAT, mode);
+}
+
 absl::Status WriteAllAt(int fd, absl::string_view data, uint64_t offset,
                         absl::string_view path) {
   size_t done = 0;

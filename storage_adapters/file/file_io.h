@@ -74,6 +74,13 @@ absl::Status ErrnoStatus(int err, absl::string_view what,
 int OpenBeneath(int dirfd, const std::string& path, uint64_t flags,
                 mode_t mode = 0);
 
+// openat(dir_fd, name, flags | O_CLOEXEC | O_NOFOLLOW), creating the file
+// with `mode` only if it is missing: a plain open first, since an open with
+// O_CREAT takes the directory's lock exclusively even for a file that
+// exists, and writers of many domains open files of one directory. -1 and
+// errno if it fails.
+int OpenOrCreateAt(int dir_fd, const std::string& name, int flags, mode_t mode);
+
 // fsync(fd), its error as ErrnoStatus(what, path).
 absl::Status FsyncFd(int fd, absl::string_view what, absl::string_view path);
 

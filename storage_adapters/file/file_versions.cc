@@ -63,8 +63,7 @@ absl::StatusOr<FileVersions::Held> FileVersions::Lock(
     absl::string_view path, absl::Time deadline) const {
   const std::string name = Sha256Hex(path);
   std::string where = absl::StrCat(path_, "/", name);
-  Fd file(::openat(dir_.get(), name.c_str(),
-                   O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644));
+  Fd file(file_io::OpenOrCreateAt(dir_.get(), name, O_RDWR, 0644));
   if (!file.valid()) return ErrnoStatus(errno, "open version of", where);
   const absl::Status locked = file_io::LockUntil(
       file.get(), std::min(deadline, absl::Now() + kMaxLockWait), where);
