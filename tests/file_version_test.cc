@@ -139,7 +139,7 @@ TEST_F(FileVersionTest, IfAbsentAppliesOnlyToAMissingFile) {
     Outcome first = Write(IfAbsent(Put("first")), path, grouped);
     ASSERT_OK(first.status);
     EXPECT_EQ(first.version(), 1u);
-    for (v1::Operation op : {Put("second"), Append("more"), Delete()}) {
+    for (const v1::Operation& op : {Put("second"), Append("more"), Delete()}) {
       Outcome again = Write(IfAbsent(op), path, grouped);
       ASSERT_EQ(again.status.code(), absl::StatusCode::kFailedPrecondition);
       std::optional<PreconditionFailedInfo> failed =
