@@ -27,20 +27,8 @@ using ::fencegate::testing::ApplyAndWait;
 using ::fencegate::testing::ReadFile;
 using ::testing::HasSubstr;
 
-class FileSeqTest : public ::testing::Test {
+class FileSeqTest : public testing::FileRootTest {
  protected:
-  void SetUp() override {
-    root_ = dir_.path() + "/root";
-    adapter_ = Open();
-    ASSERT_NE(adapter_, nullptr);
-  }
-  void TearDown() override { SyncPoint::Get()->ClearAll(); }
-  std::unique_ptr<FileAdapter> Open() {
-    auto adapter = FileAdapter::Open(root_);
-    EXPECT_TRUE(adapter.ok()) << adapter.status();
-    return adapter.ok() ? *std::move(adapter) : nullptr;
-  }
-
   struct Outcome {
     absl::Status status;
     bool replayed = false;
@@ -94,10 +82,6 @@ class FileSeqTest : public ::testing::Test {
     adapter_ = Open();
     return reached;
   }
-
-  testing::TempDir dir_;
-  std::string root_;
-  std::unique_ptr<FileAdapter> adapter_;
 };
 
 // The gateway dies mid-append, at each step; the worker retries with the

@@ -1,7 +1,8 @@
 // Copyright fencegate authors.
 //
 // Helpers of the file adapter's tests: a file size limit standing in for a
-// full disk, ApplyAsync() waited for, and a crash at a named step.
+// full disk, ApplyAsync() waited for, a crash at a named step, and a
+// fixture with an adapter on a fresh root.
 
 #ifndef TESTS_FILE_TEST_UTIL_H_
 #define TESTS_FILE_TEST_UTIL_H_
@@ -12,11 +13,15 @@
 #include <unistd.h>
 
 #include <functional>
+#include <memory>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/synchronization/notification.h"
 #include "fencegate/common/sync_point.h"
+#include "storage_adapters/file/file_adapter.h"
 #include "storage_adapters/storage_adapter.h"
+#include "tests/test_util.h"
 
 namespace fencegate::testing {
 
@@ -74,6 +79,28 @@ inline bool CrashedAt(const char* point, const std::function<void()>& work) {
   return pid > 0 && ::waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
          WEXITSTATUS(status) == 42;
 }
+
+// A file adapter on a fresh root (`root_`), opened again by Open() as a
+// restarted gateway would open it. Sync point callbacks are cleared after
+// each test.
+class FileRootTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = dir_.path() + "/root";
+    adapter_ = Open();
+    ASSERT_NE(adapter_, nullptr);
+  }
+  void TearDown() override { SyncPoint::Get()->ClearAll(); }
+  std::unique_ptr<FileAdapter> Open() {
+    auto adapter = FileAdapter::Open(root_);
+    EXPECT_TRUE(adapter.ok()) << adapter.status();
+    return adapter.ok() ? *std::move(adapter) : nullptr;
+  }
+
+  TempDir dir_;
+  std::string root_;
+  std::unique_ptr<FileAdapter> adapter_;
+};
 
 }  // namespace fencegate::testing
 

@@ -54,20 +54,8 @@ v1::Operation IfAbsent(v1::Operation op) {
   return op;
 }
 
-class FileVersionTest : public ::testing::Test {
+class FileVersionTest : public testing::FileRootTest {
  protected:
-  void SetUp() override {
-    root_ = dir_.path() + "/root";
-    adapter_ = Open();
-    ASSERT_NE(adapter_, nullptr);
-  }
-  void TearDown() override { SyncPoint::Get()->ClearAll(); }
-  std::unique_ptr<FileAdapter> Open() {
-    auto adapter = FileAdapter::Open(root_);
-    EXPECT_TRUE(adapter.ok()) << adapter.status();
-    return adapter.ok() ? *std::move(adapter) : nullptr;
-  }
-
   struct Outcome {
     absl::Status status;
     OpResults results;
@@ -103,10 +91,6 @@ class FileVersionTest : public ::testing::Test {
     absl::StatusOr<std::string> text = ReadFile(root_ + "/" + path);
     return text.ok() ? *text : "<missing>";
   }
-
-  testing::TempDir dir_;
-  std::string root_;
-  std::unique_ptr<FileAdapter> adapter_;
 };
 
 TEST_F(FileVersionTest, EveryChangeRaisesTheVersionAcrossRestartsAndRecreate) {
