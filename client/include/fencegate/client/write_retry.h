@@ -15,8 +15,12 @@
 // attempts (doubling from initial_backoff up to max_backoff, with jitter),
 // until max_attempts attempts were made. A request without a seq is sent
 // once: repeating it could apply it twice. Every other outcome (OK, a
-// stale token, SeqOutOfOrder, a SQL error, ...) returns at once, with the
-// gateway's details as payloads (common/grpc_status.h).
+// stale token, SeqOutOfOrder, PreconditionFailed, a SQL error, ...)
+// returns at once, with the gateway's details as payloads
+// (common/grpc_status.h). A file operation with if_absent or if_version is
+// retried safely only with a seq: a repeat of an applied (token, seq) is
+// answered before its precondition is checked (rule 15), while without a
+// seq a retry of a write that landed fails its own precondition.
 //
 // A retry refused as stale (a new holder fenced meanwhile) or as out of
 // order says only that the retry was not applied: the attempt before it,
