@@ -12,6 +12,8 @@
 #include "absl/strings/str_format.h"
 #include "fencegate/common/grpc_status.h"
 #include "fencegate/common/limits.h"
+#include "fencegate/common/precondition_failed.h"
+#include "fencegate/common/seq_out_of_order.h"
 #include "fencegate/common/stale_token.h"
 #include "fencegate/common/token_refused.h"
 #include "gateway/write_request.h"
@@ -54,7 +56,8 @@ std::string RequestTag(absl::string_view rpc, const LogFields& fields) {
 }
 
 // Logs the outcome of a fenced call: stale rejections as warnings with the
-// domain, the token and the highest token; advances as info; other errors.
+// domain, the token and the highest token; advances, failed preconditions
+// and out-of-order seqs as info; other errors.
 void LogOutcome(absl::string_view rpc, const LogFields& fields,
                 absl::string_view domain, uint64_t token,
                 const absl::StatusOr<FenceDecision>& decision,
@@ -71,6 +74,14 @@ void LogOutcome(absl::string_view rpc, const LogFields& fields,
                           "highest=%d",
                           tag, absl::CHexEscape(domain), token,
                           stale->highest_token),
+          fields);
+    } else if (GetPreconditionFailed(decision.status()).has_value() ||
+               GetSeqOutOfOrder(decision.status()).has_value()) {
+      // Refused by the storage's state, as the client asked: not an error.
+      Log(LogSeverity::kInfo,
+          absl::StrFormat("%s conflict domain=\"%s\" token=%d: %s", tag,
+                          absl::CHexEscape(domain), token,
+                          decision.status().message()),
           fields);
     } else {
       Log(LogSeverity::kError,

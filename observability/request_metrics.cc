@@ -2,6 +2,8 @@
 
 #include "observability/request_metrics.h"
 
+#include "fencegate/common/precondition_failed.h"
+#include "fencegate/common/seq_out_of_order.h"
 #include "fencegate/common/stale_token.h"
 
 namespace fencegate {
@@ -47,7 +49,14 @@ size_t RequestMetrics::OutcomeOf(const absl::Status& status) {
     case absl::StatusCode::kOk:
       return 0;
     case absl::StatusCode::kFailedPrecondition:
-      return GetStaleToken(status).has_value() ? 1 : 5;
+      if (GetStaleToken(status).has_value()) return 1;
+      // Admitted by the fence, refused by the storage's state: what
+      // optimistic concurrency expects now and then, not an error.
+      if (GetPreconditionFailed(status).has_value() ||
+          GetSeqOutOfOrder(status).has_value()) {
+        return 6;
+      }
+      return 5;
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kOutOfRange:
       return 2;

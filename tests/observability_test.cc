@@ -70,7 +70,7 @@ class ObservabilityTest : public ::testing::Test {
 
   grpc::Status Write(const std::string& domain, uint64_t token,
                      const std::string& resource, const std::string& sql = "",
-                     bool no_ops = false) {
+                     bool no_ops = false, bool if_absent = false) {
     v1::WriteRequest request;
     request.set_domain(domain);
     request.set_token(token);
@@ -81,6 +81,7 @@ class ObservabilityTest : public ::testing::Test {
       } else {
         request.add_ops()->mutable_sql()->set_sql(sql);
       }
+      if (if_absent) request.mutable_ops(0)->set_if_absent(true);
     }
     v1::WriteResponse response;
     grpc::ClientContext context;
@@ -116,6 +117,7 @@ TEST_F(ObservabilityTest, WriteAndFenceOutcomesAdvancesAndDomainsAreCounted) {
   const Labels files_stale = {{"route", "files"}, {"outcome", "stale"}};
   const Labels files_invalid = {{"route", "files"}, {"outcome", "invalid"}};
   const Labels none_invalid = {{"route", "none"}, {"outcome", "invalid"}};
+  const Labels files_conflict = {{"route", "files"}, {"outcome", "conflict"}};
   EXPECT_EQ(Value("fencegate_writes_total", files_ok), 0);
   EXPECT_EQ(Value("fencegate_domains"), 0);
 
@@ -127,15 +129,20 @@ TEST_F(ObservabilityTest, WriteAndFenceOutcomesAdvancesAndDomainsAreCounted) {
             grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(Write("jobs", 6, "nowhere/a").error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
+  // A failed precondition is a conflict, not an error.
+  EXPECT_EQ(
+      Write("jobs", 5, "files/a", "", false, /*if_absent=*/true).error_code(),
+      grpc::StatusCode::FAILED_PRECONDITION);
 
   const std::string text = Scrape();
   EXPECT_EQ(SampleValue(text, "fencegate_writes_total", files_ok), 2);
   EXPECT_EQ(SampleValue(text, "fencegate_writes_total", files_stale), 1);
   EXPECT_EQ(SampleValue(text, "fencegate_writes_total", files_invalid), 1);
   EXPECT_EQ(SampleValue(text, "fencegate_writes_total", none_invalid), 1);
+  EXPECT_EQ(SampleValue(text, "fencegate_writes_total", files_conflict), 1);
   EXPECT_EQ(SampleValue(text, "fencegate_write_duration_seconds_count",
                         {{"route", "files"}}),
-            4);
+            5);
   EXPECT_EQ(SampleValue(text, "fencegate_fence_advances_total"), 1);
   EXPECT_GE(
       SampleValue(text, "fencegate_fence_store_sync_duration_seconds_count"),

@@ -33,8 +33,8 @@ namespace fencegate {
 
 class RequestMetrics {
  public:
-  static constexpr std::array<absl::string_view, 6> kOutcomes = {
-      "ok", "stale", "invalid", "denied", "unavailable", "error"};
+  static constexpr std::array<absl::string_view, 7> kOutcomes = {
+      "ok", "stale", "invalid", "denied", "unavailable", "error", "conflict"};
 
   // Metrics off when `metrics` is empty.
   RequestMetrics(const MetricsContext& metrics,
