@@ -9,6 +9,7 @@
 // process ending at a named step (testing::CrashedAt, file_test_util.h).
 
 #include <atomic>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -90,6 +91,15 @@ class FileVersionTest : public testing::FileRootTest {
   std::string File(const std::string& path = "f.txt") {
     absl::StatusOr<std::string> text = ReadFile(root_ + "/" + path);
     return text.ok() ? *text : "<missing>";
+  }
+  // How many version files the root keeps.
+  int VersionFiles() const {
+    int n = 0;
+    for (const auto& entry :
+         std::filesystem::directory_iterator(root_ + "/.fencegate/versions")) {
+      n += entry.is_regular_file() ? 1 : 0;
+    }
+    return n;
   }
 };
 
@@ -188,6 +198,64 @@ TEST_F(FileVersionTest, IfAbsentAndIfVersionTogetherAreRefused) {
   EXPECT_EQ(out.status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(out.status.message(), HasSubstr("at most one"));
   EXPECT_EQ(File(), "<missing>");
+}
+
+// A write that changes nothing leaves no version file behind: a delete of
+// a missing file, a failed precondition, on a path never changed. One that
+// changed its path keeps its version, deleted or not.
+TEST_F(FileVersionTest, WritesThatChangeNothingLeaveNoVersionFile) {
+  ASSERT_EQ(VersionFiles(), 0);
+  for (bool grouped : {false, true}) {
+    Outcome missing = Write(Delete(), "never.txt", grouped);
+    ASSERT_OK(missing.status);
+    EXPECT_EQ(missing.version(), 0u);
+    EXPECT_EQ(Write(IfVersion(Put("x"), 3), "never.txt", grouped).status.code(),
+              absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(
+        Write(IfVersion(Append("x"), 1), "never.txt", grouped).status.code(),
+        absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(VersionFiles(), 0);
+  }
+  ASSERT_OK(Write(Put("kept")).status);
+  ASSERT_OK(Write(Delete()).status);
+  ASSERT_OK(Write(Delete()).status);
+  EXPECT_EQ(VersionFiles(), 1);
+  EXPECT_EQ(Write(Put("again")).version(), 3u);
+}
+
+// A version file is removed under its lock while writers of other domains
+// wait on it: each must lock the path's current file, not the removed one.
+// Each round, half the writers delete a missing file if its version is 0
+// (changing nothing, so removing the version file) and half put it if
+// absent: exactly one put wins, and every later writer is told version 1.
+TEST_F(FileVersionTest, ARemovedVersionFileIsNeverLockedTwice) {
+  std::unique_ptr<FileAdapter> second = Open();
+  ASSERT_NE(second, nullptr);
+  constexpr int kWriters = 6;
+  constexpr int kRounds = 100;
+  for (int round = 0; round < kRounds; ++round) {
+    const std::string path = absl::StrCat("removed-", round, ".txt");
+    absl::Barrier* start = new absl::Barrier(kWriters);
+    std::atomic<int> puts{0};
+    std::vector<std::thread> writers;
+    for (int w = 0; w < kWriters; ++w) {
+      writers.emplace_back([&, w] {
+        FileAdapter& adapter = w % 2 == 0 ? *adapter_ : *second;
+        const bool put = w % 3 != 0;
+        if (start->Block()) delete start;
+        Outcome out =
+            Write(adapter,
+                  {put ? IfAbsent(Put(absl::StrCat("writer ", w)))
+                       : IfVersion(Delete(), 0)},
+                  path, absl::StrCat("domain-", w), /*grouped=*/w % 2 == 1);
+        if (put && out.status.ok()) ++puts;
+      });
+    }
+    for (std::thread& t : writers) t.join();
+    ASSERT_EQ(puts.load(), 1) << "round " << round;
+    EXPECT_EQ(Write(IfVersion(Put("check"), 1), path).version(), 2u)
+        << "round " << round;
+  }
 }
 
 // Writers of different domains (which the gateway does not serialize), on

@@ -22,7 +22,6 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "fencegate/common/precondition_failed.h"
 #include "fencegate/common/seq_out_of_order.h"
 #include "fencegate/common/stale_token.h"
 #include "storage_adapters/file/checked_slot.h"
@@ -311,22 +310,12 @@ absl::Status FileAdapter::Prepare(FileWrite& write, const WriteTarget& target,
                                   OpResults* results) {
   write.op_index = i;
   write.change.reset();
+  const FileChange::Site site{
+      target.resource.empty() ? target.path : target.resource, i, ops.size()};
   absl::StatusOr<FileChange> change = FileChange::Prepare(
-      root_fd_, *versions_, target.deadline, std::string(target.path), ops[i],
-      results->Add()->mutable_file());
-  if (!change.ok()) {
-    const absl::Status& s = change.status();
-    const std::string place = absl::StrCat(
-        "ops[", i, "] (", i, " of ", ops.size(), " operations applied): ");
-    if (std::optional<PreconditionFailedInfo> failed =
-            GetPreconditionFailed(s)) {
-      failed->resource =
-          std::string(target.resource.empty() ? target.path : target.resource);
-      failed->op_index = i;
-      return PreconditionFailedError(*failed, place);
-    }
-    return absl::Status(s.code(), absl::StrCat(place, s.message()));
-  }
+      root_fd_, *versions_, target.deadline, std::string(target.path), site,
+      ops[i], results->Add()->mutable_file());
+  if (!change.ok()) return change.status();
   write.change.emplace(*std::move(change));
   if (target.seq == 0) return absl::OkStatus();
   return write.record.PrepareIntent(

@@ -84,12 +84,18 @@ absl::Status NotARegularFile(absl::string_view path) {
 
 }  // namespace
 
+std::string FileChange::Site::Prefix() const {
+  return absl::StrCat("ops[", op_index, "] (", op_index, " of ", op_count,
+                      " operations applied): ");
+}
+
 FileChange::FileChange(Kind kind, int root_fd, std::string path,
-                       const v1::Operation* op, const std::string* data,
-                       v1::FileResult* result)
+                       const Site* site, const v1::Operation* op,
+                       const std::string* data, v1::FileResult* result)
     : kind_(kind),
       root_fd_(root_fd),
       path_(std::move(path)),
+      site_(site),
       op_(op),
       data_(data),
       result_(result) {}
@@ -98,6 +104,7 @@ FileChange::FileChange(FileChange&& other) noexcept
     : kind_(other.kind_),
       root_fd_(other.root_fd_),
       path_(std::move(other.path_)),
+      site_(nullptr),
       op_(other.op_),
       data_(other.data_),
       result_(other.result_),
@@ -119,7 +126,8 @@ FileChange::~FileChange() {
 
 absl::StatusOr<FileChange> FileChange::Prepare(
     int root_fd, const FileVersions& versions, absl::Time deadline,
-    std::string path, const v1::Operation& op, v1::FileResult* result) {
+    std::string path, const Site& site, const v1::Operation& op,
+    v1::FileResult* result) {
   Kind kind;
   const std::string* data = nullptr;
   switch (op.op_case()) {
@@ -135,13 +143,17 @@ absl::StatusOr<FileChange> FileChange::Prepare(
       kind = Kind::kDelete;
       break;
     default:
-      return absl::InvalidArgumentError(
-          "the file adapter takes put, append or delete");
+      return absl::InvalidArgumentError(absl::StrCat(
+          site.Prefix(), "the file adapter takes put, append or delete"));
   }
-  FileChange change(kind, root_fd, std::move(path), &op, data, result);
+  FileChange change(kind, root_fd, std::move(path), &site, &op, data, result);
   absl::StatusOr<FileVersions::Held> version =
       versions.Lock(change.path_, deadline);
-  if (!version.ok()) return version.status();
+  if (!version.ok()) {
+    return absl::Status(
+        version.status().code(),
+        absl::StrCat(site.Prefix(), version.status().message()));
+  }
   change.version_.emplace(*std::move(version));
   absl::Status s;
   switch (kind) {
@@ -155,8 +167,11 @@ absl::StatusOr<FileChange> FileChange::Prepare(
       s = change.PrepareDelete();
       break;
   }
-  if (!s.ok()) return s;
-  return change;
+  change.site_ = nullptr;  // Not kept past Prepare.
+  if (s.ok()) return change;
+  // A failed precondition's message has its prefix (Admit).
+  if (s.GetPayload(kPreconditionFailedTypeUrl).has_value()) return s;
+  return absl::Status(s.code(), absl::StrCat(site.Prefix(), s.message()));
 }
 
 absl::Status FileChange::Admit(bool exists) const {
@@ -167,12 +182,13 @@ absl::Status FileChange::Admit(bool exists) const {
     return absl::OkStatus();
   }
   PreconditionFailedInfo info;
-  info.resource = path_;
+  info.resource = std::string(site_->resource);
+  info.op_index = site_->op_index;
   info.expected_absent = if_absent;
   info.expected_version = op_->if_version();
   info.exists = exists;
   info.version = version;
-  return PreconditionFailedError(info);
+  return PreconditionFailedError(info, site_->Prefix());
 }
 
 absl::Status FileChange::RaiseVersion() {

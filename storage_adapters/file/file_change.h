@@ -53,20 +53,34 @@ namespace fencegate {
 
 class FileChange {
  public:
+  // Where an operation stands in its Write, for its errors.
+  struct Site {
+    absl::string_view resource;  // "<route>/<path>".
+    int op_index = 0;            // Of op_count operations.
+    int op_count = 1;
+    // What starts every error's message: "ops[i] (i of n operations
+    // applied): ".
+    std::string Prefix() const;
+  };
+
   // Prepares `op` (put, append or delete) on `path`, to be reported in
   // `result`; `op`, `versions` and `result` must outlive the change. May
   // block: for the path's version lock (until `deadline`, as
-  // FileVersions::Lock) and an append for the file's lock. Errors:
-  // FAILED_PRECONDITION with a PreconditionFailed payload
-  // (common/precondition_failed.h, its resource the path and its op_index 0)
-  // for a precondition that does not hold; FAILED_PRECONDITION for a put over
-  // a directory or an append to something not a regular file,
-  // PERMISSION_DENIED for a path leading out of the root, the errno's status
-  // (file_io::ErrnoStatus) otherwise. Nothing is left behind but, after a
-  // failure past the precondition, a raised version.
-  static absl::StatusOr<FileChange> Prepare(
-      int root_fd, const FileVersions& versions, absl::Time deadline,
-      std::string path, const v1::Operation& op, v1::FileResult* result);
+  // FileVersions::Lock) and an append for the file's lock. Errors, their
+  // messages starting with `site.Prefix()`: FAILED_PRECONDITION with a
+  // PreconditionFailed payload (common/precondition_failed.h) naming
+  // `site`'s resource and op_index for a precondition that does not hold;
+  // FAILED_PRECONDITION for a put over a directory or an append to something
+  // not a regular file, PERMISSION_DENIED for a path leading out of the
+  // root, the errno's status (file_io::ErrnoStatus) otherwise. Nothing is
+  // left behind but, after a failure past the precondition, a raised
+  // version.
+  static absl::StatusOr<FileChange> Prepare(int root_fd,
+                                            const FileVersions& versions,
+                                            absl::Time deadline,
+                                            std::string path, const Site& site,
+                                            const v1::Operation& op,
+                                            v1::FileResult* result);
 
   FileChange(FileChange&& other) noexcept;
   FileChange& operator=(FileChange&&) = delete;
@@ -110,8 +124,9 @@ class FileChange {
 
  private:
   enum class Kind { kPut, kAppend, kDelete };
-  FileChange(Kind kind, int root_fd, std::string path, const v1::Operation* op,
-             const std::string* data, v1::FileResult* result);
+  FileChange(Kind kind, int root_fd, std::string path, const Site* site,
+             const v1::Operation* op, const std::string* data,
+             v1::FileResult* result);
 
   // The precondition of op_, for a file that `exists` or not.
   absl::Status Admit(bool exists) const;
@@ -126,6 +141,7 @@ class FileChange {
   Kind kind_;
   int root_fd_;
   std::string path_;
+  const Site* site_;  // Prepare's only.
   const v1::Operation* op_;
   const std::string* data_;  // Put and append.
   v1::FileResult* result_;

@@ -53,28 +53,60 @@ absl::StatusOr<std::unique_ptr<FileVersions>> FileVersions::Open(
 FileVersions::FileVersions(Fd dir, std::string path)
     : dir_(std::move(dir)), path_(std::move(path)) {}
 
-FileVersions::Held::Held(Fd file, std::string where, uint64_t version, int slot)
-    : file_(std::move(file)),
+FileVersions::Held::Held(int dir, std::string name, Fd file, std::string where,
+                         uint64_t version, int slot)
+    : dir_(dir),
+      name_(std::move(name)),
+      file_(std::move(file)),
       where_(std::move(where)),
       version_(version),
       slot_(slot) {}
 
+FileVersions::Held::Held(Held&& other) noexcept
+    : dir_(other.dir_),
+      name_(std::move(other.name_)),
+      file_(std::move(other.file_)),
+      where_(std::move(other.where_)),
+      version_(other.version_),
+      slot_(other.slot_) {}
+
+FileVersions::Held::~Held() {
+  // Still locked: a writer waiting on this file finds it gone once it has
+  // the lock (Lock), and opens the path's next one. Best effort: a file
+  // left is one more at version 0, as it was before.
+  if (file_.valid() && slot_ < 0) ::unlinkat(dir_, name_.c_str(), 0);
+}
+
 absl::StatusOr<FileVersions::Held> FileVersions::Lock(
     absl::string_view path, absl::Time deadline) const {
-  const std::string name = Sha256Hex(path);
+  std::string name = Sha256Hex(path);
   std::string where = absl::StrCat(path_, "/", name);
-  Fd file(file_io::OpenOrCreateAt(dir_.get(), name, O_RDWR, 0644));
-  if (!file.valid()) return ErrnoStatus(errno, "open version of", where);
-  const absl::Status locked = file_io::LockUntil(
-      file.get(), std::min(deadline, absl::Now() + kMaxLockWait), where);
-  if (absl::IsDeadlineExceeded(locked)) {
-    return absl::UnavailableError(absl::StrCat(
-        "file adapter: \"", absl::CHexEscape(path),
-        "\" stayed locked by another writer (another domain's write to it, "
-        "or another gateway process on this root) until the deadline; "
-        "nothing was written"));
+  const absl::Time until = std::min(deadline, absl::Now() + kMaxLockWait);
+  Fd file;
+  while (true) {
+    file = Fd(file_io::OpenOrCreateAt(dir_.get(), name, O_RDWR, 0644));
+    if (!file.valid()) return ErrnoStatus(errno, "open version of", where);
+    const absl::Status locked = file_io::LockUntil(file.get(), until, where);
+    if (absl::IsDeadlineExceeded(locked)) {
+      return absl::UnavailableError(absl::StrCat(
+          "file adapter: \"", absl::CHexEscape(path),
+          "\" stayed locked by another writer (another domain's write to it, "
+          "or another gateway process on this root) until the deadline; "
+          "nothing was written"));
+    }
+    if (!locked.ok()) return locked;
+    // The holder before may have removed the file (~Held): locked, it must
+    // still be the one the name leads to.
+    struct stat held, named;
+    if (::fstat(file.get(), &held) != 0) {
+      return ErrnoStatus(errno, "stat version of", where);
+    }
+    if (::fstatat(dir_.get(), name.c_str(), &named, AT_SYMLINK_NOFOLLOW) == 0) {
+      if (held.st_ino == named.st_ino && held.st_dev == named.st_dev) break;
+    } else if (errno != ENOENT) {
+      return ErrnoStatus(errno, "stat version of", where);
+    }
   }
-  if (!locked.ok()) return locked;
   absl::StatusOr<std::string> text =
       file_io::ReadAt(file.get(), 0, 2 * kCheckedSlotBytes, where);
   if (!text.ok()) return text.status();
@@ -92,7 +124,8 @@ absl::StatusOr<FileVersions::Held> FileVersions::Lock(
       slot = i;
     }
   }
-  return Held(std::move(file), std::move(where), version, slot);
+  return Held(dir_.get(), std::move(name), std::move(file), std::move(where),
+              version, slot);
 }
 
 absl::Status FileVersions::Held::PrepareRaise() {

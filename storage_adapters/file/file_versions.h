@@ -27,7 +27,12 @@
 // Versions are kept per path as written: a file reached by two paths (a
 // symlink or hard link beneath the root) has a version per path. A version
 // file stays when its path's file is deleted, so that a re-created file
-// continues from it: a root keeps 1 KiB per path it ever changed.
+// continues from it: a root keeps 1 KiB per path it ever changed. One still
+// at version 0 when its lock is released (a delete of a missing file, a
+// failed precondition, a change that failed before its raise) is removed,
+// so that writes that change nothing leave nothing behind. A lock taken on
+// a file that was removed meanwhile is taken again on the path's current
+// one, so that removing it under its lock is safe.
 //
 // Thread safety: safe for concurrent use; a Held is used by one thread at a
 // time.
@@ -59,8 +64,11 @@ class FileVersions {
   // A path's version, its lock held until destroyed.
   class Held {
    public:
-    Held(Held&&) noexcept = default;
+    Held(Held&& other) noexcept;
     Held& operator=(Held&&) = delete;
+    // Removes the version file if its path is still at version 0 (nothing
+    // raised it), then releases the lock.
+    ~Held();
     uint64_t version() const { return version_; }
     // Writes version() + 1 to the slot not holding version(), and makes it
     // version(). Not durable until the file system is synced: call it
@@ -69,8 +77,11 @@ class FileVersions {
 
    private:
     friend class FileVersions;
-    Held(file_io::Fd file, std::string where, uint64_t version, int slot);
-    file_io::Fd file_;  // The version file, locked.
+    Held(int dir, std::string name, file_io::Fd file, std::string where,
+         uint64_t version, int slot);
+    int dir_;           // FileVersions::dir_.
+    std::string name_;  // The version file's name in dir_.
+    file_io::Fd file_;  // The version file, locked; invalid once moved from.
     std::string where_;
     uint64_t version_;
     int slot_;  // The slot holding version_; -1: none.
