@@ -53,26 +53,27 @@ void PrintThroughput(const std::vector<RunStats>& runs, int rounds) {
   // With rounds, a column says which round a run belongs to.
   const std::string round_head = rounds > 1 ? "  r" : "";
   std::printf(
-      "\n%-17s %-9s %4s%s %8s %7s %7s %8s %6s %6s | %-27s | %-11s %4s\n", "",
-      "", "", std::string(round_head.size(), ' ').c_str(), "", "", "", "", "",
-      "", "CPU us per write", "switches/w", "");
+      "\n%-17s %-9s %4s%s %8s %7s %7s %8s %6s %6s %6s | %-27s | %-11s %4s\n",
+      "", "", "", std::string(round_head.size(), ' ').c_str(), "", "", "", "",
+      "", "", "", "CPU us per write", "switches/w", "");
   std::printf(
-      "%-17s %-9s %4s%s %8s %7s %7s %8s %6s %6s | %6s %6s %6s %6s | %5s %5s "
-      "%4s\n",
+      "%-17s %-9s %4s%s %8s %7s %7s %8s %6s %6s %6s | %6s %6s %6s %6s | %5s "
+      "%5s %4s\n",
       "target", "pattern", "N", round_head.c_str(), "ops/s", "p50 us", "p99 us",
-      "p99.9 us", "errors", "vs dir", "server", "gw", "pg", "client", "gw",
-      "pg", "busy");
+      "p99.9 us", "errors", "vs dir", "vs pl", "server", "gw", "pg", "client",
+      "gw", "pg", "busy");
   for (const RunStats& r : runs) {
     const double vs_direct = VsDirect(runs, r);
     std::printf(
-        "%-17s %-9s %4d%s %8.0f %7.0f %7.0f %8.0f %6llu %6s | %6s %6s %6s %6s "
-        "| "
-        "%5s %5s %3.0f%%\n",
+        "%-17s %-9s %4d%s %8.0f %7.0f %7.0f %8.0f %6llu %6s %6s | %6s %6s %6s "
+        "%6s | %5s %5s %3.0f%%\n",
         r.target.c_str(), r.pattern.c_str(), r.clients,
         rounds > 1 ? absl::StrFormat(" %2d", r.round + 1).c_str() : "",
         r.ops_per_s(), r.Percentile(50), r.Percentile(99), r.Percentile(99.9),
         static_cast<unsigned long long>(r.errors),
-        Cell(vs_direct, "%.2fx").c_str(), Cell(r.ServerCpuPerWriteUs()).c_str(),
+        Cell(vs_direct, "%.2fx").c_str(),
+        Cell(VsPlain(runs, r), "%.2fx").c_str(),
+        Cell(r.ServerCpuPerWriteUs()).c_str(),
         Cell(r.CpuPerWriteUs(r.cpu.gateway)).c_str(),
         Cell(r.CpuPerWriteUs(r.cpu.postgres)).c_str(),
         Cell(r.CpuPerWriteUs(r.cpu.harness)).c_str(),
@@ -85,25 +86,31 @@ void PrintThroughput(const std::vector<RunStats>& runs, int rounds) {
   }
   if (rounds <= 1) return;
   std::printf(
-      "\nMedians over %d rounds (vs dir: each round against its own "
-      "direct run; lowest and highest alongside)\n",
+      "\nMedians over %d rounds (vs dir, vs pl: each round against its own "
+      "direct run, and a variant (-seq, -mtls, -metrics) against its plain "
+      "target's; lowest and highest alongside)\n",
       rounds);
-  std::printf("%-17s %-9s %4s %8s %7s %7s %6s %11s | %-27s | %5s %4s\n", "", "",
-              "", "", "", "", "", "", "CPU us per write", "sw/w", "");
   std::printf(
-      "%-17s %-9s %4s %8s %7s %7s %6s %11s | %6s %6s %6s %6s | %5s %4s\n",
+      "%-17s %-9s %4s %8s %7s %7s %6s %11s %6s %11s | %-27s | %5s %4s\n", "",
+      "", "", "", "", "", "", "", "", "", "CPU us per write", "sw/w", "");
+  std::printf(
+      "%-17s %-9s %4s %8s %7s %7s %6s %11s %6s %11s | %6s %6s %6s %6s | %5s "
+      "%4s\n",
       "target", "pattern", "N", "ops/s", "p50 us", "p99 us", "vs dir", "range",
-      "server", "gw", "pg", "client", "gw", "busy");
+      "vs pl", "range", "server", "gw", "pg", "client", "gw", "busy");
+  auto range = [](double median, double min, double max) {
+    return median < 0 ? std::string("-")
+                      : absl::StrFormat("%.2f-%.2f", min, max);
+  };
   for (const RoundsSummary& m : SummarizeRounds(runs)) {
     std::printf(
-        "%-17s %-9s %4d %8.0f %7.0f %7.0f %6s %11s | %6s %6s %6s %6s | %5s "
-        "%4s\n",
+        "%-17s %-9s %4d %8.0f %7.0f %7.0f %6s %11s %6s %11s | %6s %6s %6s %6s "
+        "| %5s %4s\n",
         m.target.c_str(), m.pattern.c_str(), m.clients, m.ops_per_s, m.p50_us,
         m.p99_us, Cell(m.vs_direct, "%.2fx").c_str(),
-        m.vs_direct < 0
-            ? "-"
-            : absl::StrFormat("%.2f-%.2f", m.vs_direct_min, m.vs_direct_max)
-                  .c_str(),
+        range(m.vs_direct, m.vs_direct_min, m.vs_direct_max).c_str(),
+        Cell(m.vs_plain, "%.2fx").c_str(),
+        range(m.vs_plain, m.vs_plain_min, m.vs_plain_max).c_str(),
         Cell(m.server_cpu_us).c_str(), Cell(m.gateway_cpu_us).c_str(),
         Cell(m.postgres_cpu_us).c_str(), Cell(m.client_cpu_us).c_str(),
         Cell(m.gateway_switches, "%.1f").c_str(),

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/run_stats.h"
@@ -30,6 +31,29 @@ double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// `r`'s throughput over that of `base`'s run of the same pattern, client
+// count and round in `runs`; -1 if there is none (or it wrote nothing).
+double RatioTo(const std::vector<RunStats>& runs, const RunStats& r,
+               const std::string& base) {
+  for (const RunStats& d : runs) {
+    if (d.target == base && d.pattern == r.pattern && d.clients == r.clients &&
+        d.round == r.round) {
+      return d.ops_per_s() > 0 ? r.ops_per_s() / d.ops_per_s() : -1;
+    }
+  }
+  return -1;
+}
+
+// The median, lowest and highest of `ratios` into the three, left at -1
+// for none.
+void Spread(const std::vector<double>& ratios, double* median, double* min,
+            double* max) {
+  *median = Median(ratios);
+  if (ratios.empty()) return;
+  *min = *std::min_element(ratios.begin(), ratios.end());
+  *max = *std::max_element(ratios.begin(), ratios.end());
 }
 
 }  // namespace
@@ -66,13 +90,21 @@ double RunStats::MachineBusy() const {
 }
 
 double VsDirect(const std::vector<RunStats>& runs, const RunStats& r) {
-  for (const RunStats& d : runs) {
-    if (d.target == "direct" && d.pattern == r.pattern &&
-        d.clients == r.clients && d.round == r.round) {
-      return d.ops_per_s() > 0 ? r.ops_per_s() / d.ops_per_s() : -1;
+  return RatioTo(runs, r, "direct");
+}
+
+std::string PlainTargetOf(const std::string& target) {
+  for (absl::string_view suffix : {"-seq", "-mtls", "-metrics"}) {
+    if (absl::EndsWith(target, suffix) && target.size() > suffix.size()) {
+      return target.substr(0, target.size() - suffix.size());
     }
   }
-  return -1;
+  return "";
+}
+
+double VsPlain(const std::vector<RunStats>& runs, const RunStats& r) {
+  const std::string plain = PlainTargetOf(r.target);
+  return plain.empty() ? -1 : RatioTo(runs, r, plain);
 }
 
 std::vector<RoundsSummary> SummarizeRounds(const std::vector<RunStats>& runs) {
@@ -84,7 +116,7 @@ std::vector<RoundsSummary> SummarizeRounds(const std::vector<RunStats>& runs) {
     };
     if (std::any_of(out.begin(), out.end(), same)) continue;
     std::vector<double> ops, p50, p99, server, gateway, postgres, client,
-        switches, busy, ratios;
+        switches, busy, ratios, plain_ratios;
     // Only the known figures (>= 0) count.
     auto add = [](std::vector<double>& to, double v) {
       if (v >= 0) to.push_back(v);
@@ -101,6 +133,7 @@ std::vector<RoundsSummary> SummarizeRounds(const std::vector<RunStats>& runs) {
       add(switches, r.SwitchesPerWrite(r.cpu.gateway));
       if (r.cpu.machine_total > 0) busy.push_back(r.MachineBusy());
       add(ratios, VsDirect(runs, r));
+      add(plain_ratios, VsPlain(runs, r));
     }
     RoundsSummary s;
     s.target = first.target;
@@ -116,11 +149,8 @@ std::vector<RoundsSummary> SummarizeRounds(const std::vector<RunStats>& runs) {
     s.client_cpu_us = Median(client);
     s.gateway_switches = Median(switches);
     s.busy = Median(busy);
-    s.vs_direct = Median(ratios);
-    if (!ratios.empty()) {
-      s.vs_direct_min = *std::min_element(ratios.begin(), ratios.end());
-      s.vs_direct_max = *std::max_element(ratios.begin(), ratios.end());
-    }
+    Spread(ratios, &s.vs_direct, &s.vs_direct_min, &s.vs_direct_max);
+    Spread(plain_ratios, &s.vs_plain, &s.vs_plain_min, &s.vs_plain_max);
     out.push_back(std::move(s));
   }
   return out;
@@ -135,7 +165,8 @@ std::string ToJson(const std::vector<RunStats>& runs,
         &out, "    {\"target\": ", JsonString(r.target),
         ", \"pattern\": ", JsonString(r.pattern), ", \"clients\": ", r.clients,
         ", \"round\": ", r.round,
-        absl::StrFormat(", \"vs_direct\": %.3f", VsDirect(runs, r)),
+        absl::StrFormat(", \"vs_direct\": %.3f, \"vs_plain\": %.3f",
+                        VsDirect(runs, r), VsPlain(runs, r)),
         absl::StrFormat(", \"seconds\": %.3f, \"ops\": %d, \"errors\": %d, "
                         "\"ops_per_s\": %.1f, \"p50_us\": %.0f, "
                         "\"p99_us\": %.0f, \"p999_us\": %.0f",
@@ -178,8 +209,11 @@ std::string ToJson(const std::vector<RunStats>& runs,
               m.server_cpu_us, m.gateway_cpu_us, m.postgres_cpu_us,
               m.client_cpu_us, m.gateway_switches, m.busy),
           absl::StrFormat("\"vs_direct\": %.3f, \"vs_direct_min\": %.3f, "
-                          "\"vs_direct_max\": %.3f}%s\n",
-                          m.vs_direct, m.vs_direct_min, m.vs_direct_max,
+                          "\"vs_direct_max\": %.3f, ",
+                          m.vs_direct, m.vs_direct_min, m.vs_direct_max),
+          absl::StrFormat("\"vs_plain\": %.3f, \"vs_plain_min\": %.3f, "
+                          "\"vs_plain_max\": %.3f}%s\n",
+                          m.vs_plain, m.vs_plain_min, m.vs_plain_max,
                           i + 1 < summaries.size() ? "," : ""));
     }
     absl::StrAppend(&out, "  ]");

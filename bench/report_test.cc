@@ -42,6 +42,33 @@ TEST(ReportTest, VsDirectComparesWithTheSameRound) {
   EXPECT_EQ(VsDirect(runs, other), -1);
 }
 
+TEST(ReportTest, VsPlainComparesAVariantWithItsPlainTargetInTheSameRound) {
+  EXPECT_EQ(PlainTargetOf("gateway-file-seq"), "gateway-file");
+  EXPECT_EQ(PlainTargetOf("gateway-noop-mtls"), "gateway-noop");
+  EXPECT_EQ(PlainTargetOf("gateway-pg-metrics"), "gateway-pg");
+  EXPECT_EQ(PlainTargetOf("gateway-pg"), "");
+  EXPECT_EQ(PlainTargetOf("-seq"), "");
+  const std::vector<RunStats> runs = {
+      MakeRun("gateway-file", 0, 1000), MakeRun("gateway-file-seq", 0, 900),
+      MakeRun("gateway-file", 1, 500),  MakeRun("gateway-file-seq", 1, 600),
+      MakeRun("gateway-file", 2, 800),  MakeRun("gateway-file-seq", 2, 760)};
+  EXPECT_THAT(VsPlain(runs, runs[1]), DoubleEq(0.9));
+  EXPECT_THAT(VsPlain(runs, runs[3]), DoubleEq(1.2));
+  EXPECT_EQ(VsPlain(runs, runs[0]), -1);  // Not a variant.
+  RunStats other = MakeRun("gateway-pg-seq", 0, 500);
+  EXPECT_EQ(VsPlain(runs, other), -1);  // No gateway-pg run.
+  const std::vector<RoundsSummary> summaries = SummarizeRounds(runs);
+  ASSERT_EQ(summaries.size(), 2u);
+  // Per round 0.9, 1.2, 0.95.
+  EXPECT_THAT(summaries[1].vs_plain, DoubleEq(0.95));
+  EXPECT_THAT(summaries[1].vs_plain_min, DoubleEq(0.9));
+  EXPECT_THAT(summaries[1].vs_plain_max, DoubleEq(1.2));
+  EXPECT_EQ(summaries[0].vs_plain, -1);
+  EXPECT_THAT(ToJson(runs, ""),
+              HasSubstr("\"vs_plain\": 0.950, \"vs_plain_min\": 0.900, "
+                        "\"vs_plain_max\": 1.200}"));
+}
+
 TEST(ReportTest, SummarizeRoundsTakesMediansAndTheRatiosSpread) {
   const std::vector<RunStats> runs = {
       MakeRun("gateway-pg", 0, 100, 30), MakeRun("direct", 0, 200),

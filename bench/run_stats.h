@@ -50,8 +50,18 @@ struct RunStats {
 // nothing).
 double VsDirect(const std::vector<RunStats>& runs, const RunStats& r);
 
+// The target a variant target adds one thing to: `target` without its
+// "-seq", "-mtls" or "-metrics" suffix ("gateway-file-seq" ->
+// "gateway-file"); "" for a target that is no variant.
+std::string PlainTargetOf(const std::string& target);
+
+// `r`'s throughput over that of its plain target's run (PlainTargetOf) of
+// the same pattern, client count and round in `runs`: what the variant's
+// addition costs, measured within one round; -1 if there is none.
+double VsPlain(const std::vector<RunStats>& runs, const RunStats& r);
+
 // The runs of one target, pattern and client count over every round:
-// medians, and the spread of the ratio to direct.
+// medians, and the spread of the ratios to direct and to the plain target.
 struct RoundsSummary {
   std::string target;
   std::string pattern;
@@ -71,6 +81,8 @@ struct RoundsSummary {
   // Median, lowest and highest ratio to direct of the same round; -1 if
   // there is no direct run.
   double vs_direct = -1, vs_direct_min = -1, vs_direct_max = -1;
+  // The same for the ratio to the plain target (VsPlain).
+  double vs_plain = -1, vs_plain_min = -1, vs_plain_max = -1;
 };
 
 // One summary per target, pattern and client count, in the order of their
