@@ -279,7 +279,8 @@ std::string ToSvg(const std::vector<RunStats>& runs, const std::string& title) {
   }
   for (size_t p = 0; p < panels.size(); ++p) {
     const double x0 = 20 + (p % kColumns) * cw + 45;
-    const double y0 = 70 + (p / kColumns) * ch + 20;
+    const size_t row = p / kColumns;  // Panels fill rows of kColumns.
+    const double y0 = 70 + static_cast<double>(row) * ch + 20;
     // The histograms first, to scale the panel's y axis to its highest bin.
     // Rounds of one client count are averaged into one outline.
     std::vector<std::pair<int, std::vector<double>>> hists;
