@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -91,6 +92,23 @@ class FileVersionTest : public testing::FileRootTest {
   std::string File(const std::string& path = "f.txt") {
     absl::StatusOr<std::string> text = ReadFile(root_ + "/" + path);
     return text.ok() ? *text : "<missing>";
+  }
+  // Runs kRaceWriters writers at once, writer w calling `write(w, adapter)`
+  // on `adapter_` or `second` by turns (two gateway processes on one root),
+  // started together.
+  static constexpr int kRaceWriters = 6;
+  void Race(FileAdapter& second,
+            const std::function<void(int w, FileAdapter& adapter)>& write) {
+    absl::Barrier* start = new absl::Barrier(kRaceWriters);
+    std::vector<std::thread> writers;
+    for (int w = 0; w < kRaceWriters; ++w) {
+      writers.emplace_back([&, w] {
+        FileAdapter& adapter = w % 2 == 0 ? *adapter_ : second;
+        if (start->Block()) delete start;
+        write(w, adapter);
+      });
+    }
+    for (std::thread& t : writers) t.join();
   }
   // How many version files the root keeps.
   int VersionFiles() const {
@@ -231,27 +249,19 @@ TEST_F(FileVersionTest, WritesThatChangeNothingLeaveNoVersionFile) {
 TEST_F(FileVersionTest, ARemovedVersionFileIsNeverLockedTwice) {
   std::unique_ptr<FileAdapter> second = Open();
   ASSERT_NE(second, nullptr);
-  constexpr int kWriters = 6;
   constexpr int kRounds = 100;
   for (int round = 0; round < kRounds; ++round) {
     const std::string path = absl::StrCat("removed-", round, ".txt");
-    absl::Barrier* start = new absl::Barrier(kWriters);
     std::atomic<int> puts{0};
-    std::vector<std::thread> writers;
-    for (int w = 0; w < kWriters; ++w) {
-      writers.emplace_back([&, w] {
-        FileAdapter& adapter = w % 2 == 0 ? *adapter_ : *second;
-        const bool put = w % 3 != 0;
-        if (start->Block()) delete start;
-        Outcome out =
-            Write(adapter,
-                  {put ? IfAbsent(Put(absl::StrCat("writer ", w)))
-                       : IfVersion(Delete(), 0)},
-                  path, absl::StrCat("domain-", w), /*grouped=*/w % 2 == 1);
-        if (put && out.status.ok()) ++puts;
-      });
-    }
-    for (std::thread& t : writers) t.join();
+    Race(*second, [&](int w, FileAdapter& adapter) {
+      const bool put = w % 3 != 0;
+      Outcome out =
+          Write(adapter,
+                {put ? IfAbsent(Put(absl::StrCat("writer ", w)))
+                     : IfVersion(Delete(), 0)},
+                path, absl::StrCat("domain-", w), /*grouped=*/w % 2 == 1);
+      if (put && out.status.ok()) ++puts;
+    });
     ASSERT_EQ(puts.load(), 1) << "round " << round;
     EXPECT_EQ(Write(IfVersion(Put("check"), 1), path).version(), 2u)
         << "round " << round;
@@ -265,35 +275,27 @@ TEST_F(FileVersionTest, ARemovedVersionFileIsNeverLockedTwice) {
 TEST_F(FileVersionTest, AnIfVersionRaceBetweenWritersHasExactlyOneWinner) {
   std::unique_ptr<FileAdapter> second = Open();
   ASSERT_NE(second, nullptr);
-  constexpr int kWriters = 6;
   constexpr int kRounds = 40;
   for (int round = 0; round < kRounds; ++round) {
     const uint64_t version = static_cast<uint64_t>(round);
-    absl::Barrier* start = new absl::Barrier(kWriters);
     std::atomic<int> winners{0};
     std::atomic<int> told_right{0};
-    std::vector<std::thread> writers;
-    for (int w = 0; w < kWriters; ++w) {
-      writers.emplace_back([&, w] {
-        FileAdapter& adapter = w % 2 == 0 ? *adapter_ : *second;
-        if (start->Block()) delete start;
-        Outcome out = Write(
-            adapter, {IfVersion(Put(absl::StrCat("writer ", w)), version)},
-            "race.txt", absl::StrCat("domain-", w), /*grouped=*/w % 3 == 0);
-        if (out.status.ok()) {
-          ++winners;
-          return;
-        }
-        std::optional<PreconditionFailedInfo> failed =
-            GetPreconditionFailed(out.status);
-        if (failed.has_value() && failed->version == version + 1) {
-          ++told_right;
-        }
-      });
-    }
-    for (std::thread& t : writers) t.join();
+    Race(*second, [&](int w, FileAdapter& adapter) {
+      Outcome out =
+          Write(adapter, {IfVersion(Put(absl::StrCat("writer ", w)), version)},
+                "race.txt", absl::StrCat("domain-", w), /*grouped=*/w % 3 == 0);
+      if (out.status.ok()) {
+        ++winners;
+        return;
+      }
+      std::optional<PreconditionFailedInfo> failed =
+          GetPreconditionFailed(out.status);
+      if (failed.has_value() && failed->version == version + 1) {
+        ++told_right;
+      }
+    });
     ASSERT_EQ(winners.load(), 1) << "round " << round;
-    EXPECT_EQ(told_right.load(), kWriters - 1) << "round " << round;
+    EXPECT_EQ(told_right.load(), kRaceWriters - 1) << "round " << round;
   }
 }
 
