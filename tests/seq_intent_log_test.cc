@@ -22,6 +22,7 @@
 #include "absl/time/clock.h"
 #include "fencegate/common/sync_point.h"
 #include "storage_adapters/file/checked_slot.h"
+#include "tests/fixtures.h"
 #include "tests/test_util.h"
 
 namespace fencegate {
@@ -154,15 +155,14 @@ TEST_F(SeqIntentLogTest, AnAppendDuringACompactionLandsInTheNextGeneration) {
   std::thread late;
   std::atomic<bool> fired{false};
   std::atomic<bool> late_ok{false};
-  SyncPoint::Get()->SetCallback(
-      "SeqIntentLog::Compact:AfterCatchUp", [&](void*) {
-        if (fired.exchange(true)) return;
-        late = std::thread(
-            [&] { late_ok = b->Append(Domain(99), Intent(1, 1)).ok(); });
-        // A chance for the append to land in the old generation, if it
-        // could; it cannot, so this only gives the check its teeth.
-        absl::SleepFor(absl::Milliseconds(50));
-      });
+  SyncPoint::Get()->SetCallback("SeqIntentLog::Compact:AfterRead", [&](void*) {
+    if (fired.exchange(true)) return;
+    late = std::thread(
+        [&] { late_ok = b->Append(Domain(99), Intent(1, 1)).ok(); });
+    // A chance for the append to land in the old generation, if it
+    // could; it cannot, so this only gives the check its teeth.
+    absl::SleepFor(absl::Milliseconds(50));
+  });
   for (uint64_t seq = 1; !fired && seq < 1000; ++seq) {
     ASSERT_OK(a->Append(Domain(0), Intent(1, seq)));
   }
@@ -176,6 +176,34 @@ TEST_F(SeqIntentLogTest, AnAppendDuringACompactionLandsInTheNextGeneration) {
   std::unique_ptr<SeqIntentLog> reopened = Open();
   ASSERT_NE(reopened, nullptr);
   ExpectNewest(*reopened, 99, 1, 1);
+}
+
+// A compaction cut short after it wrote the next generation, before it
+// removed the older one, while another process still appends to the older
+// one: the next process to open the log finishes it, so that every process
+// then appends to one generation and reads what the others append.
+TEST_F(SeqIntentLogTest, AnInterruptedCompactionIsFinishedByTheNextOpen) {
+  std::unique_ptr<SeqIntentLog> running = Open();
+  ASSERT_NE(running, nullptr);
+  ASSERT_OK(running->Append(Domain(0), Intent(1, 1)));
+  ASSERT_OK(running->Append(Domain(1), Intent(1, 1)));
+  const std::string first = reserved_ + "/intents/00000000000000000001.log";
+  absl::StatusOr<std::string> text = testing::ReadFile(first);
+  ASSERT_OK(text.status());
+  // What the cut-short compaction left: generation 2 beside generation 1.
+  testing::WriteFileOrDie(reserved_ + "/intents/00000000000000000002.log",
+                          *text);
+  ASSERT_OK(running->Append(Domain(0), Intent(1, 2)));  // To generation 1.
+  std::unique_ptr<SeqIntentLog> opened = Open();
+  ASSERT_NE(opened, nullptr);
+  EXPECT_EQ(opened->generation(), 3u);
+  EXPECT_EQ(LogFiles(), 1);
+  ExpectNewest(*opened, 0, 1, 2);
+  // The running process finds its generation removed and moves on.
+  ASSERT_OK(running->Append(Domain(0), Intent(1, 3)));
+  ExpectNewest(*opened, 0, 1, 3);
+  ASSERT_OK(opened->Append(Domain(1), Intent(1, 2)));
+  ExpectNewest(*running, 1, 1, 2);
 }
 
 // Writers of many domains on two instances at once (two gateway

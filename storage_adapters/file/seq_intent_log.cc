@@ -37,6 +37,7 @@ constexpr size_t kReadChunk = size_t{1} << 20;
 // compaction for other processes' appends.
 constexpr absl::Duration kMaxAppendWait = absl::Seconds(30);
 constexpr absl::Duration kMaxCompactWait = absl::Seconds(5);
+constexpr absl::Duration kMaxOpenCompactWait = absl::Seconds(30);
 
 std::string GenerationName(uint64_t generation) {
   return absl::StrFormat("%020d%s", generation, kSuffix);
@@ -130,23 +131,22 @@ absl::StatusOr<std::unique_ptr<SeqIntentLog>> SeqIntentLog::Open(
   std::unique_ptr<SeqIntentLog> log(
       new SeqIntentLog(std::move(dir), path, options));
   absl::MutexLock lock(&log->mu_);
-  // Older generations are left by a compaction cut short: read them all,
-  // the newest kept per domain.
   absl::StatusOr<std::vector<uint64_t>> generations =
       ListGenerations(log->dir_.get(), path);
   if (!generations.ok()) return generations.status();
-  for (size_t i = 0; i + 1 < generations->size(); ++i) {
-    const std::string name = GenerationName((*generations)[i]);
-    Fd old(::openat(log->dir_.get(), name.c_str(),
-                    O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
-    if (!old.valid()) {
-      if (errno == ENOENT) continue;  // Compacted meanwhile.
-      return ErrnoStatus(errno, "open", absl::StrCat(path, "/", name));
+  if (generations->size() > 1) {
+    // A compaction was cut short (or is under way): finished first, so that
+    // every process appends to one generation. Until then, processes that
+    // were running go on appending to the older one.
+    absl::Status s = log->Compact(kMaxOpenCompactWait);
+    if (absl::IsDeadlineExceeded(s)) {
+      return absl::UnavailableError(absl::StrCat(
+          "file adapter: the seq intent log ", path,
+          " has several generations and another gateway process held them "
+          "until the deadline; try again"));
     }
-    log->current_ = std::move(old);
-    log->read_to_ = 0;
-    log->partial_.clear();
-    if (absl::Status s = log->CatchUp(); !s.ok()) return s;
+    if (!s.ok()) return s;
+    return log;
   }
   if (absl::Status s = log->OpenNewest(); !s.ok()) return s;
   return log;
@@ -252,7 +252,7 @@ absl::Status SeqIntentLog::Append(absl::string_view domain_hash,
   absl::MutexLock lock(&mu_);
   const absl::Time give_up = absl::Now() + kMaxAppendWait;
   while (true) {
-    const absl::Status locked =
+    absl::Status locked =
         file_io::LockUntil(current_.get(), give_up, path_, LOCK_SH);
     if (absl::IsDeadlineExceeded(locked)) {
       return absl::UnavailableError(absl::StrCat(
@@ -303,35 +303,62 @@ absl::Status SeqIntentLog::MaybeCompact() {
   if (size < bound) return absl::OkStatus();
   // Until this one succeeds, the next is tried one bound further on.
   compact_at_ = size + options_.compact_bytes;
-  const uint64_t generation = generation_;
-  const std::string name = GenerationName(generation);
-  // A descriptor of its own: LOCK_EX excludes this process's appends too.
-  Fd exclusive(
-      ::openat(dir_.get(), name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
-  if (!exclusive.valid()) return ErrnoStatus(errno, "open", path_);
-  if (absl::Status s = file_io::LockUntil(
-          exclusive.get(), absl::Now() + kMaxCompactWait, path_, LOCK_EX);
-      !s.ok()) {
-    return s;
+  return Compact(kMaxCompactWait);
+}
+
+absl::Status SeqIntentLog::Compact(absl::Duration wait) {
+  absl::StatusOr<std::vector<uint64_t>> generations =
+      ListGenerations(dir_.get(), path_);
+  if (!generations.ok()) return generations.status();
+  // Every generation locked, lowest first (so that two compactions cannot
+  // wait for each other), each with a descriptor of its own: LOCK_EX
+  // excludes this process's appends too.
+  const absl::Time give_up = absl::Now() + wait;
+  std::vector<std::pair<uint64_t, Fd>> held;
+  for (uint64_t g : *generations) {
+    const std::string name = GenerationName(g);
+    Fd fd(
+        ::openat(dir_.get(), name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+    if (!fd.valid()) {
+      if (errno == ENOENT) continue;  // Compacted meanwhile.
+      return ErrnoStatus(errno, "open", absl::StrCat(path_, "/", name));
+    }
+    if (absl::Status s = file_io::LockUntil(fd.get(), give_up, path_, LOCK_EX);
+        !s.ok()) {
+      return s;
+    }
+    struct stat st;
+    if (::fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, "stat", path_);
+    if (st.st_nlink == 0) continue;  // Compacted meanwhile.
+    held.emplace_back(g, std::move(fd));
   }
-  struct stat held;
-  if (::fstat(exclusive.get(), &held) != 0) {
-    return ErrnoStatus(errno, "stat", path_);
+  absl::StatusOr<std::vector<uint64_t>> now =
+      ListGenerations(dir_.get(), path_);
+  if (!now.ok()) return now.status();
+  if (held.empty() || now->empty() || now->back() != held.back().first) {
+    return OpenNewest();  // Another process compacted them first.
   }
-  if (held.st_nlink == 0 || held.st_ino != st.st_ino) {
-    return absl::OkStatus();  // Another process compacted it.
+  // Every append to them is over: read them all.
+  for (const auto& [g, fd] : held) {
+    partial_.clear();
+    for (uint64_t at = 0;;) {
+      absl::StatusOr<std::string> text =
+          file_io::ReadAt(fd.get(), at, kReadChunk, path_);
+      if (!text.ok()) return text.status();
+      if (text->empty()) break;
+      at += text->size();
+      Absorb(*text);
+    }
   }
-  // Every append to it is over: read them all.
-  if (absl::Status s = CatchUp(); !s.ok()) return s;
-  if (generation_ != generation) return absl::OkStatus();
-  FENCEGATE_SYNC_POINT("SeqIntentLog::Compact:AfterCatchUp");
+  partial_.clear();
+  FENCEGATE_SYNC_POINT("SeqIntentLog::Compact:AfterRead");
   std::string text;
   text.reserve(newest_.size() * kRecordBytes);
   for (const auto& [domain_hash, intent] : newest_) {
     text += RecordText(domain_hash, intent);
   }
   const std::string temp = file_io::TempName();
-  const std::string next = GenerationName(generation + 1);
+  const std::string next = GenerationName(held.back().first + 1);
   Fd out(::openat(dir_.get(), temp.c_str(),
                   O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644));
   if (!out.valid()) return ErrnoStatus(errno, "create temporary in", path_);
@@ -349,15 +376,12 @@ absl::Status SeqIntentLog::MaybeCompact() {
   if (absl::Status s = file_io::FsyncFd(dir_.get(), "fsync", path_); !s.ok()) {
     return s;
   }
-  absl::StatusOr<std::vector<uint64_t>> generations =
-      ListGenerations(dir_.get(), path_);
-  if (!generations.ok()) return generations.status();
-  for (uint64_t g : *generations) {
-    if (g <= generation) ::unlinkat(dir_.get(), GenerationName(g).c_str(), 0);
+  for (const auto& [g, fd] : held) {
+    ::unlinkat(dir_.get(), GenerationName(g).c_str(), 0);
   }
   compact_at_ = 0;
-  // This process moves to the next generation now; others when they find
-  // theirs removed.
+  // This process moves to the next generation now, others when they find
+  // theirs removed; the locks are released after.
   return OpenNewest();
 }
 

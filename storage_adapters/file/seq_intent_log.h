@@ -108,9 +108,11 @@ class SeqIntentLog {
   // Whether the current generation's file was removed.
   absl::StatusOr<bool> CurrentRemoved() const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The compaction above, if the current generation has outgrown its
-  // bound; nothing if another process holds it longer than a few seconds.
+  // Compact(), if the current generation has outgrown its bound.
   absl::Status MaybeCompact() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The compaction above, of every generation there is, then OpenNewest().
+  // DEADLINE_EXCEEDED if another process holds one of them past `wait`.
+  absl::Status Compact(absl::Duration wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const file_io::Fd dir_;   // <root>/.fencegate/intents
   const std::string path_;  // Its path, for messages.
