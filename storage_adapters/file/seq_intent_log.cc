@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/falloc.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -33,6 +34,7 @@ constexpr size_t kGenerationDigits = 20;
 // About what one record takes, to bound a compacted generation's growth.
 constexpr uint64_t kRecordBytes = 320;
 constexpr size_t kReadChunk = size_t{1} << 20;
+constexpr uint64_t kPreallocateBytes = uint64_t{4} << 20;
 // How long an append waits for another process's compaction, and a
 // compaction for other processes' appends.
 constexpr absl::Duration kMaxAppendWait = absl::Seconds(30);
@@ -300,6 +302,14 @@ absl::Status SeqIntentLog::MaybeCompact() {
   const uint64_t bound = std::max(
       {options_.compact_bytes, 4 * kRecordBytes * newest_.size(), compact_at_});
   const uint64_t size = static_cast<uint64_t>(st.st_size);
+  // Blocks allocated ahead of the appends (the size unchanged), so that a
+  // group's sync writes into them rather than allocating its own.
+  const uint64_t allocated = static_cast<uint64_t>(st.st_blocks) * 512;
+  if (allocated < size + kPreallocateBytes / 2) {
+    (void)::fallocate(current_.get(), FALLOC_FL_KEEP_SIZE,
+                      static_cast<off_t>(size),
+                      static_cast<off_t>(kPreallocateBytes));
+  }
   if (size < bound) return absl::OkStatus();
   // Until this one succeeds, the next is tried one bound further on.
   compact_at_ = size + options_.compact_bytes;
