@@ -48,6 +48,13 @@ class SeqIntentLogTest : public ::testing::Test {
     EXPECT_OK(log.status());
     return log.ok() ? *std::move(log) : nullptr;
   }
+  // Two instances on the root, as two gateway processes have: a_ and b_.
+  void OpenTwo(uint64_t compact_bytes = 64 << 20) {
+    a_ = Open(compact_bytes);
+    b_ = Open(compact_bytes);
+    ASSERT_NE(a_, nullptr);
+    ASSERT_NE(b_, nullptr);
+  }
   static std::string Domain(int i) { return Sha256Hex(absl::StrCat("d", i)); }
   static SeqIntent Intent(uint64_t token, uint64_t seq) {
     SeqIntent intent;
@@ -81,16 +88,16 @@ class SeqIntentLogTest : public ::testing::Test {
   }
 
   testing::TempDir dir_;
+  std::unique_ptr<SeqIntentLog> a_, b_;
   std::string reserved_;
   int reserved_fd_ = -1;
 };
 
 TEST_F(SeqIntentLogTest,
        TheNewestOfADomainIsReadByAnotherInstanceAndAfterReopen) {
-  std::unique_ptr<SeqIntentLog> a = Open();
-  std::unique_ptr<SeqIntentLog> b = Open();
-  ASSERT_NE(a, nullptr);
-  ASSERT_NE(b, nullptr);
+  ASSERT_NO_FATAL_FAILURE(OpenTwo());
+  std::unique_ptr<SeqIntentLog>& a = a_;
+  std::unique_ptr<SeqIntentLog>& b = b_;
   absl::StatusOr<SeqIntent> none = a->Newest(Domain(0));
   ASSERT_OK(none.status());
   EXPECT_EQ(none->seq, 0u);
@@ -117,10 +124,9 @@ TEST_F(SeqIntentLogTest,
 // both, in a reopened log, and one generation file is left.
 TEST_F(SeqIntentLogTest, CompactionKeepsTheNewestOfEveryDomain) {
   constexpr uint64_t kBound = 8 << 10;
-  std::unique_ptr<SeqIntentLog> a = Open(kBound);
-  std::unique_ptr<SeqIntentLog> b = Open(kBound);
-  ASSERT_NE(a, nullptr);
-  ASSERT_NE(b, nullptr);
+  ASSERT_NO_FATAL_FAILURE(OpenTwo(kBound));
+  std::unique_ptr<SeqIntentLog>& a = a_;
+  std::unique_ptr<SeqIntentLog>& b = b_;
   constexpr int kDomains = 40;
   constexpr int kSeqs = 12;
   for (int seq = 1; seq <= kSeqs; ++seq) {
@@ -148,10 +154,9 @@ TEST_F(SeqIntentLogTest, CompactionKeepsTheNewestOfEveryDomain) {
 // the next generation: appended to the old one, it would be lost with it.
 TEST_F(SeqIntentLogTest, AnAppendDuringACompactionLandsInTheNextGeneration) {
   FENCEGATE_SKIP_WITHOUT_SYNC_POINTS();
-  std::unique_ptr<SeqIntentLog> a = Open(/*compact_bytes=*/4 << 10);
-  std::unique_ptr<SeqIntentLog> b = Open(/*compact_bytes=*/4 << 10);
-  ASSERT_NE(a, nullptr);
-  ASSERT_NE(b, nullptr);
+  ASSERT_NO_FATAL_FAILURE(OpenTwo(/*compact_bytes=*/4 << 10));
+  std::unique_ptr<SeqIntentLog>& a = a_;
+  std::unique_ptr<SeqIntentLog>& b = b_;
   std::thread late;
   std::atomic<bool> fired{false};
   std::atomic<bool> late_ok{false};
@@ -211,10 +216,9 @@ TEST_F(SeqIntentLogTest, AnInterruptedCompactionIsFinishedByTheNextOpen) {
 // that copied the log while another instance appended to it.
 TEST_F(SeqIntentLogTest, ConcurrentAppendsSurviveConcurrentCompactions) {
   constexpr uint64_t kBound = 16 << 10;
-  std::unique_ptr<SeqIntentLog> a = Open(kBound);
-  std::unique_ptr<SeqIntentLog> b = Open(kBound);
-  ASSERT_NE(a, nullptr);
-  ASSERT_NE(b, nullptr);
+  ASSERT_NO_FATAL_FAILURE(OpenTwo(kBound));
+  std::unique_ptr<SeqIntentLog>& a = a_;
+  std::unique_ptr<SeqIntentLog>& b = b_;
   constexpr int kWriters = 4;
   constexpr int kDomainsEach = 10;
   constexpr int kSeqs = 30;
