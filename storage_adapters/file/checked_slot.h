@@ -7,8 +7,8 @@
 // line in hex>", then NULs. A record keeps two slots and overwrites the one
 // not holding its newest value: a crash that cuts a write short leaves that
 // slot failing its checksum, and the other slot holding the value before.
-// Used for a path's version (file_versions.h); the seq intents of roots
-// written before the intent log (fence_records.h) are read from them.
+// Used for a domain's seq intents (fence_records.h) and a path's version
+// (file_versions.h).
 
 #ifndef STORAGE_ADAPTERS_FILE_CHECKED_SLOT_H_
 #define STORAGE_ADAPTERS_FILE_CHECKED_SLOT_H_

@@ -30,8 +30,7 @@ using file_io::ErrnoStatus;
 using file_io::Fd;
 
 constexpr char kRecordMagic[] = "fencegate-fence 1";
-// A seq intent slot of a lock file, as roots written before the intent log
-// have them (read only).
+// A seq intent slot.
 constexpr char kIntentMagic[] = "fencegate-seq 1";
 constexpr char kLockSuffix[] = ".lock";
 constexpr absl::Duration kMaxLockWait = absl::Seconds(30);
@@ -57,6 +56,13 @@ absl::Status MkdirBeneath(int dirfd, const char* name, absl::string_view path) {
     return ErrnoStatus(errno, "create directory", path);
   }
   return absl::OkStatus();
+}
+
+// An intent slot's line: "<token> <seq> <request hash> <size before>
+// <existed> <version>".
+std::string IntentLine(const SeqIntent& i) {
+  return absl::StrCat(i.token, " ", i.seq, " ", i.request_hash, " ",
+                      i.size_before, " ", i.existed ? 1 : 0, " ", i.version);
 }
 
 // A slot's text, if whole (checked_slot.h). Slots written before versions
@@ -93,13 +99,15 @@ absl::StatusOr<std::string> ReadSmall(int dir, const std::string& name,
   return file_io::ReadAt(fd.get(), 0, limit, where);
 }
 
-// The newest whole intent of the slots in the lock file `lock` (seq 0 if
-// none is whole).
-absl::StatusOr<SeqIntent> ReadLegacyIntent(int lock, absl::string_view where) {
+// The newest whole intent of the slots in the lock file `lock`, and its
+// slot (-1, and seq 0, if none is whole).
+absl::StatusOr<SeqIntent> ReadIntent(int lock, absl::string_view where,
+                                     int* slot) {
   absl::StatusOr<std::string> text =
       file_io::ReadAt(lock, 0, 2 * kCheckedSlotBytes, where);
   if (!text.ok()) return text.status();
   SeqIntent newest;
+  *slot = -1;
   for (int i = 0; i < 2; ++i) {
     const size_t at = i * kCheckedSlotBytes;
     SeqIntent read;
@@ -108,7 +116,11 @@ absl::StatusOr<SeqIntent> ReadLegacyIntent(int lock, absl::string_view where) {
                      &read)) {
       continue;  // Absent, or cut short.
     }
-    if (NewerIntent(read, newest)) newest = std::move(read);
+    if (*slot < 0 || std::make_pair(read.token, read.seq) >
+                         std::make_pair(newest.token, newest.seq)) {
+      newest = std::move(read);
+      *slot = i;
+    }
   }
   return newest;
 }
@@ -116,7 +128,7 @@ absl::StatusOr<SeqIntent> ReadLegacyIntent(int lock, absl::string_view where) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<FileFenceRecords>> FileFenceRecords::Open(
-    int root_fd, const std::string& root, SeqIntentLog::Options intent_log) {
+    int root_fd, const std::string& root) {
   struct statfs fs;
   if (::fstatfs(root_fd, &fs) == 0) {
     for (const UnsoundFs& unsound : kUnsound) {
@@ -152,28 +164,23 @@ absl::StatusOr<std::unique_ptr<FileFenceRecords>> FileFenceRecords::Open(
   }
   Fd dir(file_io::OpenBeneath(parent.get(), "fences", O_RDONLY | O_DIRECTORY));
   if (!dir.valid()) return ErrnoStatus(errno, "open directory", path);
-  absl::StatusOr<std::unique_ptr<SeqIntentLog>> intents =
-      SeqIntentLog::Open(parent.get(), root, intent_log);
-  if (!intents.ok()) return intents.status();
   return std::unique_ptr<FileFenceRecords>(
-      new FileFenceRecords(std::move(dir), path, *std::move(intents)));
+      new FileFenceRecords(std::move(dir), path));
 }
 
-FileFenceRecords::FileFenceRecords(Fd dir, std::string path,
-                                   std::unique_ptr<SeqIntentLog> intents)
-    : dir_(std::move(dir)),
-      path_(std::move(path)),
-      intents_(std::move(intents)) {}
+FileFenceRecords::FileFenceRecords(Fd dir, std::string path)
+    : dir_(std::move(dir)), path_(std::move(path)) {}
 
 FileFenceRecords::Held::Held(const FileFenceRecords* records,
                              std::string domain, std::string name, Fd lock,
-                             uint64_t token, SeqIntent intent)
+                             uint64_t token, SeqIntent intent, int intent_slot)
     : records_(records),
       domain_(std::move(domain)),
       name_(std::move(name)),
       lock_(std::move(lock)),
       token_(token),
-      intent_(std::move(intent)) {}
+      intent_(std::move(intent)),
+      intent_slot_(intent_slot) {}
 
 absl::StatusOr<FileFenceRecords::Held> FileFenceRecords::Lock(
     absl::string_view domain, absl::Time deadline) const {
@@ -197,14 +204,12 @@ absl::StatusOr<FileFenceRecords::Held> FileFenceRecords::Lock(
   std::string found;
   absl::StatusOr<uint64_t> token = Read(name, domain, &found);
   if (!token.ok()) return token.status();
-  absl::StatusOr<SeqIntent> legacy =
-      ReadLegacyIntent(lock.get(), absl::StrCat(path_, "/", lock_name));
-  if (!legacy.ok()) return legacy.status();
-  absl::StatusOr<SeqIntent> intent = intents_->Newest(name);
+  int slot = -1;
+  absl::StatusOr<SeqIntent> intent =
+      ReadIntent(lock.get(), absl::StrCat(path_, "/", lock_name), &slot);
   if (!intent.ok()) return intent.status();
-  if (NewerIntent(*legacy, *intent)) intent = *std::move(legacy);
   return Held(this, std::string(domain), name, std::move(lock), *token,
-              *std::move(intent));
+              *std::move(intent), slot);
 }
 
 absl::StatusOr<uint64_t> FileFenceRecords::Read(const std::string& name,
@@ -241,6 +246,7 @@ FileFenceRecords::Held::Held(Held&& other) noexcept
       lock_(std::move(other.lock_)),
       token_(other.token_),
       intent_(std::move(other.intent_)),
+      intent_slot_(other.intent_slot_),
       temp_(std::exchange(other.temp_, std::string())),
       temp_token_(other.temp_token_) {}
 
@@ -275,10 +281,22 @@ absl::Status FileFenceRecords::Held::PrepareRaise(uint64_t token) {
 }
 
 absl::Status FileFenceRecords::Held::PrepareIntent(const SeqIntent& intent) {
-  if (absl::Status s = records_->intents_->Append(name_, intent); !s.ok()) {
+  if (intent.seq == 0) {
+    return absl::InternalError("file adapter: a seq intent without a seq");
+  }
+  const int slot = intent_slot_ == 0 ? 1 : 0;
+  // Overwritten in place, at a fixed size, so that the file system
+  // allocates and frees nothing: only the block's data changes. Cut short,
+  // a slot fails its checksum and the other one stands.
+  if (absl::Status s = file_io::WriteAllAt(
+          lock_.get(), CheckedSlotText(kIntentMagic, IntentLine(intent)),
+          slot * kCheckedSlotBytes,
+          absl::StrCat(records_->path_, "/", name_, kLockSuffix));
+      !s.ok()) {
     return s;
   }
   intent_ = intent;
+  intent_slot_ = slot;
   return absl::OkStatus();
 }
 

@@ -15,14 +15,17 @@
 //   <hash>.lock  a file never replaced, locked with flock(LOCK_EX) across
 //                reading the record, checking a token, raising the record
 //                and the write's file change, by every process (and every
-//                thread: each lock opens its own descriptor).
-// A domain's seq intents (SeqIntent) are appended to the root's intent log
-// (seq_intent_log.h) under the domain's lock, and are durable with the
-// first sync of the write's group (file_commit.h). Roots written before the
-// log kept a domain's last two intents in two checked slots
-// (checked_slot.h) at offsets 0 and 512 of its lock file, magic
-// "fencegate-seq 1"; those are still read, and the newer of them and the
-// log's stands.
+//                thread: each lock opens its own descriptor). It also holds
+//                the domain's last two seq intents (SeqIntent below), in
+//                two checked slots (checked_slot.h) at offsets 0 and 512,
+//                with the magic "fencegate-seq 1" and the line "<token>
+//                <seq> <request hash> <size before> <existed> <version>",
+//                overwritten in place alternately: the one not holding the
+//                newest. A slot a crash cut short fails its checksum, and the
+//                other holds the intent before. No rename, so an intent is
+//                durable with the first sync of the write's group
+//                (file_commit.h), and read through the descriptor the lock
+//                opened anyway.
 // A record is raised before the write it admits is applied, so that a crash
 // at any point leaves it at least as high as every applied write's token;
 // so is a Write's seq intent, so that a crash leaves it recorded if its
@@ -47,12 +50,23 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "storage_adapters/file/file_io.h"
-#include "storage_adapters/file/seq_intent_log.h"
 
 namespace fencegate {
 
 // The first path segment reserved for the gateway's own files.
 inline constexpr absl::string_view kFileReservedDirectory = ".fencegate";
+
+// The last Write with a seq recorded for a domain (docs/fencing.md, rule
+// 14), durable before its change is made: enough to tell, on a retry,
+// whether the change was made, and to answer as it would have been.
+struct SeqIntent {
+  uint64_t token = 0;
+  uint64_t seq = 0;          // 0: none recorded.
+  std::string request_hash;  // Hex SHA-256 of the Write's path and op.
+  uint64_t size_before = 0;  // An append's file size before it.
+  bool existed = false;      // Whether the file existed before the change.
+  uint64_t version = 0;      // The file's version after the change.
+};
 
 class FileFenceRecords {
  public:
@@ -61,8 +75,7 @@ class FileFenceRecords {
   // on a file system where flock does not exclude (above); UNAVAILABLE or
   // the errno's status if the directory cannot be made or opened.
   static absl::StatusOr<std::unique_ptr<FileFenceRecords>> Open(
-      int root_fd, const std::string& root,
-      SeqIntentLog::Options intent_log = {});
+      int root_fd, const std::string& root);
 
   // A domain's record, its lock held until destroyed.
   class Held {
@@ -90,8 +103,8 @@ class FileFenceRecords {
     // temporary was written and again after CommitRaise. Only one raise may
     // be prepared at a time.
     absl::Status PrepareRaise(uint64_t token);
-    // Appends `intent` (seq at least 1) to the root's intent log, and makes
-    // it intent(). Durable once the file system is synced.
+    // Writes `intent` (seq at least 1) to the slot not holding intent(),
+    // and makes it intent(). Durable once the file system is synced.
     absl::Status PrepareIntent(const SeqIntent& intent);
     bool raise_prepared() const { return !temp_.empty(); }
     absl::Status CommitRaise();
@@ -99,13 +112,14 @@ class FileFenceRecords {
    private:
     friend class FileFenceRecords;
     Held(const FileFenceRecords* records, std::string domain, std::string name,
-         file_io::Fd lock, uint64_t token, SeqIntent intent);
+         file_io::Fd lock, uint64_t token, SeqIntent intent, int intent_slot);
     const FileFenceRecords* records_;
     std::string domain_;
     std::string name_;  // The record's file name.
     file_io::Fd lock_;
     uint64_t token_;
     SeqIntent intent_;
+    int intent_slot_;          // The slot holding intent_; -1: none.
     std::string temp_;         // A prepared raise's temporary, or empty.
     uint64_t temp_token_ = 0;  // Its token.
   };
@@ -124,8 +138,7 @@ class FileFenceRecords {
       const;
 
  private:
-  FileFenceRecords(file_io::Fd dir, std::string path,
-                   std::unique_ptr<SeqIntentLog> intents);
+  FileFenceRecords(file_io::Fd dir, std::string path);
   // Reads the record `name` of `domain` (empty: any domain, returned in
   // `*found`): its token, 0 if there is none.
   absl::StatusOr<uint64_t> Read(const std::string& name,
@@ -134,7 +147,6 @@ class FileFenceRecords {
 
   const file_io::Fd dir_;   // <root>/.fencegate/fences
   const std::string path_;  // Its path, for messages.
-  const std::unique_ptr<SeqIntentLog> intents_;
 };
 
 }  // namespace fencegate

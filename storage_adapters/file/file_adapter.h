@@ -106,14 +106,14 @@ class FileAdapter final : public StorageAdapter {
 
   // The root's fence records (above). Tokens of up to 2^64-1.
   bool KeepsFences() const override { return true; }
-  // A Write with a seq (one operation only) appends its intent to the root's
-  // intent log, durable before its change is made (SeqIntent,
-  // seq_intent_log.h: with the group's first sync, so it costs no sync). A
-  // retry of the recorded (token, seq) is answered from the record, replayed,
-  // if the file shows the change made (FileChange::Made), and applied again
-  // otherwise; a lower seq is SeqOutOfOrderError; the same seq for another path
-  // or operation, and a write without a seq for a token that has one recorded,
-  // are FAILED_PRECONDITION (either could not be told from a retry).
+  // A Write with a seq (one operation only) records its intent beside the
+  // domain's fence record, durable before its change is made (SeqIntent,
+  // fence_records.h: with the group's first sync, so it costs no sync). A retry
+  // of the recorded (token, seq) is answered from the record, replayed, if the
+  // file shows the change made (FileChange::Made), and applied again otherwise;
+  // a lower seq is SeqOutOfOrderError; the same seq for another path or
+  // operation, and a write without a seq for a token that has one recorded, are
+  // FAILED_PRECONDITION (either could not be told from a retry).
   bool KeepsSeq() const override { return true; }
   // Every path's version (file_versions.h), in each result; an operation's
   // if_absent or if_version is checked under the path's version lock, with

@@ -63,10 +63,9 @@ absl::Status WriteAllAt(int fd, absl::string_view data, uint64_t offset,
   return absl::OkStatus();
 }
 
-absl::Status LockUntil(int fd, absl::Time give_up, absl::string_view path,
-                       int operation) {
+absl::Status LockUntil(int fd, absl::Time give_up, absl::string_view path) {
   absl::Duration pause = absl::Microseconds(100);
-  while (::flock(fd, operation | LOCK_NB) != 0) {
+  while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     if (errno == EINTR) continue;
     if (errno != EWOULDBLOCK) return ErrnoStatus(errno, "lock", path);
     if (absl::Now() >= give_up) {

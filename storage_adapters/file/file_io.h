@@ -7,7 +7,6 @@
 #ifndef STORAGE_ADAPTERS_FILE_FILE_IO_H_
 #define STORAGE_ADAPTERS_FILE_FILE_IO_H_
 
-#include <sys/file.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -107,13 +106,11 @@ absl::StatusOr<std::string> ReadAt(int fd, uint64_t offset, size_t limit,
 // Writes all of `data` to `fd` (retrying short writes and EINTR).
 absl::Status WriteAll(int fd, const std::string& data, absl::string_view path);
 
-// flock(`operation`: LOCK_EX or LOCK_SH) of `fd`, waiting for another
-// holder (another thread's descriptor, another process) until `give_up`,
-// polling with a pause that grows from 100 us to 10 ms. DEADLINE_EXCEEDED
-// if it is still held then; the errno's status (ErrnoStatus) for another
-// failure.
-absl::Status LockUntil(int fd, absl::Time give_up, absl::string_view path,
-                       int operation = LOCK_EX);
+// flock(LOCK_EX) of `fd`, waiting for another holder (another thread's
+// descriptor, another process) until `give_up`, polling with a pause that
+// grows from 100 us to 10 ms. DEADLINE_EXCEEDED if it is still held then;
+// the errno's status (ErrnoStatus) for another failure.
+absl::Status LockUntil(int fd, absl::Time give_up, absl::string_view path);
 
 // Writes all of `data` to `fd` at `offset` (pwrite, retrying short writes
 // and EINTR).
