@@ -34,16 +34,17 @@ class FileSeqTest : public testing::FileRootTest {
     bool replayed = false;
     OpResults results;
   };
-  // One operation on `path` as (token, seq) of domain "jobs"; with
-  // `grouped`, through the commit thread.
+  // One operation on `path` as (token, seq) of `domain`; with `grouped`,
+  // through the commit thread.
   static Outcome Write(FileAdapter& adapter, uint64_t token, uint64_t seq,
                        const v1::Operation& op,
                        const std::string& path = "log.txt",
-                       bool grouped = false) {
+                       bool grouped = false,
+                       const std::string& domain = "jobs") {
     Outcome out;
     Operations ops;
     *ops.Add() = op;
-    WriteTarget target{"jobs", token, path, ""};
+    WriteTarget target{domain, token, path, ""};
     target.seq = seq;
     target.replayed = &out.replayed;
     out.status = adapter.Validate(target, ops);
@@ -126,46 +127,142 @@ TEST_F(FileSeqTest, ARetryAfterACrashMidAppendAppendsOnce) {
       ASSERT_EQ(retry.results.size(), 1);
       EXPECT_EQ(retry.results[0].file().size(), expected.size()) << where;
       EXPECT_EQ(retry.results[0].file().bytes_written(), line.size() + 1);
-      // A second retry is answered from the record.
-      EXPECT_TRUE(Write(*restarted, token, seq, Append(line)).replayed)
+      // A second retry is answered from the record, as the last attempt
+      // (the one made) was answered.
+      Outcome second = Write(*restarted, token, seq, Append(line));
+      EXPECT_TRUE(second.replayed) << where;
+      ASSERT_EQ(second.results.size(), 1);
+      EXPECT_EQ(second.results[0].file().version(),
+                retry.results[0].file().version())
           << where;
       EXPECT_EQ(File(), expected) << where;
     }
   }
 }
 
-// A seq intent slot cut short by a crash fails its checksum: the other
-// slot's intent stands, and the write it names is still answered.
-TEST_F(FileSeqTest, AnIntentSlotCutShortIsIgnored) {
-  ASSERT_OK(Write(*adapter_, 5, 1, Append("a")).status);
-  ASSERT_OK(Write(*adapter_, 5, 2, Append("b")).status);
-  // The slot of seq 1 is the one the next intent would overwrite: cut
-  // short there, as a crash in the middle of its write would leave it.
-  bool cut = false;
-  for (const auto& e :
-       std::filesystem::directory_iterator(root_ + "/.fencegate/fences")) {
+// Bytes of the file under `dir` whose name ends with `suffix`, and its
+// path; "" if there is none.
+std::string FindUnder(const std::string& dir, const std::string& suffix,
+                      std::string* text) {
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
     const std::string name = e.path().string();
-    absl::StatusOr<std::string> text = ReadFile(name);
-    if (!absl::EndsWith(name, ".lock") || !text.ok()) continue;
-    for (size_t slot = 0; slot < 2; ++slot) {
-      const size_t at = slot * kCheckedSlotBytes;
-      if (text->size() < at + kCheckedSlotBytes ||
-          !absl::StrContains(text->substr(at, kCheckedSlotBytes), "\n5 1 ")) {
-        continue;
-      }
-      std::string torn = "fencegate-seq 1\n5 3 ";
-      torn.resize(kCheckedSlotBytes, '\0');
-      text->replace(at, kCheckedSlotBytes, torn);
-      testing::WriteFileOrDie(name, *text);
-      cut = true;
-    }
+    if (!absl::EndsWith(name, suffix)) continue;
+    absl::StatusOr<std::string> read = ReadFile(name);
+    if (!read.ok()) continue;
+    *text = *std::move(read);
+    return name;
   }
-  ASSERT_TRUE(cut);
-  std::unique_ptr<FileAdapter> restarted = Open();
-  EXPECT_TRUE(Write(*restarted, 5, 2, Append("b")).replayed);
-  EXPECT_TRUE(GetSeqOutOfOrder(Write(*restarted, 5, 1, Append("a")).status)
+  return "";
+}
+
+// A seq intent slot cut short by a crash fails its checksum: the other
+// slot's intent stands, and the write it names is still answered. Intents
+// of writes to one path are kept beside its version; of a write moving to
+// another path, in the domain's lock file too (fence_records.h): the slot
+// the next such write would overwrite is cut.
+TEST_F(FileSeqTest, AnIntentSlotCutShortIsIgnored) {
+  for (bool moving : {false, true}) {
+    SCOPED_TRACE(moving ? "seq 2 to another path" : "both to one path");
+    adapter_.reset();
+    std::filesystem::remove_all(root_ + "/.fencegate");
+    std::filesystem::remove(root_ + "/a");
+    std::filesystem::remove(root_ + "/b");
+    adapter_ = Open();
+    const std::string second = moving ? "b" : "a";
+    ASSERT_OK(Write(*adapter_, 5, 1, Append("a"), "a").status);
+    ASSERT_OK(Write(*adapter_, 5, 2, Append("b"), second).status);
+    // The slots of seq 1 are the ones the next intent would overwrite: cut
+    // short there, as a crash in the middle of its write would leave them.
+    int cut = 0;
+    {
+      for (const auto& e : std::filesystem::directory_iterator(
+               root_ + "/.fencegate/" + (moving ? "fences" : "versions"))) {
+        const std::string name = e.path().string();
+        absl::StatusOr<std::string> text = ReadFile(name);
+        if (!text.ok()) continue;
+        for (size_t slot = 0; slot < 2; ++slot) {
+          const size_t at = slot * kCheckedSlotBytes;
+          if (text->size() < at + kCheckedSlotBytes) continue;
+          const std::string bytes = text->substr(at, kCheckedSlotBytes);
+          if ((!absl::StrContains(bytes, " 5 1 ") &&
+               !absl::StrContains(bytes, "\n5 1 "))) {
+            continue;
+          }
+          std::string torn = text->substr(at, 40);
+          torn.resize(kCheckedSlotBytes, '\0');
+          text->replace(at, kCheckedSlotBytes, torn);
+          testing::WriteFileOrDie(name, *text);
+          ++cut;
+        }
+      }
+    }
+    ASSERT_EQ(cut, 1);
+    adapter_ = Open();
+    EXPECT_TRUE(Write(*adapter_, 5, 2, Append("b"), second).replayed);
+    EXPECT_TRUE(
+        GetSeqOutOfOrder(Write(*adapter_, 5, 1, Append("a"), "a").status)
+            .has_value());
+    EXPECT_EQ(File("a"), moving ? "a\n" : "a\nb\n");
+  }
+}
+
+// A domain's seq writes to one path (its home) write their intents beside
+// the path's version only, leaving its lock file alone; a write to another
+// path moves the home, and the rules hold across the moves.
+TEST_F(FileSeqTest, WritesToTheDomainsHomeLeaveItsLockFileAlone) {
+  const std::string fences = root_ + "/.fencegate/fences";
+  ASSERT_OK(Write(*adapter_, 5, 1, Append("1"), "a").status);
+  ASSERT_OK(Write(*adapter_, 5, 2, Append("2"), "b").status);
+  std::string before;
+  ASSERT_NE(FindUnder(fences, ".lock", &before), "");
+  ASSERT_OK(Write(*adapter_, 5, 3, Append("3"), "b").status);
+  ASSERT_OK(Write(*adapter_, 5, 4, Append("4"), "b").status);
+  std::string after;
+  FindUnder(fences, ".lock", &after);
+  EXPECT_EQ(after, before);
+  adapter_ = Open();
+  EXPECT_TRUE(Write(*adapter_, 5, 4, Append("4"), "b").replayed);
+  EXPECT_TRUE(GetSeqOutOfOrder(Write(*adapter_, 5, 3, Append("3"), "b").status)
                   .has_value());
-  EXPECT_EQ(File(), "a\nb\n");
+  // Back to a: its older intent (seq 1) is not taken for the newest.
+  ASSERT_OK(Write(*adapter_, 5, 5, Append("5"), "a").status);
+  EXPECT_TRUE(GetSeqOutOfOrder(Write(*adapter_, 5, 4, Append("4"), "b").status)
+                  .has_value());
+  adapter_ = Open();
+  EXPECT_TRUE(Write(*adapter_, 5, 5, Append("5"), "a").replayed);
+  EXPECT_EQ(File("a"), "1\n5\n");
+  EXPECT_EQ(File("b"), "2\n3\n4\n");
+}
+
+// Another domain's writes to a domain's home overwrite the version slots
+// its intent was kept in: the intent is copied to the domain's own slot
+// first, and a retry is still answered from it.
+TEST_F(FileSeqTest, AnIntentOutlivesAnotherDomainsWritesToItsPath) {
+  ASSERT_OK(Write(*adapter_, 5, 1, Append("a")).status);
+  Outcome jobs = Write(*adapter_, 5, 2, Append("b"));
+  ASSERT_OK(jobs.status);
+  Outcome other;
+  for (uint64_t seq = 1; seq <= 3; ++seq) {
+    other = Write(*adapter_, 1, seq, Append(absl::StrCat("o", seq)), "log.txt",
+                  /*grouped=*/seq == 2, "other");
+    ASSERT_OK(other.status);
+  }
+  ASSERT_OK(
+      Write(*adapter_, 9, 0, Append("x"), "log.txt", false, "third").status);
+  adapter_ = Open();
+  Outcome retry = Write(*adapter_, 5, 2, Append("b"));
+  ASSERT_OK(retry.status);
+  EXPECT_TRUE(retry.replayed);
+  EXPECT_EQ(retry.results[0].file().version(),
+            jobs.results[0].file().version());
+  EXPECT_TRUE(
+      GetSeqOutOfOrder(Write(*adapter_, 5, 1, Append("a")).status).has_value());
+  Outcome other_retry =
+      Write(*adapter_, 1, 3, Append("o3"), "log.txt", false, "other");
+  EXPECT_TRUE(other_retry.replayed);
+  EXPECT_EQ(other_retry.results[0].file().version(),
+            other.results[0].file().version());
+  EXPECT_EQ(File(), "a\nb\no1\no2\no3\nx\n");
 }
 
 // The same crash without a seq: the retry appends the line again. This is

@@ -58,31 +58,26 @@ absl::Status MkdirBeneath(int dirfd, const char* name, absl::string_view path) {
   return absl::OkStatus();
 }
 
-// An intent slot's line: "<token> <seq> <request hash> <size before>
-// <existed> <version>".
+// An intent slot's line: "<intent> <home>" (fence_records.h).
 std::string IntentLine(const SeqIntent& i) {
-  return absl::StrCat(i.token, " ", i.seq, " ", i.request_hash, " ",
-                      i.size_before, " ", i.existed ? 1 : 0, " ", i.version);
+  return absl::StrCat(SeqIntentText(i), " ", i.home.empty() ? "-" : i.home);
 }
 
 // A slot's text, if whole (checked_slot.h). Slots written before versions
-// were kept have no version: 0.
+// were kept have no version (0), and before homes were kept no home.
 bool ParseIntent(absl::string_view text, SeqIntent* intent) {
   std::optional<std::string> line = ParseCheckedSlot(text, kIntentMagic);
   if (!line.has_value()) return false;
   std::vector<absl::string_view> fields = absl::StrSplit(*line, ' ');
-  if ((fields.size() != 5 && fields.size() != 6) ||
-      !absl::SimpleAtoi(fields[0], &intent->token) ||
-      !absl::SimpleAtoi(fields[1], &intent->seq) || intent->seq == 0 ||
-      fields[2].size() != 64 ||
-      !absl::SimpleAtoi(fields[3], &intent->size_before) ||
-      (fields[4] != "0" && fields[4] != "1") ||
-      (fields.size() == 6 && !absl::SimpleAtoi(fields[5], &intent->version))) {
-    return false;
+  intent->home.clear();
+  if (fields.size() == 7) {
+    if (fields[6] != "-") {
+      if (fields[6].size() != 64) return false;
+      intent->home = std::string(fields[6]);
+    }
+    fields.pop_back();
   }
-  intent->request_hash = std::string(fields[2]);
-  intent->existed = fields[4] == "1";
-  return true;
+  return ParseSeqIntent(fields, intent);
 }
 
 // Up to `limit` bytes of file `name` in `dir`; "" with `*exists` false if
@@ -116,8 +111,7 @@ absl::StatusOr<SeqIntent> ReadIntent(int lock, absl::string_view where,
                      &read)) {
       continue;  // Absent, or cut short.
     }
-    if (*slot < 0 || std::make_pair(read.token, read.seq) >
-                         std::make_pair(newest.token, newest.seq)) {
+    if (*slot < 0 || NewerIntent(read, newest)) {
       newest = std::move(read);
       *slot = i;
     }

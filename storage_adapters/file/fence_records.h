@@ -16,16 +16,22 @@
 //                reading the record, checking a token, raising the record
 //                and the write's file change, by every process (and every
 //                thread: each lock opens its own descriptor). It also holds
-//                the domain's last two seq intents (SeqIntent below), in
-//                two checked slots (checked_slot.h) at offsets 0 and 512,
-//                with the magic "fencegate-seq 1" and the line "<token>
-//                <seq> <request hash> <size before> <existed> <version>",
-//                overwritten in place alternately: the one not holding the
-//                newest. A slot a crash cut short fails its checksum, and the
-//                other holds the intent before. No rename, so an intent is
-//                durable with the first sync of the write's group
-//                (file_commit.h), and read through the descriptor the lock
-//                opened anyway.
+//                the domain's seq intents (seq_intent.h) that point to
+//                where its later ones are kept, in two checked slots
+//                (checked_slot.h) at offsets 0 and 512, with the magic
+//                "fencegate-seq 1" and the line "<intent> <home>", home
+//                being "-" for none; overwritten in place alternately: the
+//                one not holding the newest. A slot a crash cut short fails
+//                its checksum, and the other holds the intent before. No
+//                rename, so an intent is durable with the first sync of the
+//                write's group (file_commit.h), and read through the
+//                descriptor the lock opened anyway.
+// A Write with a seq whose path is its domain's home (the home of the
+// newest intent here) keeps its intent beside the path's version only
+// (file_versions.h), in the block that write dirties anyway, and writes
+// nothing here: a domain's newest intent is the newer of this file's and
+// its home's. One to another path, or one that raises no version (a delete
+// of a missing file), writes its intent here, with the new home or none.
 // A record is raised before the write it admits is applied, so that a crash
 // at any point leaves it at least as high as every applied write's token;
 // so is a Write's seq intent, so that a crash leaves it recorded if its
@@ -50,23 +56,12 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "storage_adapters/file/file_io.h"
+#include "storage_adapters/file/seq_intent.h"
 
 namespace fencegate {
 
 // The first path segment reserved for the gateway's own files.
 inline constexpr absl::string_view kFileReservedDirectory = ".fencegate";
-
-// The last Write with a seq recorded for a domain (docs/fencing.md, rule
-// 14), durable before its change is made: enough to tell, on a retry,
-// whether the change was made, and to answer as it would have been.
-struct SeqIntent {
-  uint64_t token = 0;
-  uint64_t seq = 0;          // 0: none recorded.
-  std::string request_hash;  // Hex SHA-256 of the Write's path and op.
-  uint64_t size_before = 0;  // An append's file size before it.
-  bool existed = false;      // Whether the file existed before the change.
-  uint64_t version = 0;      // The file's version after the change.
-};
 
 class FileFenceRecords {
  public:
@@ -86,8 +81,11 @@ class FileFenceRecords {
     ~Held();
     // The record's token; 0 if the domain has none.
     uint64_t token() const { return token_; }
-    // The newest seq intent of the domain (seq 0 if none), of whatever
-    // token: compare its token.
+    // The record's file name: the hex SHA-256 of the domain.
+    const std::string& name() const { return name_; }
+    // The newest seq intent of this file (seq 0 if none), of whatever
+    // token: compare its token. If it has a home, the home's version file
+    // may keep newer ones (above).
     const SeqIntent& intent() const { return intent_; }
     // Replaces the record with `token`, durably, if it is higher than
     // token(); does nothing otherwise.
@@ -103,8 +101,9 @@ class FileFenceRecords {
     // temporary was written and again after CommitRaise. Only one raise may
     // be prepared at a time.
     absl::Status PrepareRaise(uint64_t token);
-    // Writes `intent` (seq at least 1) to the slot not holding intent(),
-    // and makes it intent(). Durable once the file system is synced.
+    // Writes `intent` (seq at least 1; its home, if any, a path's name) to
+    // the slot not holding intent(), and makes it intent(). Durable once
+    // the file system is synced.
     absl::Status PrepareIntent(const SeqIntent& intent);
     bool raise_prepared() const { return !temp_.empty(); }
     absl::Status CommitRaise();

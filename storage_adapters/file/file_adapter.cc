@@ -15,6 +15,8 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/escaping.h"
@@ -26,6 +28,7 @@
 #include "fencegate/common/stale_token.h"
 #include "storage_adapters/file/checked_slot.h"
 #include "storage_adapters/file/file_io.h"
+#include "storage_adapters/file/seq_intent.h"
 
 namespace fencegate {
 namespace {
@@ -238,10 +241,15 @@ absl::StatusOr<std::unique_ptr<FileWrite>> FileAdapter::Begin(
   if (record->token() > target.token) {
     return StaleTokenError(target.domain, target.token, record->token());
   }
-  absl::StatusOr<bool> replayed = CheckSeq(*record, target, ops, results);
+  std::optional<FileVersions::Held> version;
+  absl::StatusOr<SeqIntent> last = LastIntent(*record, target, &version);
+  if (!last.ok()) return last.status();
+  absl::StatusOr<bool> replayed =
+      CheckSeq(record->token(), *last, target, ops, results);
   if (!replayed.ok()) return replayed.status();
   if (*replayed) return nullptr;
   auto write = std::make_unique<FileWrite>(*std::move(record));
+  if (version.has_value()) write->version.emplace(*std::move(version));
   write->op_count = ops.size();
   if (absl::Status s = write->record.PrepareRaise(target.token); !s.ok()) {
     return s;
@@ -259,12 +267,26 @@ std::string RequestHash(absl::string_view path, const v1::Operation& op) {
 
 }  // namespace
 
-absl::StatusOr<bool> FileAdapter::CheckSeq(const FileFenceRecords::Held& record,
+absl::StatusOr<SeqIntent> FileAdapter::LastIntent(
+    const FileFenceRecords::Held& record, const WriteTarget& target,
+    std::optional<FileVersions::Held>* version) const {
+  const SeqIntent& recorded = record.intent();
+  if (record.token() != target.token || recorded.home.empty()) return recorded;
+  absl::StatusOr<FileVersions::Held> home =
+      versions_->LockNamed(recorded.home, target.deadline);
+  if (!home.ok()) return home.status();
+  SeqIntent kept = home->IntentOf(record.name());
+  if (recorded.home == Sha256Hex(target.path))
+    version->emplace(*std::move(home));
+  return NewerIntent(kept, recorded) ? kept : recorded;
+}
+
+absl::StatusOr<bool> FileAdapter::CheckSeq(uint64_t record_token,
+                                           const SeqIntent& last,
                                            const WriteTarget& target,
                                            const Operations& ops,
                                            OpResults* results) {
-  const SeqIntent& last = record.intent();
-  if (record.token() != target.token || last.token != target.token ||
+  if (record_token != target.token || last.token != target.token ||
       last.seq == 0) {
     return false;
   }
@@ -312,16 +334,39 @@ absl::Status FileAdapter::Prepare(FileWrite& write, const WriteTarget& target,
   write.change.reset();
   const FileChange::Site site{
       target.resource.empty() ? target.path : target.resource, i, ops.size()};
+  std::optional<FileChange::Seq> seq;
+  if (target.seq != 0) {
+    seq.emplace();
+    seq->domain = write.record.name();
+    seq->intent.token = target.token;
+    seq->intent.seq = target.seq;
+    seq->intent.request_hash = RequestHash(target.path, ops[i]);
+  }
+  std::optional<FileVersions::Held> version;
+  if (write.version.has_value()) {
+    version.emplace(*std::move(write.version));
+    write.version.reset();
+  }
   absl::StatusOr<FileChange> change = FileChange::Prepare(
       root_fd_, *versions_, target.deadline, std::string(target.path), site,
-      ops[i], results->Add()->mutable_file());
+      ops[i], results->Add()->mutable_file(), std::move(version),
+      seq.has_value() ? &*seq : nullptr);
   if (!change.ok()) return change.status();
   write.change.emplace(*std::move(change));
-  if (target.seq == 0) return absl::OkStatus();
-  return write.record.PrepareIntent(
-      SeqIntent{target.token, target.seq, RequestHash(target.path, ops[i]),
-                write.change->size_before(), write.change->existed_before(),
-                write.change->version_after()});
+  if (!seq.has_value()) return absl::OkStatus();
+  // Kept beside the version: the domain's lock file names where, unless it
+  // already does (fence_records.h).
+  std::string home;
+  if (write.change->version_raised()) {
+    home = Sha256Hex(target.path);
+    if (write.record.intent().home == home) return absl::OkStatus();
+  }
+  SeqIntent intent = std::move(seq->intent);
+  intent.size_before = write.change->size_before();
+  intent.existed = write.change->existed_before();
+  intent.version = write.change->version_after();
+  intent.home = std::move(home);
+  return write.record.PrepareIntent(intent);
 }
 
 absl::Status FileAdapter::Apply(const WriteTarget& target,

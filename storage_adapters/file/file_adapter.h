@@ -63,6 +63,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -95,9 +96,10 @@ class FileAdapter final : public StorageAdapter {
                         const Operations& ops) const override;
   absl::Status Apply(const WriteTarget& target, const Operations& ops,
                      OpResults* results) override;
-  // Never blocks for a sync; may block for a lock (another process holding
-  // the domain's record, another domain appending to the same file), so
-  // ApplyAsyncNeverBlocks() stays false. `done` runs on the commit thread,
+  // Blocks for a sync only to keep another domain's seq intent that the
+  // write's version raise displaces (file_versions.h); may block for a lock
+  // (another process holding the domain's record, another domain appending
+  // to the same file), so ApplyAsyncNeverBlocks() stays false. `done` runs on the commit thread,
   // or on this one (above).
   void ApplyAsync(const WriteTarget& target, const Operations& ops,
                   OpResults* results, ApplyCallback done) override;
@@ -106,11 +108,13 @@ class FileAdapter final : public StorageAdapter {
 
   // The root's fence records (above). Tokens of up to 2^64-1.
   bool KeepsFences() const override { return true; }
-  // A Write with a seq (one operation only) records its intent beside the
-  // domain's fence record, durable before its change is made (SeqIntent,
-  // fence_records.h: with the group's first sync, so it costs no sync). A retry
-  // of the recorded (token, seq) is answered from the record, replayed, if the
-  // file shows the change made (FileChange::Made), and applied again otherwise;
+  // A Write with a seq (one operation only) records its intent (SeqIntent,
+  // seq_intent.h) beside its path's version, and in its domain's lock file
+  // if the domain's seq writes move to that path (fence_records.h), durable
+  // before its change is made (with the group's first sync, so it costs no
+  // sync). A retry of the recorded (token, seq) is answered from the record,
+  // replayed, if the file shows the change made (FileChange::Made), and
+  // applied again otherwise;
   // a lower seq is SeqOutOfOrderError; the same seq for another path or
   // operation, and a write without a seq for a token that has one recorded, are
   // FAILED_PRECONDITION (either could not be told from a retry).
@@ -144,9 +148,17 @@ class FileAdapter final : public StorageAdapter {
   absl::StatusOr<std::unique_ptr<FileWrite>> Begin(const WriteTarget& target,
                                                    const Operations& ops,
                                                    OpResults* results);
-  // The seq rules for a write whose token is the record's: true if the
-  // write is a retry of a change already made (answered, as Begin says).
-  absl::StatusOr<bool> CheckSeq(const FileFenceRecords::Held& record,
+  // The domain's newest seq intent (fence_records.h): the record's, or a
+  // newer one kept beside its home's version. Reads the home only for a
+  // write whose token is the record's (no other needs it); holds the home's
+  // lock in `*version` if the home is the write's path.
+  absl::StatusOr<SeqIntent> LastIntent(
+      const FileFenceRecords::Held& record, const WriteTarget& target,
+      std::optional<FileVersions::Held>* version) const;
+  // The seq rules for a write whose token is the record's, `last` the
+  // domain's newest intent: true if the write is a retry of a change
+  // already made (answered, as Begin says).
+  absl::StatusOr<bool> CheckSeq(uint64_t record_token, const SeqIntent& last,
                                 const WriteTarget& target,
                                 const Operations& ops, OpResults* results);
   // Prepares ops[i] in `write`, adding its result to `results`.

@@ -115,6 +115,7 @@ FileChange::FileChange(FileChange&& other) noexcept
       file_(std::move(other.file_)),
       size_before_(other.size_before_),
       delete_found_(other.delete_found_),
+      raised_(other.raised_),
       made_(other.made_) {}
 
 FileChange::~FileChange() {
@@ -127,7 +128,8 @@ FileChange::~FileChange() {
 absl::StatusOr<FileChange> FileChange::Prepare(
     int root_fd, const FileVersions& versions, absl::Time deadline,
     std::string path, const Site& site, const v1::Operation& op,
-    v1::FileResult* result) {
+    v1::FileResult* result, std::optional<FileVersions::Held> version,
+    const Seq* seq) {
   Kind kind;
   const std::string* data = nullptr;
   switch (op.op_case()) {
@@ -147,14 +149,19 @@ absl::StatusOr<FileChange> FileChange::Prepare(
           site.Prefix(), "the file adapter takes put, append or delete"));
   }
   FileChange change(kind, root_fd, std::move(path), &site, &op, data, result);
-  absl::StatusOr<FileVersions::Held> version =
-      versions.Lock(change.path_, deadline);
-  if (!version.ok()) {
-    return absl::Status(
-        version.status().code(),
-        absl::StrCat(site.Prefix(), version.status().message()));
+  if (version.has_value()) {
+    change.version_.emplace(*std::move(version));
+  } else {
+    absl::StatusOr<FileVersions::Held> locked =
+        versions.Lock(change.path_, deadline);
+    if (!locked.ok()) {
+      return absl::Status(
+          locked.status().code(),
+          absl::StrCat(site.Prefix(), locked.status().message()));
+    }
+    change.version_.emplace(*std::move(locked));
   }
-  change.version_.emplace(*std::move(version));
+  change.seq_ = seq;
   absl::Status s;
   switch (kind) {
     case Kind::kPut:
@@ -168,6 +175,7 @@ absl::StatusOr<FileChange> FileChange::Prepare(
       break;
   }
   change.site_ = nullptr;  // Not kept past Prepare.
+  change.seq_ = nullptr;
   if (s.ok()) return change;
   // A failed precondition's message has its prefix (Admit).
   if (s.GetPayload(kPreconditionFailedTypeUrl).has_value()) return s;
@@ -192,7 +200,17 @@ absl::Status FileChange::Admit(bool exists) const {
 }
 
 absl::Status FileChange::RaiseVersion() {
-  if (absl::Status s = version_->PrepareRaise(); !s.ok()) return s;
+  absl::Status s;
+  if (seq_ != nullptr) {
+    SeqIntent intent = seq_->intent;
+    intent.size_before = size_before();
+    intent.existed = existed_before();
+    s = version_->PrepareRaise(seq_->domain, &intent);
+  } else {
+    s = version_->PrepareRaise();
+  }
+  if (!s.ok()) return s;
+  raised_ = true;
   result_->set_version(version_->version());
   return absl::OkStatus();
 }

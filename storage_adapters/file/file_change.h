@@ -21,12 +21,13 @@
 //            (existed = false), so retries are safe.
 // None of them is durable before the file system is synced after Make.
 //
-// Versions (file_versions.h): Prepare first takes the path's version lock,
-// which the change keeps until destroyed; then checks the operation's
-// precondition (if_absent, if_version) against the file as it finds it,
-// before it writes anything; and last, if the change will change the file
-// (all but a delete of a missing file), raises the path's version, not yet
-// synced. The result's version is the one after the change.
+// Versions (file_versions.h): Prepare first takes the path's version lock
+// (or is handed it), which the change keeps until destroyed; then checks
+// the operation's precondition (if_absent, if_version) against the file as
+// it finds it, before it writes anything; and last, if the change will
+// change the file (all but a delete of a missing file), raises the path's
+// version, not yet synced, with the Write's seq intent if it has one. The
+// result's version is the one after the change.
 //
 // Paths are resolved beneath the root (openat2 with RESOLVE_BENEATH), as
 // file_adapter.h describes; a path must have passed ValidateFilePath.
@@ -48,6 +49,7 @@
 #include "fencegate/v1/gateway.pb.h"
 #include "storage_adapters/file/file_io.h"
 #include "storage_adapters/file/file_versions.h"
+#include "storage_adapters/file/seq_intent.h"
 
 namespace fencegate {
 
@@ -63,24 +65,32 @@ class FileChange {
     std::string Prefix() const;
   };
 
+  // A Write's seq intent, recorded with the version raise.
+  struct Seq {
+    std::string domain;  // The name of its domain's fence record.
+    SeqIntent intent;    // Its token, seq and request hash; Prepare fills
+                         // in the rest.
+  };
+
   // Prepares `op` (put, append or delete) on `path`, to be reported in
-  // `result`; `op`, `versions` and `result` must outlive the change. May
-  // block: for the path's version lock (until `deadline`, as
-  // FileVersions::Lock) and an append for the file's lock. Errors, their
-  // messages starting with `site.Prefix()`: FAILED_PRECONDITION with a
-  // PreconditionFailed payload (common/precondition_failed.h) naming
+  // `result`; `op`, `versions` and `result` must outlive the change; `seq`,
+  // if given, only the call. `version` is the path's version lock if the
+  // caller holds it already. May block: for the path's version lock (until
+  // `deadline`, as FileVersions::Lock) and an append for the file's lock.
+  // Errors, their messages starting with `site.Prefix()`: FAILED_PRECONDITION
+  // with a PreconditionFailed payload (common/precondition_failed.h) naming
   // `site`'s resource and op_index for a precondition that does not hold;
   // FAILED_PRECONDITION for a put over a directory or an append to something
   // not a regular file, PERMISSION_DENIED for a path leading out of the
   // root, the errno's status (file_io::ErrnoStatus) otherwise. Nothing is
   // left behind but, after a failure past the precondition, a raised
   // version.
-  static absl::StatusOr<FileChange> Prepare(int root_fd,
-                                            const FileVersions& versions,
-                                            absl::Time deadline,
-                                            std::string path, const Site& site,
-                                            const v1::Operation& op,
-                                            v1::FileResult* result);
+  static absl::StatusOr<FileChange> Prepare(
+      int root_fd, const FileVersions& versions, absl::Time deadline,
+      std::string path, const Site& site, const v1::Operation& op,
+      v1::FileResult* result,
+      std::optional<FileVersions::Held> version = std::nullopt,
+      const Seq* seq = nullptr);
 
   FileChange(FileChange&& other) noexcept;
   FileChange& operator=(FileChange&&) = delete;
@@ -98,6 +108,9 @@ class FileChange {
   uint64_t size_before() const;
   // The path's version once the change is made.
   uint64_t version_after() const;
+  // Whether Prepare raised the version (and recorded the seq intent with
+  // it): all but a delete of a missing file.
+  bool version_raised() const { return raised_; }
 
   // Whether `op` on `path`, prepared when the file had `size_before` bytes
   // (an append), was made since, judged by the file as it is now (a
@@ -141,7 +154,8 @@ class FileChange {
   Kind kind_;
   int root_fd_;
   std::string path_;
-  const Site* site_;  // Prepare's only.
+  const Site* site_;          // Prepare's only.
+  const Seq* seq_ = nullptr;  // Prepare's only.
   const v1::Operation* op_;
   const std::string* data_;  // Put and append.
   v1::FileResult* result_;
@@ -152,6 +166,7 @@ class FileChange {
   file_io::Fd file_;           // Append: the file, locked.
   off_t size_before_ = 0;      // Append: its size before Make().
   bool delete_found_ = false;  // Delete: the file was there at Prepare.
+  bool raised_ = false;
   bool made_ = false;
 };
 

@@ -47,6 +47,9 @@ struct FileWrite {
 
   // The domain's record, locked until the write is destroyed.
   FileFenceRecords::Held record;
+  // The path's version lock, if taken before the change was prepared (to
+  // read the seq intents kept beside it); handed to the change.
+  std::optional<FileVersions::Held> version;
   // The operation to make durable, ops[op_index] of op_count.
   std::optional<FileChange> change;
   int op_index = 0;

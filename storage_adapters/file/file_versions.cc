@@ -10,10 +10,13 @@
 #include <algorithm>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/types/span.h"
 #include "storage_adapters/file/checked_slot.h"
 #include "storage_adapters/file/fence_records.h"
 
@@ -24,7 +27,27 @@ using file_io::ErrnoStatus;
 using file_io::Fd;
 
 constexpr char kVersionMagic[] = "fencegate-version 1";
+// A version slot with a seq intent.
+constexpr char kVersionIntentMagic[] = "fencegate-version 2";
+// A domain's own slot, for an intent displaced from the version slots.
+constexpr char kKeptMagic[] = "fencegate-seq-kept 1";
 constexpr absl::Duration kMaxLockWait = absl::Seconds(30);
+
+bool IsName(absl::string_view name) {
+  return name.size() == 64 &&
+         name.find_first_not_of("0123456789abcdef") == absl::string_view::npos;
+}
+
+// "<domain> <intent>" into `*domain` and `*intent`.
+bool ParseDomainIntent(absl::Span<const absl::string_view> fields,
+                       std::string* domain, SeqIntent* intent) {
+  if (fields.empty() || !IsName(fields[0]) ||
+      !ParseSeqIntent(fields.subspan(1), intent)) {
+    return false;
+  }
+  *domain = std::string(fields[0]);
+  return true;
+}
 
 }  // namespace
 
@@ -53,14 +76,11 @@ absl::StatusOr<std::unique_ptr<FileVersions>> FileVersions::Open(
 FileVersions::FileVersions(Fd dir, std::string path)
     : dir_(std::move(dir)), path_(std::move(path)) {}
 
-FileVersions::Held::Held(int dir, std::string name, Fd file, std::string where,
-                         uint64_t version, int slot)
+FileVersions::Held::Held(int dir, std::string name, Fd file, std::string where)
     : dir_(dir),
       name_(std::move(name)),
       file_(std::move(file)),
-      where_(std::move(where)),
-      version_(version),
-      slot_(slot) {}
+      where_(std::move(where)) {}
 
 FileVersions::Held::Held(Held&& other) noexcept
     : dir_(other.dir_),
@@ -68,36 +88,61 @@ FileVersions::Held::Held(Held&& other) noexcept
       file_(std::move(other.file_)),
       where_(std::move(other.where_)),
       version_(other.version_),
-      slot_(other.slot_) {}
+      slot_(other.slot_),
+      slot_intents_{std::move(other.slot_intents_[0]),
+                    std::move(other.slot_intents_[1])},
+      kept_(std::move(other.kept_)),
+      end_(other.end_) {}
 
 FileVersions::Held::~Held() {
   // Still locked: a writer waiting on this file finds it gone once it has
   // the lock (Lock), and opens the path's next one. Best effort: a file
   // left is one more at version 0, as it was before.
-  if (file_.valid() && slot_ < 0) ::unlinkat(dir_, name_.c_str(), 0);
+  if (file_.valid() && slot_ < 0 && kept_.empty()) {
+    ::unlinkat(dir_, name_.c_str(), 0);
+  }
 }
 
 absl::StatusOr<FileVersions::Held> FileVersions::Lock(
     absl::string_view path, absl::Time deadline) const {
   std::string name = Sha256Hex(path);
+  return LockFile(std::move(name),
+                  absl::StrCat("\"", absl::CHexEscape(path), "\""), deadline);
+}
+
+absl::StatusOr<FileVersions::Held> FileVersions::LockNamed(
+    absl::string_view name, absl::Time deadline) const {
+  if (!IsName(name)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("file adapter: \"", absl::CHexEscape(name),
+                     "\" is not the name of a path's version file"));
+  }
+  return LockFile(std::string(name),
+                  absl::StrCat("the path named ", name, " (a domain's home)"),
+                  deadline);
+}
+
+absl::StatusOr<FileVersions::Held> FileVersions::LockFile(
+    std::string name, absl::string_view what, absl::Time deadline) const {
   std::string where = absl::StrCat(path_, "/", name);
   const absl::Time until = std::min(deadline, absl::Now() + kMaxLockWait);
   Fd file;
+  struct stat held;
   while (true) {
     file = Fd(file_io::OpenOrCreateAt(dir_.get(), name, O_RDWR, 0644));
     if (!file.valid()) return ErrnoStatus(errno, "open version of", where);
     const absl::Status locked = file_io::LockUntil(file.get(), until, where);
     if (absl::IsDeadlineExceeded(locked)) {
       return absl::UnavailableError(absl::StrCat(
-          "file adapter: \"", absl::CHexEscape(path),
-          "\" stayed locked by another writer (another domain's write to it, "
+          "file adapter: ", what,
+          " stayed locked by another writer (another domain's write to it, "
           "or another gateway process on this root) until the deadline; "
           "nothing was written"));
     }
     if (!locked.ok()) return locked;
     // The holder before may have removed the file (~Held): locked, it must
     // still be the one the name leads to.
-    struct stat held, named;
+    struct stat named;
     if (::fstat(file.get(), &held) != 0) {
       return ErrnoStatus(errno, "stat version of", where);
     }
@@ -107,43 +152,133 @@ absl::StatusOr<FileVersions::Held> FileVersions::Lock(
       return ErrnoStatus(errno, "stat version of", where);
     }
   }
+  const size_t size = static_cast<size_t>(held.st_size);
   absl::StatusOr<std::string> text =
-      file_io::ReadAt(file.get(), 0, 2 * kCheckedSlotBytes, where);
+      file_io::ReadAt(file.get(), 0, size, where);
   if (!text.ok()) return text.status();
-  uint64_t version = 0;
-  int slot = -1;
-  for (int i = 0; i < 2; ++i) {
-    const size_t at = i * kCheckedSlotBytes;
-    if (text->size() <= at) break;
-    std::optional<std::string> line = ParseCheckedSlot(
-        absl::string_view(*text).substr(at, kCheckedSlotBytes), kVersionMagic);
-    uint64_t read = 0;
-    if (!line.has_value() || !absl::SimpleAtoi(*line, &read)) continue;
-    if (slot < 0 || read > version) {
-      version = read;
-      slot = i;
+  Held out(dir_.get(), std::move(name), std::move(file), std::move(where));
+  out.end_ =
+      std::max<uint64_t>(out.end_, (size + kCheckedSlotBytes - 1) /
+                                       kCheckedSlotBytes * kCheckedSlotBytes);
+  for (size_t at = 0, i = 0; at < text->size(); at += kCheckedSlotBytes, ++i) {
+    const absl::string_view bytes =
+        absl::string_view(*text).substr(at, kCheckedSlotBytes);
+    Held::Kept kept;
+    kept.offset = at;
+    if (i >= 2) {  // A domain's own slot.
+      std::optional<std::string> line = ParseCheckedSlot(bytes, kKeptMagic);
+      if (!line.has_value()) continue;
+      const std::vector<absl::string_view> fields = absl::StrSplit(*line, ' ');
+      if (ParseDomainIntent(fields, &kept.domain, &kept.intent)) {
+        out.kept_.push_back(std::move(kept));
+      }
+      continue;
+    }
+    uint64_t version = 0;
+    std::optional<std::string> line = ParseCheckedSlot(bytes, kVersionMagic);
+    if (line.has_value()) {
+      if (!absl::SimpleAtoi(*line, &version)) continue;
+    } else {
+      line = ParseCheckedSlot(bytes, kVersionIntentMagic);
+      if (!line.has_value()) continue;
+      const std::vector<absl::string_view> fields = absl::StrSplit(*line, ' ');
+      if (fields.empty() || !absl::SimpleAtoi(fields[0], &version) ||
+          !ParseDomainIntent(absl::MakeConstSpan(fields).subspan(1),
+                             &kept.domain, &kept.intent)) {
+        continue;
+      }
+      kept.intent.version = version;
+      out.slot_intents_[i] = std::move(kept);
+    }
+    if (out.slot_ < 0 || version > out.version_) {
+      out.version_ = version;
+      out.slot_ = static_cast<int>(i);
     }
   }
-  return Held(dir_.get(), std::move(name), std::move(file), std::move(where),
-              version, slot);
+  return out;
 }
 
-absl::Status FileVersions::Held::PrepareRaise() {
+SeqIntent FileVersions::Held::IntentOf(absl::string_view domain) const {
+  SeqIntent newest;
+  auto consider = [&](const Kept& kept) {
+    if (kept.domain == domain && NewerIntent(kept.intent, newest)) {
+      newest = kept.intent;
+    }
+  };
+  for (const std::optional<Kept>& kept : slot_intents_) {
+    if (kept.has_value()) consider(*kept);
+  }
+  for (const Kept& kept : kept_) consider(kept);
+  return newest;
+}
+
+absl::Status FileVersions::Held::Keep(const Kept& from) {
+  auto own = std::find_if(kept_.begin(), kept_.end(), [&](const Kept& k) {
+    return k.domain == from.domain;
+  });
+  if (own != kept_.end() && !NewerIntent(from.intent, own->intent)) {
+    return absl::OkStatus();  // Kept already.
+  }
+  const uint64_t offset = own != kept_.end() ? own->offset : end_;
+  // Cut short, the slot fails its checksum; the version slot still holds
+  // the intent, since nothing overwrites it before this copy is synced.
+  if (absl::Status s = file_io::WriteAllAt(
+          file_.get(),
+          CheckedSlotText(kKeptMagic, absl::StrCat(from.domain, " ",
+                                                   SeqIntentText(from.intent))),
+          offset, where_);
+      !s.ok()) {
+    return s;
+  }
+  if (::fdatasync(file_.get()) != 0) {
+    return ErrnoStatus(errno, "fdatasync", where_);
+  }
+  if (own != kept_.end()) {
+    own->intent = from.intent;
+  } else {
+    kept_.push_back(Kept{from.domain, from.intent, offset});
+    end_ += kCheckedSlotBytes;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FileVersions::Held::PrepareRaise(absl::string_view domain,
+                                              const SeqIntent* intent) {
   if (version_ == UINT64_MAX) {
     return absl::OutOfRangeError(
         absl::StrCat("file adapter: the version of ", where_, " is at 2^64-1"));
   }
+  // The slot holding version() is the one the raise after this overwrites:
+  // an intent it holds that this raise does not supersede is copied first.
+  if (slot_ >= 0 && slot_intents_[slot_].has_value()) {
+    const Kept& newest = *slot_intents_[slot_];
+    if (intent == nullptr || newest.domain != domain) {
+      if (absl::Status s = Keep(newest); !s.ok()) return s;
+    }
+  }
   const int slot = slot_ == 0 ? 1 : 0;
+  const uint64_t version = version_ + 1;
+  std::optional<Kept> with;
+  std::string text;
+  if (intent != nullptr) {
+    with = Kept{std::string(domain), *intent, slot * kCheckedSlotBytes};
+    with->intent.version = version;
+    with->intent.home.clear();
+    text = CheckedSlotText(
+        kVersionIntentMagic,
+        absl::StrCat(version, " ", domain, " ", SeqIntentText(with->intent)));
+  } else {
+    text = CheckedSlotText(kVersionMagic, absl::StrCat(version));
+  }
   // Cut short, a slot fails its checksum, and the other one stands.
-  if (absl::Status s = file_io::WriteAllAt(
-          file_.get(),
-          CheckedSlotText(kVersionMagic, absl::StrCat(version_ + 1)),
-          slot * kCheckedSlotBytes, where_);
+  if (absl::Status s = file_io::WriteAllAt(file_.get(), text,
+                                           slot * kCheckedSlotBytes, where_);
       !s.ok()) {
     return s;
   }
-  ++version_;
+  version_ = version;
   slot_ = slot;
+  slot_intents_[slot] = std::move(with);
   return absl::OkStatus();
 }
 

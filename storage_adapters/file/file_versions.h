@@ -8,15 +8,28 @@
 // (Operation.if_version, if_absent).
 //
 // Under <root>/.fencegate/versions/, one file per path, named by the
-// SHA-256 of the path in hex: two checked slots (checked_slot.h) at offsets
-// 0 and kCheckedSlotBytes, each "fencegate-version 1", "<version>"; the
-// whole slot with the higher version holds the path's version, and a raise
-// overwrites the other one in place. A path with no whole slot has version
-// 0. The file is also the path's lock: flock(LOCK_EX) is held from reading
-// the version, through checking a precondition and raising the version, to
-// the change made and synced, by every thread and process writing to the
-// root, so that no other change of the path comes between (writes of two
-// domains to one path included).
+// SHA-256 of the path in hex (the path's name): two checked slots
+// (checked_slot.h) at offsets 0 and kCheckedSlotBytes, each either
+// "fencegate-version 1", "<version>", or "fencegate-version 2",
+// "<version> <domain> <intent>" when the change was a Write with a seq of
+// the domain whose fence record is named <domain> (seq_intent.h; the
+// intent's version is the slot's). The whole slot with the higher version
+// holds the path's version, and a raise overwrites the other one in place.
+// A path with no whole slot has version 0. The file is also the path's
+// lock: flock(LOCK_EX) is held from reading the version, through checking
+// a precondition and raising the version, to the change made and synced,
+// by every thread and process writing to the root, so that no other change
+// of the path comes between (writes of two domains to one path included).
+//
+// Seq intents kept here (fence_records.h: for the domains whose home this
+// path is) outlive the version slot that holds them: a raise that would
+// leave another domain's intent (or the same domain's, by a write without
+// a seq) only in the slot the next raise overwrites first copies it to
+// that domain's own slot, "fencegate-seq-kept 1", "<domain> <intent>", one
+// per domain past the two version slots, and syncs it (fdatasync), so that
+// the copy is durable before the slot it came from can be overwritten. A
+// domain's intent here is the newest (NewerIntent) of its whole slots.
+// Only a path written by more than one domain with seqs pays those copies.
 //
 // A raise is written before the change it counts is made, and is durable
 // with the first sync of the write's group (file_commit.h), before the
@@ -27,7 +40,8 @@
 // Versions are kept per path as written: a file reached by two paths (a
 // symlink or hard link beneath the root) has a version per path. A version
 // file stays when its path's file is deleted, so that a re-created file
-// continues from it: a root keeps 1 KiB per path it ever changed. One still
+// continues from it: a root keeps 1 KiB per path it ever changed, and 512
+// bytes more per domain whose seq intent another write displaced. One still
 // at version 0 when its lock is released (a delete of a missing file, a
 // failed precondition, a change that failed before its raise) is removed,
 // so that writes that change nothing leave nothing behind. A lock taken on
@@ -42,13 +56,17 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "storage_adapters/file/checked_slot.h"
 #include "storage_adapters/file/file_io.h"
+#include "storage_adapters/file/seq_intent.h"
 
 namespace fencegate {
 
@@ -70,29 +88,59 @@ class FileVersions {
     // raised it), then releases the lock.
     ~Held();
     uint64_t version() const { return version_; }
-    // Writes version() + 1 to the slot not holding version(), and makes it
-    // version(). Not durable until the file system is synced: call it
-    // before the change it counts is made. OUT_OF_RANGE at 2^64-1.
-    absl::Status PrepareRaise();
+    // The newest seq intent kept here of the domain whose fence record is
+    // named `domain` (seq 0 if none).
+    SeqIntent IntentOf(absl::string_view domain) const;
+    // Writes version() + 1 to the slot not holding version(), with
+    // `intent` of the domain named `domain` if `intent` is given (its
+    // version set to the new one, its home ignored), and makes it
+    // version(). Copies an intent the raise would displace first (above).
+    // Not durable until the file system is synced: call it before the
+    // change it counts is made. OUT_OF_RANGE at 2^64-1.
+    absl::Status PrepareRaise(absl::string_view domain = "",
+                              const SeqIntent* intent = nullptr);
 
    private:
     friend class FileVersions;
-    Held(int dir, std::string name, file_io::Fd file, std::string where,
-         uint64_t version, int slot);
+    // A whole slot holding a seq intent.
+    struct Kept {
+      std::string domain;
+      SeqIntent intent;
+      uint64_t offset = 0;
+    };
+    Held(int dir, std::string name, file_io::Fd file, std::string where);
+    // Copies `from`, held by the version slot holding version(), to its
+    // domain's own slot, and syncs the file.
+    absl::Status Keep(const Kept& from);
+
     int dir_;           // FileVersions::dir_.
     std::string name_;  // The version file's name in dir_.
     file_io::Fd file_;  // The version file, locked; invalid once moved from.
     std::string where_;
-    uint64_t version_;
-    int slot_;  // The slot holding version_; -1: none.
+    uint64_t version_ = 0;
+    int slot_ = -1;  // The slot holding version_; -1: none.
+    // The intents of the version slots (by slot) and of the domains' own
+    // slots, as last read or written.
+    std::optional<Kept> slot_intents_[2];
+    std::vector<Kept> kept_;
+    uint64_t end_ =
+        2 * kCheckedSlotBytes;  // Where a domain's new own slot goes.
   };
 
   // Takes `path`'s lock, waiting for another holder until `deadline` but at
-  // most 30 s (then UNAVAILABLE, saying so), and reads its version.
+  // most 30 s (then UNAVAILABLE, saying so), and reads its version and the
+  // seq intents kept beside it.
   absl::StatusOr<Held> Lock(absl::string_view path, absl::Time deadline) const;
+  // Lock() by the path's name (its hex SHA-256), as a domain's home names it
+  // (fence_records.h). INVALID_ARGUMENT for a name that is not one.
+  absl::StatusOr<Held> LockNamed(absl::string_view name,
+                                 absl::Time deadline) const;
 
  private:
   FileVersions(file_io::Fd dir, std::string path);
+  // Lock()'s work, for the file `name`; `what` names it in messages.
+  absl::StatusOr<Held> LockFile(std::string name, absl::string_view what,
+                                absl::Time deadline) const;
 
   const file_io::Fd dir_;   // <root>/.fencegate/versions
   const std::string path_;  // Its path, for messages.
