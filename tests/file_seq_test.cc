@@ -1,11 +1,12 @@
 // Copyright fencegate authors.
 //
 // (token, seq) on file routes (docs/fencing.md, rule 14): a Write's seq
-// intent is recorded in its domain's fence record before its change is
-// made, so a retry after a crash at any step applies the change once, and
-// an older seq is refused. A crash is the process ending at a named step
-// (a forked child that _exits at a sync point, as kill -9 would end it:
-// what it wrote to files stays, nothing else runs: testing::CrashedAt).
+// intent is recorded beside its path's version (and its domain's lock file
+// names that path) before its change is made, so a retry after a crash at any
+// step applies the change once, and an older seq is refused. A crash is the
+// process ending at a named step (a forked child that _exits at a sync point,
+// as kill -9 would end it: what it wrote to files stays, nothing else runs:
+// testing::CrashedAt).
 
 #include <filesystem>
 #include <string>
@@ -74,11 +75,12 @@ class FileSeqTest : public testing::FileRootTest {
   // while the process forks (a lock another thread held at the fork would
   // stay locked in the child), and opened again after.
   bool CrashAt(const char* point, uint64_t token, uint64_t seq,
-               const v1::Operation& op, bool grouped) {
+               const v1::Operation& op, bool grouped,
+               const std::string& path = "log.txt") {
     adapter_.reset();
     const bool reached = testing::CrashedAt(point, [&] {
       std::unique_ptr<FileAdapter> own = Open();
-      if (own != nullptr) (void)Write(*own, token, seq, op, "log.txt", grouped);
+      if (own != nullptr) (void)Write(*own, token, seq, op, path, grouped);
     });
     adapter_ = Open();
     return reached;
@@ -263,6 +265,109 @@ TEST_F(FileSeqTest, AnIntentOutlivesAnotherDomainsWritesToItsPath) {
   EXPECT_EQ(other_retry.results[0].file().version(),
             other.results[0].file().version());
   EXPECT_EQ(File(), "a\nb\no1\no2\no3\nx\n");
+}
+
+// A new holder's first write, its seq intent written, ends before it
+// raised the record: its change was never made, and the old holder's
+// retry of its last (token, seq) is still answered from its own intent,
+// also once another domain's writes have overwritten the version slots.
+TEST_F(FileSeqTest, AnIntentOfAWriteThatNeverRaisedTheRecordIsPassedOver) {
+  FENCEGATE_SKIP_WITHOUT_SYNC_POINTS();
+  ASSERT_OK(Write(*adapter_, 5, 1, Append("a")).status);
+  ASSERT_OK(Write(*adapter_, 5, 2, Append("b")).status);
+  ASSERT_TRUE(CrashAt("FileAdapter::Apply:BeforeRecord", 6, 1, Append("c"),
+                      /*grouped=*/false));
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE(round == 0 ? "as left" : "after another domain's writes");
+    EXPECT_TRUE(Write(*adapter_, 5, 2, Append("b")).replayed);
+    EXPECT_TRUE(GetSeqOutOfOrder(Write(*adapter_, 5, 1, Append("a")).status)
+                    .has_value());
+    EXPECT_THAT(Write(*adapter_, 5, 0, Append("x")).status.message(),
+                HasSubstr("carry a seq"));
+    for (int i = 0; i < 2; ++i) {
+      ASSERT_OK(Write(*adapter_, 1, 0, Append("o"), "log.txt", false, "other")
+                    .status);
+    }
+    adapter_ = Open();
+  }
+  // The new holder's retry: never made, so applied now.
+  Outcome retry = Write(*adapter_, 6, 1, Append("c"));
+  ASSERT_OK(retry.status);
+  EXPECT_FALSE(retry.replayed);
+  EXPECT_EQ(File(), "a\nb\no\no\no\no\nc\n");
+}
+
+// A put or delete whose outcome was lost, and another domain's change to
+// the file since: whether the attempt was made cannot be told from the
+// file, so the retry is ABORTED and the other change stands.
+TEST_F(FileSeqTest, ARetryAfterAnotherDomainsChangeIsAbortedNotApplied) {
+  ASSERT_OK(Write(*adapter_, 5, 1, Put("mine"), "state").status);
+  ASSERT_OK(
+      Write(*adapter_, 1, 0, Put("theirs"), "state", false, "other").status);
+  EXPECT_EQ(Write(*adapter_, 5, 1, Put("mine"), "state").status.code(),
+            absl::StatusCode::kAborted);
+  EXPECT_EQ(File("state"), "theirs");
+  v1::Operation del;
+  del.mutable_delete_();
+  ASSERT_OK(Write(*adapter_, 5, 2, del, "gone").status);  // Nothing there.
+  ASSERT_OK(Write(*adapter_, 1, 0, Put("new"), "gone", false, "other").status);
+  EXPECT_EQ(Write(*adapter_, 5, 2, del, "gone").status.code(),
+            absl::StatusCode::kAborted);
+  EXPECT_EQ(File("gone"), "new");
+}
+
+// A new holder writing the same path as the one before it: its seqs start
+// over, and the rules hold for them.
+TEST_F(FileSeqTest, ANewTokensSeqsOnTheSamePathFollowTheRules) {
+  ASSERT_OK(Write(*adapter_, 5, 1, Append("a")).status);
+  ASSERT_OK(Write(*adapter_, 5, 7, Append("b")).status);
+  ASSERT_OK(Write(*adapter_, 6, 2, Append("c")).status);
+  adapter_ = Open();
+  EXPECT_TRUE(Write(*adapter_, 6, 2, Append("c")).replayed);
+  EXPECT_TRUE(
+      GetSeqOutOfOrder(Write(*adapter_, 6, 1, Append("x")).status).has_value());
+  EXPECT_THAT(Write(*adapter_, 6, 0, Append("x")).status.message(),
+              HasSubstr("carry a seq"));
+  EXPECT_TRUE(
+      GetStaleToken(Write(*adapter_, 5, 8, Append("x")).status).has_value());
+  EXPECT_EQ(File(), "a\nb\nc\n");
+}
+
+// Four domains taking turns on one path, the adapter reopened between
+// writes: each displaced intent is kept in its domain's own slot, each
+// domain's slots found again, none overwriting another's.
+TEST_F(FileSeqTest, IntentsOfDomainsTakingTurnsAreKeptAcrossRestarts) {
+  const std::string domains[] = {"d0", "d1", "d2", "d3"};
+  auto line = [](const std::string& domain, uint64_t seq) {
+    return absl::StrCat(domain, ".", seq);
+  };
+  std::string expected;
+  for (uint64_t seq = 1; seq <= 4; ++seq) {
+    for (int d = 0; d < 4; ++d) {
+      ASSERT_OK(Write(*adapter_, 3, seq, Append(line(domains[d], seq)),
+                      "log.txt", false, domains[d])
+                    .status);
+      absl::StrAppend(&expected, line(domains[d], seq), "\n");
+      adapter_ = Open();
+      // Every domain's last write is still answered as a retry.
+      for (int e = 0; e < 4; ++e) {
+        const uint64_t last = e <= d ? seq : seq - 1;
+        if (last == 0) continue;
+        EXPECT_TRUE(Write(*adapter_, 3, last, Append(line(domains[e], last)),
+                          "log.txt", false, domains[e])
+                        .replayed)
+            << domains[e] << " seq " << last;
+      }
+    }
+  }
+  for (const std::string& domain : domains) {
+    EXPECT_TRUE(GetSeqOutOfOrder(Write(*adapter_, 3, 3, Append(line(domain, 3)),
+                                       "log.txt", false, domain)
+                                     .status)
+                    .has_value())
+        << domain;
+  }
+  EXPECT_EQ(File(), expected);
 }
 
 // The same crash without a seq: the retry appends the line again. This is

@@ -7,8 +7,10 @@
 // line in hex>", then NULs. A record keeps two slots and overwrites the one
 // not holding its newest value: a crash that cuts a write short leaves that
 // slot failing its checksum, and the other slot holding the value before.
-// Used for a domain's seq intents (fence_records.h) and a path's version
-// (file_versions.h).
+// (A seq intent kept in a domain's own slot of a version file is the one
+// exception: one slot, overwritten only while another copy stands,
+// file_versions.h.) Used for a domain's seq intents (fence_records.h) and a
+// path's version (file_versions.h).
 
 #ifndef STORAGE_ADAPTERS_FILE_CHECKED_SLOT_H_
 #define STORAGE_ADAPTERS_FILE_CHECKED_SLOT_H_

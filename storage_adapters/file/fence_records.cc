@@ -72,7 +72,7 @@ bool ParseIntent(absl::string_view text, SeqIntent* intent) {
   intent->home.clear();
   if (fields.size() == 7) {
     if (fields[6] != "-") {
-      if (fields[6].size() != 64) return false;
+      if (!IsHexSha256(fields[6])) return false;
       intent->home = std::string(fields[6]);
     }
     fields.pop_back();
@@ -95,9 +95,11 @@ absl::StatusOr<std::string> ReadSmall(int dir, const std::string& name,
 }
 
 // The newest whole intent of the slots in the lock file `lock`, and its
-// slot (-1, and seq 0, if none is whole).
+// slot (-1, and seq 0, if none is whole). Intents of a token above
+// `record_token` are passed over: their write never raised the record, so
+// it never made its change (file_commit.h).
 absl::StatusOr<SeqIntent> ReadIntent(int lock, absl::string_view where,
-                                     int* slot) {
+                                     uint64_t record_token, int* slot) {
   absl::StatusOr<std::string> text =
       file_io::ReadAt(lock, 0, 2 * kCheckedSlotBytes, where);
   if (!text.ok()) return text.status();
@@ -108,8 +110,9 @@ absl::StatusOr<SeqIntent> ReadIntent(int lock, absl::string_view where,
     SeqIntent read;
     if (text->size() <= at ||
         !ParseIntent(absl::string_view(*text).substr(at, kCheckedSlotBytes),
-                     &read)) {
-      continue;  // Absent, or cut short.
+                     &read) ||
+        read.token > record_token) {
+      continue;  // Absent, cut short, or never made.
     }
     if (*slot < 0 || NewerIntent(read, newest)) {
       newest = std::move(read);
@@ -199,11 +202,23 @@ absl::StatusOr<FileFenceRecords::Held> FileFenceRecords::Lock(
   absl::StatusOr<uint64_t> token = Read(name, domain, &found);
   if (!token.ok()) return token.status();
   int slot = -1;
-  absl::StatusOr<SeqIntent> intent =
-      ReadIntent(lock.get(), absl::StrCat(path_, "/", lock_name), &slot);
+  absl::StatusOr<SeqIntent> intent = ReadIntent(
+      lock.get(), absl::StrCat(path_, "/", lock_name), *token, &slot);
   if (!intent.ok()) return intent.status();
   return Held(this, std::string(domain), name, std::move(lock), *token,
               *std::move(intent), slot);
+}
+
+absl::StatusOr<uint64_t> FileFenceRecords::DurableToken(
+    const std::string& name) const {
+  std::string found;
+  absl::StatusOr<uint64_t> token = Read(name, "", &found);
+  if (!token.ok()) return token.status();
+  // A raise renamed into place and not yet synced is made durable with it.
+  if (absl::Status s = file_io::FsyncFd(dir_.get(), "fsync", path_); !s.ok()) {
+    return s;
+  }
+  return token;
 }
 
 absl::StatusOr<uint64_t> FileFenceRecords::Read(const std::string& name,

@@ -83,9 +83,11 @@ class FileFenceRecords {
     uint64_t token() const { return token_; }
     // The record's file name: the hex SHA-256 of the domain.
     const std::string& name() const { return name_; }
-    // The newest seq intent of this file (seq 0 if none), of whatever
-    // token: compare its token. If it has a home, the home's version file
-    // may keep newer ones (above).
+    // The newest seq intent of this file (seq 0 if none), of a token no
+    // higher than token() (an intent of a higher one belongs to a write
+    // that never raised the record, so never made its change): compare
+    // its token. If it has a home, the home's version file may keep newer
+    // ones (above).
     const SeqIntent& intent() const { return intent_; }
     // Replaces the record with `token`, durably, if it is higher than
     // token(); does nothing otherwise.
@@ -129,6 +131,12 @@ class FileFenceRecords {
   // one, or is another domain's.
   absl::StatusOr<Held> Lock(absl::string_view domain,
                             absl::Time deadline) const;
+
+  // The token of the record named `name` (a domain's hex SHA-256; 0 if it
+  // has none), without locking, as it is durably: the directory is synced
+  // after the read, so that a raise renamed into place before it is too.
+  // DATA_LOSS as Lock().
+  absl::StatusOr<uint64_t> DurableToken(const std::string& name) const;
 
   // Calls `fn` with every record's domain and token, without locking (a
   // record is always whole). DATA_LOSS as Lock().

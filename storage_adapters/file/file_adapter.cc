@@ -172,7 +172,7 @@ absl::StatusOr<std::unique_ptr<FileAdapter>> FileAdapter::Open(
       FileFenceRecords::Open(root_fd.get(), root);
   if (!records.ok()) return records.status();
   absl::StatusOr<std::unique_ptr<FileVersions>> versions =
-      FileVersions::Open(root_fd.get(), root);
+      FileVersions::Open(root_fd.get(), root, records->get());
   if (!versions.ok()) return versions.status();
   absl::StatusOr<file_io::Fd> commit_sync =
       file_io::OpenSyncHandle(root_fd.get(), root);
@@ -245,7 +245,7 @@ absl::StatusOr<std::unique_ptr<FileWrite>> FileAdapter::Begin(
   absl::StatusOr<SeqIntent> last = LastIntent(*record, target, &version);
   if (!last.ok()) return last.status();
   absl::StatusOr<bool> replayed =
-      CheckSeq(record->token(), *last, target, ops, results);
+      CheckSeq(record->token(), *last, target, ops, results, &version);
   if (!replayed.ok()) return replayed.status();
   if (*replayed) return nullptr;
   auto write = std::make_unique<FileWrite>(*std::move(record));
@@ -275,17 +275,16 @@ absl::StatusOr<SeqIntent> FileAdapter::LastIntent(
   absl::StatusOr<FileVersions::Held> home =
       versions_->LockNamed(recorded.home, target.deadline);
   if (!home.ok()) return home.status();
-  SeqIntent kept = home->IntentOf(record.name());
+  SeqIntent kept = home->IntentOf(record.name(), record.token());
   if (recorded.home == Sha256Hex(target.path))
     version->emplace(*std::move(home));
   return NewerIntent(kept, recorded) ? kept : recorded;
 }
 
-absl::StatusOr<bool> FileAdapter::CheckSeq(uint64_t record_token,
-                                           const SeqIntent& last,
-                                           const WriteTarget& target,
-                                           const Operations& ops,
-                                           OpResults* results) {
+absl::StatusOr<bool> FileAdapter::CheckSeq(
+    uint64_t record_token, const SeqIntent& last, const WriteTarget& target,
+    const Operations& ops, OpResults* results,
+    std::optional<FileVersions::Held>* version) {
   if (record_token != target.token || last.token != target.token ||
       last.seq == 0) {
     return false;
@@ -310,8 +309,16 @@ absl::StatusOr<bool> FileAdapter::CheckSeq(uint64_t record_token,
         " was recorded for another write (another path or operation): a seq "
         "names one write; nothing applied"));
   }
-  absl::StatusOr<bool> made = FileChange::Made(
-      root_fd_, std::string(target.path), op, last.size_before);
+  // The path's version tells whether another write changed it since.
+  if (!version->has_value()) {
+    absl::StatusOr<FileVersions::Held> locked =
+        versions_->Lock(target.path, target.deadline);
+    if (!locked.ok()) return locked.status();
+    version->emplace(*std::move(locked));
+  }
+  absl::StatusOr<bool> made =
+      FileChange::Made(root_fd_, std::string(target.path), op, last.size_before,
+                       /*changed_since=*/(*version)->version() > last.version);
   if (!made.ok() || !*made) return made;  // Not made: applied now.
   v1::FileResult* result = results->Add()->mutable_file();
   result->set_existed(last.existed);

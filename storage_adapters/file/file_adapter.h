@@ -96,11 +96,12 @@ class FileAdapter final : public StorageAdapter {
                         const Operations& ops) const override;
   absl::Status Apply(const WriteTarget& target, const Operations& ops,
                      OpResults* results) override;
-  // Blocks for a sync only to keep another domain's seq intent that the
-  // write's version raise displaces (file_versions.h); may block for a lock
+  // Blocks for a sync only to keep a seq intent that the write's version
+  // raise would overwrite (file_versions.h), and to read a domain's record
+  // durably for it (FileFenceRecords::DurableToken); may block for a lock
   // (another process holding the domain's record, another domain appending
-  // to the same file), so ApplyAsyncNeverBlocks() stays false. `done` runs on the commit thread,
-  // or on this one (above).
+  // to the same file), so ApplyAsyncNeverBlocks() stays false. `done` runs on
+  // the commit thread, or on this one (above).
   void ApplyAsync(const WriteTarget& target, const Operations& ops,
                   OpResults* results, ApplyCallback done) override;
   // The root is still a directory the gateway may write to.
@@ -157,10 +158,12 @@ class FileAdapter final : public StorageAdapter {
       std::optional<FileVersions::Held>* version) const;
   // The seq rules for a write whose token is the record's, `last` the
   // domain's newest intent: true if the write is a retry of a change
-  // already made (answered, as Begin says).
+  // already made (answered, as Begin says). A retry takes the path's
+  // version lock into `*version` if LastIntent did not.
   absl::StatusOr<bool> CheckSeq(uint64_t record_token, const SeqIntent& last,
                                 const WriteTarget& target,
-                                const Operations& ops, OpResults* results);
+                                const Operations& ops, OpResults* results,
+                                std::optional<FileVersions::Held>* version);
   // Prepares ops[i] in `write`, adding its result to `results`.
   absl::Status Prepare(FileWrite& write, const WriteTarget& target,
                        const Operations& ops, int i, OpResults* results);

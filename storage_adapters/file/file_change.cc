@@ -351,7 +351,16 @@ absl::Status CannotTell(absl::string_view path) {
 
 absl::StatusOr<bool> FileChange::Made(int root_fd, const std::string& path,
                                       const v1::Operation& op,
-                                      uint64_t size_before) {
+                                      uint64_t size_before,
+                                      bool changed_since) {
+  absl::StatusOr<bool> made = Found(root_fd, path, op, size_before);
+  if (made.ok() && !*made && changed_since) return CannotTell(path);
+  return made;
+}
+
+absl::StatusOr<bool> FileChange::Found(int root_fd, const std::string& path,
+                                       const v1::Operation& op,
+                                       uint64_t size_before) {
   switch (op.op_case()) {
     case v1::Operation::kPut: {
       const std::string& data = op.put().data();

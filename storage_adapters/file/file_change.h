@@ -119,11 +119,15 @@ class FileChange {
   // append by its data at `size_before`. An append cut short by a crash
   // (part of its data there, nothing after) is truncated back to
   // `size_before`, durably, and is not made. ABORTED if the file changed
-  // so that neither can be told (another domain's write to it since).
-  // Takes an append's file lock while it looks.
+  // so that neither can be told (another domain's write to it since): an
+  // append's data not where it was to go, or any change not found made
+  // when `changed_since` (the path's version is past the one the attempt
+  // raised it to: another write may have undone the change). Takes an
+  // append's file lock while it looks; the caller holds the path's
+  // version lock.
   static absl::StatusOr<bool> Made(int root_fd, const std::string& path,
                                    const v1::Operation& op,
-                                   uint64_t size_before);
+                                   uint64_t size_before, bool changed_since);
 
   // Makes the change. Not durable until the file system is synced. On error
   // nothing is changed (a put's temporary is removed, a partly written
@@ -141,6 +145,10 @@ class FileChange {
              const v1::Operation* op, const std::string* data,
              v1::FileResult* result);
 
+  // Made()'s look at the file, whatever its version.
+  static absl::StatusOr<bool> Found(int root_fd, const std::string& path,
+                                    const v1::Operation& op,
+                                    uint64_t size_before);
   // The precondition of op_, for a file that `exists` or not.
   absl::Status Admit(bool exists) const;
   // Raises the path's version (version_ held) and reports it in result_.

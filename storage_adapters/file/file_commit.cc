@@ -25,6 +25,7 @@ void CommitFileWrites(int sync_fd, absl::string_view root,
     for (FileWrite* w : writes) FailOp(*w, s);
     return;
   }
+  FENCEGATE_SYNC_POINT("FileAdapter::Apply:BeforeRecord");
   // 2. The records.
   bool raised = false;
   for (FileWrite* w : writes) {

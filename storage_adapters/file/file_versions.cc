@@ -33,15 +33,10 @@ constexpr char kVersionIntentMagic[] = "fencegate-version 2";
 constexpr char kKeptMagic[] = "fencegate-seq-kept 1";
 constexpr absl::Duration kMaxLockWait = absl::Seconds(30);
 
-bool IsName(absl::string_view name) {
-  return name.size() == 64 &&
-         name.find_first_not_of("0123456789abcdef") == absl::string_view::npos;
-}
-
 // "<domain> <intent>" into `*domain` and `*intent`.
 bool ParseDomainIntent(absl::Span<const absl::string_view> fields,
                        std::string* domain, SeqIntent* intent) {
-  if (fields.empty() || !IsName(fields[0]) ||
+  if (fields.empty() || !IsHexSha256(fields[0]) ||
       !ParseSeqIntent(fields.subspan(1), intent)) {
     return false;
   }
@@ -52,7 +47,7 @@ bool ParseDomainIntent(absl::Span<const absl::string_view> fields,
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<FileVersions>> FileVersions::Open(
-    int root_fd, const std::string& root) {
+    int root_fd, const std::string& root, const FileFenceRecords* records) {
   const std::string reserved = absl::StrCat(root, "/", kFileReservedDirectory);
   const std::string path = absl::StrCat(reserved, "/versions");
   Fd parent(file_io::OpenBeneath(root_fd, std::string(kFileReservedDirectory),
@@ -70,20 +65,25 @@ absl::StatusOr<std::unique_ptr<FileVersions>> FileVersions::Open(
   Fd dir(
       file_io::OpenBeneath(parent.get(), "versions", O_RDONLY | O_DIRECTORY));
   if (!dir.valid()) return ErrnoStatus(errno, "open directory", path);
-  return std::unique_ptr<FileVersions>(new FileVersions(std::move(dir), path));
+  return std::unique_ptr<FileVersions>(
+      new FileVersions(std::move(dir), path, records));
 }
 
-FileVersions::FileVersions(Fd dir, std::string path)
-    : dir_(std::move(dir)), path_(std::move(path)) {}
+FileVersions::FileVersions(Fd dir, std::string path,
+                           const FileFenceRecords* records)
+    : dir_(std::move(dir)), path_(std::move(path)), records_(records) {}
 
-FileVersions::Held::Held(int dir, std::string name, Fd file, std::string where)
-    : dir_(dir),
+FileVersions::Held::Held(const FileVersions* versions, std::string name,
+                         Fd file, std::string where)
+    : versions_(versions),
+      dir_(versions->dir_.get()),
       name_(std::move(name)),
       file_(std::move(file)),
       where_(std::move(where)) {}
 
 FileVersions::Held::Held(Held&& other) noexcept
-    : dir_(other.dir_),
+    : versions_(other.versions_),
+      dir_(other.dir_),
       name_(std::move(other.name_)),
       file_(std::move(other.file_)),
       where_(std::move(other.where_)),
@@ -112,7 +112,7 @@ absl::StatusOr<FileVersions::Held> FileVersions::Lock(
 
 absl::StatusOr<FileVersions::Held> FileVersions::LockNamed(
     absl::string_view name, absl::Time deadline) const {
-  if (!IsName(name)) {
+  if (!IsHexSha256(name)) {
     return absl::InvalidArgumentError(
         absl::StrCat("file adapter: \"", absl::CHexEscape(name),
                      "\" is not the name of a path's version file"));
@@ -156,7 +156,7 @@ absl::StatusOr<FileVersions::Held> FileVersions::LockFile(
   absl::StatusOr<std::string> text =
       file_io::ReadAt(file.get(), 0, size, where);
   if (!text.ok()) return text.status();
-  Held out(dir_.get(), std::move(name), std::move(file), std::move(where));
+  Held out(this, std::move(name), std::move(file), std::move(where));
   out.end_ =
       std::max<uint64_t>(out.end_, (size + kCheckedSlotBytes - 1) /
                                        kCheckedSlotBytes * kCheckedSlotBytes);
@@ -182,13 +182,14 @@ absl::StatusOr<FileVersions::Held> FileVersions::LockFile(
       line = ParseCheckedSlot(bytes, kVersionIntentMagic);
       if (!line.has_value()) continue;
       const std::vector<absl::string_view> fields = absl::StrSplit(*line, ' ');
-      if (fields.empty() || !absl::SimpleAtoi(fields[0], &version) ||
-          !ParseDomainIntent(absl::MakeConstSpan(fields).subspan(1),
-                             &kept.domain, &kept.intent)) {
-        continue;
+      if (fields.empty() || !absl::SimpleAtoi(fields[0], &version)) continue;
+      // A whole slot's version stands even if its intent does not parse
+      // (it cannot, being whole, unless written by another program).
+      if (ParseDomainIntent(absl::MakeConstSpan(fields).subspan(1),
+                            &kept.domain, &kept.intent)) {
+        kept.intent.version = version;
+        out.slot_intents_[i] = std::move(kept);
       }
-      kept.intent.version = version;
-      out.slot_intents_[i] = std::move(kept);
     }
     if (out.slot_ < 0 || version > out.version_) {
       out.version_ = version;
@@ -198,10 +199,12 @@ absl::StatusOr<FileVersions::Held> FileVersions::LockFile(
   return out;
 }
 
-SeqIntent FileVersions::Held::IntentOf(absl::string_view domain) const {
+SeqIntent FileVersions::Held::IntentOf(absl::string_view domain,
+                                       uint64_t record_token) const {
   SeqIntent newest;
   auto consider = [&](const Kept& kept) {
-    if (kept.domain == domain && NewerIntent(kept.intent, newest)) {
+    if (kept.domain == domain && kept.intent.token <= record_token &&
+        NewerIntent(kept.intent, newest)) {
       newest = kept.intent;
     }
   };
@@ -212,12 +215,31 @@ SeqIntent FileVersions::Held::IntentOf(absl::string_view domain) const {
   return newest;
 }
 
-absl::Status FileVersions::Held::Keep(const Kept& from) {
+bool FileVersions::Held::Superseded(const Kept& kept, absl::string_view domain,
+                                    const SeqIntent* intent) const {
+  auto newer = [&](absl::string_view of, const SeqIntent& other) {
+    return of == kept.domain && other.token == kept.intent.token &&
+           NewerIntent(other, kept.intent);
+  };
+  if (intent != nullptr && newer(domain, *intent)) return true;
+  for (const std::optional<Kept>& other : slot_intents_) {
+    if (other.has_value() && newer(other->domain, other->intent)) return true;
+  }
+  for (const Kept& other : kept_) {
+    if (newer(other.domain, other.intent)) return true;
+  }
+  return false;
+}
+
+absl::Status FileVersions::Held::Keep(const Kept& from, uint64_t record_token) {
+  // The domain's slot for this token, or one of a token no retry can need.
   auto own = std::find_if(kept_.begin(), kept_.end(), [&](const Kept& k) {
-    return k.domain == from.domain;
+    return k.domain == from.domain && k.intent.token == from.intent.token;
   });
-  if (own != kept_.end() && !NewerIntent(from.intent, own->intent)) {
-    return absl::OkStatus();  // Kept already.
+  if (own == kept_.end()) {
+    own = std::find_if(kept_.begin(), kept_.end(), [&](const Kept& k) {
+      return k.domain == from.domain && k.intent.token < record_token;
+    });
   }
   const uint64_t offset = own != kept_.end() ? own->offset : end_;
   // Cut short, the slot fails its checksum; the version slot still holds
@@ -248,14 +270,6 @@ absl::Status FileVersions::Held::PrepareRaise(absl::string_view domain,
     return absl::OutOfRangeError(
         absl::StrCat("file adapter: the version of ", where_, " is at 2^64-1"));
   }
-  // The slot holding version() is the one the raise after this overwrites:
-  // an intent it holds that this raise does not supersede is copied first.
-  if (slot_ >= 0 && slot_intents_[slot_].has_value()) {
-    const Kept& newest = *slot_intents_[slot_];
-    if (intent == nullptr || newest.domain != domain) {
-      if (absl::Status s = Keep(newest); !s.ok()) return s;
-    }
-  }
   const int slot = slot_ == 0 ? 1 : 0;
   const uint64_t version = version_ + 1;
   std::optional<Kept> with;
@@ -269,6 +283,18 @@ absl::Status FileVersions::Held::PrepareRaise(absl::string_view domain,
         absl::StrCat(version, " ", domain, " ", SeqIntentText(with->intent)));
   } else {
     text = CheckedSlotText(kVersionMagic, absl::StrCat(version));
+  }
+  // The intent the raise overwrites, kept first if a retry may need it.
+  if (slot_intents_[slot].has_value() &&
+      !Superseded(*slot_intents_[slot], domain,
+                  with.has_value() ? &with->intent : nullptr)) {
+    const Kept& old = *slot_intents_[slot];
+    absl::StatusOr<uint64_t> record_token =
+        versions_->records_->DurableToken(old.domain);
+    if (!record_token.ok()) return record_token.status();
+    if (old.intent.token >= *record_token) {
+      if (absl::Status s = Keep(old, *record_token); !s.ok()) return s;
+    }
   }
   // Cut short, a slot fails its checksum, and the other one stands.
   if (absl::Status s = file_io::WriteAllAt(file_.get(), text,

@@ -22,14 +22,21 @@
 // of the path comes between (writes of two domains to one path included).
 //
 // Seq intents kept here (fence_records.h: for the domains whose home this
-// path is) outlive the version slot that holds them: a raise that would
-// leave another domain's intent (or the same domain's, by a write without
-// a seq) only in the slot the next raise overwrites first copies it to
-// that domain's own slot, "fencegate-seq-kept 1", "<domain> <intent>", one
-// per domain past the two version slots, and syncs it (fdatasync), so that
-// the copy is durable before the slot it came from can be overwritten. A
-// domain's intent here is the newest (NewerIntent) of its whole slots.
-// Only a path written by more than one domain with seqs pays those copies.
+// path is) outlive the version slot that holds them: before a raise
+// overwrites a slot holding a domain's intent, it copies the intent to a
+// slot of that domain's own, "fencegate-seq-kept 1", "<domain> <intent>",
+// past the two version slots, and syncs it (fdatasync), so that the copy is
+// durable before the slot it came from is overwritten. It does not when
+// no retry can need the intent: the file holds a newer one of that domain
+// and token (the raise's own included), or its token is below the
+// domain's record's (read durably: FileFenceRecords::DurableToken). A
+// domain has one own slot per token, reusing one of a token below its
+// record's. A domain's intent here is the newest (NewerIntent) of its
+// whole slots of a token no higher than its record's (a higher one's write
+// never raised the record, so never made its change). A path written by
+// one domain, or by two taking turns with seqs, pays no copy; one written
+// by a domain with seqs and others without pays a copy and a sync each
+// time a write without a seq overwrites that domain's newest intent.
 //
 // A raise is written before the change it counts is made, and is durable
 // with the first sync of the write's group (file_commit.h), before the
@@ -70,14 +77,16 @@
 
 namespace fencegate {
 
+class FileFenceRecords;
+
 class FileVersions {
  public:
   // Creates <root>/.fencegate/versions if missing (beneath `root_fd`, which
-  // must stay open while this object lives; FileFenceRecords::Open has
-  // made <root>/.fencegate). The errno's status if it cannot be made or
-  // opened.
+  // must stay open while this object lives; `records`, the root's fence
+  // records, which must too, has made <root>/.fencegate). The errno's
+  // status if it cannot be made or opened.
   static absl::StatusOr<std::unique_ptr<FileVersions>> Open(
-      int root_fd, const std::string& root);
+      int root_fd, const std::string& root, const FileFenceRecords* records);
 
   // A path's version, its lock held until destroyed.
   class Held {
@@ -89,12 +98,13 @@ class FileVersions {
     ~Held();
     uint64_t version() const { return version_; }
     // The newest seq intent kept here of the domain whose fence record is
-    // named `domain` (seq 0 if none).
-    SeqIntent IntentOf(absl::string_view domain) const;
+    // named `domain`, of a token no higher than `record_token`, its
+    // record's (seq 0 if none).
+    SeqIntent IntentOf(absl::string_view domain, uint64_t record_token) const;
     // Writes version() + 1 to the slot not holding version(), with
     // `intent` of the domain named `domain` if `intent` is given (its
     // version set to the new one, its home ignored), and makes it
-    // version(). Copies an intent the raise would displace first (above).
+    // version(). Keeps first an intent the raise would overwrite (above).
     // Not durable until the file system is synced: call it before the
     // change it counts is made. OUT_OF_RANGE at 2^64-1.
     absl::Status PrepareRaise(absl::string_view domain = "",
@@ -108,11 +118,18 @@ class FileVersions {
       SeqIntent intent;
       uint64_t offset = 0;
     };
-    Held(int dir, std::string name, file_io::Fd file, std::string where);
-    // Copies `from`, held by the version slot holding version(), to its
-    // domain's own slot, and syncs the file.
-    absl::Status Keep(const Kept& from);
+    Held(const FileVersions* versions, std::string name, file_io::Fd file,
+         std::string where);
+    // Whether the file holds an intent of `kept`'s domain and token newer
+    // than it, or `domain`'s `intent` (a raise's) is one.
+    bool Superseded(const Kept& kept, absl::string_view domain,
+                    const SeqIntent* intent) const;
+    // Copies `from`, a version slot's, to its domain's own slot for its
+    // token (reusing one of a token below `record_token`), and syncs the
+    // file.
+    absl::Status Keep(const Kept& from, uint64_t record_token);
 
+    const FileVersions* versions_;
     int dir_;           // FileVersions::dir_.
     std::string name_;  // The version file's name in dir_.
     file_io::Fd file_;  // The version file, locked; invalid once moved from.
@@ -137,13 +154,15 @@ class FileVersions {
                                  absl::Time deadline) const;
 
  private:
-  FileVersions(file_io::Fd dir, std::string path);
+  FileVersions(file_io::Fd dir, std::string path,
+               const FileFenceRecords* records);
   // Lock()'s work, for the file `name`; `what` names it in messages.
   absl::StatusOr<Held> LockFile(std::string name, absl::string_view what,
                                 absl::Time deadline) const;
 
   const file_io::Fd dir_;   // <root>/.fencegate/versions
   const std::string path_;  // Its path, for messages.
+  const FileFenceRecords* const records_;
 };
 
 }  // namespace fencegate

@@ -33,6 +33,11 @@ bool ParseSeqIntent(absl::Span<const absl::string_view> fields,
   return true;
 }
 
+bool IsHexSha256(absl::string_view text) {
+  return text.size() == 64 &&
+         text.find_first_not_of("0123456789abcdef") == absl::string_view::npos;
+}
+
 bool NewerIntent(const SeqIntent& a, const SeqIntent& b) {
   if (a.seq == 0) return false;
   if (b.seq == 0) return true;

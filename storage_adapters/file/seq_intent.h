@@ -43,6 +43,10 @@ std::string SeqIntentText(const SeqIntent& intent);
 bool ParseSeqIntent(absl::Span<const absl::string_view> fields,
                     SeqIntent* intent);
 
+// Whether `text` is a hex SHA-256 (64 lowercase hex digits), as the names
+// of records and version files are.
+bool IsHexSha256(absl::string_view text);
+
 // Whether `a` was recorded after `b`, of one domain: a higher (token, seq),
 // or the same one with a higher version, as a retry of a write that was not
 // made records it again, at the next version of its path. A recorded
