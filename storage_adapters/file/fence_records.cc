@@ -211,11 +211,15 @@ absl::StatusOr<FileFenceRecords::Held> FileFenceRecords::Lock(
 
 absl::StatusOr<uint64_t> FileFenceRecords::DurableToken(
     const std::string& name) const {
+  // A descriptor of this call's own, opened before the read: one shared
+  // with another caller could have had a write-back error taken already.
+  Fd sync(::openat(dir_.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!sync.valid()) return ErrnoStatus(errno, "open directory", path_);
   std::string found;
   absl::StatusOr<uint64_t> token = Read(name, "", &found);
   if (!token.ok()) return token.status();
   // A raise renamed into place and not yet synced is made durable with it.
-  if (absl::Status s = file_io::FsyncFd(dir_.get(), "fsync", path_); !s.ok()) {
+  if (absl::Status s = file_io::FsyncFd(sync.get(), "fsync", path_); !s.ok()) {
     return s;
   }
   return token;

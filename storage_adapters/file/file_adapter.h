@@ -115,7 +115,8 @@ class FileAdapter final : public StorageAdapter {
   // before its change is made (with the group's first sync, so it costs no
   // sync). A retry of the recorded (token, seq) is answered from the record,
   // replayed, if the file shows the change made (FileChange::Made), and
-  // applied again otherwise;
+  // applied again otherwise, ABORTED if another write changed the path
+  // since and the file cannot tell (FileChange::Made);
   // a lower seq is SeqOutOfOrderError; the same seq for another path or
   // operation, and a write without a seq for a token that has one recorded, are
   // FAILED_PRECONDITION (either could not be told from a retry).

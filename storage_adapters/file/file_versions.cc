@@ -221,7 +221,13 @@ bool FileVersions::Held::Superseded(const Kept& kept, absl::string_view domain,
     return of == kept.domain && other.token == kept.intent.token &&
            NewerIntent(other, kept.intent);
   };
-  if (intent != nullptr && newer(domain, *intent)) return true;
+  // The raise's own intent only for a retry of the same (token, seq): a
+  // raise cut short by a crash leaves its slot failing its checksum, so an
+  // intent it overwrites stands only if another copy does.
+  if (intent != nullptr && intent->seq == kept.intent.seq &&
+      newer(domain, *intent)) {
+    return true;
+  }
   for (const std::optional<Kept>& other : slot_intents_) {
     if (other.has_value() && newer(other->domain, other->intent)) return true;
   }

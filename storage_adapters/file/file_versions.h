@@ -28,15 +28,16 @@
 // past the two version slots, and syncs it (fdatasync), so that the copy is
 // durable before the slot it came from is overwritten. It does not when
 // no retry can need the intent: the file holds a newer one of that domain
-// and token (the raise's own included), or its token is below the
+// and token (the raise's own only if a retry of the same seq, since a raise
+// cut short leaves nothing), or its token is below the
 // domain's record's (read durably: FileFenceRecords::DurableToken). A
 // domain has one own slot per token, reusing one of a token below its
 // record's. A domain's intent here is the newest (NewerIntent) of its
 // whole slots of a token no higher than its record's (a higher one's write
 // never raised the record, so never made its change). A path written by
-// one domain, or by two taking turns with seqs, pays no copy; one written
-// by a domain with seqs and others without pays a copy and a sync each
-// time a write without a seq overwrites that domain's newest intent.
+// one domain with seqs pays no copy; where writes of other domains, or of
+// the domain without a seq or under a new token, come between, a raise
+// may pay a copy, an fdatasync and a sync of the fence records' directory.
 //
 // A raise is written before the change it counts is made, and is durable
 // with the first sync of the write's group (file_commit.h), before the
@@ -121,7 +122,7 @@ class FileVersions {
     Held(const FileVersions* versions, std::string name, file_io::Fd file,
          std::string where);
     // Whether the file holds an intent of `kept`'s domain and token newer
-    // than it, or `domain`'s `intent` (a raise's) is one.
+    // than it, or `domain`'s `intent` (a raise's) is a retry of it.
     bool Superseded(const Kept& kept, absl::string_view domain,
                     const SeqIntent* intent) const;
     // Copies `from`, a version slot's, to its domain's own slot for its
