@@ -49,9 +49,10 @@
 // symlink or hard link beneath the root) has a version per path. A version
 // file stays when its path's file is deleted, so that a re-created file
 // continues from it: a root keeps 1 KiB per path it ever changed, and 512
-// bytes more per domain whose seq intent another write displaced. One still
-// at version 0 when its lock is released (a delete of a missing file, a
-// failed precondition, a change that failed before its raise) is removed,
+// bytes more per domain and token (usually one or two) whose seq intent
+// another write displaced. One still at version 0 when its lock is
+// released (a delete of a missing file, a failed precondition, a change
+// that failed before its raise) is removed,
 // so that writes that change nothing leave nothing behind. A lock taken on
 // a file that was removed meanwhile is taken again on the path's current
 // one, so that removing it under its lock is safe.
