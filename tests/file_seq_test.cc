@@ -8,8 +8,10 @@
 // as kill -9 would end it: what it wrote to files stays, nothing else runs:
 // testing::CrashedAt).
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -157,6 +159,37 @@ std::string FindUnder(const std::string& dir, const std::string& suffix,
   return "";
 }
 
+// Cuts short, as a crash in the middle of its write would leave it, each
+// of the two first slots of the files in <root>/.fencegate/<dir> that
+// holds one of `needles`; returns how many.
+int CutSlotsHolding(const std::string& root, const std::string& dir,
+                    const std::vector<std::string>& needles) {
+  int cut = 0;
+  for (const auto& e : std::filesystem::directory_iterator(
+           absl::StrCat(root, "/.fencegate/", dir))) {
+    const std::string name = e.path().string();
+    absl::StatusOr<std::string> text = ReadFile(name);
+    if (!text.ok()) continue;
+    for (size_t at = 0;
+         at < 2 * kCheckedSlotBytes && at + kCheckedSlotBytes <= text->size();
+         at += kCheckedSlotBytes) {
+      const std::string bytes = text->substr(at, kCheckedSlotBytes);
+      if (std::none_of(needles.begin(), needles.end(),
+                       [&](const std::string& needle) {
+                         return absl::StrContains(bytes, needle);
+                       })) {
+        continue;
+      }
+      std::string torn = bytes.substr(0, 40);
+      torn.resize(kCheckedSlotBytes, '\0');
+      text->replace(at, kCheckedSlotBytes, torn);
+      testing::WriteFileOrDie(name, *text);
+      ++cut;
+    }
+  }
+  return cut;
+}
+
 // A seq intent slot cut short by a crash fails its checksum: the other
 // slot's intent stands, and the write it names is still answered. Intents
 // of writes to one path are kept beside its version; of a write moving to
@@ -175,30 +208,9 @@ TEST_F(FileSeqTest, AnIntentSlotCutShortIsIgnored) {
     ASSERT_OK(Write(*adapter_, 5, 2, Append("b"), second).status);
     // The slots of seq 1 are the ones the next intent would overwrite: cut
     // short there, as a crash in the middle of its write would leave them.
-    int cut = 0;
-    {
-      for (const auto& e : std::filesystem::directory_iterator(
-               root_ + "/.fencegate/" + (moving ? "fences" : "versions"))) {
-        const std::string name = e.path().string();
-        absl::StatusOr<std::string> text = ReadFile(name);
-        if (!text.ok()) continue;
-        for (size_t slot = 0; slot < 2; ++slot) {
-          const size_t at = slot * kCheckedSlotBytes;
-          if (text->size() < at + kCheckedSlotBytes) continue;
-          const std::string bytes = text->substr(at, kCheckedSlotBytes);
-          if ((!absl::StrContains(bytes, " 5 1 ") &&
-               !absl::StrContains(bytes, "\n5 1 "))) {
-            continue;
-          }
-          std::string torn = text->substr(at, 40);
-          torn.resize(kCheckedSlotBytes, '\0');
-          text->replace(at, kCheckedSlotBytes, torn);
-          testing::WriteFileOrDie(name, *text);
-          ++cut;
-        }
-      }
-    }
-    ASSERT_EQ(cut, 1);
+    ASSERT_EQ(CutSlotsHolding(root_, moving ? "fences" : "versions",
+                              {" 5 1 ", "\n5 1 "}),
+              1);
     adapter_ = Open();
     EXPECT_TRUE(Write(*adapter_, 5, 2, Append("b"), second).replayed);
     EXPECT_TRUE(
@@ -309,26 +321,7 @@ TEST_F(FileSeqTest, AnIntentOverwrittenByACutShortRaiseWasKeptFirst) {
       Write(*adapter_, 1, 0, Append("o"), "log.txt", false, "other").status);
   ASSERT_TRUE(CrashAt("FileAdapter::Apply:BeforeRecord", 5, 3, Append("c"),
                       /*grouped=*/false));
-  int cut = 0;
-  for (const auto& e :
-       std::filesystem::directory_iterator(root_ + "/.fencegate/versions")) {
-    const std::string name = e.path().string();
-    absl::StatusOr<std::string> text = ReadFile(name);
-    ASSERT_TRUE(text.ok());
-    for (size_t at = 0; at + kCheckedSlotBytes <= 2 * kCheckedSlotBytes &&
-                        at + kCheckedSlotBytes <= text->size();
-         at += kCheckedSlotBytes) {
-      if (!absl::StrContains(text->substr(at, kCheckedSlotBytes), " 5 3 ")) {
-        continue;
-      }
-      std::string torn = text->substr(at, 40);
-      torn.resize(kCheckedSlotBytes, '\0');
-      text->replace(at, kCheckedSlotBytes, torn);
-      testing::WriteFileOrDie(name, *text);
-      ++cut;
-    }
-  }
-  ASSERT_EQ(cut, 1);
+  ASSERT_EQ(CutSlotsHolding(root_, "versions", {" 5 3 "}), 1);
   adapter_ = Open();
   EXPECT_TRUE(Write(*adapter_, 5, 2, Append("b")).replayed);
   Outcome retry = Write(*adapter_, 5, 3, Append("c"));
