@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "storage_adapters/postgres/sql_classifier.h"
+#include "postgres/sql_classifier.h"
 
 namespace fencegate::bench {
 namespace {

@@ -1,7 +1,7 @@
 // Copyright fencegate authors.
 //
 // `fencegate-bench classifier`: what the PostgreSQL route's SQL classifier
-// (storage_adapters/postgres/sql_classifier.h) costs a Write, on a cache
+// (postgres/sql_classifier.h) costs a Write, on a cache
 // hit and on a miss (a parse by libpg_query), for a few statements of the
 // sizes workers send. Runs in this process; no server.
 

@@ -17,7 +17,7 @@
 #include "absl/strings/strip.h"
 #include "bench/bench.h"
 #include "pqxx/pqxx"
-#include "storage_adapters/postgres/fence_schema.h"
+#include "postgres/fence_schema.h"
 #include "tests/test_certs.h"
 
 namespace fencegate::bench {

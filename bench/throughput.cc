@@ -29,7 +29,7 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "pqxx/pqxx"
-#include "storage_adapters/postgres/fence_schema.h"
+#include "postgres/fence_schema.h"
 
 namespace fencegate::bench {
 namespace {

@@ -28,7 +28,7 @@
 #include "pgport/transaction_tracker.h"
 #include "pgport/upstream.h"
 #include "pgwire/frontend.h"
-#include "storage_adapters/postgres/session_sql.h"
+#include "postgres/session_sql.h"
 
 namespace fencegate::pgport {
 

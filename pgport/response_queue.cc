@@ -7,7 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "storage_adapters/postgres/fence_schema.h"
+#include "postgres/fence_schema.h"
 
 namespace fencegate::pgport {
 namespace {

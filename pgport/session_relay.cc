@@ -17,7 +17,7 @@
 #include "pgport/client_session.h"
 #include "pgport/sql_quote.h"
 #include "pgwire/backend.h"
-#include "storage_adapters/postgres/fence_schema.h"
+#include "postgres/fence_schema.h"
 
 namespace fencegate::pgport {
 namespace {

@@ -21,7 +21,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "storage_adapters/postgres/session_sql.h"
+#include "postgres/session_sql.h"
 
 namespace fencegate::pgport {
 

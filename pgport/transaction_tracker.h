@@ -25,7 +25,7 @@
 #define PGPORT_TRANSACTION_TRACKER_H_
 
 #include "pgwire/backend.h"
-#include "storage_adapters/postgres/session_sql.h"
+#include "postgres/session_sql.h"
 
 namespace fencegate::pgport {
 

@@ -22,7 +22,7 @@
 #include "pgport/transaction_tracker.h"
 #include "pgwire/backend.h"
 #include "pgwire/frame.h"
-#include "storage_adapters/postgres/session_sql.h"
+#include "postgres/session_sql.h"
 #include "tests/test_util.h"
 
 namespace fencegate::pgport {

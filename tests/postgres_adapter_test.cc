@@ -21,7 +21,7 @@
 #include "grpcpp/security/credentials.h"
 #include "pqxx/pqxx"
 #include "storage_adapters/postgres/config.h"
-#include "storage_adapters/postgres/fence_schema.h"
+#include "postgres/fence_schema.h"
 #include "storage_adapters/uri.h"
 #include "tests/postgres_adapter_fixture.h"
 

@@ -20,7 +20,7 @@
 #include "fencegate/v1/gateway.grpc.pb.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
-#include "storage_adapters/postgres/fence_schema.h"
+#include "postgres/fence_schema.h"
 #include "storage_adapters/postgres/postgres_adapter.h"
 #include "tests/postgres_adapter_fixture.h"
 

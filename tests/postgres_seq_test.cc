@@ -15,7 +15,7 @@
 #include "fencegate/common/stale_token.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "storage_adapters/postgres/fence_schema.h"
+#include "postgres/fence_schema.h"
 #include "tests/cut_proxy.h"
 #include "tests/fixtures.h"
 #include "tests/postgres_adapter_fixture.h"

@@ -14,7 +14,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
-#include "storage_adapters/postgres/fence_schema.h"
+#include "postgres/fence_schema.h"
 #include "tests/fixtures.h"
 
 namespace fencegate::testing {

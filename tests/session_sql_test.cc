@@ -1,12 +1,12 @@
 // Copyright fencegate authors.
 //
 // What a client's query string does to its session
-// (storage_adapters/postgres/session_sql.h): statement boundaries from
+// (postgres/session_sql.h): statement boundaries from
 // PostgreSQL's parser, where transactions begin and end, the gateway's own
 // settings, and the statements that would let a session without a token
 // write.
 
-#include "storage_adapters/postgres/session_sql.h"
+#include "postgres/session_sql.h"
 
 #include <string>
 #include <vector>

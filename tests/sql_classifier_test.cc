@@ -1,12 +1,12 @@
 // Copyright fencegate authors.
 //
-// The SQL classifier (storage_adapters/postgres/sql_classifier.h): every way
+// The SQL classifier (postgres/sql_classifier.h): every way
 // a statement can reach a pooled session's state that a per-Write reset
 // used to undo, and every way to hide transaction control, is refused or
 // marked dirty by PostgreSQL's own parser; plain DML is safe; the verdict
 // cache is bounded.
 
-#include "storage_adapters/postgres/sql_classifier.h"
+#include "postgres/sql_classifier.h"
 
 #include <string>
 #include <vector>

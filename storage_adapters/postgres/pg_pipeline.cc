@@ -11,7 +11,7 @@
 #include "fencegate/common/seq_out_of_order.h"
 #include "fencegate/common/stale_token.h"
 #include "fencegate/common/sync_point.h"
-#include "storage_adapters/postgres/fence_schema.h"
+#include "postgres/fence_schema.h"
 
 namespace fencegate::postgres {
 namespace {

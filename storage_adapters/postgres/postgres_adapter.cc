@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "boost/asio/post.hpp"
-#include "storage_adapters/postgres/fence_schema.h"
+#include "postgres/fence_schema.h"
 #include "storage_adapters/postgres/role_check.h"
 #include "storage_adapters/postgres/sql_text.h"
 

@@ -120,7 +120,7 @@
 #include "storage_adapters/postgres/config.h"
 #include "storage_adapters/postgres/connection_pool.h"
 #include "storage_adapters/postgres/pg_pipeline.h"
-#include "storage_adapters/postgres/sql_classifier.h"
+#include "postgres/sql_classifier.h"
 #include "storage_adapters/registry.h"
 #include "storage_adapters/storage_adapter.h"
 

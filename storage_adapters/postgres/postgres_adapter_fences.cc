@@ -14,7 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "fencegate/common/stale_token.h"
-#include "storage_adapters/postgres/fence_schema.h"
+#include "postgres/fence_schema.h"
 #include "storage_adapters/postgres/postgres_adapter.h"
 #include "storage_adapters/postgres/sql_text.h"
 

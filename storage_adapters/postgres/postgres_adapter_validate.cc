@@ -14,7 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "fencegate/common/limits.h"
 #include "storage_adapters/postgres/postgres_adapter.h"
-#include "storage_adapters/postgres/sql_classifier.h"
+#include "postgres/sql_classifier.h"
 
 namespace fencegate {
 namespace {

@@ -24,7 +24,7 @@
 #include "fencegate/client/tls.h"
 #include "fencegate/common/flag_args.h"
 #include "grpcpp/create_channel.h"
-#include "storage_adapters/postgres/fence_schema.h"
+#include "postgres/fence_schema.h"
 #include "tools/fencectl/exit_codes.h"
 #include "tools/fencectl/gateway_commands.h"
 #include "tools/fencectl/health.h"

@@ -7,8 +7,8 @@
 // Thread safety: pure functions, safe from any thread (libpg_query keeps
 // its memory per thread).
 
-#ifndef STORAGE_ADAPTERS_POSTGRES_SQL_PARSE_H_
-#define STORAGE_ADAPTERS_POSTGRES_SQL_PARSE_H_
+#ifndef POSTGRES_SQL_PARSE_H_
+#define POSTGRES_SQL_PARSE_H_
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
@@ -38,4 +38,4 @@ const std::string& CalledName(const pg_query::FuncCall& call);
 
 }  // namespace fencegate::postgres
 
-#endif  // STORAGE_ADAPTERS_POSTGRES_SQL_PARSE_H_
+#endif  // POSTGRES_SQL_PARSE_H_

@@ -1,6 +1,6 @@
 // Copyright fencegate authors.
 
-#include "storage_adapters/postgres/fence_schema.h"
+#include "postgres/fence_schema.h"
 
 #include <exception>
 #include <memory>

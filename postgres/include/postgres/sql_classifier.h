@@ -28,8 +28,8 @@
 // (libpg_query keeps its memory per thread). StatementClassifier is safe for
 // concurrent use.
 
-#ifndef STORAGE_ADAPTERS_POSTGRES_SQL_CLASSIFIER_H_
-#define STORAGE_ADAPTERS_POSTGRES_SQL_CLASSIFIER_H_
+#ifndef POSTGRES_SQL_CLASSIFIER_H_
+#define POSTGRES_SQL_CLASSIFIER_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -43,7 +43,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
-#include "storage_adapters/postgres/fence_schema.h"
+#include "postgres/fence_schema.h"
 
 namespace fencegate::postgres {
 
@@ -121,4 +121,4 @@ class StatementClassifier {
 
 }  // namespace fencegate::postgres
 
-#endif  // STORAGE_ADAPTERS_POSTGRES_SQL_CLASSIFIER_H_
+#endif  // POSTGRES_SQL_CLASSIFIER_H_

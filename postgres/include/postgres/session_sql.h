@@ -17,8 +17,8 @@
 //
 // Thread safety: a pure function, safe from any thread.
 
-#ifndef STORAGE_ADAPTERS_POSTGRES_SESSION_SQL_H_
-#define STORAGE_ADAPTERS_POSTGRES_SESSION_SQL_H_
+#ifndef POSTGRES_SESSION_SQL_H_
+#define POSTGRES_SESSION_SQL_H_
 
 #include <string>
 #include <vector>
@@ -84,4 +84,4 @@ absl::StatusOr<std::vector<SessionStatement>> ClassifySessionSql(
 
 }  // namespace fencegate::postgres
 
-#endif  // STORAGE_ADAPTERS_POSTGRES_SESSION_SQL_H_
+#endif  // POSTGRES_SESSION_SQL_H_

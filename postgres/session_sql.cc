@@ -1,6 +1,6 @@
 // Copyright fencegate authors.
 
-#include "storage_adapters/postgres/session_sql.h"
+#include "postgres/session_sql.h"
 
 #include <optional>
 #include <string>
@@ -8,7 +8,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "storage_adapters/postgres/sql_parse.h"
+#include "postgres/sql_parse.h"
 
 namespace fencegate::postgres {
 namespace {

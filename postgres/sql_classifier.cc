@@ -1,6 +1,6 @@
 // Copyright fencegate authors.
 
-#include "storage_adapters/postgres/sql_classifier.h"
+#include "postgres/sql_classifier.h"
 
 #include <algorithm>
 #include <string>
@@ -10,7 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
-#include "storage_adapters/postgres/sql_parse.h"
+#include "postgres/sql_parse.h"
 
 namespace fencegate::postgres {
 namespace {

@@ -45,8 +45,8 @@
 // `fencectl pg-setup` runs SetUpFenceSchema(); the gateway itself creates
 // nothing and needs no privilege beyond its role's.
 
-#ifndef STORAGE_ADAPTERS_POSTGRES_FENCE_SCHEMA_H_
-#define STORAGE_ADAPTERS_POSTGRES_FENCE_SCHEMA_H_
+#ifndef POSTGRES_FENCE_SCHEMA_H_
+#define POSTGRES_FENCE_SCHEMA_H_
 
 #include <string>
 #include <vector>
@@ -145,4 +145,4 @@ absl::StatusOr<std::vector<std::string>> RevokeSessionFunctions(
 
 }  // namespace fencegate::postgres
 
-#endif  // STORAGE_ADAPTERS_POSTGRES_FENCE_SCHEMA_H_
+#endif  // POSTGRES_FENCE_SCHEMA_H_

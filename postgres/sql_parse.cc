@@ -1,6 +1,6 @@
 // Copyright fencegate authors.
 
-#include "storage_adapters/postgres/sql_parse.h"
+#include "postgres/sql_parse.h"
 
 #include <pg_query.h>
 
