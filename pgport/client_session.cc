@@ -252,12 +252,16 @@ asio::awaitable<bool> ClientSession::Start() {
     std::vector<std::string> names;
     for (const auto& [name, unused] : port_.routes) names.push_back(name);
     std::sort(names.begin(), names.end());
-    co_await Fatal(
-        "3D000",
+    // Built before the co_await: GCC 12 destroys a temporary made in one arm
+    // of a conditional inside a co_await expression twice (the crash of a
+    // startup packet naming no route).
+    std::string routes = names.empty() ? "none" : absl::StrJoin(names, ", ");
+    const std::string message =
         absl::StrCat("database \"", database,
-                     "\" is not a PostgreSQL route of this "
-                     "gateway; its PostgreSQL routes: ",
-                     names.empty() ? "none" : absl::StrJoin(names, ", ")));
+                     "\" is not a PostgreSQL route of this gateway; its "
+                     "PostgreSQL routes: ",
+                     routes);
+    co_await Fatal("3D000", message);
     co_return false;
   }
   route_ = &route->second;
