@@ -3,11 +3,17 @@
 #include "postgres/sql_parse.h"
 
 #include <pg_query.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "google/protobuf/io/coded_stream.h"
 
 namespace fencegate::postgres {
@@ -16,7 +22,31 @@ using google::protobuf::FieldDescriptor;
 using google::protobuf::Message;
 using google::protobuf::Reflection;
 
-absl::StatusOr<pg_query::ParseResult> ParseSql(absl::string_view sql) {
+namespace {
+
+// Stack kept free below a parse for everything else: the protobuf decoding
+// of up to kMaxSqlTreeDepth levels, the classifiers' own frames.
+constexpr size_t kStackMarginBytes = 256 << 10;
+
+// The lowest address of the calling thread's stack; 0 if unknown.
+uintptr_t StackLow() {
+  thread_local const uintptr_t low = [] {
+    uintptr_t found = 0;
+    pthread_attr_t attr;
+    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+      void* addr = nullptr;
+      size_t size = 0;
+      if (pthread_attr_getstack(&attr, &addr, &size) == 0) {
+        found = reinterpret_cast<uintptr_t>(addr);
+      }
+      pthread_attr_destroy(&attr);
+    }
+    return found;
+  }();
+  return low;
+}
+
+absl::StatusOr<pg_query::ParseResult> ParseHere(absl::string_view sql) {
   // libpg_query reads a C string.
   const std::string text(sql);
   PgQueryProtobufParseResult parsed = pg_query_parse_protobuf(text.c_str());
@@ -44,6 +74,123 @@ absl::StatusOr<pg_query::ParseResult> ParseSql(absl::string_view sql) {
   }
   pg_query_free_protobuf_parse_result(parsed);
   return result;
+}
+
+// The thread that parses text too long for its caller's stack, one text at
+// a time, on a stack sized for kMaxSqlBytes. Made on first use, never
+// destroyed (a parse may be asked for until the process exits).
+class LongParser {
+ public:
+  static LongParser& Get() {
+    static LongParser* const parser = new LongParser;
+    return *parser;
+  }
+
+  // Parses `sql` on the long parser's thread, after the texts before it.
+  absl::StatusOr<pg_query::ParseResult> Parse(absl::string_view sql)
+      ABSL_LOCKS_EXCLUDED(turn_, mu_) {
+    if (!started_) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "SQL text of ", sql.size(),
+          " bytes needs the long-text parser, whose thread could not be "
+          "started"));
+    }
+    absl::MutexLock turn(&turn_);
+    Job job{sql, absl::UnknownError("not parsed"), false};
+    absl::MutexLock lock(&mu_);
+    job_ = &job;
+    mu_.Await(absl::Condition(&job.done));
+    return std::move(job.result);
+  }
+
+ private:
+  struct Job {
+    absl::string_view sql;
+    absl::StatusOr<pg_query::ParseResult> result;
+    bool done;
+  };
+
+  static constexpr size_t kStackBytes =
+      kMaxSqlBytes * kStackBytesPerSqlByte + 2 * kStackMarginBytes;
+
+  LongParser() {
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, kStackBytes);
+    pthread_t thread;
+    started_ = pthread_create(&thread, &attr, &LongParser::Main, this) == 0;
+    pthread_attr_destroy(&attr);
+    if (started_) {
+      pthread_setname_np(thread, "fg-sql-parse");
+      pthread_detach(thread);
+    }
+  }
+
+  static void* Main(void* self) {
+    static_cast<LongParser*>(self)->Loop();
+    return nullptr;
+  }
+
+  bool HasJob() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return job_ != nullptr;
+  }
+
+  void Loop() ABSL_LOCKS_EXCLUDED(mu_) {
+    for (;;) {
+      Job* job = nullptr;
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.Await(absl::Condition(this, &LongParser::HasJob));
+        job = job_;
+        job_ = nullptr;
+      }
+      absl::StatusOr<pg_query::ParseResult> result = ParseHere(job->sql);
+      GiveStackBack();
+      absl::MutexLock lock(&mu_);
+      job->result = std::move(result);
+      job->done = true;
+    }
+  }
+
+  // The pages a long parse touched, below this frame, back to the system:
+  // a 1 MiB text may have used a quarter of a GiB.
+  static void GiveStackBack() {
+    const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    const uintptr_t low = (StackLow() + page - 1) & ~(page - 1);
+    const uintptr_t here =
+        reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+    const uintptr_t high = (here - kStackMarginBytes) & ~(page - 1);
+    if (low == 0 || high <= low) return;
+    // Best effort: pages not given back stay mapped to this thread alone.
+    madvise(reinterpret_cast<void*>(low), high - low, MADV_DONTNEED);
+  }
+
+  bool started_ = false;
+  // Held by the caller whose text is parsed now.
+  absl::Mutex turn_;
+  absl::Mutex mu_ ABSL_ACQUIRED_AFTER(turn_);
+  Job* job_ ABSL_GUARDED_BY(mu_) = nullptr;
+};
+
+}  // namespace
+
+size_t StackLeft() {
+  const uintptr_t low = StackLow();
+  const uintptr_t here =
+      reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+  return low != 0 && here > low ? static_cast<size_t>(here - low) : 0;
+}
+
+absl::StatusOr<pg_query::ParseResult> ParseSql(absl::string_view sql) {
+  if (sql.size() > kMaxSqlBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("is ", sql.size(), " bytes of SQL text; at most ",
+                     kMaxSqlBytes, " are parsed"));
+  }
+  if (sql.size() * kStackBytesPerSqlByte + kStackMarginBytes <= StackLeft()) {
+    return ParseHere(sql);
+  }
+  return LongParser::Get().Parse(sql);
 }
 
 void ForEachNode(const Message& root,

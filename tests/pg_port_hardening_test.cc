@@ -104,5 +104,27 @@ TEST_F(PgPortHardeningTest, ADeepExpressionIsRefusedNotACrash) {
   EXPECT_TRUE(Serves(*g));
 }
 
+// The same through the gRPC route: the Write is refused INVALID_ARGUMENT
+// from gRPC's own thread, and the gateway serves on.
+TEST_F(PgPortHardeningTest, ADeepExpressionInAWriteIsRefusedNotACrash) {
+  auto g = StartGateway();
+  ASSERT_NE(g, nullptr);
+  auto stub = v1::Gateway::NewStub(grpc::CreateChannel(
+      g->process->address(), grpc::InsecureChannelCredentials()));
+  v1::WriteRequest request;
+  request.set_domain(kDomain);
+  request.set_token(1);
+  request.set_resource("db/jobs");
+  *request.add_ops() = Sql(DeepSum(30000));
+  v1::WriteResponse response;
+  grpc::ClientContext context;
+  grpc::Status status = stub->Write(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+      << status.error_message();
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("nests deeper than 1000 levels"));
+  EXPECT_TRUE(Serves(*g));
+}
+
 }  // namespace
 }  // namespace fencegate
