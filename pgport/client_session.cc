@@ -221,6 +221,24 @@ asio::awaitable<bool> ClientSession::Start() {
     }
   }
   if (database.empty()) database = user_;
+  // The pinned settings are the upstream connection's own (upstream.h):
+  // a client's value is refused unless it is the pinned one. SQL_ASCII, a
+  // C locale's client_encoding, passes bytes as they are, which UTF8 reads
+  // the same way for every byte the parser accepts.
+  for (auto it = settings_.begin(); it != settings_.end();) {
+    const std::string lower = absl::AsciiStrToLower(it->first);
+    if (!postgres::IsPinnedSetting(lower)) {
+      ++it;
+      continue;
+    }
+    if (!postgres::KeepsPin(lower, it->second) &&
+        !(lower == "client_encoding" &&
+          absl::AsciiStrToLower(it->second) == "sql_ascii")) {
+      co_await Fatal("22023", postgres::PinnedReason(lower));
+      co_return false;
+    }
+    it = settings_.erase(it);
+  }
   for (const auto& [name, value] : settings_) {
     if (!IsSettingName(name)) {
       co_await Fatal("22023", absl::StrCat("invalid setting name \"",
@@ -467,12 +485,27 @@ asio::awaitable<void> ClientSession::Watchdog() {
   }
   tick = std::max(tick, milliseconds(10));
   asio::steady_timer timer(client_.get_executor());
+  std::chrono::steady_clock::time_point cancelled_at;
   while (!closed_) {
     timer.expires_after(tick);
     boost::system::error_code ec;
     co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-    if (closed_ || ending_) co_return;
+    // A session whose client has ended is watched until its server has
+    // answered everything (then the reply loop pools the connection).
+    if (closed_ || (ending_ && queue_.empty())) co_return;
     const auto now = std::chrono::steady_clock::now();
+    if (statement_limit > milliseconds(0) && !queue_.empty() &&
+        statement_cancelled_ && ending_ &&
+        now - cancelled_at >= milliseconds(1000)) {
+      // The client has gone and the server did not stop: the connection
+      // is closed, and the backend ends when it next writes.
+      Log(LogSeverity::kWarning,
+          absl::StrCat("pg port: session ", process_id_,
+                       ": the server did not stop a cancelled statement of "
+                       "a client that has gone; closing its connection"));
+      Close();
+      co_return;
+    }
     if (statement_limit > milliseconds(0) && !queue_.empty() &&
         !statement_cancelled_ &&
         now - std::max(last_client_message_, last_server_message_) >=
@@ -486,8 +519,10 @@ asio::awaitable<void> ClientSession::Watchdog() {
                        route_->spec.name, "\"'s statement_timeout_ms (",
                        statement_ms, ") and a second; cancelling it"));
       statement_cancelled_ = true;
+      cancelled_at = now;
       Cancel();
     }
+    if (ending_) continue;
     if (idle_limit > milliseconds(0) && !tracker_.idle() && queue_.empty() &&
         now - last_client_message_ >= idle_limit) {
       Log(LogSeverity::kWarning,

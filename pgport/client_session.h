@@ -40,6 +40,10 @@ absl::Status ParseGatewaySetting(absl::string_view name,
                                  absl::string_view value, std::string* domain,
                                  uint64_t* token);
 
+// FAILED_PRECONDITION, saying why, if the server reported a pinned setting
+// (postgres/include/postgres/session_sql.h) changed on `upstream`.
+absl::Status CheckPinnedSettings(const Upstream& upstream);
+
 // The highest token of a stale-token error, as text; empty for another.
 std::string StaleDetail(const absl::Status& status);
 

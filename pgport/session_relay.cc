@@ -3,6 +3,8 @@
 // A running session: the client's messages sent upstream with the fence
 // added at each transaction's start, and the server's replies passed back.
 
+#include <openssl/rand.h>
+
 #include <chrono>
 #include <utility>
 #include <variant>
@@ -10,6 +12,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "fencegate/common/stale_token.h"
 #include "fencegate/common/token_refused.h"
@@ -38,6 +41,20 @@ constexpr char kFailingQuery[] = "fencegate refused";
 // granted by the lease service, not its lock service's holder, or past
 // max_advance.
 constexpr char kTokenRefusedSqlState[] = "FG002";
+
+// What a connection runs before it goes back to the pool, after DISCARD
+// ALL (a query of its own: it cannot run in a transaction block): DISCARD
+// ALL keeps the random() generator where the session left it (a setseed()
+// would make the next session's random() predictable), so the generator is
+// seeded again from the gateway's own random bytes. A role that may not
+// call setseed() fails the reset, and the connection is closed instead.
+std::string ReseedSql() {
+  uint32_t bits = 0;
+  RAND_bytes(reinterpret_cast<unsigned char*>(&bits), sizeof(bits));
+  const double seed = static_cast<double>(bits) / 4294967295.0 * 2.0 - 1.0;
+  return absl::StrCat("SELECT pg_catalog.setseed(",
+                      absl::StrFormat("%.17g", seed), ")");
+}
 
 bool Reserved(absl::string_view name) {
   return absl::StartsWith(name, postgres::kReservedNamePrefix);
@@ -307,9 +324,19 @@ asio::awaitable<void> ClientSession::OnParse(const pgwire::Parse& parse) {
   Statement statement;
   absl::StatusOr<std::vector<Statement>> statements =
       port_.sql.Classify(parse.sql);
-  // Anything else (a syntax error, two statements) the server refuses
-  // itself, with its own message.
-  if (statements.ok() && statements->size() == 1) {
+  // What the gateway cannot read is refused, never forwarded: the server
+  // might read it otherwise (a tree deeper than the parser's bound).
+  if (!statements.ok()) {
+    RefuseExtended("42601", statements.status().message());
+    co_return;
+  }
+  if (statements->size() > 1) {
+    RefuseExtended("42601",
+                   "cannot insert multiple commands into a prepared "
+                   "statement");
+    co_return;
+  }
+  if (statements->size() == 1) {
     statement = (*statements)[0];
     statement.text = {};
     if (statement.effect == SessionEffect::kGatewaySet ||
@@ -498,12 +525,16 @@ asio::awaitable<bool> ClientSession::FlushUpstream() {
 void ClientSession::EndUpstream() {
   ending_ = true;
   if (!tracker_.idle() || skipping_) {
-    // The server rolls back the transaction when the connection closes.
+    // The server rolls back the transaction when the connection closes. A
+    // statement it still runs is cancelled first: a backend notices a
+    // closed connection only when it next reads or writes.
+    if (!queue_.empty()) Cancel();
     Close();
     return;
   }
   // The reply loop gives the connection back once this is answered.
   Send(pgwire::Query{"DISCARD ALL"}, OwnOwed(Awaited::kQuery));
+  Send(pgwire::Query{ReseedSql()}, OwnOwed(Awaited::kQuery));
 }
 
 asio::awaitable<void> ClientSession::ReplyLoop() {
@@ -526,7 +557,18 @@ asio::awaitable<void> ClientSession::ReplyLoop() {
     last_server_message_ = std::chrono::steady_clock::now();
     statement_cancelled_ = false;
     for (;;) {
-      if (frame->type == 'S') upstream->NoteParameter(*frame);
+      if (frame->type == 'S' && upstream->NoteParameter(*frame)) {
+        if (absl::Status s = CheckPinnedSettings(*upstream); !s.ok()) {
+          // A function the parser could not see into changed how the
+          // server reads text: what the client sends next would be read
+          // one way here and another there.
+          Log(LogSeverity::kWarning, absl::StrCat("pg port: session ",
+                                                  process_id_, " closed: ",
+                                                  s.message()));
+          co_await Fatal("0A000", s.message());
+          co_return;
+        }
+      }
       ReplyOutcome outcome;
       if (absl::Status s = queue_.OnReply(*frame, &outcome); !s.ok()) {
         Log(LogSeverity::kError,
@@ -586,6 +628,20 @@ void ClientSession::Learn(uint64_t token) {
                        s.message()));
     }
   });
+}
+
+absl::Status CheckPinnedSettings(const Upstream& upstream) {
+  for (const char* name : {"client_encoding", "standard_conforming_strings"}) {
+    auto it = upstream.parameters().find(name);
+    if (it != upstream.parameters().end() &&
+        !postgres::KeepsPin(name, it->second)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the server session's ", name, " became \"",
+          absl::CHexEscape(it->second), "\"; ", postgres::PinnedReason(name),
+          ", so the session is closed"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 std::string StaleDetail(const absl::Status& status) {

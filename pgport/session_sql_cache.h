@@ -1,6 +1,6 @@
 // Copyright fencegate authors.
 //
-// SessionSqlCache: ClassifySessionSql (storage_adapters/postgres/
+// SessionSqlCache: ClassifySessionSql (postgres/include/postgres/
 // session_sql.h) for the query strings a port sees again and again -- a
 // worker's prepared statements and its few query texts -- without parsing
 // each again. Parsing costs tens of microseconds, more than the rest of a

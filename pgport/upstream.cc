@@ -104,6 +104,10 @@ absl::StatusOr<UpstreamTarget> UpstreamTargetOf(
         "TLS");
   }
   if (target.database.empty()) target.database = target.user;
+  // Pinned for the session's whole life (session_sql.h): RESET, RESET ALL
+  // and DISCARD ALL return to these.
+  target.parameters.emplace_back("client_encoding", "UTF8");
+  target.parameters.emplace_back("standard_conforming_strings", "on");
   if (options.statement_timeout_ms > 0) {
     target.parameters.emplace_back("statement_timeout",
                                    absl::StrCat(options.statement_timeout_ms));

@@ -5,10 +5,13 @@
 // SCRAM-SHA-256, whichever the server asks for), and UpstreamPool, the
 // route's idle connections.
 //
-// A connection serves one client session at a time. When a session ends
-// with its connection idle (no transaction, nothing owed), the port resets
-// it with DISCARD ALL and gives it back to the pool; otherwise it is closed,
-// and the server rolls back whatever transaction it held.
+// A connection serves one client session at a time. It starts with the
+// pinned settings (client_encoding UTF8, standard_conforming_strings on:
+// postgres/include/postgres/session_sql.h). When a session ends with its
+// connection idle (no transaction, nothing owed), the port resets it with
+// DISCARD ALL and a new random() seed and gives it back to the pool;
+// otherwise it is closed, and the server rolls back whatever transaction it
+// held.
 //
 // The route's URI is read by libpq's own parser (PQconninfoParse): host
 // (a TCP host; a socket directory is refused), port, user, password,

@@ -2,8 +2,10 @@
 
 #include "postgres/session_sql.h"
 
+#include <algorithm>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -71,6 +73,29 @@ void ClassifyTransaction(const pg_query::TransactionStmt& t,
   }
 }
 
+// Why a SET of `name` (lower case) is refused, if it is: a pinned setting
+// set to anything but its pinned value. RESET and DEFAULT restore the
+// value the port's connection started with, which is the pinned one.
+std::optional<std::string> PinRefusal(const pg_query::VariableSetStmt& set,
+                                      const std::string& name) {
+  if (!IsPinnedSetting(name)) return std::nullopt;
+  switch (set.kind()) {
+    case pg_query::VAR_SET_DEFAULT:
+    case pg_query::VAR_RESET:
+      return std::nullopt;
+    case pg_query::VAR_SET_VALUE:
+      if (std::optional<std::string> value =
+              set.args_size() == 1 ? ConstantText(set.args(0)) : std::nullopt;
+          value.has_value() && KeepsPin(name, *value)) {
+        return std::nullopt;
+      }
+      break;
+    default:
+      break;
+  }
+  return PinnedReason(name);
+}
+
 void ClassifySet(const pg_query::VariableSetStmt& set, SessionStatement& out) {
   const std::string name = absl::AsciiStrToLower(set.name());
   if (absl::StartsWith(name, kGatewayPrefix)) {
@@ -95,6 +120,12 @@ void ClassifySet(const pg_query::VariableSetStmt& set, SessionStatement& out) {
     }
     return;
   }
+  if (std::optional<std::string> refusal = PinRefusal(set, name);
+      refusal.has_value()) {
+    out.effect = SessionEffect::kRefused;
+    out.reason = *std::move(refusal);
+    return;
+  }
   out.lifts_read_only =
       set.kind() == pg_query::VAR_RESET_ALL ||
       name == "default_transaction_read_only" ||
@@ -113,17 +144,60 @@ void RefuseGatewayName(const std::string& name, SessionStatement& out) {
   }
 }
 
-bool CallsSetConfig(const pg_query::Node& stmt) {
-  bool found = false;
+// Functions that run SQL text of their own, or write large objects, which
+// a read-only transaction would let them do or which the parser cannot see
+// into: a session without a token is refused them.
+bool RunsTextOrWritesObjects(const std::string& name) {
+  static const auto* const kNames = new std::vector<std::string>{
+      "query_to_xml",  "query_to_xml_and_xmlschema", "query_to_xmlschema",
+      "cursor_to_xml", "cursor_to_xmlschema",        "ts_stat",
+      "ts_rewrite",    "xpath_table",                "connectby",
+      "lowrite"};
+  for (const std::string& n : *kNames) {
+    if (name == n) return true;
+  }
+  return absl::StartsWith(name, "lo_") || absl::StartsWith(name, "dblink") ||
+         absl::StartsWith(name, "crosstab");
+}
+
+// What the function calls anywhere in `stmt` (a PREPARE's query, a
+// subquery, an EXPLAIN's statement) do to `out`: set_config() and the
+// functions above lift the read-only mode; set_config() of a pinned
+// setting, or of a name that is not one constant, and the calls that
+// signal another backend are refused.
+void ClassifyCalls(const pg_query::Node& stmt, SessionStatement& out) {
   const google::protobuf::Descriptor* func_call =
       pg_query::FuncCall::descriptor();
   ForEachNode(stmt, [&](const google::protobuf::Message& m) {
-    if (m.GetDescriptor() == func_call &&
-        CalledName(static_cast<const pg_query::FuncCall&>(m)) == "set_config") {
-      found = true;
+    if (m.GetDescriptor() != func_call || out.effect == SessionEffect::kRefused) {
+      return;
     }
+    const auto& call = static_cast<const pg_query::FuncCall&>(m);
+    const std::string name = absl::AsciiStrToLower(CalledName(call));
+    if (name == "pg_cancel_backend" || name == "pg_terminate_backend") {
+      out.effect = SessionEffect::kRefused;
+      out.reason = absl::StrCat(
+          name,
+          "() is not served through the gateway: it reaches other "
+          "sessions' backends");
+      return;
+    }
+    if (name == "set_config") {
+      out.lifts_read_only = true;
+      std::optional<std::string> setting =
+          call.args_size() > 0 ? ConstantText(call.args(0)) : std::nullopt;
+      if (!setting.has_value()) {
+        out.effect = SessionEffect::kRefused;
+        out.reason =
+            "set_config() is served only with one constant setting name";
+      } else if (IsPinnedSetting(absl::AsciiStrToLower(*setting))) {
+        out.effect = SessionEffect::kRefused;
+        out.reason = PinnedReason(absl::AsciiStrToLower(*setting));
+      }
+      return;
+    }
+    if (RunsTextOrWritesObjects(name)) out.lifts_read_only = true;
   });
-  return found;
 }
 
 SessionStatement Classify(const pg_query::Node& stmt) {
@@ -166,14 +240,47 @@ SessionStatement Classify(const pg_query::Node& stmt) {
     case pg_query::Node::kCallStmt:
       out.lifts_read_only = true;
       break;
+    case pg_query::Node::kLockStmt:
+      // Above ACCESS SHARE (1) a lock holds writers out.
+      out.lifts_read_only = stmt.lock_stmt().mode() > 1;
+      break;
     default:
-      out.lifts_read_only = CallsSetConfig(stmt);
       break;
   }
+  if (out.effect != SessionEffect::kRefused) ClassifyCalls(stmt, out);
   return out;
 }
 
 }  // namespace
+
+bool IsPinnedSetting(absl::string_view name) {
+  return name == "client_encoding" || name == "standard_conforming_strings";
+}
+
+bool KeepsPin(absl::string_view name, absl::string_view value) {
+  std::string v = absl::AsciiStrToLower(value);
+  if (name == "client_encoding") {
+    v.erase(std::remove_if(v.begin(), v.end(),
+                           [](char c) { return c == '-' || c == '_'; }),
+            v.end());
+    return v == "utf8" || v == "unicode";
+  }
+  if (name == "standard_conforming_strings") {
+    return v == "on" || v == "true" || v == "yes" || v == "1";
+  }
+  return true;
+}
+
+std::string PinnedReason(absl::string_view name) {
+  return name == "client_encoding"
+             ? std::string(
+                   "client_encoding stays UTF8 through the gateway: it reads "
+                   "SQL text as UTF8, as the server must")
+             : std::string(
+                   "standard_conforming_strings stays on through the "
+                   "gateway: it reads string literals as the server does "
+                   "with it on");
+}
 
 absl::StatusOr<std::vector<SessionStatement>> ClassifySessionSql(
     absl::string_view sql) {

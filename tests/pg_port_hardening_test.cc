@@ -126,5 +126,217 @@ TEST_F(PgPortHardeningTest, ADeepExpressionInAWriteIsRefusedNotACrash) {
   EXPECT_TRUE(Serves(*g));
 }
 
+// What the parser cannot read is refused, never forwarded: a Parse whose
+// tree is deeper than the bound, carrying set_config(), in a session
+// without a token, used to reach the server and lift its read-only mode.
+TEST_F(PgPortHardeningTest, AParseTheGatewayCannotReadIsRefused) {
+  auto g = StartGateway();
+  ASSERT_NE(g, nullptr);
+  PGconn* c = Connect(*g, "");
+  ASSERT_EQ(PQstatus(c), CONNECTION_OK) << PQerrorMessage(c);
+  std::string sql =
+      "SELECT set_config('default_transaction_read_only', 'off', false)";
+  for (int i = 0; i < 1200; ++i) sql += " || ''";
+  PGresult* r = PQprepare(c, "deep", sql.c_str(), 0, nullptr);
+  EXPECT_EQ(PQresultStatus(r), PGRES_FATAL_ERROR);
+  EXPECT_STREQ(PQresultErrorField(r, PG_DIAG_SQLSTATE), "42601");
+  EXPECT_THAT(PQresultErrorMessage(r), HasSubstr("nests deeper"));
+  PQclear(r);
+  r = PQexecPrepared(c, "deep", 0, nullptr, nullptr, nullptr, 0);
+  EXPECT_EQ(PQresultStatus(r), PGRES_FATAL_ERROR);
+  PQclear(r);
+  // Two statements in one Parse: refused here, as the server would.
+  r = PQprepare(c, "two", "SELECT 1; SELECT 2", 0, nullptr);
+  EXPECT_STREQ(PQresultErrorField(r, PG_DIAG_SQLSTATE), "42601");
+  PQclear(r);
+  EXPECT_EQ(Run(c, "UPDATE jobs SET owner = 'tokenless' WHERE id = 1"),
+            "25006");
+  PQfinish(c);
+  EXPECT_EQ(Owner(), "nobody");
+}
+
+// SQL text run by a function, or a PREPARE's query, cannot lift a
+// tokenless session's read-only mode.
+TEST_F(PgPortHardeningTest, ATokenlessSessionCannotLiftReadOnlyThroughText) {
+  auto g = StartGateway();
+  ASSERT_NE(g, nullptr);
+  PGconn* c = Connect(*g, "");
+  ASSERT_EQ(PQstatus(c), CONNECTION_OK) << PQerrorMessage(c);
+  for (const std::string& sql : {
+           std::string("SELECT query_to_xml($q$SELECT set_config("
+                       "'default_transaction_read_only', 'off', false)$q$, "
+                       "true, true, '')"),
+           std::string("PREPARE p AS SELECT set_config("
+                       "'default_transaction_read_only', 'off', false)"),
+           std::string("SELECT lo_from_bytea(0, 'x')"),
+           std::string("LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE"),
+       }) {
+    EXPECT_EQ(Run(c, sql), "25006") << sql;
+  }
+  EXPECT_EQ(Run(c, "UPDATE jobs SET owner = 'tokenless' WHERE id = 1"),
+            "25006");
+  PQfinish(c);
+  EXPECT_EQ(Owner(), "nobody");
+  EXPECT_EQ(Exec("SELECT count(*) FROM pg_largeobject_metadata")[0][0]
+                .as<int64_t>(),
+            0);
+}
+
+// standard_conforming_strings stays on and client_encoding UTF8, so that
+// the gateway reads every string as the server does: with it off, one
+// string here was a COMMIT and an UPDATE there.
+TEST_F(PgPortHardeningTest, SettingsThatChangeHowTextIsReadArePinned) {
+  auto g = StartGateway();
+  ASSERT_NE(g, nullptr);
+  PGconn* c = Connect(*g, Options(1));
+  ASSERT_EQ(PQstatus(c), CONNECTION_OK) << PQerrorMessage(c);
+  EXPECT_STREQ(PQparameterStatus(c, "standard_conforming_strings"), "on");
+  EXPECT_STREQ(PQparameterStatus(c, "client_encoding"), "UTF8");
+  for (const std::string& sql : {
+           std::string("SET standard_conforming_strings = off"),
+           std::string("SET LOCAL standard_conforming_strings TO false"),
+           std::string("SELECT set_config('standard_conforming_strings', "
+                       "'off', false)"),
+           std::string("SET client_encoding = 'LATIN1'"),
+           std::string("SET NAMES 'SJIS'"),
+           std::string("SELECT set_config('client_encoding', 'LATIN1', "
+                       "false)"),
+           std::string("SELECT set_config(lower('CLIENT_ENCODING'), "
+                       "'LATIN1', false)"),
+       }) {
+    std::string message;
+    EXPECT_EQ(Run(c, sql, &message), "0A000") << sql;
+  }
+  // The pinned values themselves are no change.
+  EXPECT_EQ(Run(c, "SET standard_conforming_strings = on"), "");
+  EXPECT_EQ(Run(c, "SET client_encoding = 'utf-8'"), "");
+  EXPECT_EQ(Run(c, "RESET standard_conforming_strings"), "");
+  // The string that hid a COMMIT and an UPDATE is one SELECT for both.
+  EXPECT_EQ(Run(c,
+                "SELECT 'a\\' , ' ; COMMIT ; "
+                "UPDATE jobs SET owner = ''hidden'' WHERE id = 1 ; -- '"),
+            "");
+  PQfinish(c);
+  EXPECT_EQ(Owner(), "nobody");
+  // At startup too.
+  for (const std::string& option :
+       {std::string("-c standard_conforming_strings=off"),
+        std::string("-c client_encoding=LATIN1")}) {
+    PGconn* bad = Connect(*g, option);
+    EXPECT_NE(PQstatus(bad), CONNECTION_OK) << option;
+    EXPECT_THAT(PQerrorMessage(bad), HasSubstr("through the gateway"));
+    PQfinish(bad);
+  }
+}
+
+// A function the parser cannot see into that changes a pinned setting
+// ends the session: the server's report is the last line.
+TEST_F(PgPortHardeningTest, APinnedSettingChangedUnseenEndsTheSession) {
+  Exec("CREATE OR REPLACE FUNCTION public.scs_off() RETURNS text "
+       "LANGUAGE sql AS $$SELECT set_config('standard_conforming_strings', "
+       "'off', false)$$");
+  Exec("GRANT EXECUTE ON FUNCTION public.scs_off() TO fencegate_worker");
+  auto g = StartGateway();
+  ASSERT_NE(g, nullptr);
+  PGconn* c = Connect(*g, Options(1));
+  ASSERT_EQ(PQstatus(c), CONNECTION_OK) << PQerrorMessage(c);
+  std::string message;
+  Run(c, "SELECT public.scs_off()", &message);
+  EXPECT_THAT(message, HasSubstr("standard_conforming_strings became"));
+  EXPECT_EQ(Run(c, "UPDATE jobs SET owner = 'after' WHERE id = 1"),
+            "send failed");
+  PQfinish(c);
+  EXPECT_EQ(Owner(), "nobody");
+  Exec("DROP FUNCTION public.scs_off()");
+}
+
+// No session signals another's backend through the port.
+TEST_F(PgPortHardeningTest, ASessionCannotSignalAnothersBackend) {
+  auto g = StartGateway();
+  ASSERT_NE(g, nullptr);
+  PGconn* victim = Connect(*g, Options(1));
+  ASSERT_EQ(PQstatus(victim), CONNECTION_OK) << PQerrorMessage(victim);
+  PGconn* c = Connect(*g, Options(1));
+  ASSERT_EQ(PQstatus(c), CONNECTION_OK) << PQerrorMessage(c);
+  for (const char* fn : {"pg_terminate_backend", "pg_cancel_backend"}) {
+    EXPECT_EQ(Run(c, absl::StrCat("SELECT ", fn,
+                                  "(pid) FROM pg_stat_activity WHERE usename "
+                                  "= 'fencegate_worker' AND pid <> "
+                                  "pg_backend_pid()")),
+              "0A000")
+        << fn;
+  }
+  EXPECT_EQ(Run(victim, "UPDATE jobs SET owner = 'victim' WHERE id = 1"), "");
+  PQfinish(c);
+  PQfinish(victim);
+  EXPECT_EQ(Owner(), "victim");
+}
+
+// A connection goes back to the pool with its random() seeded anew: the
+// next session's random() is not the sequence the last one set.
+TEST_F(PgPortHardeningTest, TheNextSessionsRandomIsNotTheLastOnesSeed) {
+  // One idle connection at most: the next session gets the same backend.
+  auto g = StartGateway({}, "pool_size=1");
+  ASSERT_NE(g, nullptr);
+  const std::string expected =
+      Exec("SELECT setseed(0.25), random()::text")[0][1].as<std::string>();
+  auto row = [&](const std::string& sql) {
+    PGconn* c = Connect(*g, "");
+    EXPECT_EQ(PQstatus(c), CONNECTION_OK) << PQerrorMessage(c);
+    PGresult* r = PQexec(c, sql.c_str());
+    std::vector<std::string> out;
+    for (int i = 0; PQntuples(r) == 1 && i < PQnfields(r); ++i) {
+      out.push_back(PQgetvalue(r, 0, i));
+    }
+    PQclear(r);
+    PQfinish(c);
+    return out;
+  };
+  const std::vector<std::string> first =
+      row("SELECT setseed(0.25)::text, pg_backend_pid()::text");
+  ASSERT_EQ(first.size(), 2u);
+  // The connection is pooled once its reset is answered: until then a
+  // session gets a new one (closed when it ends: the pool is full).
+  std::string next;
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        std::vector<std::string> r =
+            row("SELECT pg_backend_pid()::text, random()::text");
+        if (r.size() != 2 || r[0] != first[1]) return false;
+        next = r[1];
+        return true;
+      },
+      absl::Seconds(30)));
+  EXPECT_NE(next, expected);
+}
+
+// A client that ends its session while its statement runs takes the
+// statement with it within the route's statement timeout and a second,
+// whatever it set; one that vanishes mid-transaction, at once.
+TEST_F(PgPortHardeningTest, AClientThatLeavesTakesItsStatementWithIt) {
+  auto g = StartGateway({}, "statement_timeout_ms=500");
+  ASSERT_NE(g, nullptr);
+  auto sleeping = [] {
+    return Exec("SELECT count(*) FROM pg_stat_activity WHERE usename = "
+                "'fencegate_worker' AND wait_event = 'PgSleep'")[0][0]
+        .as<int64_t>();
+  };
+  for (const char* sql :
+       {"SET statement_timeout = 0; SELECT pg_sleep(3600)",
+        "BEGIN; SET LOCAL statement_timeout = 0; SELECT pg_sleep(3600)"}) {
+    PGconn* c = Connect(*g, Options(1));
+    ASSERT_EQ(PQstatus(c), CONNECTION_OK) << PQerrorMessage(c);
+    ASSERT_EQ(PQsendQuery(c, sql), 1);
+    ASSERT_TRUE(testing::WaitFor([&] { return sleeping() == 1; },
+                                 absl::Seconds(30)))
+        << sql;
+    PQfinish(c);  // Terminate, then the socket closes
+    EXPECT_TRUE(testing::WaitFor([&] { return sleeping() == 0; },
+                                 absl::Seconds(30)))
+        << sql;
+  }
+  EXPECT_TRUE(Serves(*g));
+}
+
 }  // namespace
 }  // namespace fencegate

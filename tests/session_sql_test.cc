@@ -1,7 +1,7 @@
 // Copyright fencegate authors.
 //
 // What a client's query string does to its session
-// (postgres/session_sql.h): statement boundaries from
+// (postgres/include/postgres/session_sql.h): statement boundaries from
 // PostgreSQL's parser, where transactions begin and end, the gateway's own
 // settings, and the statements that would let a session without a token
 // write.
@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
@@ -144,6 +145,66 @@ TEST(SessionSqlTest, WhatDropsTheGatewaysPreparedStatementIsMarked) {
     EXPECT_THAT(s.reason, HasSubstr("reserved")) << sql;
   }
   EXPECT_EQ(One("PREPARE mine AS SELECT 1").effect, SessionEffect::kStatement);
+}
+
+TEST(SessionSqlTest, PinnedSettingsKeepTheirValues) {
+  for (const char* sql :
+       {"SET standard_conforming_strings = off",
+        "SET SESSION standard_conforming_strings TO 0",
+        "SET LOCAL standard_conforming_strings = false",
+        "SET client_encoding = 'LATIN1'", "SET client_encoding TO SJIS",
+        "SET NAMES 'GBK'", "SET standard_conforming_strings FROM CURRENT",
+        "SELECT set_config('standard_conforming_strings', 'off', false)",
+        "SELECT 1 FROM t WHERE set_config('CLIENT_ENCODING', 'x', true) > ''",
+        "SELECT set_config($1, 'off', false)",
+        "PREPARE p AS SELECT set_config(lower('x'), 'off', false)"}) {
+    const SessionStatement s = One(sql);
+    EXPECT_EQ(s.effect, SessionEffect::kRefused) << sql;
+    EXPECT_FALSE(s.reason.empty()) << sql;
+  }
+  for (const char* sql :
+       {"SET standard_conforming_strings = on",
+        "SET standard_conforming_strings TO true",
+        "RESET standard_conforming_strings",
+        "SET standard_conforming_strings TO DEFAULT",
+        "SET client_encoding = 'UTF8'", "SET client_encoding = 'utf-8'",
+        "SET NAMES 'unicode'", "SET NAMES", "RESET client_encoding"}) {
+    EXPECT_NE(One(sql).effect, SessionEffect::kRefused) << sql;
+  }
+  EXPECT_TRUE(KeepsPin("client_encoding", "UTF_8"));
+  EXPECT_FALSE(KeepsPin("client_encoding", "SQL_ASCII"));
+  EXPECT_FALSE(KeepsPin("standard_conforming_strings", "of"));
+  EXPECT_TRUE(KeepsPin("datestyle", "anything"));
+}
+
+TEST(SessionSqlTest, CallsAnywhereInAStatementAreSeen) {
+  for (const char* fn : {"pg_terminate_backend", "pg_cancel_backend"}) {
+    for (const std::string& sql :
+         {absl::StrCat("SELECT ", fn, "(1)"),
+          absl::StrCat("PREPARE p AS SELECT pg_catalog.", fn, "($1)"),
+          absl::StrCat("EXPLAIN ANALYZE SELECT ", fn, "(1)"),
+          absl::StrCat("UPDATE t SET a = (SELECT ", fn, "(2))")}) {
+      const SessionStatement s = One(sql);
+      EXPECT_EQ(s.effect, SessionEffect::kRefused) << sql;
+      EXPECT_THAT(s.reason, HasSubstr("other sessions' backends")) << sql;
+    }
+  }
+  for (const char* sql :
+       {"PREPARE p AS SELECT set_config('default_transaction_read_only', "
+        "'off', false)",
+        "SELECT query_to_xml('SELECT 1', true, true, '')",
+        "SELECT * FROM ts_stat('SELECT v FROM t')",
+        "SELECT cursor_to_xml('c', 1, true, true, '')",
+        "SELECT lo_from_bytea(0, 'x')", "SELECT lo_unlink(1)",
+        "SELECT lowrite(0, 'x')", "SELECT * FROM dblink('x', 'y') AS t(a int)",
+        "LOCK TABLE t IN ACCESS EXCLUSIVE MODE", "LOCK t",
+        "LOCK TABLE t IN ROW EXCLUSIVE MODE"}) {
+    EXPECT_TRUE(One(sql).lifts_read_only) << sql;
+  }
+  for (const char* sql : {"LOCK TABLE t IN ACCESS SHARE MODE",
+                          "SELECT lower('x')", "SELECT loads FROM t"}) {
+    EXPECT_FALSE(One(sql).lifts_read_only) << sql;
+  }
 }
 
 }  // namespace

@@ -58,8 +58,12 @@ struct SessionStatement {
   // A statement that would let this or a later transaction write in a
   // session without a token: SET or RESET of default_transaction_read_only
   // or transaction_read_only, SET TRANSACTION / SESSION CHARACTERISTICS
-  // ... READ WRITE, RESET ALL, DISCARD ALL, a call of set_config(), DO,
-  // CALL. Such a session refuses it; one with a token runs it.
+  // ... READ WRITE, RESET ALL, DISCARD ALL, DO, CALL, LOCK above ACCESS
+  // SHARE, and anywhere in a statement (a PREPARE's query included) a call
+  // of set_config(), of a function that runs SQL text of its own
+  // (query_to_xml*, cursor_to_xml*, ts_stat, ts_rewrite, xpath_table,
+  // connectby, dblink*, crosstab*) or of a large-object function (lo_*,
+  // lowrite). Such a session refuses it; one with a token runs it.
   bool lifts_read_only = false;
   // DEALLOCATE ALL or DISCARD ALL: every prepared statement of the session
   // is gone, the gateway's own included.
@@ -78,9 +82,24 @@ struct SessionStatement {
 // prepared transaction commits after its session's fence check, from any
 // session); SET LOCAL, RESET and SET ... TO DEFAULT of a fencegate.*
 // setting; a fencegate.* name other than domain and token; a value that is
-// not one constant; PREPARE and DEALLOCATE of a kReservedNamePrefix name.
+// not one constant; PREPARE and DEALLOCATE of a kReservedNamePrefix name;
+// SET of a pinned setting (below) to another value, and set_config() of
+// one; set_config() whose setting name is not one constant; calls of
+// pg_cancel_backend() and pg_terminate_backend(), anywhere in a statement.
 absl::StatusOr<std::vector<SessionStatement>> ClassifySessionSql(
     absl::string_view sql);
+
+// Settings pinned on every server session of the port, because they change
+// how the server reads SQL text and the gateway must read it the same way:
+// client_encoding UTF8 (libpg_query's encoding) and
+// standard_conforming_strings on. `name` in lower case.
+bool IsPinnedSetting(absl::string_view name);
+// Whether `value` keeps pinned setting `name` as pinned: UTF8 or UNICODE
+// (any case, with or without '-' or '_'); on, true, yes or 1. True for a
+// name that is not pinned.
+bool KeepsPin(absl::string_view name, absl::string_view value);
+// Why a change of pinned setting `name` is refused, in words for a client.
+std::string PinnedReason(absl::string_view name);
 
 }  // namespace fencegate::postgres
 
