@@ -5,6 +5,7 @@
 #include <openssl/evp.h>
 #include <openssl/rand.h>
 
+#include <optional>
 #include <variant>
 
 #include "absl/strings/escaping.h"
@@ -152,7 +153,71 @@ asio::awaitable<absl::StatusOr<std::unique_ptr<Upstream>>> Upstream::Connect(
   if (absl::Status s = co_await upstream->SignIn(target); !s.ok()) {
     co_return s;
   }
+  if (absl::Status s = co_await upstream->CheckServer(); !s.ok()) {
+    co_return s;
+  }
   co_return upstream;
+}
+
+asio::awaitable<absl::Status> Upstream::CheckServer() {
+  // The parser reads UTF-8; a server in another encoding would convert
+  // the client's bytes before its own parser reads them.
+  auto encoding = parameters_.find("server_encoding");
+  if (encoding == parameters_.end() || encoding->second != "UTF8") {
+    co_return absl::FailedPreconditionError(absl::StrCat(
+        "the route's database has server_encoding ",
+        encoding == parameters_.end() ? std::string("(not reported)")
+                                      : encoding->second,
+        ": the port serves UTF8 databases only"));
+  }
+  absl::StatusOr<std::string> prepared =
+      co_await Show("max_prepared_transactions");
+  if (!prepared.ok()) co_return prepared.status();
+  if (*prepared != "0") {
+    co_return absl::FailedPreconditionError(absl::StrCat(
+        "the route's server allows prepared transactions "
+        "(max_prepared_transactions = ",
+        *prepared,
+        "): a prepared transaction outlives its session's fence; set it to "
+        "0 to serve the route through the port"));
+  }
+  co_return absl::OkStatus();
+}
+
+asio::awaitable<absl::StatusOr<std::string>> Upstream::Show(
+    const std::string& name) {
+  const std::string sql = absl::StrCat("SHOW ", name);
+  if (absl::Status s = co_await WriteAll(
+          socket_, pgwire::Encode(pgwire::FrontendMessage(pgwire::Query{sql})));
+      !s.ok()) {
+    co_return s;
+  }
+  absl::Status error = absl::OkStatus();
+  std::optional<std::string> value;
+  for (;;) {
+    absl::StatusOr<pgwire::Frame> frame = co_await reader_.Next(socket_);
+    if (!frame.ok()) co_return frame.status();
+    if (frame->type == 'S') NoteParameter(*frame);
+    if (frame->type == 'E' && error.ok()) {
+      error = ServerError(*frame, absl::StrCat("\"", sql, "\""));
+    }
+    if (frame->type == 'D' && !value.has_value()) {
+      absl::StatusOr<pgwire::BackendMessage> m =
+          pgwire::ParseBackendMessage(*frame);
+      const auto* row = m.ok() ? std::get_if<pgwire::DataRow>(&*m) : nullptr;
+      if (row != nullptr && row->values.size() == 1 &&
+          row->values[0].has_value()) {
+        value = std::string(*row->values[0]);
+      }
+    }
+    if (frame->type != 'Z') continue;
+    if (!error.ok()) co_return error;
+    if (!value.has_value()) {
+      co_return absl::UnavailableError(
+          absl::StrCat("\"", sql, "\" returned no value"));
+    }
+    co_return *std::move(value);
+  }
 }
 
 asio::awaitable<absl::Status> Upstream::SignIn(const UpstreamTarget& target) {

@@ -59,8 +59,10 @@ class Upstream {
   // Connects and signs in; returns once the server is ready for a query.
   // UNAVAILABLE if it cannot be reached or closes; PERMISSION_DENIED if
   // it refuses the credentials; FAILED_PRECONDITION for an authentication
-  // method the port does not speak (GSSAPI, SSPI) or another server error,
-  // with the server's message.
+  // method the port does not speak (GSSAPI, SSPI), a server the port must
+  // not serve (server_encoding other than UTF8; max_prepared_transactions
+  // above 0, since a prepared transaction outlives its session's fence),
+  // or another server error, with the server's message.
   static asio::awaitable<absl::StatusOr<std::unique_ptr<Upstream>>> Connect(
       const UpstreamTarget& target, size_t max_message_bytes,
       MemoryBudget* memory);
@@ -88,6 +90,11 @@ class Upstream {
   Upstream(tcp::socket socket, size_t max_message_bytes, MemoryBudget* memory)
       : socket_(std::move(socket)), reader_(max_message_bytes, memory) {}
   asio::awaitable<absl::Status> SignIn(const UpstreamTarget& target);
+  // After the sign-in: FAILED_PRECONDITION for a server the port must not
+  // serve (Connect says which).
+  asio::awaitable<absl::Status> CheckServer();
+  // SHOW `name`: its value, or the server's error.
+  asio::awaitable<absl::StatusOr<std::string>> Show(const std::string& name);
 
   tcp::socket socket_;
   FrameReader reader_;

@@ -338,5 +338,31 @@ TEST_F(PgPortHardeningTest, AClientThatLeavesTakesItsStatementWithIt) {
   EXPECT_TRUE(Serves(*g));
 }
 
+// A server that allows prepared transactions is not served: a prepared
+// transaction outlives its session and its fence. The database refuses
+// them, whatever the gateway's parser makes of a statement.
+TEST_F(PgPortHardeningTest, AServerThatAllowsPreparedTransactionsIsNotServed) {
+  auto g = StartGateway();
+  ASSERT_NE(g, nullptr);
+  auto alter_system = [](const std::string& sql) {
+    pqxx::connection admin(server_->Conninfo());
+    pqxx::nontransaction tx(admin);
+    tx.exec(sql);
+  };
+  alter_system("ALTER SYSTEM SET max_prepared_transactions = 2");
+  ASSERT_OK(server_->Stop());
+  ASSERT_OK(server_->Restart());
+  PGconn* c = Connect(*g, Options(1));
+  EXPECT_NE(PQstatus(c), CONNECTION_OK);
+  EXPECT_THAT(PQerrorMessage(c),
+              HasSubstr("allows prepared transactions "
+                        "(max_prepared_transactions = 2)"));
+  PQfinish(c);
+  alter_system("ALTER SYSTEM RESET max_prepared_transactions");
+  ASSERT_OK(server_->Stop());
+  ASSERT_OK(server_->Restart());
+  EXPECT_TRUE(Serves(*g));
+}
+
 }  // namespace
 }  // namespace fencegate
