@@ -74,14 +74,7 @@ absl::StatusOr<FenceDecision> Fencer::CheckAndRecord(
 
   FenceDecision decision;
   if (token > current->highest_token) {
-    if (check != nullptr) {
-      std::optional<absl::Status> admitted =
-          check->Check(*current, token, /*may_block=*/true);
-      if (!admitted.has_value()) {
-        return absl::InternalError("advance check did not decide");
-      }
-      if (!admitted->ok()) return *std::move(admitted);
-    }
+    if (absl::Status s = Admit(check, *current, token); !s.ok()) return s;
     absl::StatusOr<FenceState> raised =
         store_->Raise(domain, token, clock_->Now());
     if (!raised.ok()) return raised.status();
@@ -217,6 +210,9 @@ absl::StatusOr<FenceDecision> Fencer::Fence(const Turn& turn, uint64_t token,
                                             const AdvanceCheck* check) {
   turns_.CheckHeld(turn);
   const std::string& domain = turn.domain();
+  if (storage_ != nullptr) {
+    if (absl::Status s = storage_->CheckToken(token); !s.ok()) return s;
+  }
   absl::StatusOr<FenceDecision> decision = CheckAndRecord(domain, token, check);
   if (!decision.ok() || storage_ == nullptr) return decision;
   absl::Status raised = storage_->Raise(domain, token);
@@ -253,6 +249,23 @@ absl::Status Fencer::Learn(absl::string_view domain, uint64_t token) {
   return Learn(turn, token);
 }
 
+void Fencer::LearnFromStorage(absl::string_view domain,
+                              absl::AnyInvocable<void(absl::Status) &&> done) {
+  turns_.Queue(domain, [this, done = std::move(done)](Turn turn) mutable {
+    absl::Status status = absl::OkStatus();
+    if (storage_ != nullptr) {
+      absl::StatusOr<uint64_t> held = storage_->Read(turn.domain());
+      if (!held.ok()) {
+        status = held.status();
+      } else if (*held > 0) {
+        status = Learn(turn, *held);
+      }
+    }
+    turn.Release();
+    std::move(done)(std::move(status));
+  });
+}
+
 absl::StatusOr<uint64_t> Fencer::NextGrantable(const Turn& turn,
                                                uint64_t at_least) {
   turns_.CheckHeld(turn);
@@ -271,10 +284,43 @@ absl::StatusOr<FenceDecision> Fencer::Sequence(const Turn& turn,
         "domain \"", domain,
         "\": its fence is at 2^64-1, no higher token can be issued"));
   }
-  absl::StatusOr<uint64_t> next =
-      NextGrantable(turn, current->highest_token + 1);
+  // Asked before any storage moves: a refusal moves nothing anywhere.
+  const uint64_t candidate = current->highest_token + 1;
+  if (storage_ != nullptr) {
+    if (absl::Status s = storage_->CheckToken(candidate); !s.ok()) return s;
+  }
+  if (absl::Status s = Admit(check, *current, candidate); !s.ok()) return s;
+  absl::StatusOr<uint64_t> next = NextGrantable(turn, candidate);
   if (!next.ok()) return next.status();
-  return CheckAndRecord(domain, *next, check);
+  if (*next != candidate) {
+    // The storage was ahead (another gateway's grants): the advance is the
+    // one from the storage's fence, which has moved already.
+    FenceState storage_fence = *current;
+    storage_fence.highest_token = *next - 1;
+    if (absl::Status s = Admit(check, storage_fence, *next); !s.ok()) {
+      if (absl::StatusOr<FenceState> learnt =
+              store_->Raise(domain, *next, clock_->Now());
+          !learnt.ok()) {
+        return learnt.status();
+      }
+      return absl::Status(
+          s.code(), absl::StrCat(s.message(), " (yet the storage's fence, at ",
+                                 *next - 1, " already, moved to ", *next,
+                                 ", and this gateway's with it)"));
+    }
+  }
+  return CheckAndRecord(domain, *next, /*check=*/nullptr);
+}
+
+absl::Status Fencer::Admit(const AdvanceCheck* check, const FenceState& current,
+                           uint64_t token) {
+  if (check == nullptr) return absl::OkStatus();
+  std::optional<absl::Status> admitted =
+      check->Check(current, token, /*may_block=*/true);
+  if (!admitted.has_value()) {
+    return absl::InternalError("advance check did not decide");
+  }
+  return *std::move(admitted);
 }
 
 absl::StatusOr<FenceDecision> Fencer::Sequence(absl::string_view domain,

@@ -2,6 +2,7 @@
 
 #include "gateway/route_fences.h"
 
+#include <algorithm>
 #include <optional>
 
 #include "absl/strings/cord.h"
@@ -42,6 +43,28 @@ absl::Status RouteFences::Raise(absl::string_view domain, uint64_t token) {
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status RouteFences::CheckToken(uint64_t token) const {
+  for (const auto& [name, adapter] : routes_) {
+    if (token > adapter->MaxFenceToken()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "token ", token, " is above ", adapter->MaxFenceToken(),
+          ", the highest route \"", name,
+          "\" can hold: no fence was moved"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> RouteFences::Read(absl::string_view domain) {
+  uint64_t highest = 0;
+  for (const auto& [name, adapter] : routes_) {
+    absl::StatusOr<uint64_t> token = adapter->ReadFence(domain);
+    if (!token.ok()) return OnRoute(token.status(), name);
+    highest = std::max(highest, *token);
+  }
+  return highest;
 }
 
 absl::StatusOr<uint64_t> RouteFences::Next(absl::string_view domain,

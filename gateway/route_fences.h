@@ -44,6 +44,8 @@ class RouteFences final : public StorageFence {
   bool empty() const { return routes_.empty(); }
 
   absl::Status Raise(absl::string_view domain, uint64_t token) override;
+  absl::Status CheckToken(uint64_t token) const override;
+  absl::StatusOr<uint64_t> Read(absl::string_view domain) override;
   absl::StatusOr<uint64_t> Next(absl::string_view domain,
                                 uint64_t at_least) override;
 

@@ -121,9 +121,9 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   // Prepares the session's fence statement upstream unless it is; `sync`
   // ends that with a Sync of its own (before a Query).
   void PrepareFence(bool sync);
-  // The database's fence holds `token` for the session's domain, above the
-  // session's: raise this gateway's fence to it, off the port's thread.
-  void Learn(uint64_t token);
+  // The database refused the session's token as stale: this gateway's
+  // fence is raised to what the database holds, read by the gateway.
+  void LearnFromDatabase();
   // A refused Query: answered here when no transaction is open, else made
   // to fail upstream so that the server's transaction fails as the client
   // expects.

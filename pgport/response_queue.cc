@@ -4,7 +4,6 @@
 
 #include <utility>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "postgres/fence_schema.h"
@@ -80,10 +79,11 @@ void ResponseQueue::PopHead(std::string* to_client) {
 }
 
 void ResponseQueue::SkipToSync(std::string* to_client) {
-  // Pops the head and what the server will now skip, stopping before the
-  // next Sync, Query or local reply; PopHead then releases local replies.
+  // Pops the head and what the server will now skip -- every message up to
+  // the next Sync, a Query included (PostgreSQL reads and drops all of
+  // them) -- stopping before that Sync or a local reply; PopHead then
+  // releases local replies.
   while (queue_.size() > 1 && queue_[1].awaited != Awaited::kSync &&
-         queue_[1].awaited != Awaited::kQuery &&
          queue_[1].awaited != Awaited::kLocal) {
     queue_.erase(queue_.begin() + 1);
   }
@@ -119,12 +119,8 @@ absl::Status ResponseQueue::OnReply(const pgwire::Frame& frame,
         if (!parsed.ok()) return parsed.status();
         const auto& error = std::get<pgwire::ErrorResponse>(*parsed);
         const absl::string_view* code = error.Find('C');
-        const absl::string_view* detail = error.Find('D');
-        uint64_t held = 0;
-        if (code != nullptr && *code == postgres::kStaleSqlState &&
-            detail != nullptr && absl::SimpleAtoi(*detail, &held)) {
-          outcome->database_fence = held;
-        }
+        outcome->fence_stale =
+            code != nullptr && *code == postgres::kStaleSqlState;
       }
     }
     if (head.awaited == Awaited::kQuery) {

@@ -11,8 +11,8 @@
 //
 // The protocol's rules that this follows: each Parse, Bind, Describe,
 // Execute, Close, Sync and Query is answered in order; after an
-// ErrorResponse the server skips the extended-protocol messages up to the
-// next Sync, answering none; a Query's statements end one by one
+// ErrorResponse in the extended protocol the server skips every message up
+// to the next Sync, a Query included, answering none; a Query's statements end one by one
 // (CommandComplete or EmptyQueryResponse) and the Query ends at
 // ReadyForQuery, as does a Sync. NoticeResponse, ParameterStatus and
 // NotificationResponse may come at any time and always reach the client.
@@ -98,9 +98,11 @@ inline Expected LocalReply(std::string reply) {
 struct ReplyOutcome {
   // Bytes for the client (possibly none).
   std::string to_client;
-  // The database's fence refused the session's token: the token it holds
-  // (the fence error's DETAIL), if it could be read.
-  std::optional<uint64_t> database_fence;
+  // The database's fence refused the session's token (FG001 in reply to
+  // the port's own fence call). What the database holds is read by the
+  // gateway itself (Fencer::LearnFromStorage), never taken from an error's
+  // text, which a client can raise too.
+  bool fence_stale = false;
   // The server refused one of the port's own messages.
   bool own_error = false;
   // A ReadyForQuery ended the last message the server owed: its status.

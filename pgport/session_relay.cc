@@ -3,8 +3,6 @@
 // A running session: the client's messages sent upstream with the fence
 // added at each transaction's start, and the server's replies passed back.
 
-#include <openssl/rand.h>
-
 #include <chrono>
 #include <utility>
 #include <variant>
@@ -12,7 +10,6 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "fencegate/common/stale_token.h"
 #include "fencegate/common/token_refused.h"
@@ -21,6 +18,7 @@
 #include "pgport/sql_quote.h"
 #include "pgwire/backend.h"
 #include "postgres/fence_schema.h"
+#include "postgres/session_reset.h"
 
 namespace fencegate::pgport {
 namespace {
@@ -41,20 +39,6 @@ constexpr char kFailingQuery[] = "fencegate refused";
 // granted by the lease service, not its lock service's holder, or past
 // max_advance.
 constexpr char kTokenRefusedSqlState[] = "FG002";
-
-// What a connection runs before it goes back to the pool, after DISCARD
-// ALL (a query of its own: it cannot run in a transaction block): DISCARD
-// ALL keeps the random() generator where the session left it (a setseed()
-// would make the next session's random() predictable), so the generator is
-// seeded again from the gateway's own random bytes. A role that may not
-// call setseed() fails the reset, and the connection is closed instead.
-std::string ReseedSql() {
-  uint32_t bits = 0;
-  RAND_bytes(reinterpret_cast<unsigned char*>(&bits), sizeof(bits));
-  const double seed = static_cast<double>(bits) / 4294967295.0 * 2.0 - 1.0;
-  return absl::StrCat("SELECT pg_catalog.setseed(",
-                      absl::StrFormat("%.17g", seed), ")");
-}
 
 bool Reserved(absl::string_view name) {
   return absl::StartsWith(name, postgres::kReservedNamePrefix);
@@ -534,7 +518,7 @@ void ClientSession::EndUpstream() {
   }
   // The reply loop gives the connection back once this is answered.
   Send(pgwire::Query{"DISCARD ALL"}, OwnOwed(Awaited::kQuery));
-  Send(pgwire::Query{ReseedSql()}, OwnOwed(Awaited::kQuery));
+  Send(pgwire::Query{postgres::ReseedSql()}, OwnOwed(Awaited::kQuery));
 }
 
 asio::awaitable<void> ClientSession::ReplyLoop() {
@@ -580,7 +564,7 @@ asio::awaitable<void> ClientSession::ReplyLoop() {
         fence_prepared_ = false;
         reset_failed_ = ending_;
       }
-      if (outcome.database_fence.has_value()) Learn(*outcome.database_fence);
+      if (outcome.fence_stale) LearnFromDatabase();
       if (outcome.settled.has_value()) tracker_.Settle(*outcome.settled);
       client_out_.append(outcome.to_client);
       if (ending_ && queue_.empty()) {
@@ -613,21 +597,22 @@ asio::awaitable<void> ClientSession::ReplyLoop() {
   }
 }
 
-void ClientSession::Learn(uint64_t token) {
+void ClientSession::LearnFromDatabase() {
   Log(LogSeverity::kInfo,
       absl::StrCat("pg port: the database of route \"", route_->spec.name,
-                   "\" holds token ", token, " for domain \"",
+                   "\" refused token ", token_, " for domain \"",
                    absl::CHexEscape(domain_),
-                   "\"; raising this gateway's fence"));
-  Fencer* fencer = port_.context.fencer;
-  port_.context.run_blocking([fencer, domain = domain_, token] {
-    if (absl::Status s = fencer->Learn(domain, token); !s.ok()) {
-      Log(LogSeverity::kWarning,
-          absl::StrCat("pg port: could not raise domain \"",
-                       absl::CHexEscape(domain), "\" to ", token, ": ",
-                       s.message()));
-    }
-  });
+                   "\" as stale; reading its fence"));
+  // In the domain's turn, off the port's thread, and holding no turn
+  // runner while it waits for the turn.
+  port_.context.fencer->LearnFromStorage(
+      domain_, [domain = domain_](absl::Status s) {
+        if (!s.ok()) {
+          Log(LogSeverity::kWarning,
+              absl::StrCat("pg port: could not learn the fence of domain \"",
+                           absl::CHexEscape(domain), "\": ", s.message()));
+        }
+      });
 }
 
 absl::Status CheckPinnedSettings(const Upstream& upstream) {

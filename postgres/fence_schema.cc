@@ -62,6 +62,11 @@ std::string ReadFencesSql(const std::string& schema) {
   return absl::StrCat("SELECT domain, token FROM \"", schema, "\".fences()");
 }
 
+std::string ReadFenceSql(const std::string& schema) {
+  return absl::StrCat("SELECT token FROM \"", schema,
+                      "\".fences() WHERE domain = $1");
+}
+
 std::vector<std::string> FenceSetupSql(const std::string& schema,
                                        const std::string& role) {
   // Both names are plain identifiers (checked by the caller), so quoting

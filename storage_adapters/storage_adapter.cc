@@ -24,6 +24,15 @@ absl::StatusOr<uint64_t> StorageAdapter::NextFence(absl::string_view,
   return absl::UnimplementedError("this storage keeps no fences");
 }
 
+absl::StatusOr<uint64_t> StorageAdapter::ReadFence(absl::string_view domain) {
+  uint64_t found = 0;
+  absl::Status s = ReadFences([&](absl::string_view d, uint64_t token) {
+    if (d == domain) found = token;
+  });
+  if (!s.ok()) return s;
+  return found;
+}
+
 absl::Status StorageAdapter::ReadFences(
     absl::FunctionRef<void(absl::string_view, uint64_t)>) {
   return absl::UnimplementedError("this storage keeps no fences");

@@ -7,6 +7,9 @@
 #ifndef TESTS_PG_PORT_FIXTURE_H_
 #define TESTS_PG_PORT_FIXTURE_H_
 
+#include <arpa/inet.h>
+#include <unistd.h>
+
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,6 +30,25 @@ inline constexpr char kDomain[] = "jobs-lock";
 inline std::string Options(uint64_t token) {
   return absl::StrCat("-c fencegate.domain=", kDomain,
                       " -c fencegate.token=", token);
+}
+
+// Sends `bytes` on a new connection to `port`, then reads until the
+// gateway closes it; what it read.
+inline std::string Exchange(int port, const std::string& bytes) {
+  const int fd = testing::ConnectLoopback(port);
+  if (fd < 0) return "no connection";
+  (void)!::write(fd, bytes.data(), bytes.size());
+  std::string got;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof(buf))) > 0;) got.append(buf, n);
+  ::close(fd);
+  return got;
+}
+
+// `v` in network byte order.
+inline std::string Int32(int32_t v) {
+  const uint32_t n = htonl(static_cast<uint32_t>(v));
+  return std::string(reinterpret_cast<const char*>(&n), 4);
 }
 
 class PgPortTest : public PostgresAdapterTest {

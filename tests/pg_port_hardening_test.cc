@@ -14,6 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "libpq-fe.h"
+#include "pgwire/frontend.h"
+#include "pgwire/startup.h"
 #include "tests/pg_port_fixture.h"
 
 namespace fencegate {
@@ -362,6 +364,114 @@ TEST_F(PgPortHardeningTest, AServerThatAllowsPreparedTransactionsIsNotServed) {
   ASSERT_OK(server_->Stop());
   ASSERT_OK(server_->Restart());
   EXPECT_TRUE(Serves(*g));
+}
+
+// A raw protocol client: what it sends goes out as it is, and it reads
+// whole messages.
+class RawClient {
+ public:
+  explicit RawClient(int port) : fd_(testing::ConnectLoopback(port)) {}
+  ~RawClient() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  bool Send(const std::string& bytes) {
+    return ::write(fd_, bytes.data(), bytes.size()) ==
+           static_cast<ssize_t>(bytes.size());
+  }
+  // The types of the messages read up to and including the next
+  // ReadyForQuery, with each DataRow's first value after a 'D'; "closed"
+  // if the connection ends first.
+  std::string ReadToReady() {
+    std::string seen;
+    for (;;) {
+      absl::StatusOr<std::optional<pgwire::Frame>> frame =
+          pgwire::NextFrame(buffer_, 1 << 20);
+      if (!frame.ok()) return seen + "bad";
+      if (frame->has_value()) {
+        const pgwire::Frame& f = **frame;
+        seen += f.type;
+        if (f.type == 'D' && f.body.size() > 6) seen += std::string(f.body.substr(6));
+        buffer_.erase(0, f.size);
+        if (f.type == 'Z') return seen;
+        continue;
+      }
+      char chunk[4096];
+      const ssize_t n = ::read(fd_, chunk, sizeof(chunk));
+      if (n <= 0) return seen + "closed";
+      buffer_.append(chunk, static_cast<size_t>(n));
+    }
+  }
+
+ private:
+  int fd_;
+  std::string buffer_;
+};
+
+std::string Messages(const std::vector<pgwire::FrontendMessage>& messages) {
+  std::string bytes;
+  for (const pgwire::FrontendMessage& m : messages) bytes += pgwire::Encode(m);
+  return bytes;
+}
+
+// An error in the extended protocol makes the server drop every message up
+// to Sync, Queries included. The port expects no reply for them: its
+// replies stay matched to what asked for them, later queries are answered
+// as they should be, and the session ends and frees its slot at Terminate
+// (it used to wait for replies that never came).
+TEST_F(PgPortHardeningTest, QueriesSkippedAfterAnErrorLeakNoSession) {
+  auto g = StartGateway({"--pg_max_connections=1"});
+  ASSERT_NE(g, nullptr);
+  {
+    RawClient c(g->pg_port);
+    pgwire::StartupMessage startup;
+    startup.parameters = {{"user", "worker"}, {"database", "db"}};
+    ASSERT_TRUE(c.Send(pgwire::EncodeStartupPacket(startup)));
+    EXPECT_THAT(c.ReadToReady(), HasSubstr("Z"));
+    ASSERT_TRUE(c.Send(Messages(
+        {pgwire::Parse{"", "SELECT 1/0", {}}, pgwire::Bind{}, pgwire::Execute{},
+         pgwire::Query{"SELECT 1"}, pgwire::Query{"SELECT 2"},
+         pgwire::Sync{}})));
+    EXPECT_EQ(c.ReadToReady(), "1EZ");  // 1/0 fails at Bind (planning)
+    for (const char* n : {"42", "43"}) {
+      ASSERT_TRUE(c.Send(Messages({pgwire::Query{absl::StrCat("SELECT ", n)}})));
+      EXPECT_EQ(c.ReadToReady(), absl::StrCat("TD", n, "CZ"));
+    }
+    ASSERT_TRUE(c.Send(Messages({pgwire::Terminate{}})));
+  }
+  EXPECT_TRUE(testing::WaitFor([&] { return Serves(*g); }, absl::Seconds(30)));
+}
+
+// The gateway learns what the database holds by reading it itself, never
+// from an error a client can raise: replies shifted by messages the server
+// skipped, then a DO raising the fence's SQLSTATE with 2^63-1 as DETAIL,
+// used to raise the gateway's fence of the domain to 2^63-1 for ever.
+TEST_F(PgPortHardeningTest, AClientsErrorNeverMovesTheGatewaysFence) {
+  auto g = StartGateway();
+  ASSERT_NE(g, nullptr);
+  ASSERT_TRUE(Fence(*g, 1).ok());
+  RawClient c(g->pg_port);
+  pgwire::StartupMessage startup;
+  const std::string options = Options(1);
+  startup.parameters = {
+      {"user", "worker"}, {"database", "db"}, {"options", options}};
+  ASSERT_TRUE(c.Send(pgwire::EncodeStartupPacket(startup)));
+  EXPECT_THAT(c.ReadToReady(), HasSubstr("Z"));
+  ASSERT_TRUE(c.Send(Messages(
+      {pgwire::Parse{"", "SELECT 1/0", {}}, pgwire::Bind{}, pgwire::Execute{},
+       pgwire::Query{"SELECT 1"}, pgwire::Query{"SELECT 2"}, pgwire::Sync{}})));
+  c.ReadToReady();
+  const std::string raise = absl::StrCat(
+      "DO $$BEGIN RAISE EXCEPTION 'stale' USING ERRCODE = 'FG001', DETAIL = "
+      "'9223372036854775807'; END$$");
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(c.Send(Messages({pgwire::Query{raise}})));
+    EXPECT_THAT(c.ReadToReady(), HasSubstr("E"));
+  }
+  ASSERT_TRUE(c.Send(Messages({pgwire::Terminate{}})));
+  // The learning, if any, runs in the domain's turn: a Fence of the same
+  // token queues behind it.
+  ASSERT_TRUE(Fence(*g, 1).ok());
+  EXPECT_EQ(GetFence(*g), 1u);
 }
 
 }  // namespace

@@ -341,22 +341,6 @@ with psycopg.connect(DSN, autocommit=True) as c:
 }
 
 // Sends `bytes`, then reads until the port closes the connection.
-std::string Exchange(int port, const std::string& bytes) {
-  const int fd = testing::ConnectLoopback(port);
-  if (fd < 0) return "no connection";
-  (void)!::write(fd, bytes.data(), bytes.size());
-  std::string got;
-  char buf[4096];
-  for (ssize_t n; (n = ::read(fd, buf, sizeof(buf))) > 0;) got.append(buf, n);
-  ::close(fd);
-  return got;
-}
-
-std::string Int32(int32_t v) {
-  const uint32_t n = htonl(static_cast<uint32_t>(v));
-  return std::string(reinterpret_cast<const char*>(&n), 4);
-}
-
 TEST_F(PgPortTest, BadBytesCloseOnlyTheirOwnSession) {
   auto g = StartGateway();
   ASSERT_NE(g, nullptr);

@@ -90,11 +90,34 @@ TEST(ResponseQueueTest, AFenceErrorReachesTheClientAndSkipsToSync) {
   ReplyOutcome o = Reply(queue, error);
   EXPECT_EQ(o.to_client, error);
   EXPECT_TRUE(o.own_error);
-  ASSERT_TRUE(o.database_fence.has_value());
-  EXPECT_EQ(*o.database_fence, 9u);
+  EXPECT_TRUE(o.fence_stale);
   // The server skipped the client's Bind and Execute: only Sync is owed.
   EXPECT_EQ(queue.size(), 1u);
   EXPECT_EQ(Reply(queue, Ready()).to_client, Ready());
+}
+
+// After an error in the extended protocol the server drops every message
+// up to Sync, Queries included: nothing is owed for them (a session that
+// waited for their replies never ended, and held its slot for ever).
+TEST(ResponseQueueTest, QueriesAfterAnExtendedErrorAreSkippedToo) {
+  ResponseQueue queue;
+  std::string to_client;
+  queue.Push(ClientOwed(Awaited::kParse), &to_client);
+  queue.Push(ClientOwed(Awaited::kBind), &to_client);
+  queue.Push(ClientOwed(Awaited::kExecute), &to_client);
+  queue.Push(ClientOwed(Awaited::kQuery), &to_client);
+  queue.Push(ClientOwed(Awaited::kQuery), &to_client);
+  queue.Push(ClientOwed(Awaited::kSync), &to_client);
+  EXPECT_EQ(Reply(queue, pgwire::Encode(pgwire::ParseComplete{})).to_client,
+            pgwire::Encode(pgwire::ParseComplete{}));
+  EXPECT_EQ(Reply(queue, kBindComplete).to_client, kBindComplete);
+  const std::string error =
+      pgwire::EncodeError("ERROR", "22012", "division by zero");
+  EXPECT_EQ(Reply(queue, error).to_client, error);
+  EXPECT_EQ(queue.size(), 1u);
+  ReplyOutcome last = Reply(queue, Ready());
+  EXPECT_EQ(last.to_client, Ready());
+  EXPECT_TRUE(queue.empty());
 }
 
 TEST(ResponseQueueTest, AQuerysOwnStatementsAreDroppedOneByOne) {

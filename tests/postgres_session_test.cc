@@ -149,6 +149,18 @@ TEST_F(PostgresSessionTest, ADirtyWritesSessionIsResetBeforeTheNextWrite) {
     }
     EXPECT_EQ(after.second, c.fresh);
   }
+  // DISCARD ALL keeps the random() generator's state: the reset seeds it
+  // again, so the next caller's random() is not the sequence a setseed()
+  // in a dirty Write chose.
+  const std::string chosen =
+      Exec("SELECT setseed(0.25), random()::text")[0][1].as<std::string>();
+  const std::string pid = Probe(one.get(), "SELECT 1").first;
+  ASSERT_OK(Apply(one.get(), "iso", 1,
+                  {Sql("DO $$BEGIN PERFORM setseed(0.25); END$$")}));
+  const std::pair<std::string, std::string> next =
+      Probe(one.get(), "SELECT random()::text");
+  EXPECT_EQ(next.first, pid) << "not the same backend";
+  EXPECT_NE(next.second, chosen);
 }
 
 // A dirty Write that fails inside its block costs no connection: the

@@ -9,6 +9,7 @@
 #include "fencing/storage_fence.h"
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -63,7 +64,17 @@ class FakeStorageFence final : public StorageFence {
                                 uint64_t at_least) override {
     return fake.Next(domain, at_least);
   }
+  absl::StatusOr<uint64_t> Read(absl::string_view domain) override {
+    auto it = fake.fences.find(std::string(domain));
+    return it == fake.fences.end() ? 0 : it->second;
+  }
+  absl::Status CheckToken(uint64_t token) const override {
+    return token > max_token
+               ? absl::InvalidArgumentError("the fake cannot hold it")
+               : absl::OkStatus();
+  }
   FakeFences fake;
+  uint64_t max_token = std::numeric_limits<uint64_t>::max();
 };
 
 class FencerStorageTest : public testing::FencerTest {
@@ -103,6 +114,20 @@ TEST_F(FencerStorageTest, AStorageHoldingMoreMakesTheFenceStaleAndIsLearnt) {
   EXPECT_TRUE(Applied().empty());
 }
 
+// A token a storage cannot hold moves no fence, here or there (a Fence of
+// 2^63 on a gateway with a PostgreSQL route used to raise the gateway's
+// own fence, and refuse every later write of the domain through it).
+TEST_F(FencerStorageTest, ATokenAStorageCannotHoldMovesNoFence) {
+  ASSERT_TRUE(fencer_->Fence("d", 5).ok());
+  storage_.max_token = 100;
+  EXPECT_THAT(fencer_->Fence("d", 101).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(Local("d"), 5u);
+  EXPECT_EQ(storage_.fake.fences["d"], 5u);
+  ASSERT_TRUE(fencer_->Fence("d", 100).ok());
+  EXPECT_EQ(Local("d"), 100u);
+}
+
 TEST_F(FencerStorageTest, AnUnreachableStorageFailsTheFenceAndSaysItMoved) {
   storage_.fake.unavailable = true;
   absl::StatusOr<FenceDecision> d = fencer_->Fence("d", 5);
@@ -126,6 +151,44 @@ TEST_F(FencerStorageTest, NewTokensComeFromTheStorage) {
   EXPECT_THAT(fencer_->Sequence("d").status(),
               StatusIs(absl::StatusCode::kUnavailable));
   EXPECT_EQ(Local("d"), 21u);
+}
+
+// Refuses every advance past `limit`.
+class LimitCheck final : public AdvanceCheck {
+ public:
+  explicit LimitCheck(uint64_t limit) : limit_(limit) {}
+  std::optional<absl::Status> Check(const FenceState& current, uint64_t token,
+                                    bool may_block) const override {
+    return token > limit_ ? absl::PermissionDeniedError("above the limit")
+                          : absl::OkStatus();
+  }
+
+ private:
+  const uint64_t limit_;
+};
+
+// A refused Sequence moves nothing anywhere (it used to take the storage's
+// next token first, then ask the check: the storage's fence moved, and its
+// holder's next write was stale).
+TEST_F(FencerStorageTest, ARefusedSequenceMovesNoStorage) {
+  storage_.fake.fences["d"] = 5;
+  ASSERT_TRUE(fencer_->Fence("d", 5).ok());
+  const size_t raises = storage_.fake.raises.size();
+  LimitCheck refuse_all(0);
+  EXPECT_THAT(fencer_->Sequence("d", &refuse_all).status(),
+              StatusIs(absl::StatusCode::kPermissionDenied));
+  EXPECT_EQ(storage_.fake.fences["d"], 5u);
+  EXPECT_EQ(storage_.fake.raises.size(), raises);
+  EXPECT_EQ(Local("d"), 5u);
+  // Admitted, it moves both.
+  LimitCheck up_to_6(6);
+  EXPECT_EQ(fencer_->Sequence("d", &up_to_6)->fence.highest_token, 6u);
+  EXPECT_EQ(storage_.fake.fences["d"], 6u);
+  // The storage ahead (another gateway's grants): checked from the
+  // storage's fence, so a jump the check would refuse from here is not one.
+  storage_.fake.fences["d"] = 40;
+  LimitCheck up_to_41(41);
+  EXPECT_EQ(fencer_->Sequence("d", &up_to_41)->fence.highest_token, 41u);
 }
 
 using FencerWithoutStorageTest = testing::FencerTest;

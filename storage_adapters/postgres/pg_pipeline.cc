@@ -12,6 +12,7 @@
 #include "fencegate/common/stale_token.h"
 #include "fencegate/common/sync_point.h"
 #include "postgres/fence_schema.h"
+#include "postgres/session_reset.h"
 
 namespace fencegate::postgres {
 namespace {
@@ -144,8 +145,9 @@ bool PgPipeline::SendReset() {
   // ROLLBACK ends the block of a dirty Write that failed inside it (and is
   // only a warning after one that committed), so that a failed dirty Write
   // costs no new connection; then the reset, first in a segment of its own.
+  // random() is seeded again after it (session_reset.h).
   return SendSimple(c, "ROLLBACK") && PQpipelineSync(c) == 1 &&
-         SendSimple(c, kResetSql) &&
+         SendSimple(c, kResetSql) && SendSimple(c, ReseedSql().c_str()) &&
          PQsendPrepare(c, conn_->fence_statement().c_str(),
                        settings_->fence_call_sql.c_str(), 2, nullptr) == 1 &&
          PQpipelineSync(c) == 1;
@@ -270,12 +272,17 @@ void PgPipeline::Feed(PgResult r, bool cancelled) {
         Finish(Ending::kSynced);
         return;
       }
-      if (PQresultStatus(r.get()) != PGRES_COMMAND_OK) reset_ok_ = false;
+      // The reseed (query 2) returns a row; the others, none.
+      if (PQresultStatus(r.get()) !=
+          (q_ == 2 ? PGRES_TUPLES_OK : PGRES_COMMAND_OK)) {
+        reset_ok_ = false;
+      }
       phase_ = Phase::kResetEnd;
       return;
     case Phase::kResetEnd:
-      // A sync after ROLLBACK, and after the reset and the prepare.
-      if (q_ == 0 || q_ == 2) {
+      // A sync after ROLLBACK, and after the reset, the reseed and the
+      // prepare.
+      if (q_ == 0 || q_ == 3) {
         phase_ = Phase::kResetSync;
       } else {
         ++q_;
@@ -288,7 +295,7 @@ void PgPipeline::Feed(PgResult r, bool cancelled) {
         Finish(Ending::kSynced);
         return;
       }
-      if (q_ == 2) {
+      if (q_ == 3) {
         Finish(Ending::kSynced);
         return;
       }

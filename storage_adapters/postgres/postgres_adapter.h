@@ -183,6 +183,8 @@ class PostgresAdapter final : public StorageAdapter,
   // predates fence_seq() is FAILED_PRECONDITION naming pg-setup.
   bool KeepsSeq() const override { return true; }
   absl::Status RaiseFence(absl::string_view domain, uint64_t token) override;
+  uint64_t MaxFenceToken() const override;
+  absl::StatusOr<uint64_t> ReadFence(absl::string_view domain) override;
   absl::StatusOr<uint64_t> NextFence(absl::string_view domain,
                                      uint64_t at_least) override;
   absl::Status ReadFences(

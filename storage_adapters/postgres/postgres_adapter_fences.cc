@@ -54,6 +54,8 @@ absl::StatusOr<postgres::PgResult> PostgresAdapter::ExecControl(
   return postgres::SqlErrorStatus(*sqlstate, PQresultErrorMessage(r.get()), -1);
 }
 
+uint64_t PostgresAdapter::MaxFenceToken() const { return kMaxBigint; }
+
 absl::Status PostgresAdapter::RaiseFence(absl::string_view domain,
                                          uint64_t token) {
   if (token > kMaxBigint) {
@@ -98,6 +100,27 @@ absl::StatusOr<uint64_t> PostgresAdapter::NextFence(absl::string_view domain,
                      ": fence_next() answered something other than a token"));
   }
   return next;
+}
+
+absl::StatusOr<uint64_t> PostgresAdapter::ReadFence(absl::string_view domain) {
+  std::string state, detail;
+  absl::StatusOr<postgres::PgResult> r =
+      ExecControl(postgres::ReadFenceSql(options_.fence_schema),
+                  {std::string(domain)}, &state, &detail);
+  if (!r.ok()) {
+    if (r.status().code() == absl::StatusCode::kUnavailable) return r.status();
+    return absl::Status(
+        r.status().code(),
+        absl::StrCat("reading the fence table: ", r.status().message()));
+  }
+  if (PQntuples(r->get()) == 0) return 0;
+  uint64_t token = 0;
+  if (!absl::SimpleAtoi(PQgetvalue(r->get(), 0, 0), &token)) {
+    return absl::DataLossError(absl::StrCat(
+        "the fence table holds \"", PQgetvalue(r->get(), 0, 0),
+        "\" for domain \"", domain, "\": not a token"));
+  }
+  return token;
 }
 
 absl::Status PostgresAdapter::ReadFences(

@@ -25,6 +25,11 @@
 //      token from the storage, so that gateways sharing it never hand out
 //      one token twice. A storage that holds a higher token makes Fence()
 //      stale, and this fence is raised to what it holds.
+//   8. A refusal moves nothing anywhere: a token a storage cannot hold
+//      (StorageFence::CheckToken) and an AdvanceCheck's refusal are
+//      decided before any fence moves, here or in a storage; Sequence()
+//      puts its candidate (the fence + 1) to the check before it asks the
+//      storage for the next token.
 
 #ifndef FENCING_FENCER_H_
 #define FENCING_FENCER_H_
@@ -175,6 +180,16 @@ class Fencer {
   // The same, waiting for the domain's turn.
   absl::Status Learn(absl::string_view domain, uint64_t token);
 
+  // In `domain`'s turn, on the Runner: reads the storage's fences of
+  // `domain` (StorageFence::Read, the gateway's own reading, never a
+  // token a client could have put in an error) and raises this fence to
+  // the highest, as Learn(); then calls `done` with the outcome (OK
+  // without a storage). Never blocks the caller, and takes no Runner
+  // thread while it waits for the turn. For a door that saw the storage
+  // refuse a token as stale.
+  void LearnFromStorage(absl::string_view domain,
+                        absl::AnyInvocable<void(absl::Status) &&> done);
+
   // The domain's current fence.
   absl::StatusOr<FenceState> Get(absl::string_view domain);
 
@@ -192,6 +207,9 @@ class Fencer {
   absl::StatusOr<FenceDecision> CheckAndRecord(absl::string_view domain,
                                                uint64_t token,
                                                const AdvanceCheck* check);
+  // `check`'s verdict on raising `current` to `token`; OK without a check.
+  static absl::Status Admit(const AdvanceCheck* check,
+                            const FenceState& current, uint64_t token);
   // Queues the advance of the turn's domain to `token` to the store,
   // holding `turn`; once it is durable, ApplyHolding on the store's thread.
   void RaiseThenApply(Turn turn, uint64_t token, AsyncApply apply,

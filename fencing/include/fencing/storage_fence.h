@@ -37,6 +37,17 @@ class StorageFence {
   // it were raised).
   virtual absl::Status Raise(absl::string_view domain, uint64_t token) = 0;
 
+  // INVALID_ARGUMENT, naming the storage, if a storage that keeps fences
+  // cannot hold `token` (PostgreSQL's bigint ends at 2^63-1): the Fencer
+  // asks before any fence moves, so that a token that would be refused
+  // there moves none. Never blocks.
+  virtual absl::Status CheckToken(uint64_t token) const = 0;
+
+  // The highest fence of `domain` that any storage keeps (0 if none), read
+  // by the gateway itself. UNAVAILABLE naming a storage that could not be
+  // reached.
+  virtual absl::StatusOr<uint64_t> Read(absl::string_view domain) = 0;
+
   // A token for `domain` that is at least `at_least` and above the fence of
   // every storage that keeps one, raised durably in all of them; no other
   // caller of Next() on the same storage, in this process or another,

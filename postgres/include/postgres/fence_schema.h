@@ -95,6 +95,9 @@ std::string FenceNextSql(const std::string& schema);
 // "SELECT domain, token FROM "<schema>".fences()".
 std::string ReadFencesSql(const std::string& schema);
 
+// "SELECT token FROM "<schema>".fences() WHERE domain = $1": one domain's.
+std::string ReadFenceSql(const std::string& schema);
+
 // The statements SetUpFenceSchema() runs, in order, for `schema` and the
 // route role `role` (both IsPlainIdentifier). Idempotent: running them again
 // changes nothing but the function's body (CREATE OR REPLACE). Fences left

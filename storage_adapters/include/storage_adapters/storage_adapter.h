@@ -9,6 +9,7 @@
 #define STORAGE_ADAPTERS_STORAGE_ADAPTER_H_
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <utility>
 
@@ -137,6 +138,13 @@ class StorageAdapter {
   // block.
   virtual absl::Status RaiseFence(absl::string_view domain, uint64_t token);
 
+  // The highest token the storage's fence can hold (2^63-1 for PostgreSQL's
+  // bigint). RaiseFence() refuses a higher one. Never blocks. The default:
+  // 2^64-1.
+  virtual uint64_t MaxFenceToken() const {
+    return std::numeric_limits<uint64_t>::max();
+  }
+
   // Raises the storage's fence of `domain` to the higher of its token + 1
   // and `at_least`, as one atomic step of the storage, and returns it: no
   // other caller, in any process, receives the same token. OUT_OF_RANGE
@@ -150,6 +158,10 @@ class StorageAdapter {
   // cannot read. May block.
   virtual absl::Status ReadFences(
       absl::FunctionRef<void(absl::string_view domain, uint64_t token)> fn);
+
+  // The storage's fence of `domain`: 0 if it holds none. Errors as
+  // ReadFences(). May block. The default reads every fence and keeps one.
+  virtual absl::StatusOr<uint64_t> ReadFence(absl::string_view domain);
 
   // True if the storage records each domain's last applied (token, seq)
   // together with the write (docs/fencing.md, rule 14): a write with a seq
