@@ -98,7 +98,8 @@ ClientSession::ClientSession(PortState& port, tcp::socket client,
       client_reader_(port.options.max_message_bytes, port.context.memory),
       process_id_(process_id),
       secret_key_(secret_key),
-      client_drained_(client_.get_executor()) {}
+      client_drained_(client_.get_executor()),
+      room_(client_.get_executor()) {}
 
 asio::awaitable<void> ClientSession::Run() {
   auto self = shared_from_this();
@@ -557,14 +558,21 @@ asio::awaitable<void> ClientSession::ToClient(std::string bytes) {
   while (!client_out_.empty() && client_.is_open()) {
     std::string chunk;
     chunk.swap(client_out_);
+    writing_bytes_ = chunk.size();
     const bool written = (co_await client_.WriteAll(chunk)).ok();
+    writing_bytes_ = 0;
     client_drained_.cancel();
+    room_.cancel();
     if (!written) {
       client_out_.clear();
       break;
     }
   }
   writing_client_ = false;
+  if (client_out_.empty()) {
+    pending_reservation_ = MemoryBudget::Reservation();
+    pending_reserved_ = 0;
+  }
 }
 
 void ClientSession::Cancel() {
@@ -581,6 +589,9 @@ void ClientSession::Close() {
   client_.Close();
   boost::system::error_code ec;
   if (upstream_ != nullptr) upstream_->socket().close(ec);
+  // Whatever waits for room or for the client's reads ends now.
+  client_drained_.cancel();
+  room_.cancel();
   port_.sessions.erase(process_id_);
 }
 

@@ -20,6 +20,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "fencegate/common/memory_budget.h"
 #include "pgport/asio.h"
 #include "pgport/client_stream.h"
 #include "pgport/frame_reader.h"
@@ -135,6 +136,15 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
                       absl::string_view detail = {});
   // Sends what was queued for the server.
   asio::awaitable<bool> FlushUpstream();
+  // Before the client's next message is read: while the client has more
+  // than kMaxPendingClientBytes to read, or the server owes more than
+  // kMaxOwed replies, sends what is queued upstream and waits, so that a
+  // client that does not read cannot make the session hold more (replies
+  // the port answers itself included). False if the session ended.
+  asio::awaitable<bool> WaitForRoom();
+  // Reserves what the client has yet to read in the memory budget once it
+  // passes FrameReader::kUnreservedBytes; false if it does not fit.
+  bool ReservePending();
   void Send(const pgwire::FrontendMessage& message, Expected expected);
   // Sends the client's message being handled (current_) as it came.
   void Forward(Expected expected);
@@ -171,10 +181,23 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   absl::string_view current_;
   std::string client_out_;
   bool writing_client_ = false;
-  // The reply loop waits while the client has more than this to read.
+  // Bytes of the write to the client under way.
+  size_t writing_bytes_ = 0;
+  // What the client has yet to read, past FrameReader::kUnreservedBytes,
+  // reserved in the gateway's memory budget until it is written.
+  MemoryBudget::Reservation pending_reservation_;
+  size_t pending_reserved_ = 0;
+  // The reply loop waits while the client has more than this to read, and
+  // the client loop reads no more of the client's messages while it has,
+  // or while the server owes more than kMaxOwed replies.
   static constexpr size_t kMaxPendingClientBytes = 1 << 20;
+  static constexpr size_t kMaxOwed = 4096;
   // Wakes the reply loop once a write to the client is done.
   asio::steady_timer client_drained_;
+  // Wakes the client loop (WaitForRoom) once a write to the client is done
+  // or replies came: a timer of its own, since re-arming one cancels its
+  // other waiter.
+  asio::steady_timer room_;
   // Extended protocol: what each prepared statement and portal does.
   absl::flat_hash_map<std::string, Statement> statements_;
   absl::flat_hash_map<std::string, Statement> portals_;

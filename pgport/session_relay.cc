@@ -71,6 +71,7 @@ absl::string_view SqlStateOf(const absl::Status& status) {
 asio::awaitable<void> ClientSession::ClientLoop() {
   auto self = shared_from_this();
   while (!closed_ && !ending_) {
+    if (!co_await WaitForRoom()) break;
     absl::StatusOr<std::optional<pgwire::Frame>> buffered =
         client_reader_.Buffered();
     absl::StatusOr<pgwire::Frame> frame = absl::UnknownError("unread");
@@ -494,6 +495,36 @@ void ClientSession::Send(const pgwire::FrontendMessage& message,
   queue_.Push(std::move(expected), &client_out_);
 }
 
+asio::awaitable<bool> ClientSession::WaitForRoom() {
+  while (!closed_ && (client_out_.size() + writing_bytes_ >
+                          kMaxPendingClientBytes ||
+                      queue_.size() > kMaxOwed)) {
+    // The replies that make room come only for what the server was sent.
+    if (!co_await FlushUpstream()) co_return false;
+    boost::system::error_code ec;
+    room_.expires_at(asio::steady_timer::time_point::max());
+    co_await room_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  }
+  co_return !closed_;
+}
+
+bool ClientSession::ReservePending() {
+  MemoryBudget* budget = port_.context.memory;
+  const size_t pending = client_out_.size() + writing_bytes_;
+  if (budget == nullptr || pending <= FrameReader::kUnreservedBytes ||
+      pending <= pending_reserved_) {
+    return true;
+  }
+  // The smaller reservation goes back before the larger one is taken.
+  pending_reservation_ = MemoryBudget::Reservation();
+  pending_reserved_ = 0;
+  absl::StatusOr<MemoryBudget::Reservation> reserved = budget->Reserve(pending);
+  if (!reserved.ok()) return false;
+  pending_reservation_ = *std::move(reserved);
+  pending_reserved_ = pending;
+  return true;
+}
+
 asio::awaitable<bool> ClientSession::FlushUpstream() {
   if (upstream_out_.empty() || upstream_ == nullptr) co_return true;
   std::string out;
@@ -583,6 +614,16 @@ asio::awaitable<void> ClientSession::ReplyLoop() {
       }
       if (!next->has_value()) break;
       frame = **next;
+    }
+    room_.cancel();  // replies came: the server owes fewer
+    if (!ReservePending()) {
+      const std::string message = absl::StrCat(
+          "out of memory: the client has ", client_out_.size() + writing_bytes_,
+          " bytes of replies yet to read, more than the gateway's memory "
+          "budget has room for");
+      client_out_.clear();  // dropped: the session ends with the error
+      co_await Fatal("53200", message);
+      co_return;
     }
     co_await ToClient({});
     // A client that reads slower than its server answers (a large SELECT

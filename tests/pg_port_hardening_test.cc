@@ -6,6 +6,8 @@
 // session reaches another's backend or random seed, a client that leaves
 // takes its statement with it, and no input takes the gateway down.
 
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 
 #include <string>
@@ -378,6 +380,28 @@ class RawClient {
     return ::write(fd_, bytes.data(), bytes.size()) ==
            static_cast<ssize_t>(bytes.size());
   }
+  // Writes `message` again and again, without reading, until the gateway
+  // stops taking them (no room for 2 s) or `limit` bytes went out; the
+  // bytes that went out.
+  size_t SendUntilRefused(const std::string& message, size_t limit) {
+    fcntl(fd_, F_SETFL, fcntl(fd_, F_GETFL) | O_NONBLOCK);
+    size_t sent = 0;
+    std::string batch;
+    while (batch.size() < 65536) batch += message;
+    while (sent < limit) {
+      const ssize_t n = ::write(fd_, batch.data(), batch.size());
+      if (n > 0) {
+        sent += static_cast<size_t>(n);
+        batch = batch.substr(static_cast<size_t>(n)) +
+                std::string(batch.data(), static_cast<size_t>(n));
+        continue;
+      }
+      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) break;
+      pollfd p{fd_, POLLOUT, 0};
+      if (::poll(&p, 1, 2000) <= 0) break;
+    }
+    return sent;
+  }
   // The types of the messages read up to and including the next
   // ReadyForQuery, with each DataRow's first value after a 'D'; "closed"
   // if the connection ends first.
@@ -472,6 +496,67 @@ TEST_F(PgPortHardeningTest, AClientsErrorNeverMovesTheGatewaysFence) {
   // token queues behind it.
   ASSERT_TRUE(Fence(*g, 1).ok());
   EXPECT_EQ(GetFence(*g), 1u);
+}
+
+// A client that sends and does not read cannot make its session hold more
+// and more: past 4096 replies owed (here, answers to SHOW fencegate.domain
+// queued behind a running statement) the port reads no more of it. It used
+// to read 73 MiB of them, and hold a reply for each.
+TEST_F(PgPortHardeningTest, AClientThatDoesNotReadIsNotReadEither) {
+  auto g = StartGateway({}, "statement_timeout_ms=3000");
+  ASSERT_NE(g, nullptr);
+  RawClient c(g->pg_port);
+  pgwire::StartupMessage startup;
+  const std::string options = Options(1);
+  startup.parameters = {
+      {"user", "worker"}, {"database", "db"}, {"options", options}};
+  ASSERT_TRUE(c.Send(pgwire::EncodeStartupPacket(startup)));
+  EXPECT_THAT(c.ReadToReady(), HasSubstr("Z"));
+  ASSERT_TRUE(c.Send(Messages({pgwire::Query{"SELECT pg_sleep(2)"}})));
+  const size_t limit = size_t{64} << 20;
+  const size_t sent = c.SendUntilRefused(
+      Messages({pgwire::Query{"SHOW fencegate.domain"}}), limit);
+  EXPECT_LT(sent, limit);
+  EXPECT_GT(sent, size_t{4096} * 27);
+  EXPECT_TRUE(Serves(*g));
+}
+
+// Replies a client has yet to read count in the gateway's memory budget
+// (half of --memory_limit_mib: 32 MiB here), beside the message the port
+// read from the server: past it, a session ends with 53200. Two clients
+// that asked for 12 MB rows and read none hold 48 MB; only the server's
+// copies (24 MB) used to count, and forty such clients took 600 MB.
+TEST_F(PgPortHardeningTest, RepliesAClientHasNotReadCountInTheBudget) {
+  auto g = StartGateway({"--memory_limit_mib=64"});
+  ASSERT_NE(g, nullptr);
+  std::vector<PGconn*> clients;
+  for (int i = 0; i < 2; ++i) {
+    PGconn* c = Connect(*g, "");
+    ASSERT_EQ(PQstatus(c), CONNECTION_OK) << PQerrorMessage(c);
+    ASSERT_EQ(PQsendQuery(c, "SELECT repeat('x', 12000000)"), 1);
+    clients.push_back(c);
+  }
+  // Every server has sent its row: the port holds what the clients have not
+  // read, or refused it.
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        return Exec("SELECT count(*) FROM pg_stat_activity WHERE usename = "
+                    "'fencegate_worker' AND query LIKE '%repeat%' AND state "
+                    "<> 'idle'")[0][0]
+                   .as<int64_t>() == 0;
+      },
+      absl::Seconds(60)));
+  int refused = 0;
+  for (PGconn* c : clients) {
+    while (PGresult* r = PQgetResult(c)) {
+      const char* state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+      if (state != nullptr && std::string(state) == "53200") ++refused;
+      PQclear(r);
+    }
+    PQfinish(c);
+  }
+  EXPECT_GE(refused, 1);
+  EXPECT_TRUE(Serves(*g));
 }
 
 }  // namespace
