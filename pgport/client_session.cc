@@ -496,14 +496,15 @@ asio::awaitable<void> ClientSession::Watchdog() {
     if (closed_ || (ending_ && queue_.empty())) co_return;
     const auto now = std::chrono::steady_clock::now();
     if (statement_limit > milliseconds(0) && !queue_.empty() &&
-        statement_cancelled_ && ending_ &&
-        now - cancelled_at >= milliseconds(1000)) {
-      // The client has gone and the server did not stop: the connection
-      // is closed, and the backend ends when it next writes.
+        statement_cancelled_ && now - cancelled_at >= milliseconds(1000)) {
+      // The server did not answer the cancel within a second: it may be
+      // blocked writing to a client that does not read (a backend takes a
+      // cancel only between writes), or the client has gone. The session
+      // ends; the backend, its connection closed, rolls back and ends.
       Log(LogSeverity::kWarning,
           absl::StrCat("pg port: session ", process_id_,
-                       ": the server did not stop a cancelled statement of "
-                       "a client that has gone; closing its connection"));
+                       ": the server did not stop a cancelled statement "
+                       "within a second; closing the session"));
       Close();
       co_return;
     }

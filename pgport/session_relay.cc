@@ -569,8 +569,12 @@ asio::awaitable<void> ClientSession::ReplyLoop() {
       Close();
       co_return;
     }
-    last_server_message_ = std::chrono::steady_clock::now();
-    statement_cancelled_ = false;
+    // Progress, for the watchdog: a reply, not a notice, a parameter report
+    // or a notification, which a statement can send for as long as it runs.
+    if (frame->type != 'N' && frame->type != 'S' && frame->type != 'A') {
+      last_server_message_ = std::chrono::steady_clock::now();
+      statement_cancelled_ = false;
+    }
     for (;;) {
       if (frame->type == 'S' && upstream->NoteParameter(*frame)) {
         if (absl::Status s = CheckPinnedSettings(*upstream); !s.ok()) {

@@ -342,6 +342,41 @@ TEST_F(PgPortHardeningTest, AClientThatLeavesTakesItsStatementWithIt) {
   EXPECT_TRUE(Serves(*g));
 }
 
+// The route's statement timeout and a second bound a statement however it
+// keeps the session busy: streaming notices (which used to count as the
+// server being heard from), or sending rows to a client that reads none
+// (whose backend, blocked writing, takes no cancel): each is stopped, and
+// its backend ends or goes idle, so that no raise waits on it.
+TEST_F(PgPortHardeningTest, AStatementThatStreamsNoticesOrIsNotReadIsStopped) {
+  auto g = StartGateway({}, "statement_timeout_ms=500");
+  ASSERT_NE(g, nullptr);
+  auto running = [] {
+    return Exec("SELECT count(*) FROM pg_stat_activity WHERE usename = "
+                "'fencegate_worker' AND state = 'active' AND query LIKE "
+                "'%generate_series%'")[0][0]
+        .as<int64_t>();
+  };
+  for (const char* sql :
+       {"SET statement_timeout = 0; DO $$BEGIN FOR i IN 1..100000 LOOP "
+        "RAISE NOTICE 'still here'; PERFORM pg_sleep(0.01); END LOOP; END$$ "
+        "/* generate_series */",
+        "SET statement_timeout = 0; SELECT repeat('x', 1000) FROM "
+        "generate_series(1, 100000000)"}) {
+    PGconn* c = Connect(*g, Options(1));
+    ASSERT_EQ(PQstatus(c), CONNECTION_OK) << PQerrorMessage(c);
+    ASSERT_EQ(PQsendQuery(c, sql), 1);
+    // The client reads nothing; the statement must stop all the same.
+    ASSERT_TRUE(
+        testing::WaitFor([&] { return running() == 1; }, absl::Seconds(30)))
+        << sql;
+    EXPECT_TRUE(
+        testing::WaitFor([&] { return running() == 0; }, absl::Seconds(30)))
+        << sql;
+    PQfinish(c);
+  }
+  EXPECT_TRUE(Serves(*g));
+}
+
 // A server that allows prepared transactions is not served: a prepared
 // transaction outlives its session and its fence. The database refuses
 // them, whatever the gateway's parser makes of a statement.
