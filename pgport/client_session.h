@@ -117,11 +117,9 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   // (42501 if denied) and its advance audited.
   asio::awaitable<absl::Status> CheckLocally();
   // The fence call for the next transaction, added upstream (extended
-  // protocol; a Query's is in its text).
+  // protocol; a Query's is in its text): the fence statement prepared
+  // again, bound and executed.
   void SendFence();
-  // Prepares the session's fence statement upstream unless it is; `sync`
-  // ends that with a Sync of its own (before a Query).
-  void PrepareFence(bool sync);
   // The database refused the session's token as stale: this gateway's
   // fence is raised to what the database holds, read by the gateway.
   void LearnFromDatabase();
@@ -201,8 +199,6 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   // Extended protocol: what each prepared statement and portal does.
   absl::flat_hash_map<std::string, Statement> statements_;
   absl::flat_hash_map<std::string, Statement> portals_;
-  // The fence's prepared statement exists upstream.
-  bool fence_prepared_ = false;
   // A message of this batch was refused: skip to Sync.
   bool skipping_ = false;
   std::chrono::steady_clock::time_point last_client_message_;

@@ -198,21 +198,20 @@ asio::awaitable<void> ClientSession::OnQuery(absl::string_view sql) {
       co_return;
     }
   }
-  bool drops_prepared = false;
-  for (const Statement& s : *statements) drops_prepared |= s.drops_prepared;
   if (token_ == 0) {
     for (const Statement& s : *statements) {
       tracker_.BeginsBefore(s);
       tracker_.BeginsAfter(s);
     }
     tracker_.EndOfBatch();
-    if (drops_prepared) fence_prepared_ = false;
     Forward(ClientOwed(Awaited::kQuery));
     co_return;
   }
-  // Each transaction's first statement is the fence call: EXECUTE of the
-  // session's prepared fence statement, planned once.
-  const std::string fence = FenceExecute(kFenceName, domain_, token_);
+  // Each transaction's first statement is the fence call, as text: no
+  // statement the client prepared, deallocated or replaced (a DO block can)
+  // stands in for it.
+  const std::string fence = FenceCallText(route_->spec.options.fence_schema,
+                                          domain_, token_);
   TransactionTracker plan = tracker_;
   std::vector<std::string> text;
   Expected expected = ClientOwed(Awaited::kQuery);
@@ -237,9 +236,6 @@ asio::awaitable<void> ClientSession::OnQuery(absl::string_view sql) {
     }
   }
   tracker_ = plan;
-  if (text.size() > statements->size()) PrepareFence(/*sync=*/true);
-  // A DEALLOCATE ALL in this string drops it after its EXECUTEs ran.
-  if (drops_prepared) fence_prepared_ = false;
   // A newline before each ';' ends a line comment a statement ends with.
   Send(pgwire::Query{absl::StrJoin(text, "\n;")}, std::move(expected));
 }
@@ -375,7 +371,6 @@ asio::awaitable<void> ClientSession::OnExecute(const pgwire::Execute& execute) {
   const Statement statement =
       known != portals_.end() ? known->second : Statement{};
   Forward(ClientOwed(Awaited::kExecute));
-  if (statement.drops_prepared) fence_prepared_ = false;
   TransactionTracker plan = tracker_;
   if (plan.BeginsAfter(statement) && token_ != 0) {
     if (absl::Status s = co_await CheckLocally(); !s.ok()) {
@@ -430,8 +425,10 @@ asio::awaitable<absl::Status> ClientSession::CheckLocally() {
   co_return decision.status();
 }
 
-void ClientSession::PrepareFence(bool sync) {
-  if (fence_prepared_) return;
+void ClientSession::SendFence() {
+  // Prepared again right before each use: the client's messages never run
+  // between this Parse and its Execute, so no statement it prepared or
+  // replaced under this name (a DO block can) is the one executed.
   // Closing a statement that does not exist is no error.
   Send(pgwire::Close{pgwire::Target::kStatement, kFenceName},
        OwnOwed(Awaited::kClose));
@@ -439,14 +436,6 @@ void ClientSession::PrepareFence(bool sync) {
                      postgres::FenceCallSql(route_->spec.options.fence_schema),
                      {}},
        OwnOwed(Awaited::kParse));
-  // Before a Query: a Sync, so that a failed Parse cannot make the server
-  // skip the Query (the failure then shows in the Query's EXECUTE).
-  if (sync) Send(pgwire::Sync{}, OwnOwed(Awaited::kSync));
-  fence_prepared_ = true;
-}
-
-void ClientSession::SendFence() {
-  PrepareFence(/*sync=*/false);
   const std::string token = absl::StrCat(token_);
   pgwire::Bind bind;
   bind.portal = kFenceName;
@@ -595,10 +584,7 @@ asio::awaitable<void> ClientSession::ReplyLoop() {
         co_await Fatal("08P01", s.message());
         co_return;
       }
-      if (outcome.own_error) {
-        fence_prepared_ = false;
-        reset_failed_ = ending_;
-      }
+      if (outcome.own_error) reset_failed_ = ending_;
       if (outcome.fence_stale) LearnFromDatabase();
       if (outcome.settled.has_value()) tracker_.Settle(*outcome.settled);
       client_out_.append(outcome.to_client);

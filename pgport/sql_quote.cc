@@ -25,10 +25,10 @@ std::string QuoteLiteral(absl::string_view value) {
   return absl::StrCat(tag, value, tag);
 }
 
-std::string FenceExecute(absl::string_view statement, absl::string_view domain,
-                         uint64_t token) {
-  return absl::StrCat("EXECUTE ", statement, "(", QuoteLiteral(domain), ", ",
-                      token, ")");
+std::string FenceCallText(absl::string_view schema, absl::string_view domain,
+                          uint64_t token) {
+  return absl::StrCat("SELECT ", QuoteIdentifier(schema), ".fence(",
+                      QuoteLiteral(domain), ", ", token, "::bigint)");
 }
 
 }  // namespace fencegate::pgport

@@ -227,10 +227,8 @@ SessionStatement Classify(const pg_query::Node& stmt) {
     case pg_query::Node::kDiscardStmt:
       out.lifts_read_only =
           stmt.discard_stmt().target() == pg_query::DISCARD_ALL;
-      out.drops_prepared = out.lifts_read_only;
       break;
     case pg_query::Node::kDeallocateStmt:
-      out.drops_prepared = stmt.deallocate_stmt().name().empty();
       RefuseGatewayName(stmt.deallocate_stmt().name(), out);
       break;
     case pg_query::Node::kPrepareStmt:

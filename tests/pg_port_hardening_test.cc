@@ -377,6 +377,40 @@ TEST_F(PgPortHardeningTest, AStatementThatStreamsNoticesOrIsNotReadIsStopped) {
   EXPECT_TRUE(Serves(*g));
 }
 
+// The port's fence statement cannot be swapped for a fake: a DO block that
+// deallocates it and prepares "SELECT $2" under its name changes nothing,
+// since the port prepares it again right before each use (and a simple
+// query's fence is text). After another holder's raise, the old holder's
+// transactions are refused by the database (they used to run the fake).
+TEST_F(PgPortHardeningTest, AReplacedFenceStatementIsNeverRun) {
+  auto g = StartGateway();
+  ASSERT_NE(g, nullptr);
+  PGconn* c = Connect(*g, Options(5));
+  ASSERT_EQ(PQstatus(c), CONNECTION_OK) << PQerrorMessage(c);
+  // The extended protocol once, so that the port's statement exists.
+  PGresult* r = PQexecParams(c, "SELECT $1::int", 1, nullptr,
+                             std::vector<const char*>{"1"}.data(), nullptr,
+                             nullptr, 0);
+  EXPECT_EQ(PQresultStatus(r), PGRES_TUPLES_OK) << PQerrorMessage(c);
+  PQclear(r);
+  EXPECT_EQ(Run(c,
+                "DO $$BEGIN EXECUTE 'DEALLOCATE fencegate_fence'; EXCEPTION "
+                "WHEN OTHERS THEN NULL; END$$; DO $$BEGIN EXECUTE 'PREPARE "
+                "fencegate_fence(text, bigint) AS SELECT $2'; END$$"),
+            "");
+  // The next holder raises the database's fence directly.
+  Exec(absl::StrCat("SELECT fencegate.fence('", kDomain, "', 6)"));
+  // Extended, then simple: each transaction is refused.
+  r = PQexecParams(c, "UPDATE jobs SET owner = $1 WHERE id = 1", 1, nullptr,
+                   std::vector<const char*>{"stale"}.data(), nullptr, nullptr,
+                   0);
+  EXPECT_STREQ(PQresultErrorField(r, PG_DIAG_SQLSTATE), "FG001");
+  PQclear(r);
+  EXPECT_EQ(Run(c, "UPDATE jobs SET owner = 'stale' WHERE id = 1"), "FG001");
+  PQfinish(c);
+  EXPECT_EQ(Owner(), "nobody");
+}
+
 // A server that allows prepared transactions is not served: a prepared
 // transaction outlives its session and its fence. The database refuses
 // them, whatever the gateway's parser makes of a statement.

@@ -231,8 +231,8 @@ TEST(SqlQuoteTest, ValuesReadBackExactlyWhateverTheyHold) {
     EXPECT_EQ(s[0].value, value) << sql;
   }
   EXPECT_EQ(QuoteIdentifier("a\"b"), "\"a\"\"b\"");
-  EXPECT_EQ(FenceExecute("fencegate_fence", "jobs", 7),
-            "EXECUTE fencegate_fence($fg$jobs$fg$, 7)");
+  EXPECT_EQ(FenceCallText("fencegate", "jobs", 7),
+            "SELECT \"fencegate\".fence($fg$jobs$fg$, 7::bigint)");
 }
 
 TEST(SessionSqlCacheTest, AnswersAsTheParserWithTextsInTheStringGiven) {

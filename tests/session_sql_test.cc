@@ -132,12 +132,7 @@ TEST(SessionSqlTest, WhatWouldLetATokenlessSessionWriteIsMarked) {
   EXPECT_FALSE(One("BEGIN READ ONLY").read_write);
 }
 
-TEST(SessionSqlTest, WhatDropsTheGatewaysPreparedStatementIsMarked) {
-  EXPECT_TRUE(One("DEALLOCATE ALL").drops_prepared);
-  EXPECT_TRUE(One("DEALLOCATE PREPARE ALL").drops_prepared);
-  EXPECT_TRUE(One("DISCARD ALL").drops_prepared);
-  EXPECT_FALSE(One("DEALLOCATE mine").drops_prepared);
-  EXPECT_FALSE(One("DISCARD PLANS").drops_prepared);
+TEST(SessionSqlTest, TheGatewaysStatementNamesAreRefused) {
   for (const char* sql :
        {"DEALLOCATE fencegate_fence", "PREPARE Fencegate_Fence AS SELECT 1"}) {
     SessionStatement s = One(sql);

@@ -65,9 +65,6 @@ struct SessionStatement {
   // connectby, dblink*, crosstab*) or of a large-object function (lo_*,
   // lowrite). Such a session refuses it; one with a token runs it.
   bool lifts_read_only = false;
-  // DEALLOCATE ALL or DISCARD ALL: every prepared statement of the session
-  // is gone, the gateway's own included.
-  bool drops_prepared = false;
   // kRefused: why, in words a client can act on.
   std::string reason;
 };
