@@ -24,9 +24,23 @@ using google::protobuf::Reflection;
 
 namespace {
 
-// Stack kept free below a parse for everything else: the protobuf decoding
-// of up to kMaxSqlTreeDepth levels, the classifiers' own frames.
-constexpr size_t kStackMarginBytes = 256 << 10;
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+#else
+constexpr bool kSanitized = false;
+#endif
+
+// Stack kept free below a parse for everything else: protobuf's recursive
+// decoding of up to kMaxSqlTreeDepth levels (about 300 bytes a level;
+// about 3 KB under the sanitizers, whose frames are larger), the
+// classifiers' own frames.
+constexpr size_t kStackMarginBytes = kSanitized ? (4 << 20) : (512 << 10);
 
 // The lowest address of the calling thread's stack; 0 if unknown.
 uintptr_t StackLow() {

@@ -14,6 +14,12 @@
 // stack's pages are given back after each long parse. Text longer than
 // kMaxSqlBytes is refused before it is parsed.
 //
+// What the caller's stack must still hold: the returned tree, up to
+// kMaxSqlTreeDepth levels, is destroyed recursively by protobuf: about
+// 300 KB of stack at the deepest, some 2 MB in a Debug build under the
+// sanitizers. Every thread the gateway parses on has a default stack of
+// 8 MB.
+//
 // Thread safety: pure functions, safe from any thread (libpg_query keeps
 // its memory per thread). ParseSql() may block its caller for the parse of
 // another thread's long text (long ones are parsed one at a time).
