@@ -122,6 +122,7 @@ asio::awaitable<void> ClientSession::Run() {
     Close();
     co_return;
   }
+  signed_in_ = true;
   last_client_message_ = std::chrono::steady_clock::now();
   last_server_message_ = last_client_message_;
   asio::co_spawn(client_.get_executor(), Keep(self, &ClientSession::ReplyLoop),

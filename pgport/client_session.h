@@ -61,6 +61,8 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   // Ends the session at once; the server rolls back what it held.
   void Close();
   int32_t secret_key() const { return secret_key_; }
+  // It has signed in and reached its route's server.
+  bool signed_in() const { return signed_in_; }
 
  private:
   using Statement = postgres::SessionStatement;
@@ -160,6 +162,7 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   std::string resource_;
   std::unique_ptr<Upstream> upstream_;
   bool closed_ = false;
+  bool signed_in_ = false;
   // The client's Terminate (or end) came; the reply loop ends the upstream.
   bool ending_ = false;
   bool reset_failed_ = false;

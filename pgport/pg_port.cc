@@ -31,6 +31,10 @@ class PgPort::Impl {
   bool shut_down = false;
 
   awaitable<void> Accept();
+  // At the session limit: closes the oldest session not yet signed in, so
+  // that connections which never sign in cannot keep every slot taken
+  // (as on the gRPC port, unproven connections go first).
+  void ShedOldestUnproven();
 };
 
 namespace {
@@ -59,6 +63,27 @@ awaitable<void> RunSession(std::shared_ptr<pgport::ClientSession> session) {
 
 }  // namespace
 
+void PgPort::Impl::ShedOldestUnproven() {
+  std::shared_ptr<pgport::ClientSession> oldest;
+  int32_t oldest_id = 0;
+  for (const auto& [id, weak] : state.sessions) {
+    std::shared_ptr<pgport::ClientSession> session = weak.lock();
+    if (session == nullptr || session->signed_in()) continue;
+    // Process ids grow with each connection: the lowest is the oldest.
+    if (oldest == nullptr || id < oldest_id) {
+      oldest = std::move(session);
+      oldest_id = id;
+    }
+  }
+  if (oldest == nullptr) return;
+  Log(LogSeverity::kWarning,
+      absl::StrCat("pg port: session ", oldest_id,
+                   " closed: not signed in while every one of the port's ",
+                   state.options.max_connections,
+                   " sessions was taken and another connection came"));
+  oldest->Close();
+}
+
 awaitable<void> PgPort::Impl::Accept() {
   for (;;) {
     boost::system::error_code ec;
@@ -74,6 +99,9 @@ awaitable<void> PgPort::Impl::Accept() {
       continue;
     }
     socket.set_option(tcp::no_delay(true), ec);
+    if (state.sessions.size() >= state.options.max_connections) {
+      ShedOldestUnproven();
+    }
     if (state.sessions.size() >= state.options.max_connections) {
       asio::co_spawn(state.io,
                      Refuse(std::move(socket), state.options.max_connections),

@@ -411,6 +411,35 @@ TEST_F(PgPortHardeningTest, AReplacedFenceStatementIsNeverRun) {
   EXPECT_EQ(Owner(), "nobody");
 }
 
+// Connections that never sign in cannot keep signed-in clients out: at the
+// session limit the oldest of them is closed for a newcomer (they used to
+// hold every slot, and 28 of 29 sign-ins were refused under a flood).
+// Sessions that signed in are never shed.
+TEST_F(PgPortHardeningTest, SilentConnectionsGiveWayToSignIns) {
+  auto g = StartGateway({"--pg_max_connections=3"});
+  ASSERT_NE(g, nullptr);
+  std::vector<int> silent;
+  for (int i = 0; i < 3; ++i) {
+    silent.push_back(testing::ConnectLoopback(g->pg_port));
+    ASSERT_GE(silent.back(), 0);
+  }
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(Serves(*g)) << i;
+  std::vector<PGconn*> held;
+  for (int i = 0; i < 3; ++i) {
+    held.push_back(Connect(*g, ""));
+    EXPECT_EQ(PQstatus(held.back()), CONNECTION_OK)
+        << PQerrorMessage(held.back());
+  }
+  PGconn* extra = Connect(*g, "");
+  EXPECT_NE(PQstatus(extra), CONNECTION_OK);  // 53300, before any sign-in
+  PQfinish(extra);
+  for (PGconn* c : held) {
+    EXPECT_EQ(Run(c, "SELECT 1"), "");
+    PQfinish(c);
+  }
+  for (int fd : silent) ::close(fd);
+}
+
 // A server that allows prepared transactions is not served: a prepared
 // transaction outlives its session and its fence. The database refuses
 // them, whatever the gateway's parser makes of a statement.
