@@ -16,8 +16,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "bench/bench.h"
-#include "pqxx/pqxx"
 #include "postgres/fence_schema.h"
+#include "pqxx/pqxx"
 #include "tests/test_certs.h"
 
 namespace fencegate::bench {

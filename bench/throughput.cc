@@ -28,8 +28,8 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
-#include "pqxx/pqxx"
 #include "postgres/fence_schema.h"
+#include "pqxx/pqxx"
 
 namespace fencegate::bench {
 namespace {

@@ -50,8 +50,7 @@ absl::Status RouteFences::CheckToken(uint64_t token) const {
     if (token > adapter->MaxFenceToken()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "token ", token, " is above ", adapter->MaxFenceToken(),
-          ", the highest route \"", name,
-          "\" can hold: no fence was moved"));
+          ", the highest route \"", name, "\" can hold: no fence was moved"));
     }
   }
   return absl::OkStatus();

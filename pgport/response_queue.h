@@ -12,8 +12,8 @@
 // The protocol's rules that this follows: each Parse, Bind, Describe,
 // Execute, Close, Sync and Query is answered in order; after an
 // ErrorResponse in the extended protocol the server skips every message up
-// to the next Sync, a Query included, answering none; a Query's statements end one by one
-// (CommandComplete or EmptyQueryResponse) and the Query ends at
+// to the next Sync, a Query included, answering none; a Query's statements end
+// one by one (CommandComplete or EmptyQueryResponse) and the Query ends at
 // ReadyForQuery, as does a Sync. NoticeResponse, ParameterStatus and
 // NotificationResponse may come at any time and always reach the client.
 //

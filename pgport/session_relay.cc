@@ -210,8 +210,8 @@ asio::awaitable<void> ClientSession::OnQuery(absl::string_view sql) {
   // Each transaction's first statement is the fence call, as text: no
   // statement the client prepared, deallocated or replaced (a DO block can)
   // stands in for it.
-  const std::string fence = FenceCallText(route_->spec.options.fence_schema,
-                                          domain_, token_);
+  const std::string fence =
+      FenceCallText(route_->spec.options.fence_schema, domain_, token_);
   TransactionTracker plan = tracker_;
   std::vector<std::string> text;
   Expected expected = ClientOwed(Awaited::kQuery);
@@ -485,9 +485,9 @@ void ClientSession::Send(const pgwire::FrontendMessage& message,
 }
 
 asio::awaitable<bool> ClientSession::WaitForRoom() {
-  while (!closed_ && (client_out_.size() + writing_bytes_ >
-                          kMaxPendingClientBytes ||
-                      queue_.size() > kMaxOwed)) {
+  while (!closed_ &&
+         (client_out_.size() + writing_bytes_ > kMaxPendingClientBytes ||
+          queue_.size() > kMaxOwed)) {
     // The replies that make room come only for what the server was sent.
     if (!co_await FlushUpstream()) co_return false;
     boost::system::error_code ec;
@@ -570,9 +570,9 @@ asio::awaitable<void> ClientSession::ReplyLoop() {
           // A function the parser could not see into changed how the
           // server reads text: what the client sends next would be read
           // one way here and another there.
-          Log(LogSeverity::kWarning, absl::StrCat("pg port: session ",
-                                                  process_id_, " closed: ",
-                                                  s.message()));
+          Log(LogSeverity::kWarning,
+              absl::StrCat("pg port: session ", process_id_,
+                           " closed: ", s.message()));
           co_await Fatal("0A000", s.message());
           co_return;
         }

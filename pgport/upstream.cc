@@ -187,37 +187,13 @@ asio::awaitable<absl::Status> Upstream::CheckServer() {
 asio::awaitable<absl::StatusOr<std::string>> Upstream::Show(
     const std::string& name) {
   const std::string sql = absl::StrCat("SHOW ", name);
-  if (absl::Status s = co_await WriteAll(
-          socket_, pgwire::Encode(pgwire::FrontendMessage(pgwire::Query{sql})));
-      !s.ok()) {
-    co_return s;
-  }
-  absl::Status error = absl::OkStatus();
   std::optional<std::string> value;
-  for (;;) {
-    absl::StatusOr<pgwire::Frame> frame = co_await reader_.Next(socket_);
-    if (!frame.ok()) co_return frame.status();
-    if (frame->type == 'S') NoteParameter(*frame);
-    if (frame->type == 'E' && error.ok()) {
-      error = ServerError(*frame, absl::StrCat("\"", sql, "\""));
-    }
-    if (frame->type == 'D' && !value.has_value()) {
-      absl::StatusOr<pgwire::BackendMessage> m =
-          pgwire::ParseBackendMessage(*frame);
-      const auto* row = m.ok() ? std::get_if<pgwire::DataRow>(&*m) : nullptr;
-      if (row != nullptr && row->values.size() == 1 &&
-          row->values[0].has_value()) {
-        value = std::string(*row->values[0]);
-      }
-    }
-    if (frame->type != 'Z') continue;
-    if (!error.ok()) co_return error;
-    if (!value.has_value()) {
-      co_return absl::UnavailableError(
-          absl::StrCat("\"", sql, "\" returned no value"));
-    }
-    co_return *std::move(value);
+  if (absl::Status s = co_await Run(sql, &value); !s.ok()) co_return s;
+  if (!value.has_value()) {
+    co_return absl::UnavailableError(
+        absl::StrCat("\"", sql, "\" returned no value"));
   }
+  co_return *std::move(value);
 }
 
 asio::awaitable<absl::Status> Upstream::SignIn(const UpstreamTarget& target) {
@@ -315,7 +291,8 @@ asio::awaitable<absl::Status> Upstream::SignIn(const UpstreamTarget& target) {
   }
 }
 
-asio::awaitable<absl::Status> Upstream::Run(const std::string& sql) {
+asio::awaitable<absl::Status> Upstream::Run(
+    const std::string& sql, std::optional<std::string>* first_value) {
   if (absl::Status s = co_await WriteAll(
           socket_, pgwire::Encode(pgwire::FrontendMessage(pgwire::Query{sql})));
       !s.ok()) {
@@ -328,6 +305,16 @@ asio::awaitable<absl::Status> Upstream::Run(const std::string& sql) {
     if (frame->type == 'S') NoteParameter(*frame);
     if (frame->type == 'E' && result.ok()) {
       result = ServerError(*frame, absl::StrCat("\"", sql, "\""));
+    }
+    if (frame->type == 'D' && first_value != nullptr &&
+        !first_value->has_value()) {
+      absl::StatusOr<pgwire::BackendMessage> m =
+          pgwire::ParseBackendMessage(*frame);
+      const auto* row = m.ok() ? std::get_if<pgwire::DataRow>(&*m) : nullptr;
+      if (row != nullptr && !row->values.empty() &&
+          row->values[0].has_value()) {
+        *first_value = std::string(*row->values[0]);
+      }
     }
     if (frame->type == 'Z') co_return result;
   }

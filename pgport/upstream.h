@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -82,9 +83,12 @@ class Upstream {
   bool NoteParameter(const pgwire::Frame& frame);
 
   // Runs `sql` (the port's own: a reset, settings) and reads every reply
-  // up to ReadyForQuery. The server's error as FAILED_PRECONDITION;
-  // UNAVAILABLE if the connection fails.
-  asio::awaitable<absl::Status> Run(const std::string& sql);
+  // up to ReadyForQuery; with `first_value`, the first column of its first
+  // row goes there. The server's error as FAILED_PRECONDITION; UNAVAILABLE
+  // if the connection fails.
+  asio::awaitable<absl::Status> Run(
+      const std::string& sql,
+      std::optional<std::string>* first_value = nullptr);
 
  private:
   Upstream(tcp::socket socket, size_t max_message_bytes, MemoryBudget* memory)

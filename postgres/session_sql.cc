@@ -149,10 +149,11 @@ void RefuseGatewayName(const std::string& name, SessionStatement& out) {
 // into: a session without a token is refused them.
 bool RunsTextOrWritesObjects(const std::string& name) {
   static const auto* const kNames = new std::vector<std::string>{
-      "query_to_xml",  "query_to_xml_and_xmlschema", "query_to_xmlschema",
-      "cursor_to_xml", "cursor_to_xmlschema",        "ts_stat",
-      "ts_rewrite",    "xpath_table",                "connectby",
-      "lowrite"};
+      "query_to_xml",        "query_to_xml_and_xmlschema",
+      "query_to_xmlschema",  "cursor_to_xml",
+      "cursor_to_xmlschema", "ts_stat",
+      "ts_rewrite",          "xpath_table",
+      "connectby",           "lowrite"};
   for (const std::string& n : *kNames) {
     if (name == n) return true;
   }
@@ -169,17 +170,18 @@ void ClassifyCalls(const pg_query::Node& stmt, SessionStatement& out) {
   const google::protobuf::Descriptor* func_call =
       pg_query::FuncCall::descriptor();
   ForEachNode(stmt, [&](const google::protobuf::Message& m) {
-    if (m.GetDescriptor() != func_call || out.effect == SessionEffect::kRefused) {
+    if (m.GetDescriptor() != func_call ||
+        out.effect == SessionEffect::kRefused) {
       return;
     }
     const auto& call = static_cast<const pg_query::FuncCall&>(m);
     const std::string name = absl::AsciiStrToLower(CalledName(call));
     if (name == "pg_cancel_backend" || name == "pg_terminate_backend") {
       out.effect = SessionEffect::kRefused;
-      out.reason = absl::StrCat(
-          name,
-          "() is not served through the gateway: it reaches other "
-          "sessions' backends");
+      out.reason =
+          absl::StrCat(name,
+                       "() is not served through the gateway: it reaches other "
+                       "sessions' backends");
       return;
     }
     if (name == "set_config") {

@@ -30,9 +30,9 @@ class PgPortHardeningTest : public PgPortTest {
   // A libpq connection to the port; `options` as PGOPTIONS would give them.
   static PGconn* Connect(const Gateway& g, const std::string& options,
                          const std::string& database = "db") {
-    const std::string conninfo = absl::StrCat(
-        "host=127.0.0.1 port=", g.pg_port, " user=worker dbname=", database,
-        " options='", options, "'");
+    const std::string conninfo = absl::StrCat("host=127.0.0.1 port=", g.pg_port,
+                                              " user=worker dbname=", database,
+                                              " options='", options, "'");
     return PQconnectdb(conninfo.c_str());
   }
 
@@ -181,9 +181,9 @@ TEST_F(PgPortHardeningTest, ATokenlessSessionCannotLiftReadOnlyThroughText) {
             "25006");
   PQfinish(c);
   EXPECT_EQ(Owner(), "nobody");
-  EXPECT_EQ(Exec("SELECT count(*) FROM pg_largeobject_metadata")[0][0]
-                .as<int64_t>(),
-            0);
+  EXPECT_EQ(
+      Exec("SELECT count(*) FROM pg_largeobject_metadata")[0][0].as<int64_t>(),
+      0);
 }
 
 // standard_conforming_strings stays on and client_encoding UTF8, so that
@@ -236,9 +236,10 @@ TEST_F(PgPortHardeningTest, SettingsThatChangeHowTextIsReadArePinned) {
 // A function the parser cannot see into that changes a pinned setting
 // ends the session: the server's report is the last line.
 TEST_F(PgPortHardeningTest, APinnedSettingChangedUnseenEndsTheSession) {
-  Exec("CREATE OR REPLACE FUNCTION public.scs_off() RETURNS text "
-       "LANGUAGE sql AS $$SELECT set_config('standard_conforming_strings', "
-       "'off', false)$$");
+  Exec(
+      "CREATE OR REPLACE FUNCTION public.scs_off() RETURNS text "
+      "LANGUAGE sql AS $$SELECT set_config('standard_conforming_strings', "
+      "'off', false)$$");
   Exec("GRANT EXECUTE ON FUNCTION public.scs_off() TO fencegate_worker");
   auto g = StartGateway();
   ASSERT_NE(g, nullptr);
@@ -321,8 +322,9 @@ TEST_F(PgPortHardeningTest, AClientThatLeavesTakesItsStatementWithIt) {
   auto g = StartGateway({}, "statement_timeout_ms=500");
   ASSERT_NE(g, nullptr);
   auto sleeping = [] {
-    return Exec("SELECT count(*) FROM pg_stat_activity WHERE usename = "
-                "'fencegate_worker' AND wait_event = 'PgSleep'")[0][0]
+    return Exec(
+               "SELECT count(*) FROM pg_stat_activity WHERE usename = "
+               "'fencegate_worker' AND wait_event = 'PgSleep'")[0][0]
         .as<int64_t>();
   };
   for (const char* sql :
@@ -331,12 +333,12 @@ TEST_F(PgPortHardeningTest, AClientThatLeavesTakesItsStatementWithIt) {
     PGconn* c = Connect(*g, Options(1));
     ASSERT_EQ(PQstatus(c), CONNECTION_OK) << PQerrorMessage(c);
     ASSERT_EQ(PQsendQuery(c, sql), 1);
-    ASSERT_TRUE(testing::WaitFor([&] { return sleeping() == 1; },
-                                 absl::Seconds(30)))
+    ASSERT_TRUE(
+        testing::WaitFor([&] { return sleeping() == 1; }, absl::Seconds(30)))
         << sql;
     PQfinish(c);  // Terminate, then the socket closes
-    EXPECT_TRUE(testing::WaitFor([&] { return sleeping() == 0; },
-                                 absl::Seconds(30)))
+    EXPECT_TRUE(
+        testing::WaitFor([&] { return sleeping() == 0; }, absl::Seconds(30)))
         << sql;
   }
   EXPECT_TRUE(Serves(*g));
@@ -351,9 +353,10 @@ TEST_F(PgPortHardeningTest, AStatementThatStreamsNoticesOrIsNotReadIsStopped) {
   auto g = StartGateway({}, "statement_timeout_ms=500");
   ASSERT_NE(g, nullptr);
   auto running = [] {
-    return Exec("SELECT count(*) FROM pg_stat_activity WHERE usename = "
-                "'fencegate_worker' AND state = 'active' AND query LIKE "
-                "'%generate_series%'")[0][0]
+    return Exec(
+               "SELECT count(*) FROM pg_stat_activity WHERE usename = "
+               "'fencegate_worker' AND state = 'active' AND query LIKE "
+               "'%generate_series%'")[0][0]
         .as<int64_t>();
   };
   for (const char* sql :
@@ -388,9 +391,9 @@ TEST_F(PgPortHardeningTest, AReplacedFenceStatementIsNeverRun) {
   PGconn* c = Connect(*g, Options(5));
   ASSERT_EQ(PQstatus(c), CONNECTION_OK) << PQerrorMessage(c);
   // The extended protocol once, so that the port's statement exists.
-  PGresult* r = PQexecParams(c, "SELECT $1::int", 1, nullptr,
-                             std::vector<const char*>{"1"}.data(), nullptr,
-                             nullptr, 0);
+  PGresult* r =
+      PQexecParams(c, "SELECT $1::int", 1, nullptr,
+                   std::vector<const char*>{"1"}.data(), nullptr, nullptr, 0);
   EXPECT_EQ(PQresultStatus(r), PGRES_TUPLES_OK) << PQerrorMessage(c);
   PQclear(r);
   EXPECT_EQ(Run(c,
@@ -456,9 +459,8 @@ TEST_F(PgPortHardeningTest, AServerThatAllowsPreparedTransactionsIsNotServed) {
   ASSERT_OK(server_->Restart());
   PGconn* c = Connect(*g, Options(1));
   EXPECT_NE(PQstatus(c), CONNECTION_OK);
-  EXPECT_THAT(PQerrorMessage(c),
-              HasSubstr("allows prepared transactions "
-                        "(max_prepared_transactions = 2)"));
+  EXPECT_THAT(PQerrorMessage(c), HasSubstr("allows prepared transactions "
+                                           "(max_prepared_transactions = 2)"));
   PQfinish(c);
   alter_system("ALTER SYSTEM RESET max_prepared_transactions");
   ASSERT_OK(server_->Stop());
@@ -512,7 +514,8 @@ class RawClient {
       if (frame->has_value()) {
         const pgwire::Frame& f = **frame;
         seen += f.type;
-        if (f.type == 'D' && f.body.size() > 6) seen += std::string(f.body.substr(6));
+        if (f.type == 'D' && f.body.size() > 6)
+          seen += std::string(f.body.substr(6));
         buffer_.erase(0, f.size);
         if (f.type == 'Z') return seen;
         continue;
@@ -549,13 +552,14 @@ TEST_F(PgPortHardeningTest, QueriesSkippedAfterAnErrorLeakNoSession) {
     startup.parameters = {{"user", "worker"}, {"database", "db"}};
     ASSERT_TRUE(c.Send(pgwire::EncodeStartupPacket(startup)));
     EXPECT_THAT(c.ReadToReady(), HasSubstr("Z"));
-    ASSERT_TRUE(c.Send(Messages(
-        {pgwire::Parse{"", "SELECT 1/0", {}}, pgwire::Bind{}, pgwire::Execute{},
-         pgwire::Query{"SELECT 1"}, pgwire::Query{"SELECT 2"},
-         pgwire::Sync{}})));
+    ASSERT_TRUE(
+        c.Send(Messages({pgwire::Parse{"", "SELECT 1/0", {}}, pgwire::Bind{},
+                         pgwire::Execute{}, pgwire::Query{"SELECT 1"},
+                         pgwire::Query{"SELECT 2"}, pgwire::Sync{}})));
     EXPECT_EQ(c.ReadToReady(), "1EZ");  // 1/0 fails at Bind (planning)
     for (const char* n : {"42", "43"}) {
-      ASSERT_TRUE(c.Send(Messages({pgwire::Query{absl::StrCat("SELECT ", n)}})));
+      ASSERT_TRUE(
+          c.Send(Messages({pgwire::Query{absl::StrCat("SELECT ", n)}})));
       EXPECT_EQ(c.ReadToReady(), absl::StrCat("TD", n, "CZ"));
     }
     ASSERT_TRUE(c.Send(Messages({pgwire::Terminate{}})));
@@ -638,9 +642,10 @@ TEST_F(PgPortHardeningTest, RepliesAClientHasNotReadCountInTheBudget) {
   // read, or refused it.
   ASSERT_TRUE(testing::WaitFor(
       [&] {
-        return Exec("SELECT count(*) FROM pg_stat_activity WHERE usename = "
-                    "'fencegate_worker' AND query LIKE '%repeat%' AND state "
-                    "<> 'idle'")[0][0]
+        return Exec(
+                   "SELECT count(*) FROM pg_stat_activity WHERE usename = "
+                   "'fencegate_worker' AND query LIKE '%repeat%' AND state "
+                   "<> 'idle'")[0][0]
                    .as<int64_t>() == 0;
       },
       absl::Seconds(60)));

@@ -37,7 +37,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-
 TEST_F(PgPortTest, AFencedUpdateLandsAndAStaleOneTouchesNothing) {
   auto g = StartGateway();
   ASSERT_NE(g, nullptr);

@@ -19,9 +19,9 @@
 #include "google/rpc/status.pb.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
+#include "postgres/fence_schema.h"
 #include "pqxx/pqxx"
 #include "storage_adapters/postgres/config.h"
-#include "postgres/fence_schema.h"
 #include "storage_adapters/uri.h"
 #include "tests/postgres_adapter_fixture.h"
 

@@ -116,9 +116,9 @@ absl::StatusOr<uint64_t> PostgresAdapter::ReadFence(absl::string_view domain) {
   if (PQntuples(r->get()) == 0) return 0;
   uint64_t token = 0;
   if (!absl::SimpleAtoi(PQgetvalue(r->get(), 0, 0), &token)) {
-    return absl::DataLossError(absl::StrCat(
-        "the fence table holds \"", PQgetvalue(r->get(), 0, 0),
-        "\" for domain \"", domain, "\": not a token"));
+    return absl::DataLossError(
+        absl::StrCat("the fence table holds \"", PQgetvalue(r->get(), 0, 0),
+                     "\" for domain \"", domain, "\": not a token"));
   }
   return token;
 }

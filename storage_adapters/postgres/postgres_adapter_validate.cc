@@ -13,8 +13,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "fencegate/common/limits.h"
-#include "storage_adapters/postgres/postgres_adapter.h"
 #include "postgres/sql_classifier.h"
+#include "storage_adapters/postgres/postgres_adapter.h"
 
 namespace fencegate {
 namespace {
