@@ -107,6 +107,13 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   asio::awaitable<void> ReplyLoop();
   // One client message; false ends the session.
   asio::awaitable<bool> OnMessage(const pgwire::FrontendMessage& message);
+  // What `sql` does (session_sql.h): up to kInlineClassifyBytes through
+  // the port's cache, on this thread; longer text on the long-text
+  // parser's thread (sql_parse.h), so that its parse holds up no other
+  // session.
+  asio::awaitable<absl::StatusOr<std::vector<Statement>>> Classify(
+      absl::string_view sql);
+  static constexpr size_t kInlineClassifyBytes = 16384;
   asio::awaitable<void> OnQuery(absl::string_view sql);
   asio::awaitable<void> OnParse(const pgwire::Parse& parse);
   asio::awaitable<void> OnBind(const pgwire::Bind& bind);

@@ -19,6 +19,7 @@
 #include "pgwire/backend.h"
 #include "postgres/fence_schema.h"
 #include "postgres/session_reset.h"
+#include "postgres/sql_parse.h"
 
 namespace fencegate::pgport {
 namespace {
@@ -158,7 +159,7 @@ asio::awaitable<bool> ClientSession::OnMessage(
 }
 
 asio::awaitable<void> ClientSession::OnQuery(absl::string_view sql) {
-  absl::StatusOr<std::vector<Statement>> statements = port_.sql.Classify(sql);
+  absl::StatusOr<std::vector<Statement>> statements = co_await Classify(sql);
   if (!statements.ok()) {
     RefuseQuery("42601", statements.status().message());
     co_return;
@@ -304,7 +305,7 @@ asio::awaitable<void> ClientSession::OnParse(const pgwire::Parse& parse) {
   }
   Statement statement;
   absl::StatusOr<std::vector<Statement>> statements =
-      port_.sql.Classify(parse.sql);
+      co_await Classify(parse.sql);
   // What the gateway cannot read is refused, never forwarded: the server
   // might read it otherwise (a tree deeper than the parser's bound).
   if (!statements.ok()) {
@@ -380,6 +381,31 @@ asio::awaitable<void> ClientSession::OnExecute(const pgwire::Execute& execute) {
     SendFence();
   }
   tracker_ = plan;
+}
+
+asio::awaitable<absl::StatusOr<std::vector<ClientSession::Statement>>>
+ClientSession::Classify(absl::string_view sql) {
+  if (sql.size() <= kInlineClassifyBytes) co_return port_.sql.Classify(sql);
+  // `sql` points into the client reader's buffer, which stays as it is
+  // while this session waits here (nothing else reads its client).
+  auto self = shared_from_this();
+  co_return co_await asio::async_initiate<
+      decltype(asio::use_awaitable),
+      void(absl::StatusOr<std::vector<Statement>>)>(
+      [self, sql](auto handler) {
+        postgres::RunOnLongTextParser(
+            [sql, handler = std::move(handler),
+             executor = self->client_.get_executor()]() mutable {
+              absl::StatusOr<std::vector<Statement>> statements =
+                  postgres::ClassifySessionSql(sql);
+              asio::post(executor,
+                         [handler = std::move(handler),
+                          statements = std::move(statements)]() mutable {
+                           std::move(handler)(std::move(statements));
+                         });
+            });
+      },
+      asio::use_awaitable);
 }
 
 asio::awaitable<absl::Status> ClientSession::CheckLocally() {

@@ -8,10 +8,12 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/any_invocable.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "google/protobuf/io/coded_stream.h"
@@ -42,16 +44,16 @@ constexpr bool kSanitized = false;
 // classifiers' own frames.
 constexpr size_t kStackMarginBytes = kSanitized ? (4 << 20) : (512 << 10);
 
-// The lowest address of the calling thread's stack; 0 if unknown.
-uintptr_t StackLow() {
-  thread_local const uintptr_t low = [] {
-    uintptr_t found = 0;
+// The lowest address of the calling thread's stack; null if unknown.
+char* StackLow() {
+  thread_local char* const low = [] {
+    char* found = nullptr;
     pthread_attr_t attr;
     if (pthread_getattr_np(pthread_self(), &attr) == 0) {
       void* addr = nullptr;
       size_t size = 0;
       if (pthread_attr_getstack(&attr, &addr, &size) == 0) {
-        found = reinterpret_cast<uintptr_t>(addr);
+        found = static_cast<char*>(addr);
       }
       pthread_attr_destroy(&attr);
     }
@@ -90,9 +92,13 @@ absl::StatusOr<pg_query::ParseResult> ParseHere(absl::string_view sql) {
   return result;
 }
 
-// The thread that parses text too long for its caller's stack, one text at
-// a time, on a stack sized for kMaxSqlBytes. Made on first use, never
-// destroyed (a parse may be asked for until the process exits).
+// True on the long-text parser's thread, whose stack holds any text.
+thread_local bool on_long_parser = false;
+
+// The thread that parses text too long for its caller's stack, and runs
+// the work queued for it (RunOnLongTextParser), one piece at a time, in
+// order, on a stack sized for kMaxSqlBytes. Made on first use, never
+// destroyed (work may be queued until the process exits).
 class LongParser {
  public:
   static LongParser& Get() {
@@ -100,30 +106,16 @@ class LongParser {
     return *parser;
   }
 
-  // Parses `sql` on the long parser's thread, after the texts before it.
-  absl::StatusOr<pg_query::ParseResult> Parse(absl::string_view sql)
-      ABSL_LOCKS_EXCLUDED(turn_, mu_) {
-    if (!started_) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "SQL text of ", sql.size(),
-          " bytes needs the long-text parser, whose thread could not be "
-          "started"));
-    }
-    absl::MutexLock turn(&turn_);
-    Job job{sql, absl::UnknownError("not parsed"), false};
+  // Queues `work`; false (and `work` untouched) if the thread could not be
+  // started.
+  bool Queue(absl::AnyInvocable<void() &&>& work) ABSL_LOCKS_EXCLUDED(mu_) {
+    if (!started_) return false;
     absl::MutexLock lock(&mu_);
-    job_ = &job;
-    mu_.Await(absl::Condition(&job.done));
-    return std::move(job.result);
+    work_.push_back(std::move(work));
+    return true;
   }
 
  private:
-  struct Job {
-    absl::string_view sql;
-    absl::StatusOr<pg_query::ParseResult> result;
-    bool done;
-  };
-
   static constexpr size_t kStackBytes =
       kMaxSqlBytes * kStackBytesPerSqlByte + 2 * kStackMarginBytes;
 
@@ -141,58 +133,57 @@ class LongParser {
   }
 
   static void* Main(void* self) {
+    on_long_parser = true;
     static_cast<LongParser*>(self)->Loop();
     return nullptr;
   }
 
-  bool HasJob() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return job_ != nullptr;
+  bool HasWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !work_.empty();
   }
 
   void Loop() ABSL_LOCKS_EXCLUDED(mu_) {
     for (;;) {
-      Job* job = nullptr;
+      absl::AnyInvocable<void() &&> work;
       {
         absl::MutexLock lock(&mu_);
-        mu_.Await(absl::Condition(this, &LongParser::HasJob));
-        job = job_;
-        job_ = nullptr;
+        mu_.Await(absl::Condition(this, &LongParser::HasWork));
+        work = std::move(work_.front());
+        work_.pop_front();
       }
-      absl::StatusOr<pg_query::ParseResult> result = ParseHere(job->sql);
+      std::move(work)();
       GiveStackBack();
-      absl::MutexLock lock(&mu_);
-      job->result = std::move(result);
-      job->done = true;
     }
   }
 
   // The pages a long parse touched, below this frame, back to the system:
   // a 1 MiB text may have used a quarter of a GiB.
   static void GiveStackBack() {
-    const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-    const uintptr_t low = (StackLow() + page - 1) & ~(page - 1);
-    const uintptr_t here =
-        reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
-    const uintptr_t high = (here - kStackMarginBytes) & ~(page - 1);
-    if (low == 0 || high <= low) return;
+    const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    char* low = StackLow();
+    if (low == nullptr) return;
+    // Whole pages only: the first page boundary above the stack's base, the
+    // last one below this frame's margin.
+    low += (page - reinterpret_cast<uintptr_t>(low) % page) % page;
+    char* high =
+        static_cast<char*>(__builtin_frame_address(0)) - kStackMarginBytes;
+    high -= reinterpret_cast<uintptr_t>(high) % page;
+    if (high <= low) return;
     // Best effort: pages not given back stay mapped to this thread alone.
-    madvise(reinterpret_cast<void*>(low), high - low, MADV_DONTNEED);
+    madvise(low, static_cast<size_t>(high - low), MADV_DONTNEED);
   }
 
   bool started_ = false;
-  // Held by the caller whose text is parsed now.
-  absl::Mutex turn_;
-  absl::Mutex mu_ ABSL_ACQUIRED_AFTER(turn_);
-  Job* job_ ABSL_GUARDED_BY(mu_) = nullptr;
+  absl::Mutex mu_;
+  std::deque<absl::AnyInvocable<void() &&>> work_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace
 
 size_t StackLeft() {
-  const uintptr_t low = StackLow();
-  const uintptr_t here =
-      reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
-  return low != 0 && here > low ? static_cast<size_t>(here - low) : 0;
+  const char* low = StackLow();
+  const auto* here = static_cast<const char*>(__builtin_frame_address(0));
+  return low != nullptr && here > low ? static_cast<size_t>(here - low) : 0;
 }
 
 absl::StatusOr<pg_query::ParseResult> ParseSql(absl::string_view sql) {
@@ -201,10 +192,33 @@ absl::StatusOr<pg_query::ParseResult> ParseSql(absl::string_view sql) {
         absl::StrCat("is ", sql.size(), " bytes of SQL text; at most ",
                      kMaxSqlBytes, " are parsed"));
   }
-  if (sql.size() * kStackBytesPerSqlByte + kStackMarginBytes <= StackLeft()) {
+  if (on_long_parser ||
+      sql.size() * kStackBytesPerSqlByte + kStackMarginBytes <= StackLeft()) {
     return ParseHere(sql);
   }
-  return LongParser::Get().Parse(sql);
+  absl::Mutex mu;
+  bool done = false;
+  absl::StatusOr<pg_query::ParseResult> result =
+      absl::UnknownError("not parsed");
+  absl::AnyInvocable<void()&&> work = [&] {
+    absl::StatusOr<pg_query::ParseResult> parsed = ParseHere(sql);
+    absl::MutexLock lock(&mu);
+    result = std::move(parsed);
+    done = true;
+  };
+  if (!LongParser::Get().Queue(work)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "SQL text of ", sql.size(),
+        " bytes needs the long-text parser, whose thread could not be "
+        "started"));
+  }
+  absl::MutexLock lock(&mu);
+  mu.Await(absl::Condition(&done));
+  return result;
+}
+
+void RunOnLongTextParser(absl::AnyInvocable<void() &&> work) {
+  if (!LongParser::Get().Queue(work)) std::move(work)();
 }
 
 void ForEachNode(const Message& root,

@@ -443,6 +443,40 @@ TEST_F(PgPortHardeningTest, SilentConnectionsGiveWayToSignIns) {
   for (int fd : silent) ::close(fd);
 }
 
+// Text over 16 KB is classified on the long-text parser's thread, not the
+// port's, so that its parse holds up no other session; it is served as
+// any other: simple and extended, fenced, and refused when it does not
+// parse.
+TEST_F(PgPortHardeningTest, LongTextIsServedAsAnyOther) {
+  auto g = StartGateway();
+  ASSERT_NE(g, nullptr);
+  PGconn* c = Connect(*g, Options(1));
+  ASSERT_EQ(PQstatus(c), CONNECTION_OK) << PQerrorMessage(c);
+  // 1500 columns (PostgreSQL takes at most 1664), 30 KB of text.
+  std::string columns = "SELECT 0 AS a_rather_long_name_0";
+  for (int i = 1; i < 1500; ++i) {
+    absl::StrAppend(&columns, ", ", i, " AS a_rather_long_name_", i);
+  }
+  ASSERT_GT(columns.size(), 16384u);
+  PGresult* r = PQexec(c, columns.c_str());
+  EXPECT_EQ(PQresultStatus(r), PGRES_TUPLES_OK) << PQerrorMessage(c);
+  EXPECT_EQ(PQnfields(r), 1500);
+  PQclear(r);
+  r = PQexecParams(c, (columns + ", $1::int AS last").c_str(), 1, nullptr,
+                   std::vector<const char*>{"7"}.data(), nullptr, nullptr, 0);
+  EXPECT_EQ(PQresultStatus(r), PGRES_TUPLES_OK) << PQerrorMessage(c);
+  EXPECT_EQ(PQnfields(r), 1501);
+  PQclear(r);
+  const std::string owner(40000, 'o');
+  EXPECT_EQ(Run(c, absl::StrCat("UPDATE jobs SET owner = '", owner,
+                                "' WHERE id = 1")),
+            "");
+  EXPECT_EQ(Run(c, columns + " FROM FROM"), "42601");
+  PQfinish(c);
+  EXPECT_EQ(Owner(), owner);
+  EXPECT_EQ(GetFence(*g), 1u);
+}
+
 // A server that allows prepared transactions is not served: a prepared
 // transaction outlives its session and its fence. The database refuses
 // them, whatever the gateway's parser makes of a statement.

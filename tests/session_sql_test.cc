@@ -184,10 +184,12 @@ TEST(SessionSqlTest, CallsAnywhereInAStatementAreSeen) {
       EXPECT_THAT(s.reason, HasSubstr("other sessions' backends")) << sql;
     }
   }
+  const std::string prepare =
+      absl::StrCat("PREPARE p AS SELECT set_config(",
+                   "'default_transaction_read_only', 'off', false)");
+  EXPECT_TRUE(One(prepare).lifts_read_only);
   for (const char* sql :
-       {"PREPARE p AS SELECT set_config('default_transaction_read_only', "
-        "'off', false)",
-        "SELECT query_to_xml('SELECT 1', true, true, '')",
+       {"SELECT query_to_xml('SELECT 1', true, true, '')",
         "SELECT * FROM ts_stat('SELECT v FROM t')",
         "SELECT cursor_to_xml('c', 1, true, true, '')",
         "SELECT lo_from_bytea(0, 'x')", "SELECT lo_unlink(1)",

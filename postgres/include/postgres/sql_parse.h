@@ -29,6 +29,7 @@
 
 #include <cstddef>
 
+#include "absl/functional/any_invocable.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -57,6 +58,15 @@ absl::StatusOr<pg_query::ParseResult> ParseSql(absl::string_view sql);
 // Bytes of stack left to the calling thread below its current frame
 // (0 if the thread's stack cannot be read).
 size_t StackLeft();
+
+// Runs `work` on the long-text parser's thread, after what was queued
+// there before, and returns at once; ParseSql() called from `work` parses
+// on that thread's stack, whatever the text's length. For a caller that
+// must not wait while long text is parsed (the PostgreSQL port's I/O
+// thread serves every session). If that thread could not be started,
+// `work` runs on the caller's thread (where ParseSql() then refuses long
+// text).
+void RunOnLongTextParser(absl::AnyInvocable<void() &&> work);
 
 // Calls `visit` on `root` and on every message below it, each once, without
 // recursion (a tree may be kMaxSqlTreeDepth deep).
