@@ -295,6 +295,7 @@ absl::StatusOr<std::vector<SessionStatement>> ClassifySessionSql(
                  : sql.substr(begin, static_cast<size_t>(raw.stmt_len()));
     out.push_back(std::move(s));
   }
+  Flatten(*tree);
   return out;
 }
 

@@ -239,7 +239,9 @@ const std::vector<std::string>& SessionStateRelations() {
 Verdict ClassifyStatement(absl::string_view sql) {
   absl::StatusOr<pg_query::ParseResult> tree = ParseSql(sql);
   if (!tree.ok()) return Refused("", std::string(tree.status().message()));
-  return ClassifyTree(*tree);
+  Verdict verdict = ClassifyTree(*tree);
+  Flatten(*tree);
+  return verdict;
 }
 
 StatementClassifier::StatementClassifier(Options options) : options_(options) {}

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -82,6 +83,8 @@ absl::StatusOr<pg_query::ParseResult> ParseHere(absl::string_view sql) {
         static_cast<int>(parsed.parse_tree.len));
     in.SetRecursionLimit(kMaxSqlTreeDepth);
     if (!tree.ParseFromCodedStream(&in) || !in.ConsumedEntireMessage()) {
+      // What was read of it is kMaxSqlTreeDepth levels deep.
+      Flatten(tree);
       result = absl::InvalidArgumentError(
           absl::StrCat("nests deeper than ", kMaxSqlTreeDepth, " levels"));
     } else {
@@ -244,6 +247,33 @@ void ForEachNode(const Message& root,
       }
     }
   }
+}
+
+void Flatten(Message& root) {
+  std::vector<std::unique_ptr<Message>> pending;
+  std::vector<const FieldDescriptor*> fields;
+  // Moves every sub-message of `m` to `pending`, leaving `m` a leaf.
+  auto detach = [&](Message& m) {
+    const Reflection* reflection = m.GetReflection();
+    fields.clear();
+    reflection->ListFields(m, &fields);
+    for (const FieldDescriptor* f : fields) {
+      if (f->cpp_type() != FieldDescriptor::CPPTYPE_MESSAGE) continue;
+      if (f->is_repeated()) {
+        while (reflection->FieldSize(m, f) > 0) {
+          pending.emplace_back(reflection->ReleaseLast(&m, f));
+        }
+      } else {
+        pending.emplace_back(reflection->ReleaseMessage(&m, f));
+      }
+    }
+  };
+  detach(root);
+  while (!pending.empty()) {
+    std::unique_ptr<Message> m = std::move(pending.back());
+    pending.pop_back();
+    detach(*m);
+  }  // Each is destroyed as a leaf.
 }
 
 const std::string& CalledName(const pg_query::FuncCall& call) {

@@ -10,6 +10,8 @@
 #include <poll.h>
 #include <signal.h>
 
+#include <fstream>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -157,6 +159,10 @@ TEST_F(PgPortHardeningTest, AParseTheGatewayCannotReadIsRefused) {
             "25006");
   PQfinish(c);
   EXPECT_EQ(Owner(), "nobody");
+  if (HasFailure()) {
+    std::ifstream log(g->process->log_path());
+    std::cerr << log.rdbuf();
+  }
 }
 
 // SQL text run by a function, or a PREPARE's query, cannot lift a

@@ -97,6 +97,28 @@ TEST(SqlParseTest, ASmallStackIsNeverOverflowed) {
   EXPECT_TRUE(result.shallow.ok()) << result.shallow;
 }
 
+// A tree about 900 levels deep, dropped on a 256 KiB stack once Flatten()
+// has emptied it: its destructor, left to itself, recurses as deep.
+TEST(SqlParseTest, AFlattenedTreeIsDroppedWithoutRecursion) {
+  struct Result {
+    absl::Status parsed;
+    int statements = -1;
+  } result;
+  OnSmallStack(
+      256 << 10,
+      [](void* r) {
+        auto* result = static_cast<Result*>(r);
+        absl::StatusOr<pg_query::ParseResult> tree = ParseSql(DeepSum(450));
+        result->parsed = tree.status();
+        if (!tree.ok()) return;
+        Flatten(*tree);
+        result->statements = tree->stmts_size();
+      },
+      &result);
+  EXPECT_TRUE(result.parsed.ok()) << result.parsed;
+  EXPECT_EQ(result.statements, 0);
+}
+
 TEST(SqlParseTest, LongShallowTextIsParsedOnTheLongTextParsersThread) {
   std::string sql = "SELECT 1";
   while (sql.size() < (512 << 10)) sql += ",1";

@@ -14,11 +14,9 @@
 // stack's pages are given back after each long parse. Text longer than
 // kMaxSqlBytes is refused before it is parsed.
 //
-// What the caller's stack must still hold: the returned tree, up to
-// kMaxSqlTreeDepth levels, is destroyed recursively by protobuf: about
-// 300 KB of stack at the deepest, some 2 MB in a Debug build under the
-// sanitizers. Every thread the gateway parses on has a default stack of
-// 8 MB.
+// The returned tree, up to kMaxSqlTreeDepth levels, is emptied by its
+// holder with Flatten() before it is dropped, so that its destruction
+// takes no stack either.
 //
 // Thread safety: pure functions, safe from any thread (libpg_query keeps
 // its memory per thread). ParseSql() may block its caller for the parse of
@@ -73,6 +71,13 @@ void RunOnLongTextParser(absl::AnyInvocable<void() &&> work);
 void ForEachNode(
     const google::protobuf::Message& root,
     absl::FunctionRef<void(const google::protobuf::Message&)> visit);
+
+// Empties `root`, releasing every message below it without recursion. A
+// tree of kMaxSqlTreeDepth levels left to its destructor recurses as deep:
+// about 300 KB of stack, and several MB in a Debug build under the
+// sanitizers. Callers that hold a parsed tree call this before dropping
+// it.
+void Flatten(google::protobuf::Message& root);
 
 // The last part of a function call's name (set_config for
 // pg_catalog.set_config), as the parser decoded it; empty if it has none.
