@@ -212,6 +212,7 @@ absl::StatusOr<FenceDecision> Fencer::Fence(const Turn& turn, uint64_t token,
   const std::string& domain = turn.domain();
   if (storage_ != nullptr) {
     if (absl::Status s = storage_->CheckToken(token); !s.ok()) return s;
+    if (absl::Status s = LearnFirst(turn, check); !s.ok()) return s;
   }
   absl::StatusOr<FenceDecision> decision = CheckAndRecord(domain, token, check);
   if (!decision.ok() || storage_ == nullptr) return decision;
@@ -310,6 +311,19 @@ absl::StatusOr<FenceDecision> Fencer::Sequence(const Turn& turn,
     }
   }
   return CheckAndRecord(domain, *next, /*check=*/nullptr);
+}
+
+absl::Status Fencer::LearnFirst(const Turn& turn, const AdvanceCheck* check) {
+  if (check == nullptr) return absl::OkStatus();
+  absl::StatusOr<FenceState> current = store_->Get(turn.domain());
+  if (!current.ok()) return current.status();
+  if (current->advanced_at != absl::InfinitePast()) return absl::OkStatus();
+  // Never raised here: the storage's fence (another gateway's, or one this
+  // store lost) is the one a check's limits are measured from.
+  absl::StatusOr<uint64_t> held = storage_->Read(turn.domain());
+  if (!held.ok()) return held.status();
+  if (*held == 0) return absl::OkStatus();
+  return Learn(turn, *held);
 }
 
 absl::Status Fencer::Admit(const AdvanceCheck* check, const FenceState& current,

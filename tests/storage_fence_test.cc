@@ -191,6 +191,40 @@ TEST_F(FencerStorageTest, ARefusedSequenceMovesNoStorage) {
   EXPECT_EQ(fencer_->Sequence("d", &up_to_41)->fence.highest_token, 41u);
 }
 
+// Refuses an advance of more than `limit` above a fence that was raised,
+// as a policy's max_advance does.
+class MaxAdvanceCheck final : public AdvanceCheck {
+ public:
+  explicit MaxAdvanceCheck(uint64_t limit) : limit_(limit) {}
+  std::optional<absl::Status> Check(const FenceState& current, uint64_t token,
+                                    bool may_block) const override {
+    if (current.advanced_at != absl::InfinitePast() &&
+        token - current.highest_token > limit_) {
+      return absl::PermissionDeniedError("above max_advance");
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  const uint64_t limit_;
+};
+
+// A gateway that never saw a domain measures max_advance from the
+// storage's fence: a second gateway used to take any first token, raise
+// the database past it, and leave the holder of 5 stale for ever.
+TEST_F(FencerStorageTest, MaxAdvanceIsMeasuredFromTheStoragesFence) {
+  storage_.fake.fences["d"] = 5;  // Another gateway's holder.
+  MaxAdvanceCheck max_advance(1000);
+  EXPECT_THAT(fencer_->Fence("d", 9000000000000000000u, &max_advance).status(),
+              StatusIs(absl::StatusCode::kPermissionDenied));
+  EXPECT_EQ(storage_.fake.fences["d"], 5u);
+  EXPECT_EQ(Local("d"), 5u);  // Learnt: the storage held it already.
+  EXPECT_EQ(fencer_->Fence("d", 6, &max_advance)->fence.highest_token, 6u);
+  EXPECT_EQ(storage_.fake.fences["d"], 6u);
+  // A domain no storage knows: a first token is not measured from nothing.
+  EXPECT_TRUE(fencer_->Fence("new", 9000000000000000000u, &max_advance).ok());
+}
+
 using FencerWithoutStorageTest = testing::FencerTest;
 
 TEST_F(FencerWithoutStorageTest, NewTokensAreLocal) {

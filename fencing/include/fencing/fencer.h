@@ -29,7 +29,10 @@
 //      (StorageFence::CheckToken) and an AdvanceCheck's refusal are
 //      decided before any fence moves, here or in a storage; Sequence()
 //      puts its candidate (the fence + 1) to the check before it asks the
-//      storage for the next token.
+//      storage for the next token. Fence() with a check, for a domain
+//      never raised here, first learns the storage's fence, so that the
+//      check measures from it (another gateway's holder is not leapt
+//      over).
 
 #ifndef FENCING_FENCER_H_
 #define FENCING_FENCER_H_
@@ -207,6 +210,10 @@ class Fencer {
   absl::StatusOr<FenceDecision> CheckAndRecord(absl::string_view domain,
                                                uint64_t token,
                                                const AdvanceCheck* check);
+  // With a check, for a domain never raised here: raises this fence to the
+  // storage's (Learn), so that the check's limits (max_advance) are
+  // measured from the fence the storage keeps, not from nothing.
+  absl::Status LearnFirst(const Turn& turn, const AdvanceCheck* check);
   // `check`'s verdict on raising `current` to `token`; OK without a check.
   static absl::Status Admit(const AdvanceCheck* check,
                             const FenceState& current, uint64_t token);
