@@ -55,7 +55,7 @@ std::string FenceNextSql(const std::string& schema) {
 
 std::string FenceSeqSql(const std::string& schema) {
   return absl::StrCat("SELECT \"", schema,
-                      "\".fence_seq($1, $2::bigint, $3::bigint)");
+                      "\".fence_seq($1, $2::bigint, $3::bigint, $4)");
 }
 
 std::string ReadFencesSql(const std::string& schema) {
@@ -93,6 +93,9 @@ std::vector<std::string> FenceSetupSql(const std::string& schema,
                    " token bigint NOT NULL CHECK (token > 0),"
                    " updated_at timestamptz NOT NULL DEFAULT now(),"
                    " seq bigint NOT NULL DEFAULT 0 CHECK (seq >= 0))"));
+  // The hash of the Write that recorded the row's seq (fence_seq()).
+  sql.push_back(absl::StrCat("ALTER TABLE ", s,
+                             ".fences ADD COLUMN IF NOT EXISTS seq_hash text"));
   // Tables made before (token, seq) existed get the column: 0, no seq yet.
   sql.push_back(absl::StrCat("ALTER TABLE ", s,
                              ".fences ADD COLUMN IF NOT EXISTS seq bigint NOT "
@@ -188,15 +191,19 @@ $fn$)sql",
   // roll back), refuses a stale token as fence() does; for the row's own
   // token, refuses the row's seq as applied already (FG004) and a lower
   // one as out of order (FG003), each with the row's seq in DETAIL, which
-  // rolls the transaction back; otherwise records (token, seq), raising
-  // the token if higher. First write of its transaction only.
+  // rolls the transaction back; otherwise records (token, seq) and the
+  // Write's hash, raising the token if higher. The row's own (token, seq)
+  // with another hash is another write named by the same seq (FG005). A
+  // row recorded without a hash (by an earlier gateway) cannot tell, and
+  // is taken as applied. First write of its transaction only.
   sql.push_back(absl::StrReplaceAll(
-      R"sql(CREATE OR REPLACE FUNCTION $S.fence_seq(p_domain text, p_token bigint, p_seq bigint)
+      R"sql(CREATE OR REPLACE FUNCTION $S.fence_seq(p_domain text, p_token bigint, p_seq bigint, p_hash text)
 RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
   held bigint;
   held_seq bigint;
+  held_hash text;
 BEGIN
   IF p_domain IS NULL OR p_token IS NULL OR p_token < 1 OR p_seq IS NULL
      OR p_seq < 1 THEN
@@ -210,7 +217,7 @@ BEGIN
   -- The common case, a holder's next write: one UPDATE, which takes the
   -- row's lock itself (and, waiting for another attempt of this very
   -- (token, seq), looks again at the row that attempt left).
-  UPDATE $S.fences AS f SET token = p_token, seq = p_seq,
+  UPDATE $S.fences AS f SET token = p_token, seq = p_seq, seq_hash = p_hash,
     updated_at = CASE WHEN f.token = p_token THEN f.updated_at ELSE now() END
     WHERE f.domain = p_domain
       AND (f.token < p_token OR (f.token = p_token AND f.seq < p_seq));
@@ -218,17 +225,23 @@ BEGIN
     RETURN p_token;
   END IF;
   -- A new domain, a stale token, or a seq not above the row's.
-  INSERT INTO $S.fences AS f (domain, token, seq)
-    VALUES (p_domain, p_token, p_seq) ON CONFLICT (domain) DO NOTHING;
+  INSERT INTO $S.fences AS f (domain, token, seq, seq_hash)
+    VALUES (p_domain, p_token, p_seq, p_hash) ON CONFLICT (domain) DO NOTHING;
   IF FOUND THEN
     RETURN p_token;
   END IF;
-  SELECT f.token, f.seq INTO held, held_seq FROM $S.fences AS f
-    WHERE f.domain = p_domain FOR UPDATE;
+  SELECT f.token, f.seq, f.seq_hash INTO held, held_seq, held_hash
+    FROM $S.fences AS f WHERE f.domain = p_domain FOR UPDATE;
   IF held > p_token THEN
     RAISE EXCEPTION 'stale fencing token % for domain %: the database holds %',
       p_token, quote_literal(p_domain), held
       USING ERRCODE = '$STALE', DETAIL = held::text;
+  END IF;
+  IF held = p_token AND held_seq = p_seq AND held_hash IS NOT NULL
+     AND p_hash IS NOT NULL AND held_hash <> p_hash THEN
+    RAISE EXCEPTION 'seq % of token % for domain % was recorded for another write',
+      p_seq, p_token, quote_literal(p_domain)
+      USING ERRCODE = '$OTHER', DETAIL = held_seq::text;
   END IF;
   IF held = p_token AND held_seq = p_seq THEN
     RAISE EXCEPTION 'seq % of token % for domain % is applied already',
@@ -242,7 +255,7 @@ BEGIN
   END IF;
   -- The row moved under the first UPDATE's feet (a concurrent insert of
   -- the domain): it is locked now, and the write may go ahead.
-  UPDATE $S.fences AS f SET token = p_token, seq = p_seq,
+  UPDATE $S.fences AS f SET token = p_token, seq = p_seq, seq_hash = p_hash,
     updated_at = CASE WHEN f.token = p_token THEN f.updated_at ELSE now() END
     WHERE f.domain = p_domain;
   RETURN p_token;
@@ -252,7 +265,17 @@ $fn$)sql",
        {"$STALE", kStaleSqlState},
        {"$ONCE", kNotFirstSqlState},
        {"$APPLIED", kSeqAppliedSqlState},
-       {"$ORDER", kSeqOrderSqlState}}));
+       {"$ORDER", kSeqOrderSqlState},
+       {"$OTHER", kSeqOtherWriteSqlState}}));
+  // The three-argument form, which gateways before the hash call: the
+  // same, recording no hash.
+  sql.push_back(absl::StrReplaceAll(
+      R"sql(CREATE OR REPLACE FUNCTION $S.fence_seq(p_domain text, p_token bigint, p_seq bigint)
+RETURNS bigint LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $fn$
+  SELECT $S.fence_seq(p_domain, p_token, p_seq, NULL::text)
+$fn$)sql",
+      {{"$S", s}}));
   // What a gateway reads at start-up to raise its own fences (it may not
   // read the table itself).
   sql.push_back(absl::StrReplaceAll(
@@ -264,6 +287,7 @@ $fn$)sql",
       {{"$S", s}}));
   for (const std::string& f :
        {fn, absl::StrCat(s, ".fence_next(text, bigint)"),
+        absl::StrCat(s, ".fence_seq(text, bigint, bigint, text)"),
         absl::StrCat(s, ".fence_seq(text, bigint, bigint)"),
         absl::StrCat(s, ".fences()")}) {
     sql.push_back(absl::StrCat("ALTER FUNCTION ", f, " OWNER TO ", owner));

@@ -143,6 +143,25 @@ TEST_F(PostgresSeqTest, ARetryAfterTheReplyWasLostAppliesOnce) {
   EXPECT_EQ(StoredSeq("billing"), 3);
 }
 
+// A seq names one write: a retry of its (token, seq) with another payload
+// is refused FAILED_PRECONDITION, as on a file route, and applies nothing
+// (it used to be answered OK, replayed, without being applied).
+TEST_F(PostgresSeqTest, ARetryWithAnotherPayloadIsRefused) {
+  std::unique_ptr<StorageAdapter> adapter = MakeAdapter("pool_size=1");
+  ASSERT_OK(Write(*adapter, 5, 2, "invoice-7").status);
+  Outcome other = Write(*adapter, 5, 2, "invoice-9");
+  EXPECT_THAT(other.status,
+              testing::StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(other.status.message(), HasSubstr("recorded for another write"));
+  EXPECT_FALSE(other.replayed);
+  EXPECT_EQ(Entries("invoice-9"), 0);
+  // The same payload is the write it repeats.
+  Outcome same = Write(*adapter, 5, 2, "invoice-7");
+  ASSERT_OK(same.status);
+  EXPECT_TRUE(same.replayed);
+  EXPECT_EQ(Entries("invoice-7"), 1);
+}
+
 // The same lost reply without a seq: the retry applies the write again.
 // This is what the rule prevents, and it shows the test above can see a
 // duplicate.
@@ -222,7 +241,8 @@ TEST_F(PostgresSeqTest, TwoAttemptsAtOnceApplyOnce) {
 TEST_F(PostgresSeqTest, AnOlderFenceSchemaIsUpgradedByPgSetup) {
   ASSERT_OK(Write(*adapter_, 9, 0, "before").status);
   Exec("DROP FUNCTION fencegate.fence_seq(text, bigint, bigint)");
-  Exec("ALTER TABLE fencegate.fences DROP COLUMN seq");
+  Exec("DROP FUNCTION fencegate.fence_seq(text, bigint, bigint, text)");
+  Exec("ALTER TABLE fencegate.fences DROP COLUMN seq, DROP COLUMN seq_hash");
   Outcome refused = Write(*adapter_, 9, 1, "x");
   EXPECT_EQ(refused.status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(refused.status.message(), HasSubstr("pg-setup"));
@@ -233,6 +253,18 @@ TEST_F(PostgresSeqTest, AnOlderFenceSchemaIsUpgradedByPgSetup) {
   ASSERT_OK(Write(*adapter_, 9, 1, "x").status);
   EXPECT_TRUE(Write(*adapter_, 9, 1, "x").replayed);
   EXPECT_EQ(Entries("x"), 1);
+}
+
+// Gateways of the version before the hash call the three-argument
+// fence_seq(), which pg-setup keeps: it records (token, seq) without a hash,
+// and a retry of that seq is taken as the write it repeats.
+TEST_F(PostgresSeqTest, AnEarlierGatewaysCallStillWorks) {
+  Exec("SELECT fencegate.fence_seq('billing', 5, 1)");
+  EXPECT_EQ(StoredSeq("billing"), 1);
+  Outcome retry = Write(*adapter_, 5, 1, "anything");
+  ASSERT_OK(retry.status);
+  EXPECT_TRUE(retry.replayed);
+  EXPECT_EQ(Entries("anything"), 0);
 }
 
 // A dirty Write resets its session (DISCARD ALL), which drops the prepared

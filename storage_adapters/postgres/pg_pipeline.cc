@@ -2,10 +2,13 @@
 
 #include "storage_adapters/postgres/pg_pipeline.h"
 
+#include <openssl/evp.h>
+
 #include <algorithm>
 #include <string_view>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "fencegate/common/seq_out_of_order.h"
@@ -36,6 +39,24 @@ absl::Status ClosedBeforeRan(PGconn* c) {
   return absl::UnavailableError(
       absl::StrCat("postgres: connection closed before the write ran: ",
                    ConnectionError(c)));
+}
+
+// Hex SHA-256 of a Write's path and operations: what its seq names, so
+// that a retry with another payload is told from the write it repeats.
+std::string WriteHash(const WriteTarget& target, const Operations& ops) {
+  std::string input(target.path);
+  for (const v1::Operation& op : ops) {
+    const std::string bytes = op.SerializeAsString();
+    absl::StrAppend(&input, std::string(1, '\0'), bytes.size(), ":", bytes);
+  }
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int size = 0;
+  if (EVP_Digest(input.data(), input.size(), digest, &size, EVP_sha256(),
+                 nullptr) != 1) {
+    return std::string();  // no hash: the retry is taken as the write
+  }
+  return absl::BytesToHexString(
+      absl::string_view(reinterpret_cast<const char*>(digest), size));
 }
 
 bool SendSimple(PGconn* c, const char* sql) {
@@ -105,12 +126,14 @@ bool PgPipeline::SendWrite(const QueuedWrite& w) {
     }
   } else {
     const std::string seq = absl::StrCat(w.target->seq);
-    const char* fence_params[3] = {domain.c_str(), token.c_str(), seq.c_str()};
+    const std::string hash = WriteHash(*w.target, *w.ops);
+    const char* fence_params[4] = {domain.c_str(), token.c_str(), seq.c_str(),
+                                   hash.c_str()};
     const int sent =
         conn_->seq_prepared()
-            ? PQsendQueryPrepared(c, conn_->fence_seq_statement().c_str(), 3,
+            ? PQsendQueryPrepared(c, conn_->fence_seq_statement().c_str(), 4,
                                   fence_params, nullptr, nullptr, 0)
-            : PQsendQueryParams(c, settings_->fence_seq_sql.c_str(), 3, nullptr,
+            : PQsendQueryParams(c, settings_->fence_seq_sql.c_str(), 4, nullptr,
                                 fence_params, nullptr, nullptr, 0);
     if (sent != 1) return false;
   }
@@ -371,6 +394,11 @@ bool PgPipeline::OnError(const PGresult* r, bool cancelled) {
   } else if (fence_state == kSeqAppliedSqlState) {
     // Rolled back, having applied nothing: the earlier attempt did.
     w->replayed = true;
+  } else if (fence_state == kSeqOtherWriteSqlState) {
+    w->status = absl::FailedPreconditionError(absl::StrCat(
+        "seq: seq ", w->target->seq, " of token ", w->target->token,
+        " was recorded for another write (another path or operation): a seq "
+        "names one write; nothing applied"));
   } else if (fence_state == kSeqOrderSqlState) {
     if (detail == nullptr || !absl::SimpleAtoi(detail, &w->later_seq)) {
       w->later_seq = 0;

@@ -137,7 +137,7 @@ absl::Status PostgresAdapter::SetUpConnection(PgConnection& c) {
   // unprepared, and such a Write then says to run pg-setup.
   postgres::PgResult seq_prepared(
       PQprepare(c.raw(), c.fence_seq_statement().c_str(),
-                pipeline_settings_.fence_seq_sql.c_str(), 3, nullptr));
+                pipeline_settings_.fence_seq_sql.c_str(), 4, nullptr));
   c.set_seq_prepared(seq_prepared != nullptr &&
                      PQresultStatus(seq_prepared.get()) == PGRES_COMMAND_OK);
   c.RecordBaseline();

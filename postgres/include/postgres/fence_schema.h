@@ -7,7 +7,8 @@
 //   <schema>.fences (domain text PRIMARY KEY, token bigint > 0, updated_at,
 //                    seq bigint >= 0)
 //   <schema>.fence(domain text, token bigint) RETURNS bigint
-//   <schema>.fence_seq(domain text, token bigint, seq bigint) RETURNS bigint
+//   <schema>.fence_seq(domain text, token bigint, seq bigint, hash text)
+//     RETURNS bigint (and the three-argument form of earlier gateways)
 //   <schema>.fence_next(domain text, at_least bigint) RETURNS bigint
 //   <schema>.fences() RETURNS TABLE (domain text, token bigint)
 //
@@ -74,6 +75,10 @@ inline constexpr char kSeqOrderSqlState[] = "FG003";
 // was applied already, and this attempt is rolled back.
 inline constexpr char kSeqAppliedSqlState[] = "FG004";
 
+// SQLSTATE of fence_seq() finding the row's own (token, seq) recorded with
+// another Write's hash: the seq names another write; nothing is applied.
+inline constexpr char kSeqOtherWriteSqlState[] = "FG005";
+
 // True for a name fencegate accepts as schema or role: 1-63 lower-case
 // letters, digits and '_', not starting with a digit.
 bool IsPlainIdentifier(absl::string_view name);
@@ -85,8 +90,9 @@ std::string OwnerRole(const std::string& schema);
 // Write's transaction.
 std::string FenceCallSql(const std::string& schema);
 
-// "SELECT "<schema>".fence_seq($1, $2::bigint, $3::bigint)": the first
-// statement of a Write with a seq.
+// "SELECT "<schema>".fence_seq($1, $2::bigint, $3::bigint, $4)": the first
+// statement of a Write with a seq; $4 is the Write's hash (hex SHA-256 of
+// its path and operations).
 std::string FenceSeqSql(const std::string& schema);
 
 // "SELECT "<schema>".fence_next($1, $2::bigint)".
