@@ -104,7 +104,6 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
 
   // --- session_relay.cc: the messages of a running session.
   asio::awaitable<void> ClientLoop();
-  asio::awaitable<void> ReplyLoop();
   // One client message; false ends the session.
   asio::awaitable<bool> OnMessage(const pgwire::FrontendMessage& message);
   // What `sql` does (session_sql.h): up to kInlineClassifyBytes through
@@ -129,9 +128,6 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   // protocol; a Query's is in its text): the fence statement prepared
   // again, bound and executed.
   void SendFence();
-  // The database refused the session's token as stale: this gateway's
-  // fence is raised to what the database holds, read by the gateway.
-  void LearnFromDatabase();
   // A refused Query: answered here when no transaction is open, else made
   // to fail upstream so that the server's transaction fails as the client
   // expects.
@@ -141,6 +137,12 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   // the rest of the batch skipped up to Sync.
   void RefuseExtended(absl::string_view sqlstate, absl::string_view message,
                       absl::string_view detail = {});
+
+  // --- session_upstream.cc: the session's traffic with its server.
+  asio::awaitable<void> ReplyLoop();
+  // The database refused the session's token as stale: this gateway's
+  // fence is raised to what the database holds, read by the gateway.
+  void LearnFromDatabase();
   // Sends what was queued for the server.
   asio::awaitable<bool> FlushUpstream();
   // Before the client's next message is read: while the client has more

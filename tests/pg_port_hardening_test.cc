@@ -2,13 +2,10 @@
 //
 // The PostgreSQL port against an adversarial client (docs/pgwire.md,
 // docs/security.md): what it cannot read exactly as the server will is
-// refused, settings that change how the server reads text are pinned, no
-// session reaches another's backend or random seed, a client that leaves
-// takes its statement with it, and no input takes the gateway down.
-
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
+// refused, settings that change how the server reads text are pinned,
+// replies stay matched to what asked for them, no session reaches
+// another's backend or random seed, and no input takes the gateway down.
+// Liveness, memory and slots: pg_port_limits_test.cc.
 
 #include <fstream>
 #include <iostream>
@@ -20,60 +17,12 @@
 #include "libpq-fe.h"
 #include "pgwire/frontend.h"
 #include "pgwire/startup.h"
-#include "tests/pg_port_fixture.h"
+#include "tests/pg_port_hardening_fixture.h"
 
 namespace fencegate {
 namespace {
 
 using ::testing::HasSubstr;
-
-class PgPortHardeningTest : public PgPortTest {
- protected:
-  // A libpq connection to the port; `options` as PGOPTIONS would give them.
-  static PGconn* Connect(const Gateway& g, const std::string& options,
-                         const std::string& database = "db") {
-    const std::string conninfo = absl::StrCat("host=127.0.0.1 port=", g.pg_port,
-                                              " user=worker dbname=", database,
-                                              " options='", options, "'");
-    return PQconnectdb(conninfo.c_str());
-  }
-
-  // Runs `sql` as a simple query; the SQLSTATE of its first error, or ""
-  // if every statement succeeded. `message`: that error's text.
-  static std::string Run(PGconn* c, const std::string& sql,
-                         std::string* message = nullptr) {
-    std::string state;
-    if (PQsendQuery(c, sql.c_str()) != 1) {
-      if (message != nullptr) *message = PQerrorMessage(c);
-      return "send failed";
-    }
-    while (PGresult* r = PQgetResult(c)) {
-      if (PQresultStatus(r) == PGRES_FATAL_ERROR && state.empty()) {
-        const char* s = PQresultErrorField(r, PG_DIAG_SQLSTATE);
-        state = s != nullptr ? s : "no sqlstate";
-        if (message != nullptr) *message = PQresultErrorMessage(r);
-      }
-      PQclear(r);
-    }
-    if (PQstatus(c) != CONNECTION_OK && state.empty()) state = "closed";
-    return state;
-  }
-
-  // The gateway still serves: its process runs and a new session reads.
-  static bool Serves(const Gateway& g) {
-    if (kill(g.process->pid(), 0) != 0) return false;
-    std::string out, err;
-    return Psql(g, "", {"SELECT 1"}, &out, &err) == 0;
-  }
-
-  // `terms` terms of 1+1+...: a parse tree `terms` levels deep.
-  static std::string DeepSum(int terms) {
-    std::string sql = "SELECT 1";
-    sql.reserve(sql.size() + 2 * static_cast<size_t>(terms));
-    for (int i = 1; i < terms; ++i) sql += "+1";
-    return sql;
-  }
-};
 
 // A startup packet naming a database that is no route is answered with
 // 3D000 before anything else happens, and the gateway serves on (it used
@@ -321,71 +270,6 @@ TEST_F(PgPortHardeningTest, TheNextSessionsRandomIsNotTheLastOnesSeed) {
   EXPECT_NE(next, expected);
 }
 
-// A client that ends its session while its statement runs takes the
-// statement with it within the route's statement timeout and a second,
-// whatever it set; one that vanishes mid-transaction, at once.
-TEST_F(PgPortHardeningTest, AClientThatLeavesTakesItsStatementWithIt) {
-  auto g = StartGateway({}, "statement_timeout_ms=500");
-  ASSERT_NE(g, nullptr);
-  auto sleeping = [] {
-    return Exec(
-               "SELECT count(*) FROM pg_stat_activity WHERE usename = "
-               "'fencegate_worker' AND wait_event = 'PgSleep'")[0][0]
-        .as<int64_t>();
-  };
-  for (const char* sql :
-       {"SET statement_timeout = 0; SELECT pg_sleep(3600)",
-        "BEGIN; SET LOCAL statement_timeout = 0; SELECT pg_sleep(3600)"}) {
-    PGconn* c = Connect(*g, Options(1));
-    ASSERT_EQ(PQstatus(c), CONNECTION_OK) << PQerrorMessage(c);
-    ASSERT_EQ(PQsendQuery(c, sql), 1);
-    ASSERT_TRUE(
-        testing::WaitFor([&] { return sleeping() == 1; }, absl::Seconds(30)))
-        << sql;
-    PQfinish(c);  // Terminate, then the socket closes
-    EXPECT_TRUE(
-        testing::WaitFor([&] { return sleeping() == 0; }, absl::Seconds(30)))
-        << sql;
-  }
-  EXPECT_TRUE(Serves(*g));
-}
-
-// The route's statement timeout and a second bound a statement however it
-// keeps the session busy: streaming notices (which used to count as the
-// server being heard from), or sending rows to a client that reads none
-// (whose backend, blocked writing, takes no cancel): each is stopped, and
-// its backend ends or goes idle, so that no raise waits on it.
-TEST_F(PgPortHardeningTest, AStatementThatStreamsNoticesOrIsNotReadIsStopped) {
-  auto g = StartGateway({}, "statement_timeout_ms=500");
-  ASSERT_NE(g, nullptr);
-  auto running = [] {
-    return Exec(
-               "SELECT count(*) FROM pg_stat_activity WHERE usename = "
-               "'fencegate_worker' AND state = 'active' AND query LIKE "
-               "'%generate_series%'")[0][0]
-        .as<int64_t>();
-  };
-  for (const char* sql :
-       {"SET statement_timeout = 0; DO $$BEGIN FOR i IN 1..100000 LOOP "
-        "RAISE NOTICE 'still here'; PERFORM pg_sleep(0.01); END LOOP; END$$ "
-        "/* generate_series */",
-        "SET statement_timeout = 0; SELECT repeat('x', 1000) FROM "
-        "generate_series(1, 100000000)"}) {
-    PGconn* c = Connect(*g, Options(1));
-    ASSERT_EQ(PQstatus(c), CONNECTION_OK) << PQerrorMessage(c);
-    ASSERT_EQ(PQsendQuery(c, sql), 1);
-    // The client reads nothing; the statement must stop all the same.
-    ASSERT_TRUE(
-        testing::WaitFor([&] { return running() == 1; }, absl::Seconds(30)))
-        << sql;
-    EXPECT_TRUE(
-        testing::WaitFor([&] { return running() == 0; }, absl::Seconds(30)))
-        << sql;
-    PQfinish(c);
-  }
-  EXPECT_TRUE(Serves(*g));
-}
-
 // The port's fence statement cannot be swapped for a fake: a DO block that
 // deallocates it and prepares "SELECT $2" under its name changes nothing,
 // since the port prepares it again right before each use (and a simple
@@ -418,35 +302,6 @@ TEST_F(PgPortHardeningTest, AReplacedFenceStatementIsNeverRun) {
   EXPECT_EQ(Run(c, "UPDATE jobs SET owner = 'stale' WHERE id = 1"), "FG001");
   PQfinish(c);
   EXPECT_EQ(Owner(), "nobody");
-}
-
-// Connections that never sign in cannot keep signed-in clients out: at the
-// session limit the oldest of them is closed for a newcomer (they used to
-// hold every slot, and 28 of 29 sign-ins were refused under a flood).
-// Sessions that signed in are never shed.
-TEST_F(PgPortHardeningTest, SilentConnectionsGiveWayToSignIns) {
-  auto g = StartGateway({"--pg_max_connections=3"});
-  ASSERT_NE(g, nullptr);
-  std::vector<int> silent;
-  for (int i = 0; i < 3; ++i) {
-    silent.push_back(testing::ConnectLoopback(g->pg_port));
-    ASSERT_GE(silent.back(), 0);
-  }
-  for (int i = 0; i < 3; ++i) EXPECT_TRUE(Serves(*g)) << i;
-  std::vector<PGconn*> held;
-  for (int i = 0; i < 3; ++i) {
-    held.push_back(Connect(*g, ""));
-    EXPECT_EQ(PQstatus(held.back()), CONNECTION_OK)
-        << PQerrorMessage(held.back());
-  }
-  PGconn* extra = Connect(*g, "");
-  EXPECT_NE(PQstatus(extra), CONNECTION_OK);  // 53300, before any sign-in
-  PQfinish(extra);
-  for (PGconn* c : held) {
-    EXPECT_EQ(Run(c, "SELECT 1"), "");
-    PQfinish(c);
-  }
-  for (int fd : silent) ::close(fd);
 }
 
 // Text over 16 KB is classified on the long-text parser's thread, not the
@@ -506,76 +361,6 @@ TEST_F(PgPortHardeningTest, AServerThatAllowsPreparedTransactionsIsNotServed) {
   ASSERT_OK(server_->Stop());
   ASSERT_OK(server_->Restart());
   EXPECT_TRUE(Serves(*g));
-}
-
-// A raw protocol client: what it sends goes out as it is, and it reads
-// whole messages.
-class RawClient {
- public:
-  explicit RawClient(int port) : fd_(testing::ConnectLoopback(port)) {}
-  ~RawClient() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  bool Send(const std::string& bytes) {
-    return ::write(fd_, bytes.data(), bytes.size()) ==
-           static_cast<ssize_t>(bytes.size());
-  }
-  // Writes `message` again and again, without reading, until the gateway
-  // stops taking them (no room for 2 s) or `limit` bytes went out; the
-  // bytes that went out.
-  size_t SendUntilRefused(const std::string& message, size_t limit) {
-    fcntl(fd_, F_SETFL, fcntl(fd_, F_GETFL) | O_NONBLOCK);
-    size_t sent = 0;
-    std::string batch;
-    while (batch.size() < 65536) batch += message;
-    while (sent < limit) {
-      const ssize_t n = ::write(fd_, batch.data(), batch.size());
-      if (n > 0) {
-        sent += static_cast<size_t>(n);
-        batch = batch.substr(static_cast<size_t>(n)) +
-                std::string(batch.data(), static_cast<size_t>(n));
-        continue;
-      }
-      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) break;
-      pollfd p{fd_, POLLOUT, 0};
-      if (::poll(&p, 1, 2000) <= 0) break;
-    }
-    return sent;
-  }
-  // The types of the messages read up to and including the next
-  // ReadyForQuery, with each DataRow's first value after a 'D'; "closed"
-  // if the connection ends first.
-  std::string ReadToReady() {
-    std::string seen;
-    for (;;) {
-      absl::StatusOr<std::optional<pgwire::Frame>> frame =
-          pgwire::NextFrame(buffer_, 1 << 20);
-      if (!frame.ok()) return seen + "bad";
-      if (frame->has_value()) {
-        const pgwire::Frame& f = **frame;
-        seen += f.type;
-        if (f.type == 'D' && f.body.size() > 6)
-          seen += std::string(f.body.substr(6));
-        buffer_.erase(0, f.size);
-        if (f.type == 'Z') return seen;
-        continue;
-      }
-      char chunk[4096];
-      const ssize_t n = ::read(fd_, chunk, sizeof(chunk));
-      if (n <= 0) return seen + "closed";
-      buffer_.append(chunk, static_cast<size_t>(n));
-    }
-  }
-
- private:
-  int fd_;
-  std::string buffer_;
-};
-
-std::string Messages(const std::vector<pgwire::FrontendMessage>& messages) {
-  std::string bytes;
-  for (const pgwire::FrontendMessage& m : messages) bytes += pgwire::Encode(m);
-  return bytes;
 }
 
 // An error in the extended protocol makes the server drop every message up
@@ -638,68 +423,6 @@ TEST_F(PgPortHardeningTest, AClientsErrorNeverMovesTheGatewaysFence) {
   // token queues behind it.
   ASSERT_TRUE(Fence(*g, 1).ok());
   EXPECT_EQ(GetFence(*g), 1u);
-}
-
-// A client that sends and does not read cannot make its session hold more
-// and more: past 4096 replies owed (here, answers to SHOW fencegate.domain
-// queued behind a running statement) the port reads no more of it. It used
-// to read 73 MiB of them, and hold a reply for each.
-TEST_F(PgPortHardeningTest, AClientThatDoesNotReadIsNotReadEither) {
-  auto g = StartGateway({}, "statement_timeout_ms=3000");
-  ASSERT_NE(g, nullptr);
-  RawClient c(g->pg_port);
-  pgwire::StartupMessage startup;
-  const std::string options = Options(1);
-  startup.parameters = {
-      {"user", "worker"}, {"database", "db"}, {"options", options}};
-  ASSERT_TRUE(c.Send(pgwire::EncodeStartupPacket(startup)));
-  EXPECT_THAT(c.ReadToReady(), HasSubstr("Z"));
-  ASSERT_TRUE(c.Send(Messages({pgwire::Query{"SELECT pg_sleep(2)"}})));
-  const size_t limit = size_t{64} << 20;
-  const size_t sent = c.SendUntilRefused(
-      Messages({pgwire::Query{"SHOW fencegate.domain"}}), limit);
-  EXPECT_LT(sent, limit);
-  EXPECT_GT(sent, size_t{4096} * 27);
-  EXPECT_TRUE(Serves(*g));
-}
-
-// Replies a client has yet to read count in the gateway's memory budget
-// (half of --memory_limit_mib: 32 MiB here), beside the message the port
-// read from the server: past it, a session ends with 53200. Two clients
-// that asked for 12 MB rows and read none hold 48 MB; only the server's
-// copies (24 MB) used to count, and forty such clients took 600 MB.
-TEST_F(PgPortHardeningTest, RepliesAClientHasNotReadCountInTheBudget) {
-  auto g = StartGateway({"--memory_limit_mib=64"});
-  ASSERT_NE(g, nullptr);
-  std::vector<PGconn*> clients;
-  for (int i = 0; i < 2; ++i) {
-    PGconn* c = Connect(*g, "");
-    ASSERT_EQ(PQstatus(c), CONNECTION_OK) << PQerrorMessage(c);
-    ASSERT_EQ(PQsendQuery(c, "SELECT repeat('x', 12000000)"), 1);
-    clients.push_back(c);
-  }
-  // Every server has sent its row: the port holds what the clients have not
-  // read, or refused it.
-  ASSERT_TRUE(testing::WaitFor(
-      [&] {
-        return Exec(
-                   "SELECT count(*) FROM pg_stat_activity WHERE usename = "
-                   "'fencegate_worker' AND query LIKE '%repeat%' AND state "
-                   "<> 'idle'")[0][0]
-                   .as<int64_t>() == 0;
-      },
-      absl::Seconds(60)));
-  int refused = 0;
-  for (PGconn* c : clients) {
-    while (PGresult* r = PQgetResult(c)) {
-      const char* state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
-      if (state != nullptr && std::string(state) == "53200") ++refused;
-      PQclear(r);
-    }
-    PQfinish(c);
-  }
-  EXPECT_GE(refused, 1);
-  EXPECT_TRUE(Serves(*g));
 }
 
 }  // namespace
