@@ -291,7 +291,8 @@ asio::awaitable<bool> ClientSession::Start() {
     co_return false;
   }
   // A pooled connection may have been closed by its server meanwhile: the
-  // settings' round trip finds out, and a new connection is made once.
+  // hold's round trip finds out, and a new connection is made once. The
+  // hold comes before the client's settings and messages.
   const std::string setup = SetupSql();
   for (int attempt = 0; attempt < 2 && upstream_ == nullptr; ++attempt) {
     std::unique_ptr<Upstream> upstream =
@@ -309,12 +310,18 @@ asio::awaitable<bool> ClientSession::Start() {
       }
       upstream = *std::move(made);
     }
-    absl::Status s = co_await upstream->Run(setup);
+    absl::Status s = co_await Hold(*upstream);
+    if (s.ok()) s = co_await upstream->Run(setup);
     if (s.ok()) {
       upstream_ = std::move(upstream);
     } else if (!pooled || !absl::IsUnavailable(s)) {
-      co_await Fatal("08006", absl::StrCat("route \"", route_->spec.name,
-                                           "\": ", s.message()));
+      holding_ = false;
+      const absl::string_view sqlstate = RefusalSqlState(s, "08006");
+      std::string message =
+          sqlstate == "08006" ? absl::StrCat("route \"", route_->spec.name,
+                                             "\": ", s.message())
+                              : std::string(s.message());
+      co_await Fatal(sqlstate, message);
       co_return false;
     }
   }

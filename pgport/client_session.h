@@ -3,10 +3,13 @@
 // ClientSession: one client of the PostgreSQL port, from its startup packet
 // to its last message (pgport/include/pgport/pg_port.h says what it does).
 // Two coroutines run it on the port's thread: one reads the client and
-// sends upstream (with the port's own messages added: the fence of each
-// transaction, and failing messages in place of refused ones), the other
-// reads the server's replies and passes them through the ResponseQueue
-// to the client.
+// sends upstream (with the port's own messages added: failing messages in
+// place of refused ones, the reset at the end), the other reads the
+// server's replies and passes them through the ResponseQueue to the client.
+// A session with a token is fenced by its server connection, which holds
+// the domain's fence for the whole session (postgres/fence_hold.h) from
+// before the client's first message; a raise that waits for it makes the
+// session give the domain up between two transactions, which ends it.
 //
 // Thread safety: all on the port's I/O thread, but Cancel() (posted there).
 
@@ -48,6 +51,13 @@ absl::Status CheckPinnedSettings(const Upstream& upstream);
 // The highest token of a stale-token error, as text; empty for another.
 std::string StaleDetail(const absl::Status& status);
 
+// The SQLSTATE that tells a client why this gateway refused it: FG001 for
+// a stale token, FG002 for one the domain's token rules refuse, 28000,
+// 42501 and 22023 for the identity, the policy and bad input; `otherwise`
+// for any other status.
+absl::string_view RefusalSqlState(const absl::Status& status,
+                                  absl::string_view otherwise = "58000");
+
 class ClientSession : public std::enable_shared_from_this<ClientSession> {
  public:
   ClientSession(PortState& port, tcp::socket client, int32_t process_id,
@@ -63,6 +73,14 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   int32_t secret_key() const { return secret_key_; }
   // It has signed in and reached its route's server.
   bool signed_in() const { return signed_in_; }
+  // Its route (null until it has one), and the domain whose fence its
+  // server connection holds (empty if none).
+  const PortRoute* route() const { return route_; }
+  const std::string& held_domain() const;
+  // A raise waits for the domain this session holds (RaiseWatch): the
+  // session gives it up as soon as it is between two transactions, with
+  // nothing owed by the server, and ends, saying why.
+  void OnRaiseWaiting();
 
  private:
   using Statement = postgres::SessionStatement;
@@ -102,6 +120,17 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   // write is under way (which then writes it).
   asio::awaitable<void> ToClient(std::string bytes);
 
+  // --- session_hold.cc: the fence the server connection holds.
+  // Arms `upstream` for this session and, with a token, makes it hold the
+  // domain's fence at the token: checked here first (CheckLocally), the
+  // database's fence raised to it if lower. A stale token is
+  // FAILED_PRECONDITION with a StaleTokenError payload (the gateway learns
+  // the database's fence); a server error names the route's refusal.
+  asio::awaitable<absl::Status> Hold(Upstream& upstream);
+  // Gives the held domain up and ends the session if a raise waits and the
+  // server is between two transactions with nothing owed.
+  void MaybeGiveUp();
+
   // --- session_relay.cc: the messages of a running session.
   asio::awaitable<void> ClientLoop();
   // One client message; false ends the session.
@@ -119,15 +148,12 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   asio::awaitable<void> OnExecute(const pgwire::Execute& execute);
   // A Query of fencegate.* settings only, answered here.
   void AnswerSettings(const std::vector<Statement>& statements);
-  // Checks the token against this gateway's fence (rules 1-3 and 11):
-  // OK, or the error to answer (FG001 for a stale token).
+  // Checks the token against this gateway's fence (rules 1-3 and 11) at
+  // each transaction's start, before the database's hold: OK, or the error
+  // to answer (FG001 for a stale token).
   // With a gate, the transaction is admitted under the policy first
   // (42501 if denied) and its advance audited.
   asio::awaitable<absl::Status> CheckLocally();
-  // The fence call for the next transaction, added upstream (extended
-  // protocol; a Query's is in its text): the fence statement prepared
-  // again, bound and executed.
-  void SendFence();
   // A refused Query: answered here when no transaction is open, else made
   // to fail upstream so that the server's transaction fails as the client
   // expects.
@@ -183,6 +209,13 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   std::string identity_;
   std::string domain_;
   uint64_t token_ = 0;
+  // The secret that arms the server connection for this session
+  // (fence_hold.h), and whether it holds domain_'s fence at token_.
+  std::string secret_;
+  bool holding_ = false;
+  // A raise waits for the held domain; the session is giving it up.
+  bool raise_waiting_ = false;
+  bool giving_up_ = false;
 
   TransactionTracker tracker_;
   ResponseQueue queue_;

@@ -14,6 +14,7 @@
 #include "pgport/asio.h"
 #include "pgport/client_session.h"
 #include "pgport/port_state.h"
+#include "pgport/raise_watch.h"
 #include "pgwire/backend.h"
 
 namespace fencegate {
@@ -172,6 +173,11 @@ absl::StatusOr<std::unique_ptr<PgPort>> PgPort::Start(PgPortOptions options,
     impl->state.tls = *std::move(tls);
   }
   asio::co_spawn(impl->state.io, impl->Accept(), asio::detached);
+  for (auto& [name, route] : impl->state.routes) {
+    asio::co_spawn(impl->state.io,
+                   pgport::RaiseWatch::Run(impl->state, route),
+                   asio::detached);
+  }
   Impl* raw = impl.get();
   impl->thread = std::thread([raw] { raw->state.io.run(); });
   return std::unique_ptr<PgPort>(new PgPort(std::move(impl)));

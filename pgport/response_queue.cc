@@ -6,7 +6,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "postgres/fence_schema.h"
 
 namespace fencegate::pgport {
 namespace {
@@ -113,15 +112,6 @@ absl::Status ResponseQueue::OnReply(const pgwire::Frame& frame,
     } else {
       absl::StrAppend(&outcome->to_client, whole);
       outcome->own_error = dropped;
-      if (dropped && head.fence) {
-        absl::StatusOr<pgwire::BackendMessage> parsed =
-            pgwire::ParseBackendMessage(frame);
-        if (!parsed.ok()) return parsed.status();
-        const auto& error = std::get<pgwire::ErrorResponse>(*parsed);
-        const absl::string_view* code = error.Find('C');
-        outcome->fence_stale =
-            code != nullptr && *code == postgres::kStaleSqlState;
-      }
     }
     if (head.awaited == Awaited::kQuery) {
       query_failed_ = true;

@@ -2,9 +2,9 @@
 //
 // ResponseQueue: what a session's upstream server still owes, in the order
 // the messages that ask for it were sent, and what becomes of each reply.
-// The port adds messages of its own to a client's stream (the fence call of
-// each transaction, settings at a session's start, a message made to fail
-// in place of one the port refused), so it must tell their replies apart
+// The port adds messages of its own to a client's stream (a session's reset
+// at its end, a message made to fail in place of one the port refused), so
+// it must tell their replies apart
 // from the client's: a reply to the port's own message is dropped, an
 // error in place of a refused message is replaced by the port's, and every
 // other reply goes to the client as it came.
@@ -57,8 +57,6 @@ struct Expected {
   // replies are dropped), in order. A Query made wholly of the port's own
   // statements sets `own` instead.
   std::vector<bool> own_statements;
-  // The port's fence call: a server error in reply is a fence refusal.
-  bool fence = false;
   // Not empty: the message was sent to fail in place of one the port
   // refused; the server's ErrorResponse is replaced by these bytes.
   std::string replacement_error;
@@ -72,12 +70,11 @@ inline Expected ClientOwed(Awaited awaited) {
   e.awaited = awaited;
   return e;
 }
-// Of the port's own message; `fence`: the fence call.
-inline Expected OwnOwed(Awaited awaited, bool fence = false) {
+// Of the port's own message.
+inline Expected OwnOwed(Awaited awaited) {
   Expected e;
   e.awaited = awaited;
   e.own = true;
-  e.fence = fence;
   return e;
 }
 // Of a message sent to fail in place of a refused one.
@@ -98,11 +95,6 @@ inline Expected LocalReply(std::string reply) {
 struct ReplyOutcome {
   // Bytes for the client (possibly none).
   std::string to_client;
-  // The database's fence refused the session's token (FG001 in reply to
-  // the port's own fence call). What the database holds is read by the
-  // gateway itself (Fencer::LearnFromStorage), never taken from an error's
-  // text, which a client can raise too.
-  bool fence_stale = false;
   // The server refused one of the port's own messages.
   bool own_error = false;
   // A ReadyForQuery ended the last message the server owed: its status.

@@ -1,22 +1,21 @@
 // Copyright fencegate authors.
 //
 // A running session's client messages: each classified and sent upstream
-// (session_upstream.cc), with the fence added at each transaction's start,
-// or refused, or answered here (fencegate.* settings).
+// (session_upstream.cc) as it came, this gateway's fence checked at each
+// transaction's start, or refused, or answered here (fencegate.* settings).
+// The database's fence is held by the server connection (session_hold.cc):
+// no statement is added to the client's transactions.
 
 #include <chrono>
 #include <utility>
 #include <variant>
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "fencegate/common/stale_token.h"
 #include "fencegate/common/token_refused.h"
 #include "observability/log.h"
 #include "pgport/client_session.h"
-#include "pgport/sql_quote.h"
 #include "pgwire/backend.h"
 #include "postgres/fence_schema.h"
 #include "postgres/sql_parse.h"
@@ -26,10 +25,8 @@ namespace {
 
 using postgres::SessionEffect;
 
-// The port's own prepared statement and portal for the fence call, and the
-// statement no client can prepare, whose Bind fails in place of a refused
-// message (session_sql.h reserves the names).
-constexpr char kFenceName[] = "fencegate_fence";
+// The statement no client can prepare, whose Bind fails in place of a
+// refused message (session_sql.h reserves the name).
 constexpr char kRefusedName[] = "fencegate_refused";
 // A Query the server refuses without touching anything, sent in place of a
 // refused one inside a transaction, so that the transaction fails as the
@@ -50,8 +47,10 @@ pgwire::TransactionStatus StatusOf(const TransactionTracker& tracker) {
                         : pgwire::TransactionStatus::kInTransaction;
 }
 
-// The SQLSTATE for a refusal of this gateway's own fence check.
-absl::string_view SqlStateOf(const absl::Status& status) {
+}  // namespace
+
+absl::string_view RefusalSqlState(const absl::Status& status,
+                                  absl::string_view otherwise) {
   if (GetStaleToken(status).has_value()) return postgres::kStaleSqlState;
   if (GetTokenRefused(status).has_value()) return kTokenRefusedSqlState;
   switch (status.code()) {
@@ -63,16 +62,28 @@ absl::string_view SqlStateOf(const absl::Status& status) {
     case absl::StatusCode::kOutOfRange:
       return "22023";
     default:
-      return "58000";
+      return otherwise;
   }
 }
 
-}  // namespace
-
 asio::awaitable<void> ClientSession::ClientLoop() {
   auto self = shared_from_this();
-  while (!closed_ && !ending_) {
+  while (!closed_ && !ending_ && !giving_up_) {
     if (!co_await WaitForRoom()) break;
+    if (raise_waiting_ && tracker_.idle()) {
+      // A raise waits for the held domain: no new transaction goes out.
+      // Once the server has answered everything, its ReadyForQuery says
+      // whether the session is between two transactions (it gives the
+      // domain up) or inside a block (its client may finish it).
+      if (!co_await FlushUpstream()) break;
+      while (!queue_.empty() && !closed_) {
+        boost::system::error_code ec;
+        room_.expires_at(asio::steady_timer::time_point::max());
+        co_await room_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      }
+      MaybeGiveUp();
+      if (giving_up_ || closed_) break;
+    }
     absl::StatusOr<std::optional<pgwire::Frame>> buffered =
         client_reader_.Buffered();
     absl::StatusOr<pgwire::Frame> frame = absl::UnknownError("unread");
@@ -199,46 +210,23 @@ asio::awaitable<void> ClientSession::OnQuery(absl::string_view sql) {
       co_return;
     }
   }
-  if (token_ == 0) {
-    for (const Statement& s : *statements) {
-      tracker_.BeginsBefore(s);
-      tracker_.BeginsAfter(s);
-    }
-    tracker_.EndOfBatch();
-    Forward(ClientOwed(Awaited::kQuery));
-    co_return;
-  }
-  // Each transaction's first statement is the fence call, as text: no
-  // statement the client prepared, deallocated or replaced (a DO block can)
-  // stands in for it.
-  const std::string fence =
-      FenceCallText(route_->spec.options.fence_schema, domain_, token_);
+  // Where a transaction begins, this gateway's fence is checked (the
+  // database's is held by the connection whatever the prediction).
   TransactionTracker plan = tracker_;
-  std::vector<std::string> text;
-  Expected expected = ClientOwed(Awaited::kQuery);
-  expected.fence = true;
+  bool begins = false;
   for (const Statement& s : *statements) {
-    if (plan.BeginsBefore(s)) {
-      text.push_back(fence);
-      expected.own_statements.push_back(true);
-    }
-    text.emplace_back(s.text);
-    expected.own_statements.push_back(false);
-    if (plan.BeginsAfter(s)) {
-      text.push_back(fence);
-      expected.own_statements.push_back(true);
-    }
+    begins = plan.BeginsBefore(s) || begins;
+    begins = plan.BeginsAfter(s) || begins;
   }
   plan.EndOfBatch();
-  if (text.size() > statements->size()) {
+  if (begins && token_ != 0) {
     if (absl::Status s = co_await CheckLocally(); !s.ok()) {
-      RefuseQuery(SqlStateOf(s), s.message(), StaleDetail(s));
+      RefuseQuery(RefusalSqlState(s), s.message(), StaleDetail(s));
       co_return;
     }
   }
   tracker_ = plan;
-  // A newline before each ';' ends a line comment a statement ends with.
-  Send(pgwire::Query{absl::StrJoin(text, "\n;")}, std::move(expected));
+  Forward(ClientOwed(Awaited::kQuery));
 }
 
 void ClientSession::AnswerSettings(const std::vector<Statement>& statements) {
@@ -267,13 +255,21 @@ void ClientSession::AnswerSettings(const std::vector<Statement>& statements) {
             &reply, pgwire::EncodeError("ERROR", "22023", parsed.message()));
         break;
       }
-      if (token_ == 0 && token != 0) {
-        // The session may write from now on.
-        Send(pgwire::Query{"RESET default_transaction_read_only"},
-             OwnOwed(Awaited::kQuery));
+      if (domain != domain_ || token != token_) {
+        // The server connection holds the fence the session started with
+        // (session_hold.cc); another would need another connection.
+        absl::StrAppend(
+            &reply,
+            pgwire::EncodeError(
+                "ERROR", "0A000",
+                absl::StrCat("fencegate.", s.setting,
+                             " cannot change in a running session: its "
+                             "server connection holds the fence of the "
+                             "domain and token it started with; start a new "
+                             "session with PGOPTIONS='-c fencegate.domain=... "
+                             "-c fencegate.token=...'")));
+        break;
       }
-      domain_ = std::move(domain);
-      token_ = token;
       absl::StrAppend(&reply, pgwire::Encode(pgwire::CommandComplete{"SET"}));
     } else {
       const std::string name = absl::StrCat("fencegate.", s.setting);
@@ -357,10 +353,9 @@ asio::awaitable<void> ClientSession::OnBind(const pgwire::Bind& bind) {
   TransactionTracker plan = tracker_;
   if (plan.BeginsBefore(statement) && token_ != 0) {
     if (absl::Status s = co_await CheckLocally(); !s.ok()) {
-      RefuseExtended(SqlStateOf(s), s.message(), StaleDetail(s));
+      RefuseExtended(RefusalSqlState(s), s.message(), StaleDetail(s));
       co_return;
     }
-    SendFence();
   }
   tracker_ = plan;
   portals_[std::string(bind.portal)] = statement;
@@ -375,10 +370,9 @@ asio::awaitable<void> ClientSession::OnExecute(const pgwire::Execute& execute) {
   TransactionTracker plan = tracker_;
   if (plan.BeginsAfter(statement) && token_ != 0) {
     if (absl::Status s = co_await CheckLocally(); !s.ok()) {
-      RefuseExtended(SqlStateOf(s), s.message(), StaleDetail(s));
+      RefuseExtended(RefusalSqlState(s), s.message(), StaleDetail(s));
       co_return;
     }
-    SendFence();
   }
   tracker_ = plan;
 }
@@ -449,28 +443,6 @@ asio::awaitable<absl::Status> ClientSession::CheckLocally() {
           asio::use_awaitable);
   if (admission != nullptr) admission->Audit(decision);
   co_return decision.status();
-}
-
-void ClientSession::SendFence() {
-  // Prepared again right before each use: the client's messages never run
-  // between this Parse and its Execute, so no statement it prepared or
-  // replaced under this name (a DO block can) is the one executed.
-  // Closing a statement that does not exist is no error.
-  Send(pgwire::Close{pgwire::Target::kStatement, kFenceName},
-       OwnOwed(Awaited::kClose));
-  Send(pgwire::Parse{kFenceName,
-                     postgres::FenceCallSql(route_->spec.options.fence_schema),
-                     {}},
-       OwnOwed(Awaited::kParse));
-  const std::string token = absl::StrCat(token_);
-  pgwire::Bind bind;
-  bind.portal = kFenceName;
-  bind.statement = kFenceName;
-  bind.parameters = {absl::string_view(domain_), absl::string_view(token)};
-  Send(bind, OwnOwed(Awaited::kBind));
-  // The portal ends with the transaction.
-  Send(pgwire::Execute{kFenceName, 0},
-       OwnOwed(Awaited::kExecute, /*fence=*/true));
 }
 
 void ClientSession::RefuseQuery(absl::string_view sqlstate,

@@ -132,7 +132,6 @@ asio::awaitable<void> ClientSession::ReplyLoop() {
         co_return;
       }
       if (outcome.own_error) reset_failed_ = ending_;
-      if (outcome.fence_stale) LearnFromDatabase();
       if (outcome.settled.has_value()) tracker_.Settle(*outcome.settled);
       client_out_.append(outcome.to_client);
       if (ending_ && queue_.empty()) {
@@ -153,6 +152,7 @@ asio::awaitable<void> ClientSession::ReplyLoop() {
       frame = **next;
     }
     room_.cancel();  // replies came: the server owes fewer
+    MaybeGiveUp();   // the server may be between two transactions now
     if (!ReservePending()) {
       const std::string message = absl::StrCat(
           "out of memory: the client has ", client_out_.size() + writing_bytes_,

@@ -25,10 +25,4 @@ std::string QuoteLiteral(absl::string_view value) {
   return absl::StrCat(tag, value, tag);
 }
 
-std::string FenceCallText(absl::string_view schema, absl::string_view domain,
-                          uint64_t token) {
-  return absl::StrCat("SELECT ", QuoteIdentifier(schema), ".fence(",
-                      QuoteLiteral(domain), ", ", token, "::bigint)");
-}
-
 }  // namespace fencegate::pgport

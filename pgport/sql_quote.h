@@ -22,11 +22,6 @@ std::string QuoteIdentifier(absl::string_view name);
 // $fg$value$fg$, the tag lengthened until the value does not contain it.
 // `value` must not contain NUL (the protocol cannot carry one).
 std::string QuoteLiteral(absl::string_view value);
-// SELECT "<schema>".fence(<domain>, <token>::bigint): the fence call of a
-// transaction in a simple Query, as text of its own, so that no statement
-// a client prepared or replaced can stand in for it.
-std::string FenceCallText(absl::string_view schema, absl::string_view domain,
-                          uint64_t token);
 
 }  // namespace fencegate::pgport
 

@@ -8,6 +8,7 @@
 #include <optional>
 #include <variant>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -15,6 +16,7 @@
 #include "pgwire/backend.h"
 #include "pgwire/message_builder.h"
 #include "pgwire/startup.h"
+#include "postgres/fence_hold.h"
 #include "security/scram.h"
 
 namespace fencegate::pgport {
@@ -54,8 +56,16 @@ absl::Status ServerError(const pgwire::Frame& frame, absl::string_view when) {
           absl::StrCat("the route's server refused ", when, ": ", text));
     }
   }
-  return absl::FailedPreconditionError(
+  absl::Status status = absl::FailedPreconditionError(
       absl::StrCat("the route's server refused ", when, ": ", text));
+  if (m.ok() && std::holds_alternative<pgwire::ErrorResponse>(*m)) {
+    if (const absl::string_view* code =
+            std::get<pgwire::ErrorResponse>(*m).Find('C');
+        code != nullptr) {
+      status.SetPayload(kSqlStatePayload, absl::Cord(*code));
+    }
+  }
+  return status;
 }
 
 }  // namespace
@@ -105,6 +115,7 @@ absl::StatusOr<UpstreamTarget> UpstreamTargetOf(
         "TLS");
   }
   if (target.database.empty()) target.database = target.user;
+  target.fence_schema = options.fence_schema;
   // Pinned for the session's whole life (session_sql.h): RESET, RESET ALL
   // and DISCARD ALL return to these.
   target.parameters.emplace_back("client_encoding", "UTF8");
@@ -114,6 +125,11 @@ absl::StatusOr<UpstreamTarget> UpstreamTargetOf(
                                    absl::StrCat(options.statement_timeout_ms));
   }
   return target;
+}
+
+std::string UpstreamSqlState(const absl::Status& status) {
+  absl::optional<absl::Cord> code = status.GetPayload(kSqlStatePayload);
+  return code.has_value() ? std::string(*code) : std::string();
 }
 
 bool Upstream::NoteParameter(const pgwire::Frame& frame) {
@@ -153,13 +169,14 @@ asio::awaitable<absl::StatusOr<std::unique_ptr<Upstream>>> Upstream::Connect(
   if (absl::Status s = co_await upstream->SignIn(target); !s.ok()) {
     co_return s;
   }
-  if (absl::Status s = co_await upstream->CheckServer(); !s.ok()) {
+  if (absl::Status s = co_await upstream->CheckServer(target); !s.ok()) {
     co_return s;
   }
   co_return upstream;
 }
 
-asio::awaitable<absl::Status> Upstream::CheckServer() {
+asio::awaitable<absl::Status> Upstream::CheckServer(
+    const UpstreamTarget& target) {
   // The parser reads UTF-8; a server in another encoding would convert
   // the client's bytes before its own parser reads them.
   auto encoding = parameters_.find("server_encoding");
@@ -180,6 +197,56 @@ asio::awaitable<absl::Status> Upstream::CheckServer() {
         *prepared,
         "): a prepared transaction outlives its session's fence; set it to "
         "0 to serve the route through the port"));
+  }
+  // What the fence a connection holds (postgres/fence_hold.h) rests on:
+  // the role cannot release it, no connection escapes it, and the schema
+  // has hold(). One round trip: the three answers joined by '|'.
+  const std::string hold = absl::StrCat("'\"", target.fence_schema,
+                                        "\".hold(text,bigint,text)'");
+  std::optional<std::string> found;
+  if (absl::Status s = co_await Run(
+          absl::StrCat(
+              "SELECT COALESCE((SELECT pg_catalog.string_agg(p.oid::pg_catalog."
+              "regprocedure::text, ', ' ORDER BY 1) FROM pg_catalog.pg_proc p "
+              "WHERE ",
+              postgres::AdvisoryFunctionsCondition(),
+              " AND pg_catalog.has_function_privilege(p.oid, 'EXECUTE')), '') "
+              "|| '|' || COALESCE((SELECT pg_catalog.string_agg(extname, ', ' "
+              "ORDER BY 1) FROM pg_catalog.pg_extension WHERE extname IN "
+              "('dblink', 'postgres_fdw')), '') || '|' || "
+              "COALESCE(pg_catalog.has_function_privilege(pg_catalog."
+              "to_regprocedure(",
+              hold, "), 'EXECUTE'), false)::text"),
+          &found);
+      !s.ok()) {
+    co_return s;
+  }
+  std::vector<std::string> parts =
+      absl::StrSplit(found.value_or(""), absl::MaxSplits('|', 2));
+  if (parts.size() != 3) {
+    co_return absl::UnavailableError("the route's server check returned no row");
+  }
+  if (!parts[0].empty()) {
+    co_return absl::FailedPreconditionError(absl::StrCat(
+        "the route's role may execute ", parts[0],
+        ": the port holds each session's fence with an advisory lock that "
+        "its client must not release; run `fencectl pg-setup "
+        "--revoke_session_functions` on the route's database"));
+  }
+  if (!parts[1].empty()) {
+    co_return absl::FailedPreconditionError(absl::StrCat(
+        "the route's database has ", parts[1],
+        " installed: a session could open connections of its own, which no "
+        "fence holds; drop the extension to serve the route through the "
+        "port"));
+  }
+  if (parts[2] != "true") {
+    co_return absl::FailedPreconditionError(absl::StrCat(
+        "the route's role may not execute \"", target.fence_schema,
+        "\".hold(text, bigint, text): the fence schema predates the held "
+        "fence (version ",
+        postgres::kFenceSchemaVersion,
+        "); run `fencectl pg-setup` on the route's database"));
   }
   co_return absl::OkStatus();
 }
@@ -293,9 +360,40 @@ asio::awaitable<absl::Status> Upstream::SignIn(const UpstreamTarget& target) {
 
 asio::awaitable<absl::Status> Upstream::Run(
     const std::string& sql, std::optional<std::string>* first_value) {
-  if (absl::Status s = co_await WriteAll(
-          socket_, pgwire::Encode(pgwire::FrontendMessage(pgwire::Query{sql})));
-      !s.ok()) {
+  co_return co_await Exchange(
+      pgwire::Encode(pgwire::FrontendMessage(pgwire::Query{sql})),
+      absl::StrCat("\"", sql, "\""), first_value);
+}
+
+asio::awaitable<absl::Status> Upstream::RunExtended(
+    const std::vector<UpstreamStatement>& statements,
+    std::optional<std::string>* first_value) {
+  std::string bytes;
+  for (const UpstreamStatement& statement : statements) {
+    absl::StrAppend(&bytes, pgwire::Encode(pgwire::Parse{"", statement.sql, {}}));
+    pgwire::Bind bind;
+    for (const std::optional<std::string>& p : statement.parameters) {
+      bind.parameters.push_back(
+          p.has_value() ? std::optional<absl::string_view>(*p) : std::nullopt);
+    }
+    absl::StrAppend(&bytes, pgwire::Encode(bind),
+                    pgwire::Encode(pgwire::Execute{"", 0}));
+  }
+  absl::StrAppend(&bytes, pgwire::Encode(pgwire::Sync{}));
+  // Built before the co_await: GCC 12 destroys a temporary of a
+  // conditional inside a co_await expression twice.
+  std::string what;
+  for (const UpstreamStatement& statement : statements) {
+    absl::StrAppend(&what, what.empty() ? "\"" : "; ", statement.sql);
+  }
+  absl::StrAppend(&what, "\"");
+  co_return co_await Exchange(bytes, what, first_value);
+}
+
+asio::awaitable<absl::Status> Upstream::Exchange(
+    const std::string& bytes, const std::string& what,
+    std::optional<std::string>* first_value) {
+  if (absl::Status s = co_await WriteAll(socket_, bytes); !s.ok()) {
     co_return s;
   }
   absl::Status result = absl::OkStatus();
@@ -304,7 +402,7 @@ asio::awaitable<absl::Status> Upstream::Run(
     if (!frame.ok()) co_return frame.status();
     if (frame->type == 'S') NoteParameter(*frame);
     if (frame->type == 'E' && result.ok()) {
-      result = ServerError(*frame, absl::StrCat("\"", sql, "\""));
+      result = ServerError(*frame, what);
     }
     if (frame->type == 'D' && first_value != nullptr &&
         !first_value->has_value()) {

@@ -47,6 +47,15 @@ struct UpstreamTarget {
   std::string database;
   // Sent in every startup packet: statement_timeout (the route's).
   std::vector<std::pair<std::string, std::string>> parameters;
+  // The route's fence schema (postgres/fence_hold.h).
+  std::string fence_schema = "fencegate";
+};
+
+// One statement of Upstream::RunExtended: its text and text parameters
+// (nullopt: NULL).
+struct UpstreamStatement {
+  std::string sql;
+  std::vector<std::optional<std::string>> parameters;
 };
 
 // The target of a route's options. INVALID_ARGUMENT for a URI libpq cannot
@@ -55,6 +64,11 @@ struct UpstreamTarget {
 absl::StatusOr<UpstreamTarget> UpstreamTargetOf(
     const PostgresAdapterOptions& options);
 
+// The SQLSTATE of a server error that Upstream returned; empty for
+// another status.
+std::string UpstreamSqlState(const absl::Status& status);
+inline constexpr char kSqlStatePayload[] = "fencegate.dev/sqlstate";
+
 class Upstream {
  public:
   // Connects and signs in; returns once the server is ready for a query.
@@ -62,8 +76,11 @@ class Upstream {
   // it refuses the credentials; FAILED_PRECONDITION for an authentication
   // method the port does not speak (GSSAPI, SSPI), a server the port must
   // not serve (server_encoding other than UTF8; max_prepared_transactions
-  // above 0, since a prepared transaction outlives its session's fence),
-  // or another server error, with the server's message.
+  // above 0, since a prepared transaction outlives its session's fence;
+  // a route role that may still call an advisory lock function, which
+  // could release the fence its connection holds; dblink or postgres_fdw
+  // installed, whose connections no fence holds; a fence schema without
+  // hold()), or another server error, with the server's message.
   static asio::awaitable<absl::StatusOr<std::unique_ptr<Upstream>>> Connect(
       const UpstreamTarget& target, size_t max_message_bytes,
       MemoryBudget* memory);
@@ -89,6 +106,12 @@ class Upstream {
   asio::awaitable<absl::Status> Run(
       const std::string& sql,
       std::optional<std::string>* first_value = nullptr);
+  // The same for `statements` sent as one extended-protocol batch (the
+  // unnamed statement and portal, one Sync): their parameters never appear
+  // in the server's pg_stat_activity. The first error ends the batch.
+  asio::awaitable<absl::Status> RunExtended(
+      const std::vector<UpstreamStatement>& statements,
+      std::optional<std::string>* first_value = nullptr);
 
  private:
   Upstream(tcp::socket socket, size_t max_message_bytes, MemoryBudget* memory)
@@ -96,7 +119,12 @@ class Upstream {
   asio::awaitable<absl::Status> SignIn(const UpstreamTarget& target);
   // After the sign-in: FAILED_PRECONDITION for a server the port must not
   // serve (Connect says which).
-  asio::awaitable<absl::Status> CheckServer();
+  asio::awaitable<absl::Status> CheckServer(const UpstreamTarget& target);
+  // Sends `bytes` and reads every reply up to ReadyForQuery (Run says
+  // what it returns); `what` names the request in an error.
+  asio::awaitable<absl::Status> Exchange(
+      const std::string& bytes, const std::string& what,
+      std::optional<std::string>* first_value);
   // SHOW `name`: its value, or the server's error.
   asio::awaitable<absl::StatusOr<std::string>> Show(const std::string& name);
 

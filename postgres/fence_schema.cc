@@ -15,6 +15,7 @@
 #include "pqxx/except"
 #include "pqxx/result"
 #include "pqxx/transaction"
+#include "postgres/fence_hold.h"
 
 namespace fencegate::postgres {
 namespace {
@@ -68,7 +69,8 @@ std::string ReadFenceSql(const std::string& schema) {
 }
 
 std::vector<std::string> FenceSetupSql(const std::string& schema,
-                                       const std::string& role) {
+                                       const std::string& role,
+                                       int64_t raise_wait_ms) {
   // Both names are plain identifiers (checked by the caller), so quoting
   // them with double quotes is exact.
   const std::string s = absl::StrCat("\"", schema, "\"");
@@ -141,6 +143,8 @@ BEGIN
       p_token, quote_literal(p_domain), held
       USING ERRCODE = '$STALE', DETAIL = held::text;
   END IF;
+  -- A raise waits for the connections that hold the domain (fence_hold.h).
+  PERFORM $S.await_holders(p_domain);
   -- A raise starts the new token's seq at 0; a row raised to this very
   -- token meanwhile keeps its seq (fence_seq() may have recorded one).
   INSERT INTO $S.fences AS f (domain, token) VALUES (p_domain, p_token)
@@ -178,6 +182,7 @@ BEGIN
     RAISE EXCEPTION 'fencegate.fence_next() must be the first write of its transaction'
       USING ERRCODE = '$ONCE';
   END IF;
+  PERFORM $S.await_holders(p_domain);
   INSERT INTO $S.fences AS f (domain, token) VALUES (p_domain, p_at_least)
   ON CONFLICT (domain) DO UPDATE SET
     token = GREATEST(f.token + 1, EXCLUDED.token), seq = 0, updated_at = now()
@@ -213,6 +218,11 @@ BEGIN
   IF pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL THEN
     RAISE EXCEPTION 'fencegate.fence_seq() must be the first write of its transaction'
       USING ERRCODE = '$ONCE';
+  END IF;
+  -- A raise waits for the connections that hold the domain (fence_hold.h).
+  SELECT f.token INTO held FROM $S.fences AS f WHERE f.domain = p_domain;
+  IF held IS NULL OR held < p_token THEN
+    PERFORM $S.await_holders(p_domain);
   END IF;
   -- The common case, a holder's next write: one UPDATE, which takes the
   -- row's lock itself (and, waiting for another attempt of this very
@@ -293,6 +303,9 @@ $fn$)sql",
     sql.push_back(absl::StrCat("ALTER FUNCTION ", f, " OWNER TO ", owner));
     sql.push_back(absl::StrCat("REVOKE ALL ON FUNCTION ", f, " FROM PUBLIC"));
     sql.push_back(absl::StrCat("GRANT EXECUTE ON FUNCTION ", f, " TO ", r));
+  }
+  for (std::string& statement : FenceHoldSetupSql(schema, role, raise_wait_ms)) {
+    sql.push_back(std::move(statement));
   }
   sql.push_back(absl::StrCat("GRANT USAGE ON SCHEMA ", s, " TO ", r));
   // TEMP: a route role must not be able to keep temporary objects across
@@ -379,9 +392,14 @@ bool RoleExists(pqxx::work& tx, const std::string& role) {
 
 absl::Status SetUpFenceSchema(const std::string& admin_conninfo,
                               const std::string& schema,
-                              const std::string& role) {
+                              const std::string& role, int64_t raise_wait_ms) {
   if (absl::Status s = CheckName("schema", schema); !s.ok()) return s;
   if (absl::Status s = CheckName("role", role); !s.ok()) return s;
+  if (raise_wait_ms < 10 || raise_wait_ms > 3600 * 1000) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "raise_wait_ms ", raise_wait_ms,
+        ": a raise waits for holders from 10 ms to an hour"));
+  }
   if (role == OwnerRole(schema)) {
     return absl::FailedPreconditionError(
         absl::StrCat("role \"", role,
@@ -395,7 +413,7 @@ absl::Status SetUpFenceSchema(const std::string& admin_conninfo,
                        "\" does not exist; create it first, e.g. CREATE ROLE ",
                        role, " LOGIN PASSWORD '...'"));
     }
-    for (const std::string& statement : FenceSetupSql(schema, role)) {
+    for (const std::string& statement : FenceSetupSql(schema, role, raise_wait_ms)) {
       tx.exec(statement);
     }
     return absl::OkStatus();
@@ -443,7 +461,8 @@ std::string SessionFunctionsCondition() {
   for (const std::string& name : SessionStateFunctions()) {
     absl::StrAppend(&names, names.empty() ? "" : ", ", "'", name, "'");
   }
-  std::string condition = absl::StrCat("(p.proname IN (", names, ")");
+  std::string condition = absl::StrCat("(p.proname IN (", names, ") OR ",
+                                       AdvisoryFunctionsCondition());
   for (const std::string& prefix : SessionStateFunctionPrefixes()) {
     absl::StrAppend(&condition, " OR p.proname LIKE '", prefix, "%'");
   }

@@ -176,6 +176,15 @@ void ClassifyCalls(const pg_query::Node& stmt, SessionStatement& out) {
     }
     const auto& call = static_cast<const pg_query::FuncCall&>(m);
     const std::string name = absl::AsciiStrToLower(CalledName(call));
+    if (absl::StartsWith(name, "pg_") &&
+        absl::StrContains(name, "advisory_")) {
+      out.effect = SessionEffect::kRefused;
+      out.reason = absl::StrCat(
+          name,
+          "() is not served through the gateway: advisory locks are how the "
+          "session's server connection holds its fence");
+      return;
+    }
     if (name == "pg_cancel_backend" || name == "pg_terminate_backend") {
       out.effect = SessionEffect::kRefused;
       out.reason =
@@ -227,8 +236,15 @@ SessionStatement Classify(const pg_query::Node& stmt) {
       break;
     }
     case pg_query::Node::kDiscardStmt:
-      out.lifts_read_only =
-          stmt.discard_stmt().target() == pg_query::DISCARD_ALL;
+      if (stmt.discard_stmt().target() == pg_query::DISCARD_ALL) {
+        // It would release the fence the server connection holds
+        // (fence_hold.h); the gateway resets the session at its end.
+        out.effect = SessionEffect::kRefused;
+        out.reason =
+            "DISCARD ALL is not served through the gateway: it would release "
+            "the fence the session's server connection holds; the gateway "
+            "resets the connection when the session ends";
+      }
       break;
     case pg_query::Node::kDeallocateStmt:
       RefuseGatewayName(stmt.deallocate_stmt().name(), out);

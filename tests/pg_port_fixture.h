@@ -18,6 +18,7 @@
 #include "fencegate/v1/gateway.grpc.pb.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
+#include "postgres/fence_schema.h"
 #include "tests/fixtures.h"
 #include "tests/postgres_adapter_fixture.h"
 
@@ -61,6 +62,16 @@ class PgPortTest : public PostgresAdapterTest {
 
   void SetUp() override {
     PostgresAdapterTest::SetUp();
+    // The port serves a route only when its role cannot release the fence
+    // its connection holds (pg-setup --revoke_session_functions).
+    static bool revoked = false;
+    if (!revoked) {
+      absl::StatusOr<std::vector<std::string>> r =
+          postgres::RevokeSessionFunctions(server_->Conninfo(),
+                                           "fencegate_worker", {});
+      ASSERT_TRUE(r.ok()) << r.status();
+      revoked = true;
+    }
     Exec("INSERT INTO jobs (id, owner, amount) VALUES (1, 'nobody', 0)");
   }
 

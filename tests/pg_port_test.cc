@@ -96,11 +96,19 @@ TEST_F(PgPortTest, ASessionWithoutATokenReadsButCannotWrite) {
     EXPECT_THAT(err, HasSubstr("set fencegate.token first")) << lift;
   }
   EXPECT_EQ(Owner(), "nobody");
-  // A token set in the session lets it write.
-  ASSERT_EQ(
+  // A running session keeps the domain and token it started with: its
+  // server connection holds that fence (none here).
+  EXPECT_NE(
       Psql(*g, "",
            {"SET fencegate.domain = 'jobs-lock'", "SET fencegate.token = 3",
             "UPDATE jobs SET owner = 'three' WHERE id = 1"},
+           &out, &err),
+      0);
+  EXPECT_THAT(err, HasSubstr("cannot change in a running session"));
+  EXPECT_EQ(Owner(), "nobody");
+  // Set when the session starts, a token lets it write.
+  ASSERT_EQ(
+      Psql(*g, Options(3), {"UPDATE jobs SET owner = 'three' WHERE id = 1"},
            &out, &err),
       0)
       << err;
@@ -124,22 +132,20 @@ with psycopg.connect(DSN) as c:
       << err;
   EXPECT_EQ(out, "p1p2\n");
   EXPECT_EQ(Owner(), "p1p2");
-  // A stale token: SQLSTATE FG001 with the highest token as DETAIL, and
-  // the session recovers for reads after the error.
+  // A stale token: the session is refused before anything is sent, with
+  // the highest token in the message.
   ASSERT_EQ(Python(R"py(
-c = psycopg.connect(DSN)
 try:
+    c = psycopg.connect(DSN)
     c.execute("UPDATE jobs SET owner = %s WHERE id = %s", ("p6", 1), prepare=True)
-except psycopg.Error as e:
-    print(e.sqlstate, e.diag.message_detail)
-c.rollback()
-c.autocommit = True  # a BEGIN would be fenced, and refused, too
-print(c.execute("SHOW fencegate.token").fetchone()[0])
+    print("served")
+except psycopg.OperationalError as e:
+    print("stale fencing token 6" in str(e), "is 7" in str(e))
 )py",
                    Dsn(*g, Options(6)), &out, &err),
             0)
       << err;
-  EXPECT_EQ(out, "FG001 7\n6\n");
+  EXPECT_EQ(out, "True True\n");
   EXPECT_EQ(Owner(), "p1p2");
   // libpqxx's prepared statements.
   pqxx::connection c(PqxxDsn(*g, Options(8)));
@@ -200,13 +206,14 @@ TEST_F(PgPortTest, ARaiseDuringATransactionWaitsForItsCommit) {
   // lands after.
   EXPECT_EQ(Owner(), "old holder");
   EXPECT_EQ(StoredFence(kDomain), 6);
-  // Even its next BEGIN is refused: every transaction is fenced.
+  // Its session gave the domain up once its transaction ended, which ended
+  // the session: nothing more of it runs.
   EXPECT_THROW(
       {
         pqxx::work late(c);
         late.exec0("UPDATE jobs SET owner = 'late' WHERE id = 1");
       },
-      pqxx::sql_error);
+      pqxx::failure);
   EXPECT_EQ(Owner(), "old holder");
 }
 
@@ -418,7 +425,8 @@ TEST_F(PgPortTest, TwoGatewaysHandADomainOverThroughTheDatabase) {
       Psql(*a, Options(5), {"UPDATE jobs SET owner = 'a5 late' WHERE id = 1"},
            &out, &err),
       0);
-  EXPECT_THAT(err, HasSubstr("the database holds 6"));
+  EXPECT_THAT(err, HasSubstr("stale fencing token 5"));
+  EXPECT_THAT(err, HasSubstr("is 6"));
   EXPECT_EQ(Owner(), "a5");
   ASSERT_EQ(Psql(*b, Options(6), {"UPDATE jobs SET owner = 'b6' WHERE id = 1"},
                  &out, &err),

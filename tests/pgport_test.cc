@@ -56,7 +56,7 @@ TEST(ResponseQueueTest, RepliesToThePortsOwnMessagesAreDropped) {
   ResponseQueue queue;
   std::string to_client;
   queue.Push(OwnOwed(Awaited::kBind), &to_client);
-  queue.Push(OwnOwed(Awaited::kExecute, /*fence=*/true), &to_client);
+  queue.Push(OwnOwed(Awaited::kExecute), &to_client);
   queue.Push(ClientOwed(Awaited::kBind), &to_client);
   queue.Push(ClientOwed(Awaited::kExecute), &to_client);
   queue.Push(ClientOwed(Awaited::kSync), &to_client);
@@ -76,11 +76,11 @@ TEST(ResponseQueueTest, RepliesToThePortsOwnMessagesAreDropped) {
   EXPECT_TRUE(queue.empty());
 }
 
-TEST(ResponseQueueTest, AFenceErrorReachesTheClientAndSkipsToSync) {
+TEST(ResponseQueueTest, AnErrorOfThePortsOwnReachesTheClientAndSkipsToSync) {
   ResponseQueue queue;
   std::string to_client;
   queue.Push(OwnOwed(Awaited::kBind), &to_client);
-  queue.Push(OwnOwed(Awaited::kExecute, /*fence=*/true), &to_client);
+  queue.Push(OwnOwed(Awaited::kExecute), &to_client);
   queue.Push(ClientOwed(Awaited::kBind), &to_client);
   queue.Push(ClientOwed(Awaited::kExecute), &to_client);
   queue.Push(ClientOwed(Awaited::kSync), &to_client);
@@ -90,7 +90,6 @@ TEST(ResponseQueueTest, AFenceErrorReachesTheClientAndSkipsToSync) {
   ReplyOutcome o = Reply(queue, error);
   EXPECT_EQ(o.to_client, error);
   EXPECT_TRUE(o.own_error);
-  EXPECT_TRUE(o.fence_stale);
   // The server skipped the client's Bind and Execute: only Sync is owed.
   EXPECT_EQ(queue.size(), 1u);
   EXPECT_EQ(Reply(queue, Ready()).to_client, Ready());
@@ -125,7 +124,6 @@ TEST(ResponseQueueTest, AQuerysOwnStatementsAreDroppedOneByOne) {
   std::string to_client;
   Expected query = ClientOwed(Awaited::kQuery);
   query.own_statements = {true, false, false, true, false};
-  query.fence = true;
   queue.Push(query, &to_client);
   std::string seen;
   const pgwire::Column column;
@@ -231,8 +229,6 @@ TEST(SqlQuoteTest, ValuesReadBackExactlyWhateverTheyHold) {
     EXPECT_EQ(s[0].value, value) << sql;
   }
   EXPECT_EQ(QuoteIdentifier("a\"b"), "\"a\"\"b\"");
-  EXPECT_EQ(FenceCallText("fencegate", "jobs", 7),
-            "SELECT \"fencegate\".fence($fg$jobs$fg$, 7::bigint)");
 }
 
 TEST(SessionSqlCacheTest, AnswersAsTheParserWithTextsInTheStringGiven) {

@@ -100,7 +100,11 @@ TEST(SessionSqlTest, TheGatewaysSettingsAreReadFromSetAndShow) {
   for (const char* sql :
        {"SET LOCAL fencegate.token = 1", "RESET fencegate.token",
         "SET fencegate.token TO DEFAULT", "SET fencegate.holder = 1",
-        "SET fencegate.domain = a, b", "SHOW fencegate.holder"}) {
+        "SET fencegate.domain = a, b", "SHOW fencegate.holder",
+        // They would release the fence the server connection holds.
+        "DISCARD ALL", "SELECT pg_advisory_unlock_all()",
+        "SELECT 1 FROM pg_catalog.pg_advisory_unlock_shared(1717923427, 5)",
+        "SELECT pg_try_advisory_xact_lock(1)"}) {
     SessionStatement s = One(sql);
     EXPECT_EQ(s.effect, SessionEffect::kRefused) << sql;
     EXPECT_FALSE(s.reason.empty()) << sql;
@@ -114,7 +118,7 @@ TEST(SessionSqlTest, WhatWouldLetATokenlessSessionWriteIsMarked) {
         "RESET default_transaction_read_only", "RESET ALL",
         "SET SESSION CHARACTERISTICS AS TRANSACTION READ WRITE",
         "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE, READ WRITE",
-        "DISCARD ALL", "BEGIN READ WRITE",
+        "BEGIN READ WRITE",
         "START TRANSACTION ISOLATION LEVEL REPEATABLE READ READ WRITE",
         "SELECT pg_catalog.set_config('default_transaction_read_only', 'f', 0)",
         "SELECT 1 FROM t WHERE a = (SELECT set_config('x.y', '1', false))",

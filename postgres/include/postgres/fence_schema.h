@@ -55,6 +55,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "postgres/fence_hold.h"
 
 namespace fencegate::postgres {
 
@@ -109,8 +110,9 @@ std::string ReadFenceSql(const std::string& schema);
 // changes nothing but the function's body (CREATE OR REPLACE). Fences left
 // in a table "public.fencegate_fences" by earlier versions are carried over,
 // raising only.
-std::vector<std::string> FenceSetupSql(const std::string& schema,
-                                       const std::string& role);
+std::vector<std::string> FenceSetupSql(
+    const std::string& schema, const std::string& role,
+    int64_t raise_wait_ms = kDefaultRaiseWaitMs);
 
 // Connects to `admin_conninfo` (a role that may create roles and schemas,
 // normally a superuser) and runs FenceSetupSql() in one transaction, under
@@ -120,7 +122,8 @@ std::vector<std::string> FenceSetupSql(const std::string& schema,
 // INTERNAL for other SQL errors (with PostgreSQL's message).
 absl::Status SetUpFenceSchema(const std::string& admin_conninfo,
                               const std::string& schema,
-                              const std::string& role);
+                              const std::string& role,
+                              int64_t raise_wait_ms = kDefaultRaiseWaitMs);
 
 // Functions (by name) that read or change session state, or run SQL text
 // of their own: set_config, the session-level advisory lock functions,

@@ -58,7 +58,7 @@ struct SessionStatement {
   // A statement that would let this or a later transaction write in a
   // session without a token: SET or RESET of default_transaction_read_only
   // or transaction_read_only, SET TRANSACTION / SESSION CHARACTERISTICS
-  // ... READ WRITE, RESET ALL, DISCARD ALL, DO, CALL, LOCK above ACCESS
+  // ... READ WRITE, RESET ALL, DO, CALL, LOCK above ACCESS
   // SHARE, and anywhere in a statement (a PREPARE's query included) a call
   // of set_config(), of a function that runs SQL text of its own
   // (query_to_xml*, cursor_to_xml*, ts_stat, ts_rewrite, xpath_table,
@@ -82,7 +82,9 @@ struct SessionStatement {
 // not one constant; PREPARE and DEALLOCATE of a kReservedNamePrefix name;
 // SET of a pinned setting (below) to another value, and set_config() of
 // one; set_config() whose setting name is not one constant; calls of
-// pg_cancel_backend() and pg_terminate_backend(), anywhere in a statement.
+// pg_cancel_backend(), pg_terminate_backend() and every pg_*advisory_*
+// function, anywhere in a statement; DISCARD ALL (the last two could
+// release the fence the server connection holds, fence_hold.h).
 absl::StatusOr<std::vector<SessionStatement>> ClassifySessionSql(
     absl::string_view sql);
 

@@ -1,0 +1,126 @@
+// Copyright fencegate authors.
+//
+// The fence a session's server connection holds (postgres/fence_hold.h):
+// armed and held before the client's first message, the database's fence
+// raised first if it is lower, and given up -- which ends the session --
+// once a raise waits for it and the session is between two transactions.
+
+#include <openssl/rand.h>
+
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "fencegate/common/stale_token.h"
+#include "observability/log.h"
+#include "pgport/client_session.h"
+#include "postgres/fence_hold.h"
+#include "postgres/fence_schema.h"
+
+namespace fencegate::pgport {
+
+const std::string& ClientSession::held_domain() const {
+  static const std::string* const kNone = new std::string();
+  return holding_ ? domain_ : *kNone;
+}
+
+asio::awaitable<absl::Status> ClientSession::Hold(Upstream& upstream) {
+  // A secret of this session's: the connection is armed with it (DISCARD
+  // ALL, the reset before the pool, disarms it).
+  std::string raw(24, '\0');
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(raw.data()),
+                 static_cast<int>(raw.size())) != 1) {
+    co_return absl::InternalError("no random bytes for the session's secret");
+  }
+  secret_ = absl::Base64Escape(raw);
+  // Refused here first, so that a refusal moves nothing anywhere.
+  if (token_ != 0) {
+    if (absl::Status s = co_await CheckLocally(); !s.ok()) co_return s;
+  }
+  const std::string& schema = route_->spec.options.fence_schema;
+  const std::string token = absl::StrCat(token_);
+  std::optional<std::string> domain_parameter;
+  std::optional<std::string> token_parameter;
+  if (token_ != 0) {
+    domain_parameter = domain_;
+    token_parameter = token;
+  }
+  // Its own READ COMMITTED transaction, whatever the session's defaults:
+  // hold() reads the fence row after its lock is given. (The lists are
+  // built before any co_await: GCC 12 cannot keep a braced list's array in
+  // a coroutine frame.)
+  std::vector<UpstreamStatement> hold(3);
+  hold[0].sql = "BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE";
+  hold[1].sql = postgres::HoldSql(schema);
+  hold[1].parameters = {domain_parameter, token_parameter, secret_};
+  hold[2].sql = "COMMIT";
+  std::vector<UpstreamStatement> raise(1);
+  raise[0].sql = postgres::FenceCallSql(schema);
+  raise[0].parameters = {domain_, token};
+  for (int round = 0;; ++round) {
+    std::optional<std::string> value;
+    absl::Status s = co_await upstream.RunExtended(hold, &value);
+    if (!s.ok()) co_return s;
+    if (token_ == 0) co_return absl::OkStatus();  // armed only
+    uint64_t held = 0;
+    if (!value.has_value() || !absl::SimpleAtoi(*value, &held)) {
+      co_return absl::FailedPreconditionError(
+          "the route's server answered hold() with no token");
+    }
+    if (held == token_) {
+      holding_ = true;
+      co_return absl::OkStatus();
+    }
+    if (held > token_) {
+      LearnFromDatabase();
+      co_return StaleTokenError(domain_, token_, held);
+    }
+    if (round > 0) {
+      co_return absl::FailedPreconditionError(absl::StrCat(
+          "the database's fence of domain \"", absl::CHexEscape(domain_),
+          "\" is ", held, " after it was raised to ", token_));
+    }
+    // Lower: raised, in a transaction of its own, which waits for the
+    // connections that hold the domain at an older token to give it up.
+    s = co_await upstream.RunExtended(raise);
+    // A higher raise came first (FG001): the next hold() reads it.
+    if (!s.ok() && UpstreamSqlState(s) != postgres::kStaleSqlState) {
+      co_return s;
+    }
+  }
+}
+
+void ClientSession::OnRaiseWaiting() {
+  if (!holding_ || closed_ || ending_) return;
+  raise_waiting_ = true;
+  MaybeGiveUp();
+}
+
+void ClientSession::MaybeGiveUp() {
+  if (!raise_waiting_ || giving_up_ || closed_ || ending_ || !queue_.empty() ||
+      !tracker_.idle() || !upstream_out_.empty()) {
+    return;
+  }
+  giving_up_ = true;
+  Log(LogSeverity::kInfo,
+      absl::StrCat("pg port: session ", process_id_, " gives up domain \"",
+                   absl::CHexEscape(domain_), "\" at token ", token_,
+                   ": a raise waits for it"));
+  // Closing the server connection releases the hold at once.
+  const std::string message = absl::StrCat(
+      "terminating the session: the fence of domain \"", domain_,
+      "\" is being raised past token ", token_,
+      ", which is stale from now on; take the lock again and start a new "
+      "session with the new token");
+  asio::co_spawn(
+      client_.get_executor(),
+      [self = shared_from_this(), message]() -> asio::awaitable<void> {
+        co_await self->Fatal(postgres::kStaleSqlState, message);
+      },
+      asio::detached);
+}
+
+}  // namespace fencegate::pgport

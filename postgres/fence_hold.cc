@@ -1,0 +1,180 @@
+// Copyright fencegate authors.
+
+#include "postgres/fence_hold.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "postgres/fence_schema.h"
+
+namespace fencegate::postgres {
+
+std::string HoldSql(const std::string& schema) {
+  return absl::StrCat("SELECT \"", schema, "\".hold($1, $2::bigint, $3)");
+}
+
+std::string RaisesWaitingSql(const std::string& schema) {
+  return absl::StrCat(
+      "SELECT pg_catalog.string_agg(u.i::text, ',') FROM "
+      "pg_catalog.unnest($1::text[]) WITH ORDINALITY AS u(d, i) WHERE u.d IN "
+      "(SELECT \"",
+      schema, "\".raises_waiting($1::text[]))");
+}
+
+std::string AdvisoryFunctionsCondition() {
+  return "(p.proname LIKE 'pg\\_%advisory\\_%')";
+}
+
+std::vector<std::string> FenceHoldSetupSql(const std::string& schema,
+                                           const std::string& role,
+                                           int64_t raise_wait_ms) {
+  const std::string s = absl::StrCat("\"", schema, "\"");
+  const std::string owner = absl::StrCat("\"", OwnerRole(schema), "\"");
+  const std::string r = absl::StrCat("\"", role, "\"");
+  const std::vector<std::pair<const absl::string_view, std::string>> names = {
+      {"$S", s},
+      {"$KEY", absl::StrCat(kHoldLockKey)},
+      {"$ARM", absl::StrCat(kArmLockKey)},
+      {"$WAIT", absl::StrCat(raise_wait_ms)},
+      // A hold waits behind a raise, which waits at most $WAIT for the
+      // holders before it ends them.
+      {"$HOLDWAIT", absl::StrCat(2 * raise_wait_ms + 1000)},
+      {"$VERSION", absl::StrCat(kFenceSchemaVersion)}};
+  std::vector<std::string> sql;
+  // What the functions run as the owner needs, whoever else may call it:
+  // granted by name, so that pg-setup --revoke_session_functions (which
+  // takes the advisory functions from PUBLIC) leaves them to the owner.
+  sql.push_back(absl::StrCat("GRANT pg_signal_backend TO ", owner));
+  sql.push_back(absl::StrCat(
+      "GRANT EXECUTE ON FUNCTION pg_catalog.pg_advisory_lock(integer, "
+      "integer), pg_catalog.pg_advisory_lock_shared(integer, integer), "
+      "pg_catalog.pg_advisory_unlock_shared(integer, integer), "
+      "pg_catalog.pg_advisory_xact_lock(integer, integer), "
+      "pg_catalog.pg_terminate_backend(integer, bigint), "
+      "pg_catalog.set_config(text, text, boolean) TO ",
+      owner));
+  // The armed backends' secrets (a SHA-256 of each). Unlogged: after a
+  // crash every backend is gone, and so is every hold.
+  sql.push_back(absl::StrCat("CREATE UNLOGGED TABLE IF NOT EXISTS ", s,
+                             ".holders (pid integer PRIMARY KEY, secret bytea "
+                             "NOT NULL)"));
+  sql.push_back(absl::StrCat("ALTER TABLE ", s, ".holders OWNER TO ", owner));
+  sql.push_back(absl::StrCat("REVOKE ALL ON ", s, ".holders FROM PUBLIC"));
+  // A raise's wait: D's lock, exclusively, for the raise's transaction.
+  // Holders that have not given D up within $WAIT ms have their backends
+  // ended (their transactions roll back), then the lock is taken; a holder
+  // that cannot be ended (a superuser's backend) fails the raise with
+  // lock_timeout's 55P03. Internal: called by the raising functions only.
+  sql.push_back(absl::StrReplaceAll(
+      R"sql(CREATE OR REPLACE FUNCTION $S.await_holders(p_domain text)
+RETURNS void LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+  k integer := pg_catalog.hashtext(p_domain) & 2147483647;
+  saved text := pg_catalog.current_setting('lock_timeout');
+BEGIN
+  PERFORM pg_catalog.set_config('lock_timeout', '$WAIT', true);
+  BEGIN
+    PERFORM pg_catalog.pg_advisory_xact_lock($KEY, k);
+  EXCEPTION WHEN lock_not_available THEN
+    PERFORM pg_catalog.pg_terminate_backend(l.pid, $WAIT)
+      FROM pg_catalog.pg_locks AS l
+      WHERE l.locktype = 'advisory' AND l.granted
+        AND l.classid = $KEY::oid AND l.objid = k::oid AND l.objsubid = 2
+        AND l.pid <> pg_catalog.pg_backend_pid()
+        AND l.database = (SELECT d.oid FROM pg_catalog.pg_database AS d
+                          WHERE d.datname = pg_catalog.current_database());
+    PERFORM pg_catalog.pg_advisory_xact_lock($KEY, k);
+  END;
+  PERFORM pg_catalog.set_config('lock_timeout', saved, true);
+END
+$fn$)sql",
+      names));
+  // The gateway's hold (fence_hold.h). It reads the fence row in a later
+  // statement than the one that waited for the lock, at READ COMMITTED,
+  // so that it sees every raise that committed before the lock was given.
+  sql.push_back(absl::StrReplaceAll(
+      R"sql(CREATE OR REPLACE FUNCTION $S.hold(p_domain text, p_token bigint, p_secret text)
+RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+  me integer := pg_catalog.pg_backend_pid();
+  digest bytea;
+  k integer;
+  held bigint;
+BEGIN
+  IF p_secret IS NULL OR pg_catalog.length(p_secret) < 16 THEN
+    RAISE EXCEPTION 'hold() needs the connection''s secret'
+      USING ERRCODE = '22023';
+  END IF;
+  IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+    RAISE EXCEPTION 'hold() runs at READ COMMITTED only: it reads the fence row after its lock'
+      USING ERRCODE = '25001';
+  END IF;
+  digest := pg_catalog.sha256(pg_catalog.convert_to(p_secret, 'UTF8'));
+  IF EXISTS (SELECT FROM pg_catalog.pg_locks AS l
+             WHERE l.locktype = 'advisory' AND l.pid = me AND l.granted
+               AND l.classid = $ARM::oid AND l.objid = me::oid
+               AND l.objsubid = 2) THEN
+    IF NOT EXISTS (SELECT FROM $S.holders AS h
+                   WHERE h.pid = me AND h.secret = digest) THEN
+      RAISE EXCEPTION 'this connection is held by its gateway: hold() needs its secret'
+        USING ERRCODE = '42501';
+    END IF;
+  ELSE
+    INSERT INTO $S.holders AS h (pid, secret) VALUES (me, digest)
+      ON CONFLICT (pid) DO UPDATE SET secret = EXCLUDED.secret;
+    PERFORM pg_catalog.pg_advisory_lock($ARM, me);
+  END IF;
+  IF p_domain IS NULL THEN
+    RETURN 0;  -- armed only: a session without a token
+  END IF;
+  IF p_token IS NULL OR p_token < 1 THEN
+    RAISE EXCEPTION 'fencing token must be at least 1'
+      USING ERRCODE = '22023';
+  END IF;
+  k := pg_catalog.hashtext(p_domain) & 2147483647;
+  PERFORM pg_catalog.set_config('lock_timeout', '$HOLDWAIT', true);
+  PERFORM pg_catalog.pg_advisory_lock_shared($KEY, k);
+  SELECT f.token INTO held FROM $S.fences AS f WHERE f.domain = p_domain;
+  IF held IS DISTINCT FROM p_token THEN
+    -- Stale (the row is higher) or not raised yet (lower): nothing held.
+    PERFORM pg_catalog.pg_advisory_unlock_shared($KEY, k);
+  END IF;
+  RETURN COALESCE(held, 0);
+END
+$fn$)sql",
+      names));
+  // What a gateway polls: which of its held domains a raise waits for.
+  sql.push_back(absl::StrReplaceAll(
+      R"sql(CREATE OR REPLACE FUNCTION $S.raises_waiting(p_domains text[])
+RETURNS SETOF text LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $fn$
+  SELECT d FROM pg_catalog.unnest(p_domains) AS d
+  WHERE EXISTS (
+    SELECT FROM pg_catalog.pg_locks AS l
+    WHERE l.locktype = 'advisory' AND NOT l.granted
+      AND l.mode = 'ExclusiveLock' AND l.classid = $KEY::oid
+      AND l.objid = (pg_catalog.hashtext(d) & 2147483647)::oid
+      AND l.objsubid = 2
+      AND l.database = (SELECT o.oid FROM pg_catalog.pg_database AS o
+                        WHERE o.datname = pg_catalog.current_database()))
+$fn$)sql",
+      names));
+  sql.push_back(absl::StrReplaceAll(
+      R"sql(CREATE OR REPLACE FUNCTION $S.version()
+RETURNS integer LANGUAGE sql IMMUTABLE AS $fn$ SELECT $VERSION $fn$)sql",
+      names));
+  for (const char* f :
+       {".await_holders(text)", ".hold(text, bigint, text)",
+        ".raises_waiting(text[])", ".version()"}) {
+    const std::string fn = absl::StrCat(s, f);
+    sql.push_back(absl::StrCat("ALTER FUNCTION ", fn, " OWNER TO ", owner));
+    sql.push_back(absl::StrCat("REVOKE ALL ON FUNCTION ", fn, " FROM PUBLIC"));
+    if (absl::string_view(f) != ".await_holders(text)") {
+      sql.push_back(absl::StrCat("GRANT EXECUTE ON FUNCTION ", fn, " TO ", r));
+    }
+  }
+  return sql;
+}
+
+}  // namespace fencegate::postgres

@@ -1,0 +1,84 @@
+// Copyright fencegate authors.
+//
+// The fence a server connection holds (docs/pgwire.md, "The fence a
+// connection holds"): what PostgreSQL itself enforces for every
+// transaction of a PostgreSQL-port session, whatever its client sends and
+// however it pipelines.
+//
+// A connection serving domain D at token T holds a session-level SHARED
+// advisory lock on D, in a key space of fencegate's own (first key
+// kHoldLockKey, second the domain's hashtext), taken by
+//
+//   <schema>.hold(domain text, token bigint, secret text) RETURNS bigint
+//
+// which returns the domain's fence row (0 if it has none) and keeps the lock
+// only when the row holds exactly `token`. A raise of D -- fence(),
+// fence_seq() or fence_next() moving the row to a higher token, whoever
+// calls them -- first takes D's lock EXCLUSIVELY for its transaction: it
+// waits until every connection that holds D has given it up, so that no
+// transaction at the old token can run, or commit, after the raise. Gateways
+// see the waiting raise (<schema>.raises_waiting()) and give D up on
+// their idle connections at once; a raise that still waits after
+// `raise_wait_ms` ends the backends that hold D (pg_terminate_backend, as
+// the schema's owner, a member of pg_signal_backend), which rolls back
+// their transactions, then takes the lock. That is the bound a paused or
+// cut-off gateway can hold a raise for.
+//
+// Only the gateway can hold: the first hold() on a backend arms it with a
+// secret (its hash kept in <schema>.holders, an unlogged table, and the
+// backend marked by a session lock of key kArmLockKey), and every later one
+// must bring the same secret. The gateway sends it as a Bind parameter, so
+// that no session's pg_stat_activity shows it, and arms each connection
+// before its client's first message. The client cannot release the lock:
+// pg_advisory_unlock*() are revoked from its role (pg-setup
+// --revoke_session_functions, required by the port) and the port refuses
+// DISCARD ALL, which PostgreSQL refuses inside a function or transaction
+// block. The gateway releases by ending the connection's session: DISCARD
+// ALL at the session's end, or closing the connection.
+//
+// Thread safety: pure functions.
+
+#ifndef POSTGRES_FENCE_HOLD_H_
+#define POSTGRES_FENCE_HOLD_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace fencegate::postgres {
+
+// The first key of the domain locks: "fenc" in ASCII.
+inline constexpr int32_t kHoldLockKey = 0x66656e63;
+// The first key of the lock that marks an armed backend: "fgar".
+inline constexpr int32_t kArmLockKey = 0x66676172;
+
+// How long a raise waits for holders to give a domain up before it ends
+// their backends, unless pg-setup is told otherwise.
+inline constexpr int64_t kDefaultRaiseWaitMs = 10000;
+
+// The version of the fence schema that this gateway needs: <schema>.version()
+// returns it (2: the held fence).
+inline constexpr int kFenceSchemaVersion = 2;
+
+// "SELECT "<schema>".hold($1, $2::bigint, $3)".
+std::string HoldSql(const std::string& schema);
+
+// Of the domains in $1 (a text[] literal), the 1-based positions of those
+// a raise waits for, joined by ',' (NULL if none): one row, one value.
+std::string RaisesWaitingSql(const std::string& schema);
+
+// The condition on pg_catalog.pg_proc row `p` that selects every advisory
+// lock function (session and transaction level, lock, try, unlock).
+std::string AdvisoryFunctionsCondition();
+
+// The statements that create the held fence's objects (holders, hold(),
+// await_holders(), raises_waiting(), version()) for `schema`, granting
+// `role` what it may call, with raises waiting `raise_wait_ms` for holders.
+// Part of FenceSetupSql() (fence_schema.h); idempotent.
+std::vector<std::string> FenceHoldSetupSql(const std::string& schema,
+                                           const std::string& role,
+                                           int64_t raise_wait_ms);
+
+}  // namespace fencegate::postgres
+
+#endif  // POSTGRES_FENCE_HOLD_H_
