@@ -318,9 +318,9 @@ asio::awaitable<bool> ClientSession::Start() {
       holding_ = false;
       const absl::string_view sqlstate = RefusalSqlState(s, "08006");
       std::string message =
-          sqlstate == "08006" ? absl::StrCat("route \"", route_->spec.name,
-                                             "\": ", s.message())
-                              : std::string(s.message());
+          sqlstate == "08006"
+              ? absl::StrCat("route \"", route_->spec.name, "\": ", s.message())
+              : std::string(s.message());
       co_await Fatal(sqlstate, message);
       co_return false;
     }

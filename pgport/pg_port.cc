@@ -174,8 +174,7 @@ absl::StatusOr<std::unique_ptr<PgPort>> PgPort::Start(PgPortOptions options,
   }
   asio::co_spawn(impl->state.io, impl->Accept(), asio::detached);
   for (auto& [name, route] : impl->state.routes) {
-    asio::co_spawn(impl->state.io,
-                   pgport::RaiseWatch::Run(impl->state, route),
+    asio::co_spawn(impl->state.io, pgport::RaiseWatch::Run(impl->state, route),
                    asio::detached);
   }
   Impl* raw = impl.get();

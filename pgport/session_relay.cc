@@ -79,7 +79,8 @@ asio::awaitable<void> ClientSession::ClientLoop() {
       while (!queue_.empty() && !closed_) {
         boost::system::error_code ec;
         room_.expires_at(asio::steady_timer::time_point::max());
-        co_await room_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+        co_await room_.async_wait(
+            asio::redirect_error(asio::use_awaitable, ec));
       }
       MaybeGiveUp();
       if (giving_up_ || closed_) break;

@@ -201,8 +201,8 @@ asio::awaitable<absl::Status> Upstream::CheckServer(
   // What the fence a connection holds (postgres/fence_hold.h) rests on:
   // the role cannot release it, no connection escapes it, and the schema
   // has hold(). One round trip: the three answers joined by '|'.
-  const std::string hold = absl::StrCat("'\"", target.fence_schema,
-                                        "\".hold(text,bigint,text)'");
+  const std::string hold =
+      absl::StrCat("'\"", target.fence_schema, "\".hold(text,bigint,text)'");
   std::optional<std::string> found;
   if (absl::Status s = co_await Run(
           absl::StrCat(
@@ -224,7 +224,8 @@ asio::awaitable<absl::Status> Upstream::CheckServer(
   std::vector<std::string> parts =
       absl::StrSplit(found.value_or(""), absl::MaxSplits('|', 2));
   if (parts.size() != 3) {
-    co_return absl::UnavailableError("the route's server check returned no row");
+    co_return absl::UnavailableError(
+        "the route's server check returned no row");
   }
   if (!parts[0].empty()) {
     co_return absl::FailedPreconditionError(absl::StrCat(
@@ -370,7 +371,8 @@ asio::awaitable<absl::Status> Upstream::RunExtended(
     std::optional<std::string>* first_value) {
   std::string bytes;
   for (const UpstreamStatement& statement : statements) {
-    absl::StrAppend(&bytes, pgwire::Encode(pgwire::Parse{"", statement.sql, {}}));
+    absl::StrAppend(&bytes,
+                    pgwire::Encode(pgwire::Parse{"", statement.sql, {}}));
     pgwire::Bind bind;
     for (const std::optional<std::string>& p : statement.parameters) {
       bind.parameters.push_back(

@@ -164,9 +164,8 @@ $fn$)sql",
       R"sql(CREATE OR REPLACE FUNCTION $S.version()
 RETURNS integer LANGUAGE sql IMMUTABLE AS $fn$ SELECT $VERSION $fn$)sql",
       names));
-  for (const char* f :
-       {".await_holders(text)", ".hold(text, bigint, text)",
-        ".raises_waiting(text[])", ".version()"}) {
+  for (const char* f : {".await_holders(text)", ".hold(text, bigint, text)",
+                        ".raises_waiting(text[])", ".version()"}) {
     const std::string fn = absl::StrCat(s, f);
     sql.push_back(absl::StrCat("ALTER FUNCTION ", fn, " OWNER TO ", owner));
     sql.push_back(absl::StrCat("REVOKE ALL ON FUNCTION ", fn, " FROM PUBLIC"));

@@ -11,11 +11,11 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "postgres/fence_hold.h"
 #include "pqxx/connection"
 #include "pqxx/except"
 #include "pqxx/result"
 #include "pqxx/transaction"
-#include "postgres/fence_hold.h"
 
 namespace fencegate::postgres {
 namespace {
@@ -304,7 +304,8 @@ $fn$)sql",
     sql.push_back(absl::StrCat("REVOKE ALL ON FUNCTION ", f, " FROM PUBLIC"));
     sql.push_back(absl::StrCat("GRANT EXECUTE ON FUNCTION ", f, " TO ", r));
   }
-  for (std::string& statement : FenceHoldSetupSql(schema, role, raise_wait_ms)) {
+  for (std::string& statement :
+       FenceHoldSetupSql(schema, role, raise_wait_ms)) {
     sql.push_back(std::move(statement));
   }
   sql.push_back(absl::StrCat("GRANT USAGE ON SCHEMA ", s, " TO ", r));
@@ -396,9 +397,9 @@ absl::Status SetUpFenceSchema(const std::string& admin_conninfo,
   if (absl::Status s = CheckName("schema", schema); !s.ok()) return s;
   if (absl::Status s = CheckName("role", role); !s.ok()) return s;
   if (raise_wait_ms < 10 || raise_wait_ms > 3600 * 1000) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "raise_wait_ms ", raise_wait_ms,
-        ": a raise waits for holders from 10 ms to an hour"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("raise_wait_ms ", raise_wait_ms,
+                     ": a raise waits for holders from 10 ms to an hour"));
   }
   if (role == OwnerRole(schema)) {
     return absl::FailedPreconditionError(
@@ -413,7 +414,8 @@ absl::Status SetUpFenceSchema(const std::string& admin_conninfo,
                        "\" does not exist; create it first, e.g. CREATE ROLE ",
                        role, " LOGIN PASSWORD '...'"));
     }
-    for (const std::string& statement : FenceSetupSql(schema, role, raise_wait_ms)) {
+    for (const std::string& statement :
+         FenceSetupSql(schema, role, raise_wait_ms)) {
       tx.exec(statement);
     }
     return absl::OkStatus();

@@ -176,8 +176,7 @@ void ClassifyCalls(const pg_query::Node& stmt, SessionStatement& out) {
     }
     const auto& call = static_cast<const pg_query::FuncCall&>(m);
     const std::string name = absl::AsciiStrToLower(CalledName(call));
-    if (absl::StartsWith(name, "pg_") &&
-        absl::StrContains(name, "advisory_")) {
+    if (absl::StartsWith(name, "pg_") && absl::StrContains(name, "advisory_")) {
       out.effect = SessionEffect::kRefused;
       out.reason = absl::StrCat(
           name,

@@ -193,7 +193,8 @@ TEST_F(PgPortHardeningTest, SettingsThatChangeHowTextIsReadArePinned) {
 TEST_F(PgPortHardeningTest, APinnedSettingChangedUnseenEndsTheSession) {
   Exec(
       "CREATE OR REPLACE FUNCTION public.scs_off() RETURNS text "
-      "LANGUAGE sql SECURITY DEFINER AS $$SELECT set_config('standard_conforming_strings', "
+      "LANGUAGE sql SECURITY DEFINER AS $$SELECT "
+      "set_config('standard_conforming_strings', "
       "'off', false)$$");
   Exec("GRANT EXECUTE ON FUNCTION public.scs_off() TO fencegate_worker");
   auto g = StartGateway();
@@ -241,8 +242,9 @@ TEST_F(PgPortHardeningTest, TheNextSessionsRandomIsNotTheLastOnesSeed) {
   const std::string expected =
       Exec("SELECT setseed(0.25), random()::text")[0][1].as<std::string>();
   // pg-setup --revoke_session_functions took setseed() from the role.
-  Exec("GRANT EXECUTE ON FUNCTION setseed(double precision) TO "
-       "fencegate_worker");
+  Exec(
+      "GRANT EXECUTE ON FUNCTION setseed(double precision) TO "
+      "fencegate_worker");
   auto row = [&](const std::string& sql) {
     PGconn* c = Connect(*g, "");
     EXPECT_EQ(PQstatus(c), CONNECTION_OK) << PQerrorMessage(c);
@@ -271,8 +273,9 @@ TEST_F(PgPortHardeningTest, TheNextSessionsRandomIsNotTheLastOnesSeed) {
       },
       absl::Seconds(30)));
   EXPECT_NE(next, expected);
-  Exec("REVOKE EXECUTE ON FUNCTION setseed(double precision) FROM "
-       "fencegate_worker");
+  Exec(
+      "REVOKE EXECUTE ON FUNCTION setseed(double precision) FROM "
+      "fencegate_worker");
 }
 
 // No statement of the session's stands in for its fence: the server

@@ -107,10 +107,9 @@ TEST_F(PgPortTest, ASessionWithoutATokenReadsButCannotWrite) {
   EXPECT_THAT(err, HasSubstr("cannot change in a running session"));
   EXPECT_EQ(Owner(), "nobody");
   // Set when the session starts, a token lets it write.
-  ASSERT_EQ(
-      Psql(*g, Options(3), {"UPDATE jobs SET owner = 'three' WHERE id = 1"},
-           &out, &err),
-      0)
+  ASSERT_EQ(Psql(*g, Options(3),
+                 {"UPDATE jobs SET owner = 'three' WHERE id = 1"}, &out, &err),
+            0)
       << err;
   EXPECT_EQ(Owner(), "three");
 }
