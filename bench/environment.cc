@@ -32,6 +32,14 @@ absl::StatusOr<std::unique_ptr<Environment>> Environment::Start(
     if (!pg.ok()) return pg.status();
     env->pg_ = *std::move(pg);
     env->pg_dsn_ = env->pg_->Conninfo();
+    // The PostgreSQL port serves a route only when its role cannot release
+    // the fence its connection holds (pg-setup --revoke_session_functions).
+    if (absl::StatusOr<std::vector<std::string>> revoked =
+            postgres::RevokeSessionFunctions(env->pg_dsn_,
+                                             testing::PostgresServer::kWorkerRole, {});
+        !revoked.ok()) {
+      return revoked.status();
+    }
     env->pg_uri_ =
         env->pg_->Uri(absl::StrCat("pool_size=", options.pg_pool_size));
     pg_port = env->pg_->port();

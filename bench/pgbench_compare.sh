@@ -28,7 +28,7 @@ su postgres -c "$PGBIN/pg_ctl -D $DIR/data -l $DIR/pg.log -w -o '-p $PG_PORT -k 
 PSQL="psql -X -q -h 127.0.0.1 -p $PG_PORT -U postgres -d postgres"
 $PSQL -c "CREATE ROLE fencegate_worker LOGIN; CREATE TABLE accounts (id int PRIMARY KEY, balance bigint NOT NULL DEFAULT 0);
           INSERT INTO accounts (id) SELECT g FROM generate_series(1, 10000) g; GRANT SELECT, UPDATE ON accounts TO fencegate_worker"
-"$FENCECTL" pg-setup --admin_dsn="postgres://postgres@127.0.0.1:$PG_PORT/postgres" --role=fencegate_worker >/dev/null
+"$FENCECTL" pg-setup --admin_dsn="postgres://postgres@127.0.0.1:$PG_PORT/postgres" --role=fencegate_worker --revoke_session_functions >/dev/null
 cat > "$DIR/pgbouncer.ini" <<INI
 [databases]
 postgres = host=127.0.0.1 port=$PG_PORT dbname=postgres

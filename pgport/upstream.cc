@@ -116,6 +116,7 @@ absl::StatusOr<UpstreamTarget> UpstreamTargetOf(
   }
   if (target.database.empty()) target.database = target.user;
   target.fence_schema = options.fence_schema;
+  target.privileged_role = options.allow_privileged_role;
   // Pinned for the session's whole life (session_sql.h): RESET, RESET ALL
   // and DISCARD ALL return to these.
   target.parameters.emplace_back("client_encoding", "UTF8");
@@ -227,7 +228,7 @@ asio::awaitable<absl::Status> Upstream::CheckServer(
     co_return absl::UnavailableError(
         "the route's server check returned no row");
   }
-  if (!parts[0].empty()) {
+  if (!parts[0].empty() && !target.privileged_role) {
     co_return absl::FailedPreconditionError(absl::StrCat(
         "the route's role may execute ", parts[0],
         ": the port holds each session's fence with an advisory lock that "

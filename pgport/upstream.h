@@ -49,6 +49,10 @@ struct UpstreamTarget {
   std::vector<std::pair<std::string, std::string>> parameters;
   // The route's fence schema (postgres/fence_hold.h).
   std::string fence_schema = "fencegate";
+  // The route allows a privileged role (allow_privileged_role), which may
+  // do anything, advisory locks included: the check that the role cannot
+  // release its connection's hold is skipped.
+  bool privileged_role = false;
 };
 
 // One statement of Upstream::RunExtended: its text and text parameters

@@ -62,6 +62,7 @@ struct Flags {
   std::string role;
   std::string schema = postgres::kDefaultFenceSchema;
   bool revoke_session_functions = false;
+  int64_t raise_wait_ms = postgres::kDefaultRaiseWaitMs;
   std::vector<std::string> session_functions_for;
 };
 
@@ -99,7 +100,8 @@ int RunPgSetup(const Flags& f) {
         "--session_functions_for names who keeps the session functions: it "
         "needs --revoke_session_functions"));
   }
-  absl::Status s = postgres::SetUpFenceSchema(f.admin_dsn, f.schema, f.role);
+  absl::Status s = postgres::SetUpFenceSchema(f.admin_dsn, f.schema, f.role,
+                                              f.raise_wait_ms);
   if (!s.ok()) return PgSetupFailed(s);
   std::cout << "pg-setup: schema " << f.schema << " ready; role " << f.role
             << " may call " << f.schema
@@ -282,7 +284,16 @@ Commands Define(CLI::App& app, Flags& f) {
       "also revoke EXECUTE on the functions that reach session state "
       "(set_config, advisory locks, dblink, ...; docs/postgres.md) from "
       "PUBLIC and the route's role: defence in depth behind the SQL "
-      "classifier. Changes what every role of the database may call");
+      "classifier, and required by the PostgreSQL port (its connections "
+      "hold their fence with an advisory lock). Changes what every role of "
+      "the database may call");
+  c.pg_setup
+      ->add_option("--raise_wait_ms", f.raise_wait_ms,
+                   "how long a raise waits for the connections that hold the "
+                   "domain's fence to give it up before it ends their "
+                   "backends (docs/pgwire.md)")
+      ->check(CLI::Range(int64_t{10}, int64_t{3600000}))
+      ->capture_default_str();
   c.pg_setup
       ->add_option("--session_functions_for", f.session_functions_for,
                    "roles that keep EXECUTE on them (comma-separated), with "
