@@ -83,9 +83,8 @@ class Environment {
     return gateway_ != nullptr ? gateway_->address() : "";
   }
   // A libpq DSN of the gateway's PostgreSQL port (--pg_listen), whose
-  // session fences domain `domain` once it sets a token; empty if no
-  // gateway runs.
-  std::string pgwire_dsn(const std::string& domain) const;
+  // session is fenced at (`domain`, `token`); empty if no gateway runs.
+  std::string pgwire_dsn(const std::string& domain, uint64_t token) const;
   // The address of a variant gateway ("mtls", "metrics"); empty if not
   // started.
   std::string variant_address(const std::string& variant) const;

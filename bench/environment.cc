@@ -140,11 +140,12 @@ absl::StatusOr<std::unique_ptr<Environment>> Environment::Start(
   return env;
 }
 
-std::string Environment::pgwire_dsn(const std::string& domain) const {
+std::string Environment::pgwire_dsn(const std::string& domain,
+                                    uint64_t token) const {
   if (gateway_ == nullptr) return "";
-  return absl::StrCat(
-      "host=127.0.0.1 port=", pgwire_port_,
-      " dbname=db user=bench options='-c fencegate.domain=", domain, "'");
+  return absl::StrCat("host=127.0.0.1 port=", pgwire_port_,
+                      " dbname=db user=bench options='-c fencegate.domain=",
+                      domain, " -c fencegate.token=", token, "'");
 }
 
 absl::StatusOr<std::unique_ptr<testing::GatewayProcess>>

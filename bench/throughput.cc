@@ -71,22 +71,12 @@ class Client {
 };
 
 // `direct`'s client: the fenced UPDATE with libpqxx, on its own connection.
-// With `set_token` it is `gateway-pgwire`'s, its DSN the gateway's
-// PostgreSQL port (docs/pgwire.md): the same UPDATE in a session fenced
-// with the write's token, a new token set first with SET fencegate.token,
-// which the port answers itself (one more round trip to the gateway, none
-// to PostgreSQL).
 class DirectClient : public Client {
  public:
-  DirectClient(const std::string& dsn, int id, bool set_token = false)
-      : conn_(dsn), id_(id), set_token_(set_token) {}
+  DirectClient(const std::string& dsn, int id) : conn_(dsn), id_(id) {}
   absl::Status Write(uint64_t token) override {
     try {
       pqxx::nontransaction tx(conn_);
-      if (set_token_ && token != session_token_) {
-        tx.exec0(absl::StrCat("SET fencegate.token = ", token));
-        session_token_ = token;
-      }
       pqxx::result r =
           tx.exec_params(kFencedUpdate, id_, static_cast<int64_t>(token));
       if (r.affected_rows() != 1) {
@@ -101,8 +91,42 @@ class DirectClient : public Client {
  private:
   pqxx::connection conn_;
   const int id_;
-  const bool set_token_;
-  uint64_t session_token_ = 0;
+};
+
+// `gateway-pgwire`'s: direct's UPDATE through the gateway's PostgreSQL port
+// (docs/pgwire.md), in a session fenced with the write's token. The
+// session's server connection holds that fence for the whole session, so
+// a new token is a new session (the advancing pattern connects for each
+// write).
+class PgwireClient : public Client {
+ public:
+  PgwireClient(std::function<std::string(uint64_t)> dsn, int id)
+      : dsn_(std::move(dsn)), id_(id) {}
+  absl::Status Write(uint64_t token) override {
+    try {
+      if (conn_ == nullptr || token != token_) {
+        conn_.reset();
+        conn_ = std::make_unique<pqxx::connection>(dsn_(token));
+        token_ = token;
+      }
+      pqxx::nontransaction tx(*conn_);
+      pqxx::result r =
+          tx.exec_params(kFencedUpdate, id_, static_cast<int64_t>(token));
+      if (r.affected_rows() != 1) {
+        return absl::FailedPreconditionError("fenced update matched no row");
+      }
+      return absl::OkStatus();
+    } catch (const std::exception& e) {
+      conn_.reset();
+      return absl::UnavailableError(e.what());
+    }
+  }
+
+ private:
+  const std::function<std::string(uint64_t)> dsn_;
+  const int id_;
+  std::unique_ptr<pqxx::connection> conn_;
+  uint64_t token_ = 0;
 };
 
 // What the file adapter does for a 64-byte put, without the gateway: a
@@ -464,9 +488,10 @@ absl::StatusOr<std::vector<RunStats>> RunThroughput(
         return absl::FailedPreconditionError("the gateway is not running");
       }
       make = [&](int i) {
-        return std::make_unique<DirectClient>(
-            env.pgwire_dsn(absl::StrCat("bench-gateway-pgwire-", i)), i,
-            /*set_token=*/true);
+        return std::make_unique<PgwireClient>(
+            [&env, domain = absl::StrCat("bench-gateway-pgwire-", i)](
+                uint64_t token) { return env.pgwire_dsn(domain, token); },
+            i);
       };
     } else if (target == "file-direct") {
       make = [&](int i) {
