@@ -198,7 +198,7 @@ std::string Fences(TransactionTracker& tracker, absl::string_view sql) {
   return out;
 }
 
-TEST(TransactionTrackerTest, EachTransactionGetsOneFenceFirst) {
+TEST(TransactionTrackerTest, EachTransactionsBeginningIsSeenOnce) {
   TransactionTracker t;
   EXPECT_EQ(Fences(t, "UPDATE a SET x = 1; SELECT 1"), "Fss");
   EXPECT_TRUE(t.idle());  // the implicit transaction ended with the string
