@@ -35,8 +35,8 @@ absl::StatusOr<std::unique_ptr<Environment>> Environment::Start(
     // The PostgreSQL port serves a route only when its role cannot release
     // the fence its connection holds (pg-setup --revoke_session_functions).
     if (absl::StatusOr<std::vector<std::string>> revoked =
-            postgres::RevokeSessionFunctions(env->pg_dsn_,
-                                             testing::PostgresServer::kWorkerRole, {});
+            postgres::RevokeSessionFunctions(
+                env->pg_dsn_, testing::PostgresServer::kWorkerRole, {});
         !revoked.ok()) {
       return revoked.status();
     }

@@ -94,9 +94,10 @@ class DirectClient : public Client {
 };
 
 // `gateway-pgwire`'s: direct's UPDATE through the gateway's PostgreSQL port
-// (docs/pgwire.md), in a session fenced with the write's token. The
-// session's server connection holds that fence for the whole session, so
-// a new token is a new session (the advancing pattern connects for each
+// (docs/pgwire.md), in a session fenced with the write's token, set when
+// the session starts. A new token is set with SET fencegate.token, which
+// moves the session's hold (a release, this gateway's check, a raise of
+// the database's fence and a hold: round trips to PostgreSQL, before the
 // write).
 class PgwireClient : public Client {
  public:
@@ -104,12 +105,15 @@ class PgwireClient : public Client {
       : dsn_(std::move(dsn)), id_(id) {}
   absl::Status Write(uint64_t token) override {
     try {
-      if (conn_ == nullptr || token != token_) {
-        conn_.reset();
+      if (conn_ == nullptr) {
         conn_ = std::make_unique<pqxx::connection>(dsn_(token));
         token_ = token;
       }
       pqxx::nontransaction tx(*conn_);
+      if (token != token_) {
+        tx.exec0(absl::StrCat("SET fencegate.token = ", token));
+        token_ = token;
+      }
       pqxx::result r =
           tx.exec_params(kFencedUpdate, id_, static_cast<int64_t>(token));
       if (r.affected_rows() != 1) {

@@ -310,7 +310,11 @@ asio::awaitable<bool> ClientSession::Start() {
       }
       upstream = *std::move(made);
     }
-    absl::Status s = co_await Hold(*upstream);
+    absl::Status s = co_await Hold(
+        [&upstream](const std::vector<UpstreamStatement>& statements,
+                    std::optional<std::string>* value) {
+          return upstream->RunExtended(statements, value);
+        });
     if (s.ok()) s = co_await upstream->Run(setup);
     if (s.ok()) {
       upstream_ = std::move(upstream);

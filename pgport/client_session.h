@@ -18,7 +18,9 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
@@ -121,12 +123,33 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   asio::awaitable<void> ToClient(std::string bytes);
 
   // --- session_hold.cc: the fence the server connection holds.
-  // Arms `upstream` for this session and, with a token, makes it hold the
-  // domain's fence at the token: checked here first (CheckLocally), the
-  // database's fence raised to it if lower. A stale token is
-  // FAILED_PRECONDITION with a StaleTokenError payload (the gateway learns
-  // the database's fence); a server error names the route's refusal.
-  asio::awaitable<absl::Status> Hold(Upstream& upstream);
+  // Runs the port's own statements on the session's connection (one
+  // extended-protocol batch) and gives the first value of their first row;
+  // a server error as FAILED_PRECONDITION with its SQLSTATE
+  // (UpstreamSqlState).
+  using OwnRunner = std::function<asio::awaitable<absl::Status>(
+      const std::vector<UpstreamStatement>&, std::optional<std::string>*)>;
+  // Arms the connection with secret_ (if `run` is the first to use it)
+  // and, with a token, makes it hold the domain's fence at the token:
+  // checked here first (CheckLocally), the database's fence raised to it if
+  // lower. A stale token is FAILED_PRECONDITION with a StaleTokenError
+  // payload (the gateway learns the database's fence); a server error
+  // names the route's refusal.
+  asio::awaitable<absl::Status> Hold(const OwnRunner& run);
+  // OwnRunner on a running session: the batch goes through the
+  // ResponseQueue, its answer kept from the client, once the server owes
+  // nothing else.
+  asio::awaitable<absl::Status> RunOwn(
+      const std::vector<UpstreamStatement>& statements,
+      std::optional<std::string>* value);
+  // Sends what is queued upstream and waits until the server owes nothing;
+  // false if the session ended.
+  asio::awaitable<bool> Drain();
+  // SET fencegate.* of another domain or token, in a running session
+  // between two transactions: the old hold released, the new one taken
+  // (raising the database's fence if lower). OK, or the refusal, after
+  // which the session holds nothing and must end.
+  asio::awaitable<absl::Status> ChangeFence(std::string domain, uint64_t token);
   // Gives the held domain up and ends the session if a raise waits and the
   // server is between two transactions with nothing owed.
   void MaybeGiveUp();
@@ -146,8 +169,10 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   asio::awaitable<void> OnParse(const pgwire::Parse& parse);
   asio::awaitable<void> OnBind(const pgwire::Bind& bind);
   asio::awaitable<void> OnExecute(const pgwire::Execute& execute);
-  // A Query of fencegate.* settings only, answered here.
-  void AnswerSettings(const std::vector<Statement>& statements);
+  // A Query of fencegate.* settings only, answered here; a change of the
+  // domain or token moves the connection's hold (ChangeFence).
+  asio::awaitable<void> AnswerSettings(
+      const std::vector<Statement>& statements);
   // Checks the token against this gateway's fence (rules 1-3 and 11) at
   // each transaction's start, before the database's hold: OK, or the error
   // to answer (FG001 for a stale token).

@@ -107,7 +107,20 @@ absl::Status ResponseQueue::OnReply(const pgwire::Frame& frame,
                              head.own_statements[statement_];
   const bool dropped = head.own || own_statement;
   if (frame.type == 'E') {
-    if (!head.replacement_error.empty()) {
+    if (head.result != nullptr) {
+      if (head.result->error_code.empty()) {
+        absl::StatusOr<pgwire::BackendMessage> parsed =
+            pgwire::ParseBackendMessage(frame);
+        if (!parsed.ok()) return parsed.status();
+        const auto& error = std::get<pgwire::ErrorResponse>(*parsed);
+        const absl::string_view* code = error.Find('C');
+        const absl::string_view* message = error.Find('M');
+        head.result->error_code =
+            code != nullptr ? std::string(*code) : std::string("XX000");
+        head.result->error_message =
+            message != nullptr ? std::string(*message) : std::string();
+      }
+    } else if (!head.replacement_error.empty()) {
       outcome->to_client.append(head.replacement_error);
     } else {
       absl::StrAppend(&outcome->to_client, whole);
@@ -129,6 +142,7 @@ absl::Status ResponseQueue::OnReply(const pgwire::Frame& frame,
       return absl::InvalidArgumentError("malformed ReadyForQuery message");
     }
     if (!head.own) absl::StrAppend(&outcome->to_client, whole);
+    if (head.result != nullptr) head.result->done = true;
     PopHead(&outcome->to_client);
     if (queue_.empty()) {
       outcome->settled = static_cast<pgwire::TransactionStatus>(frame.body[0]);
@@ -143,6 +157,16 @@ absl::Status ResponseQueue::OnReply(const pgwire::Frame& frame,
                      absl::string_view(&frame.type, 1), "' out of turn"));
   }
   if (!dropped) absl::StrAppend(&outcome->to_client, whole);
+  if (frame.type == 'D' && head.result != nullptr &&
+      !head.result->value.has_value()) {
+    absl::StatusOr<pgwire::BackendMessage> parsed =
+        pgwire::ParseBackendMessage(frame);
+    if (!parsed.ok()) return parsed.status();
+    const auto& row = std::get<pgwire::DataRow>(*parsed);
+    if (!row.values.empty() && row.values[0].has_value()) {
+      head.result->value = std::string(*row.values[0]);
+    }
+  }
   if (frame.type == 't') described_parameters_ = true;
   if (!ends) return absl::OkStatus();
   if (head.awaited == Awaited::kQuery) {

@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -48,6 +49,17 @@ enum class Awaited {
   kLocal,  // nothing from the server: `local_reply` goes to the client
 };
 
+// What the server answered a batch of the port's own messages that the
+// port waits for (a token change's release and hold): the first column of
+// the first row, the first error, and whether the batch's ReadyForQuery
+// came.
+struct OwnResult {
+  bool done = false;
+  std::optional<std::string> value;
+  std::string error_code;
+  std::string error_message;
+};
+
 struct Expected {
   Awaited awaited = Awaited::kLocal;
   // The port's own message: its replies are dropped. For kQuery, see
@@ -62,6 +74,9 @@ struct Expected {
   std::string replacement_error;
   // kLocal: the port's own reply, sent when it comes to the head.
   std::string local_reply;
+  // Of the port's own message: where what the server answers goes, rather
+  // than to the client (its errors included).
+  std::shared_ptr<OwnResult> result;
 };
 
 // The Expected of the client's own message.
@@ -70,11 +85,13 @@ inline Expected ClientOwed(Awaited awaited) {
   e.awaited = awaited;
   return e;
 }
-// Of the port's own message.
-inline Expected OwnOwed(Awaited awaited) {
+// Of the port's own message; with `result`, its answer goes there.
+inline Expected OwnOwed(Awaited awaited,
+                        std::shared_ptr<OwnResult> result = nullptr) {
   Expected e;
   e.awaited = awaited;
   e.own = true;
+  e.result = std::move(result);
   return e;
 }
 // Of a message sent to fail in place of a refused one.

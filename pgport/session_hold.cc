@@ -11,12 +11,14 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "fencegate/common/stale_token.h"
 #include "observability/log.h"
 #include "pgport/client_session.h"
+#include "pgwire/frontend.h"
 #include "postgres/fence_hold.h"
 #include "postgres/fence_schema.h"
 
@@ -27,15 +29,17 @@ const std::string& ClientSession::held_domain() const {
   return holding_ ? domain_ : *kNone;
 }
 
-asio::awaitable<absl::Status> ClientSession::Hold(Upstream& upstream) {
-  // A secret of this session's: the connection is armed with it (DISCARD
-  // ALL, the reset before the pool, disarms it).
-  std::string raw(24, '\0');
-  if (RAND_bytes(reinterpret_cast<unsigned char*>(raw.data()),
-                 static_cast<int>(raw.size())) != 1) {
-    co_return absl::InternalError("no random bytes for the session's secret");
+asio::awaitable<absl::Status> ClientSession::Hold(const OwnRunner& run) {
+  if (secret_.empty()) {
+    // A secret of this session's: the connection is armed with it (DISCARD
+    // ALL, the reset before the pool, disarms it).
+    std::string raw(24, '\0');
+    if (RAND_bytes(reinterpret_cast<unsigned char*>(raw.data()),
+                   static_cast<int>(raw.size())) != 1) {
+      co_return absl::InternalError("no random bytes for the session's secret");
+    }
+    secret_ = absl::Base64Escape(raw);
   }
-  secret_ = absl::Base64Escape(raw);
   // Refused here first, so that a refusal moves nothing anywhere.
   if (token_ != 0) {
     if (absl::Status s = co_await CheckLocally(); !s.ok()) co_return s;
@@ -57,12 +61,18 @@ asio::awaitable<absl::Status> ClientSession::Hold(Upstream& upstream) {
   hold[1].sql = postgres::HoldSql(schema);
   hold[1].parameters = {domain_parameter, token_parameter, secret_};
   hold[2].sql = "COMMIT";
-  std::vector<UpstreamStatement> raise(1);
-  raise[0].sql = postgres::FenceCallSql(schema);
-  raise[0].parameters = {domain_, token};
+  // READ WRITE in a session without a token until now, whose default is
+  // read-only.
+  std::vector<UpstreamStatement> raise(3);
+  raise[0].sql = "BEGIN READ WRITE";
+  raise[1].sql = postgres::FenceCallSql(schema);
+  raise[1].parameters = {domain_, token};
+  raise[2].sql = "COMMIT";
+  std::vector<UpstreamStatement> rollback(1);
+  rollback[0].sql = "ROLLBACK";
   for (int round = 0;; ++round) {
     std::optional<std::string> value;
-    absl::Status s = co_await upstream.RunExtended(hold, &value);
+    absl::Status s = co_await run(hold, &value);
     if (!s.ok()) co_return s;
     if (token_ == 0) co_return absl::OkStatus();  // armed only
     uint64_t held = 0;
@@ -85,12 +95,97 @@ asio::awaitable<absl::Status> ClientSession::Hold(Upstream& upstream) {
     }
     // Lower: raised, in a transaction of its own, which waits for the
     // connections that hold the domain at an older token to give it up.
-    s = co_await upstream.RunExtended(raise);
-    // A higher raise came first (FG001): the next hold() reads it.
-    if (!s.ok() && UpstreamSqlState(s) != postgres::kStaleSqlState) {
+    s = co_await run(raise, nullptr);
+    // A higher raise came first (FG001): the next hold() reads it, once
+    // the failed block is rolled back.
+    if (!s.ok()) {
+      if (UpstreamSqlState(s) != postgres::kStaleSqlState) co_return s;
+      if (absl::Status r = co_await run(rollback, nullptr); !r.ok()) {
+        co_return r;
+      }
+    }
+  }
+}
+
+asio::awaitable<absl::Status> ClientSession::RunOwn(
+    const std::vector<UpstreamStatement>& statements,
+    std::optional<std::string>* value) {
+  if (!co_await Drain()) {
+    co_return absl::UnavailableError("the session ended");
+  }
+  auto result = std::make_shared<OwnResult>();
+  for (const UpstreamStatement& statement : statements) {
+    Send(pgwire::Parse{"", statement.sql, {}},
+         OwnOwed(Awaited::kParse, result));
+    pgwire::Bind bind;
+    for (const std::optional<std::string>& p : statement.parameters) {
+      bind.parameters.push_back(
+          p.has_value() ? std::optional<absl::string_view>(*p) : std::nullopt);
+    }
+    Send(bind, OwnOwed(Awaited::kBind, result));
+    Send(pgwire::Execute{"", 0}, OwnOwed(Awaited::kExecute, result));
+  }
+  Send(pgwire::Sync{}, OwnOwed(Awaited::kSync, result));
+  if (!co_await Drain()) {
+    co_return absl::UnavailableError("the session ended");
+  }
+  if (!result->error_code.empty()) {
+    absl::Status error = absl::FailedPreconditionError(absl::StrCat(
+        "the route's server refused the gateway's statements: ",
+        result->error_message, " (SQLSTATE ", result->error_code, ")"));
+    error.SetPayload(kSqlStatePayload, absl::Cord(result->error_code));
+    co_return error;
+  }
+  if (value != nullptr) *value = result->value;
+  co_return absl::OkStatus();
+}
+
+asio::awaitable<bool> ClientSession::Drain() {
+  if (!co_await FlushUpstream()) co_return false;
+  while (!queue_.empty() && !closed_) {
+    boost::system::error_code ec;
+    room_.expires_at(asio::steady_timer::time_point::max());
+    co_await room_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  }
+  co_return !closed_;
+}
+
+asio::awaitable<absl::Status> ClientSession::ChangeFence(std::string domain,
+                                                         uint64_t token) {
+  // Admitted under the policy before anything moves.
+  std::swap(domain_, domain);
+  std::swap(token_, token);
+  absl::Status admitted = AdmitSession();
+  std::swap(domain_, domain);
+  std::swap(token_, token);
+  if (!admitted.ok()) co_return admitted;
+  const std::string& schema = route_->spec.options.fence_schema;
+  if (holding_) {
+    std::vector<UpstreamStatement> release(1);
+    release[0].sql = postgres::ReleaseSql(schema);
+    release[0].parameters = {domain_, secret_};
+    holding_ = false;
+    if (absl::Status s = co_await RunOwn(release, nullptr); !s.ok()) {
       co_return s;
     }
   }
+  const bool was_read_only = token_ == 0;
+  domain_ = std::move(domain);
+  token_ = token;
+  raise_waiting_ = false;
+  if (token_ == 0) co_return absl::OkStatus();  // nothing to hold
+  absl::Status s =
+      co_await Hold([this](const std::vector<UpstreamStatement>& statements,
+                           std::optional<std::string>* value) {
+        return RunOwn(statements, value);
+      });
+  if (!s.ok()) co_return s;
+  if (was_read_only) {
+    // The session may write from now on.
+    Send(pgwire::Query{"RESET default_transaction_read_only"},
+         OwnOwed(Awaited::kQuery));
+  }
+  co_return absl::OkStatus();
 }
 
 void ClientSession::OnRaiseWaiting() {

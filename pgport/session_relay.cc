@@ -188,7 +188,7 @@ asio::awaitable<void> ClientSession::OnQuery(absl::string_view sql) {
     }
   }
   if (settings == statements->size()) {
-    AnswerSettings(*statements);
+    co_await AnswerSettings(*statements);
     co_return;
   }
   if (settings > 0) {
@@ -230,7 +230,8 @@ asio::awaitable<void> ClientSession::OnQuery(absl::string_view sql) {
   Forward(ClientOwed(Awaited::kQuery));
 }
 
-void ClientSession::AnswerSettings(const std::vector<Statement>& statements) {
+asio::awaitable<void> ClientSession::AnswerSettings(
+    const std::vector<Statement>& statements) {
   std::string reply;
   for (const Statement& s : statements) {
     if (s.effect == SessionEffect::kGatewaySet) {
@@ -240,7 +241,7 @@ void ClientSession::AnswerSettings(const std::vector<Statement>& statements) {
                                  " cannot run inside a transaction: the "
                                  "transaction was fenced with the token it "
                                  "began with"));
-        return;
+        co_return;
       }
       std::string domain = domain_;
       uint64_t token = token_;
@@ -257,19 +258,27 @@ void ClientSession::AnswerSettings(const std::vector<Statement>& statements) {
         break;
       }
       if (domain != domain_ || token != token_) {
-        // The server connection holds the fence the session started with
-        // (session_hold.cc); another would need another connection.
-        absl::StrAppend(
-            &reply,
-            pgwire::EncodeError(
-                "ERROR", "0A000",
-                absl::StrCat("fencegate.", s.setting,
-                             " cannot change in a running session: its "
-                             "server connection holds the fence of the "
-                             "domain and token it started with; start a new "
-                             "session with PGOPTIONS='-c fencegate.domain=... "
-                             "-c fencegate.token=...'")));
-        break;
+        // The connection's hold moves once the server owes nothing, when
+        // its ReadyForQuery says the session is between two transactions.
+        if (!co_await Drain()) co_return;
+        if (!tracker_.idle()) {
+          RefuseQuery("25001",
+                      absl::StrCat("SET fencegate.", s.setting,
+                                   " cannot run inside a transaction"));
+          co_return;
+        }
+        if (absl::Status c = co_await ChangeFence(domain, token); !c.ok()) {
+          if (token_ != 0 && !holding_) {
+            // The old hold is gone and no new one was taken: the session
+            // holds nothing and ends.
+            co_await Fatal(RefusalSqlState(c, "08006"), c.message());
+            co_return;
+          }
+          absl::StrAppend(
+              &reply, pgwire::EncodeError("ERROR", RefusalSqlState(c, "08006"),
+                                          c.message(), StaleDetail(c)));
+          break;
+        }
       }
       absl::StrAppend(&reply, pgwire::Encode(pgwire::CommandComplete{"SET"}));
     } else {

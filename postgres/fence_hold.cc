@@ -12,6 +12,10 @@ std::string HoldSql(const std::string& schema) {
   return absl::StrCat("SELECT \"", schema, "\".hold($1, $2::bigint, $3)");
 }
 
+std::string ReleaseSql(const std::string& schema) {
+  return absl::StrCat("SELECT \"", schema, "\".release($1, $2)");
+}
+
 std::string RaisesWaitingSql(const std::string& schema) {
   return absl::StrCat(
       "SELECT pg_catalog.string_agg(u.i::text, ',') FROM "
@@ -144,6 +148,34 @@ BEGIN
 END
 $fn$)sql",
       names));
+  // The gateway's release of a domain its connection holds (a session's
+  // token change), with the connection's secret. Unlocking a lock not held
+  // is a WARNING, which the function's own client_min_messages keeps from
+  // the client.
+  sql.push_back(absl::StrReplaceAll(
+      R"sql(CREATE OR REPLACE FUNCTION $S.release(p_domain text, p_secret text)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET client_min_messages = error AS $fn$
+DECLARE
+  me integer := pg_catalog.pg_backend_pid();
+  k integer := pg_catalog.hashtext(p_domain) & 2147483647;
+BEGIN
+  IF p_domain IS NULL OR p_secret IS NULL OR NOT EXISTS (
+       SELECT FROM pg_catalog.pg_locks AS l
+       WHERE l.locktype = 'advisory' AND l.pid = me AND l.granted
+         AND l.classid = $ARM::oid AND l.objid = me::oid AND l.objsubid = 2)
+     OR NOT EXISTS (
+       SELECT FROM $S.holders AS h
+       WHERE h.pid = me
+         AND h.secret = pg_catalog.sha256(pg_catalog.convert_to(p_secret, 'UTF8'))) THEN
+    RAISE EXCEPTION 'this connection is held by its gateway: release() needs its secret'
+      USING ERRCODE = '42501';
+  END IF;
+  WHILE pg_catalog.pg_advisory_unlock_shared($KEY, k) LOOP
+  END LOOP;
+END
+$fn$)sql",
+      names));
   // What a gateway polls: which of its held domains a raise waits for.
   sql.push_back(absl::StrReplaceAll(
       R"sql(CREATE OR REPLACE FUNCTION $S.raises_waiting(p_domains text[])
@@ -164,8 +196,9 @@ $fn$)sql",
       R"sql(CREATE OR REPLACE FUNCTION $S.version()
 RETURNS integer LANGUAGE sql IMMUTABLE AS $fn$ SELECT $VERSION $fn$)sql",
       names));
-  for (const char* f : {".await_holders(text)", ".hold(text, bigint, text)",
-                        ".raises_waiting(text[])", ".version()"}) {
+  for (const char* f :
+       {".await_holders(text)", ".hold(text, bigint, text)",
+        ".release(text, text)", ".raises_waiting(text[])", ".version()"}) {
     const std::string fn = absl::StrCat(s, f);
     sql.push_back(absl::StrCat("ALTER FUNCTION ", fn, " OWNER TO ", owner));
     sql.push_back(absl::StrCat("REVOKE ALL ON FUNCTION ", fn, " FROM PUBLIC"));

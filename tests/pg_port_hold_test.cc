@@ -197,10 +197,13 @@ TEST_F(PgPortHoldTest, ARouteWhoseRoleCouldReleaseTheHoldIsNotServed) {
   PQfinish(c);
 }
 
-// A running session keeps the domain and token it started with; a stale
-// one is refused before anything is sent, and the gateway learns what the
-// database holds.
-TEST_F(PgPortHoldTest, ATokenIsFixedWhenTheSessionStarts) {
+// A stale token is refused before anything is sent, and the gateway
+// learns what the database holds. A token changed in a running session
+// moves its connection's hold: released, then taken at the new token
+// (raising the database's fence), so that a raise past the new token waits
+// for the session; a change the gateway or the database refuses ends the
+// session, which then holds nothing.
+TEST_F(PgPortHoldTest, ATokenChangeMovesTheHold) {
   auto g = StartGateway();
   ASSERT_NE(g, nullptr);
   Exec(absl::StrCat("SELECT fencegate.fence('", kDomain, "', 9)"));
@@ -211,11 +214,25 @@ TEST_F(PgPortHoldTest, ATokenIsFixedWhenTheSessionStarts) {
   EXPECT_TRUE(testing::WaitFor([&] { return GetFence(*g) == 9; }));
   PGconn* c = Connect(*g, Options(9));
   ASSERT_EQ(PQstatus(c), CONNECTION_OK) << PQerrorMessage(c);
-  EXPECT_EQ(Run(c, "SET fencegate.token = 10"), "0A000");
   EXPECT_EQ(Run(c, "SET fencegate.token = 9"), "");
-  EXPECT_EQ(Run(c, "UPDATE jobs SET owner = 'nine' WHERE id = 1"), "");
+  EXPECT_EQ(Run(c, "SET fencegate.token = 10"), "");
+  EXPECT_EQ(StoredFence(kDomain), 10);
+  EXPECT_EQ(Run(c, "UPDATE jobs SET owner = 'ten' WHERE id = 1"), "");
+  // The session holds 10: a raise to 11 waits for it, and it gives it up.
+  std::future<void> next = NextHolder(11);
+  ASSERT_EQ(next.wait_for(std::chrono::seconds(60)), std::future_status::ready);
+  next.get();
+  EXPECT_NE(Run(c, "UPDATE jobs SET owner = 'late' WHERE id = 1"), "");
   PQfinish(c);
-  EXPECT_EQ(Owner(), "nine");
+  EXPECT_EQ(Owner(), "new");
+  // A change to a stale token ends the session.
+  c = Connect(*g, Options(11));
+  ASSERT_EQ(PQstatus(c), CONNECTION_OK) << PQerrorMessage(c);
+  EXPECT_NE(Run(c, "SET fencegate.token = 10"), "");
+  EXPECT_EQ(Run(c, "UPDATE jobs SET owner = 'after' WHERE id = 1"),
+            "send failed");
+  PQfinish(c);
+  EXPECT_EQ(Owner(), "new");
 }
 
 }  // namespace

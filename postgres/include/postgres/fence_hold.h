@@ -33,8 +33,9 @@
 // pg_advisory_unlock*() are revoked from its role (pg-setup
 // --revoke_session_functions, required by the port) and the port refuses
 // DISCARD ALL, which PostgreSQL refuses inside a function or transaction
-// block. The gateway releases by ending the connection's session: DISCARD
-// ALL at the session's end, or closing the connection.
+// block. The gateway releases by ending the connection's session (DISCARD
+// ALL at the session's end, or closing the connection), or, when a session
+// changes its token, with <schema>.release(domain, secret).
 //
 // Thread safety: pure functions.
 
@@ -62,6 +63,9 @@ inline constexpr int kFenceSchemaVersion = 2;
 
 // "SELECT "<schema>".hold($1, $2::bigint, $3)".
 std::string HoldSql(const std::string& schema);
+// "SELECT "<schema>".release($1, $2)": the domain $1 given up by the
+// connection armed with secret $2 (42501 with another secret).
+std::string ReleaseSql(const std::string& schema);
 
 // Of the domains in $1 (a text[] literal), the 1-based positions of those
 // a raise waits for, joined by ',' (NULL if none): one row, one value.
