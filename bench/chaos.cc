@@ -39,7 +39,10 @@ class Gateways {
   absl::Status StartAll() {
     for (int i = 0; i < 2; ++i) {
       ports_[i] = testing::FreeLoopbackPort();
-      if (ports_[i] == 0) return absl::UnavailableError("no free port");
+      pg_ports_[i] = testing::FreeLoopbackPort();
+      if (ports_[i] == 0 || pg_ports_[i] == 0) {
+        return absl::UnavailableError("no free port");
+      }
       if (absl::Status s = Start(i, nullptr); !s.ok()) return s;
     }
     return absl::OkStatus();
@@ -51,7 +54,8 @@ class Gateways {
     const std::string data = absl::StrCat(dir_, "/gateway-", i);
     std::vector<std::string> flags = {
         absl::StrCat("--listen=127.0.0.1:", ports_[i]),
-        "--route=db=" + env_.pg_uri(), "--io_threads=16"};
+        "--route=db=" + env_.pg_uri(), "--io_threads=16",
+        absl::StrCat("--pg_listen=127.0.0.1:", pg_ports_[i])};
     if (i == 0) flags.push_back("--route=files=file://" + data + "/files");
     if (!env_.etcd_endpoint().empty()) {
       flags.push_back("--etcd_endpoint=" + env_.etcd_endpoint());
@@ -77,12 +81,17 @@ class Gateways {
   std::string address(int i) const {
     return absl::StrCat("127.0.0.1:", ports_[i]);
   }
+  // Both gateways' PostgreSQL ports, comma-separated.
+  std::string pg_ports() const {
+    return absl::StrCat(pg_ports_[0], ",", pg_ports_[1]);
+  }
   std::string files_dir() const { return dir_ + "/gateway-0/files"; }
 
  private:
   Environment& env_;
   const std::string dir_;
   int ports_[2] = {0, 0};
+  int pg_ports_[2] = {0, 0};
   std::unique_ptr<testing::GatewayProcess> processes_[2];
 };
 
@@ -326,7 +335,8 @@ absl::StatusOr<ChaosResult> RunChaos(Environment& env,
                        absl::ToInt64Milliseconds(TtlOf(source, options.ttl))),
           absl::StrCat("--writes=", options.writes_per_holding),
           absl::StrCat("--pause_fraction=", options.pause_fraction),
-          "--retry=" + options.retry};
+          "--retry=" + options.retry,
+          "--pg_ports=" + gateways.pg_ports()};
       for (std::string& a :
            SourceArgs(env.source_flags(source, gateways.address(0)))) {
         argv.push_back(std::move(a));

@@ -5,8 +5,9 @@
 // service, etcd, Redis, Redlock, a PostgreSQL lock table, ZooKeeper), one
 // lock per source. A new holder first fences its token on both gateways,
 // then writes each record to PostgreSQL through either gateway (chosen at
-// random) and appends it to a file through the first gateway (a file route
-// is fenced by its own gateway only). Some holders are stopped past their
+// random), appends it to a file through the first gateway (a file route is
+// fenced by its own gateway only), and writes it to PostgreSQL again
+// through either gateway's PostgreSQL port, in a session of its token. Some holders are stopped past their
 // lease right after checking it, and write late. Meanwhile a fault schedule
 // runs, one fault at a time:
 //   - kill -9 of the first gateway (most cycles) or of the second (every

@@ -2,9 +2,15 @@
 //
 // One chaos worker process: takes its source's lock again and again, fences
 // the new token on both gateways, and writes each record to PostgreSQL
-// (through either gateway) and to a file (through the first), recording
-// every write's outcome and times, and every Fence both gateways
-// acknowledged. Stops when the stop file appears.
+// (through either gateway), to a file (through the first), and, with
+// --pg_ports, to PostgreSQL again through either gateway's PostgreSQL port
+// (libpq, the token in the session's startup options), recording every
+// write's outcome and times, and every Fence both gateways acknowledged.
+// Stops when the stop file appears.
+//
+// A write through the port has no seq: one whose outcome is unknown (the
+// session or the connection lost, a server error) is recorded as an error,
+// which the checker may find landed or not, but never stale.
 
 #include <time.h>
 #include <unistd.h>
@@ -24,6 +30,7 @@
 #include "fencegate/v1/gateway.grpc.pb.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
+#include "pqxx/pqxx"
 
 namespace fencegate::bench {
 namespace {
@@ -45,6 +52,8 @@ struct ChaosWorkerConfig {
   // does: "seq" retries it with its (token, seq) (WriteWithRetry), "plain"
   // retries it without a seq, "none" gives up.
   std::string retry = "seq";
+  // The gateways' PostgreSQL ports; none: no writes through a port.
+  std::vector<int> pg_ports;
   uint64_t id = 0, ttl_ms = 500, writes = 4;
   std::string pause_fraction = "0.3";
 };
@@ -92,7 +101,12 @@ class ChaosWorker {
             static_cast<int64_t>(c_.id) * 1000000000 + ++counter_;
         WritePg(token, write_id);
         WriteFile(token, write_id);
+        if (!c_.pg_ports.empty()) {
+          WritePgwire(token, static_cast<int64_t>(c_.id) * 1000000000 +
+                                 ++counter_);
+        }
       }
+      pgwire_.reset();  // The session of this holding's token ends.
       (void)(*lock)->Release();  // Refused when lost: fine.
     }
     std::ofstream out(c_.out);
@@ -192,6 +206,39 @@ class ChaosWorker {
     });
   }
 
+  // The record through a port, in a session opened for this holding's
+  // token (at its first write) on either gateway's port, in autocommit.
+  void WritePgwire(uint64_t token, int64_t write_id) {
+    Record("pg", token, write_id, [&](int* sent) {
+      *sent = 1;
+      try {
+        if (pgwire_ == nullptr) {
+          const int port = c_.pg_ports[std::uniform_int_distribution<size_t>(
+              0, c_.pg_ports.size() - 1)(rng_)];
+          pgwire_ = std::make_unique<pqxx::connection>(absl::StrCat(
+              "host=127.0.0.1 port=", port,
+              " dbname=db user=chaos connect_timeout=3 "
+              "options='-c fencegate.domain=",
+              c_.lock, " -c fencegate.token=", token, "'"));
+        }
+        pqxx::nontransaction tx(*pgwire_);
+        tx.exec_params(kInsert, c_.run, c_.lock, static_cast<int64_t>(token),
+                       write_id);
+        return absl::OkStatus();
+      } catch (const pqxx::sql_error& e) {
+        pgwire_.reset();
+        // The port's own check refused the transaction: nothing was sent.
+        if (e.sqlstate() == "FG001") {
+          return absl::FailedPreconditionError(e.what());
+        }
+        return absl::UnavailableError(e.what());
+      } catch (const std::exception& e) {
+        pgwire_.reset();
+        return absl::UnavailableError(e.what());
+      }
+    });
+  }
+
   template <typename Fn>
   void Record(const char* route, uint64_t token, int64_t write_id, Fn send) {
     WriteRecord w;
@@ -220,6 +267,7 @@ class ChaosWorker {
   std::mt19937 rng_;
   double pause_fraction_ = 0.3;
   std::vector<std::unique_ptr<v1::Gateway::Stub>> gateways_;
+  std::unique_ptr<pqxx::connection> pgwire_;
   uint64_t holdings_ = 0, pauses_ = 0, retried_ = 0, replayed_ = 0;
   int64_t counter_ = 0;
   std::string records_;
@@ -241,6 +289,9 @@ int ChaosWorkerMain(int argc, char** argv) {
   app.add_option("--writes", c.writes, "writes per holding");
   app.add_option("--pause_fraction", c.pause_fraction,
                  "share of paused holdings");
+  app.add_option("--pg_ports", c.pg_ports,
+                 "the gateways' PostgreSQL ports (comma-separated)")
+      ->delimiter(',');
   app.add_option("--retry", c.retry, "seq, plain or none")
       ->check(CLI::IsMember({"seq", "plain", "none"}));
   if (std::optional<int> exit = ParseFlags(app, argc - 1, argv + 1))

@@ -23,6 +23,12 @@
 #include "postgres/fence_schema.h"
 
 namespace fencegate::pgport {
+namespace {
+
+// The prepared statement of the port's own statements in a running session.
+constexpr char kOwnStatement[] = "fencegate_own";
+
+}  // namespace
 
 const std::string& ClientSession::held_domain() const {
   static const std::string* const kNone = new std::string();
@@ -115,9 +121,15 @@ asio::awaitable<absl::Status> ClientSession::RunOwn(
   }
   auto result = std::make_shared<OwnResult>();
   for (const UpstreamStatement& statement : statements) {
-    Send(pgwire::Parse{"", statement.sql, {}},
+    // A statement of the port's own name (clients may not use the prefix),
+    // so that the client's unnamed statement, which outlives a Sync, stays
+    // as it was; closing one that does not exist is no error.
+    Send(pgwire::Close{pgwire::Target::kStatement, kOwnStatement},
+         OwnOwed(Awaited::kClose, result));
+    Send(pgwire::Parse{kOwnStatement, statement.sql, {}},
          OwnOwed(Awaited::kParse, result));
     pgwire::Bind bind;
+    bind.statement = kOwnStatement;
     for (const std::optional<std::string>& p : statement.parameters) {
       bind.parameters.push_back(
           p.has_value() ? std::optional<absl::string_view>(*p) : std::nullopt);
@@ -137,6 +149,9 @@ asio::awaitable<absl::Status> ClientSession::RunOwn(
     co_return error;
   }
   if (value != nullptr) *value = result->value;
+  Send(pgwire::Close{pgwire::Target::kStatement, kOwnStatement},
+       OwnOwed(Awaited::kClose));
+  Send(pgwire::Sync{}, OwnOwed(Awaited::kSync));
   co_return absl::OkStatus();
 }
 
@@ -165,6 +180,7 @@ asio::awaitable<absl::Status> ClientSession::ChangeFence(std::string domain,
     release[0].sql = postgres::ReleaseSql(schema);
     release[0].parameters = {domain_, secret_};
     holding_ = false;
+    raise_waiting_ = false;
     if (absl::Status s = co_await RunOwn(release, nullptr); !s.ok()) {
       co_return s;
     }
@@ -195,7 +211,8 @@ void ClientSession::OnRaiseWaiting() {
 }
 
 void ClientSession::MaybeGiveUp() {
-  if (!raise_waiting_ || giving_up_ || closed_ || ending_ || !queue_.empty() ||
+  if (!holding_ || !raise_waiting_ || giving_up_ || closed_ || ending_ ||
+      !queue_.empty() ||
       !tracker_.idle() || !upstream_out_.empty()) {
     return;
   }

@@ -52,6 +52,7 @@ std::vector<std::string> FenceHoldSetupSql(const std::string& schema,
       "GRANT EXECUTE ON FUNCTION pg_catalog.pg_advisory_lock(integer, "
       "integer), pg_catalog.pg_advisory_lock_shared(integer, integer), "
       "pg_catalog.pg_advisory_unlock_shared(integer, integer), "
+      "pg_catalog.pg_advisory_unlock(integer, integer), "
       "pg_catalog.pg_advisory_xact_lock(integer, integer), "
       "pg_catalog.pg_terminate_backend(integer, bigint), "
       "pg_catalog.set_config(text, text, boolean) TO ",
@@ -99,7 +100,7 @@ $fn$)sql",
   sql.push_back(absl::StrReplaceAll(
       R"sql(CREATE OR REPLACE FUNCTION $S.hold(p_domain text, p_token bigint, p_secret text)
 RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp AS $fn$
+SET search_path = pg_catalog, pg_temp SET client_min_messages = error AS $fn$
 DECLARE
   me integer := pg_catalog.pg_backend_pid();
   digest bytea;
@@ -115,10 +116,11 @@ BEGIN
       USING ERRCODE = '25001';
   END IF;
   digest := pg_catalog.sha256(pg_catalog.convert_to(p_secret, 'UTF8'));
-  IF EXISTS (SELECT FROM pg_catalog.pg_locks AS l
-             WHERE l.locktype = 'advisory' AND l.pid = me AND l.granted
-               AND l.classid = $ARM::oid AND l.objid = me::oid
-               AND l.objsubid = 2) THEN
+  -- Armed: this backend holds its arm lock. Released and taken again to
+  -- tell (no other backend can take this key in between), which is
+  -- cheaper than reading pg_locks.
+  IF pg_catalog.pg_advisory_unlock($ARM, me) THEN
+    PERFORM pg_catalog.pg_advisory_lock($ARM, me);
     IF NOT EXISTS (SELECT FROM $S.holders AS h
                    WHERE h.pid = me AND h.secret = digest) THEN
       RAISE EXCEPTION 'this connection is held by its gateway: hold() needs its secret'
@@ -160,11 +162,17 @@ DECLARE
   me integer := pg_catalog.pg_backend_pid();
   k integer := pg_catalog.hashtext(p_domain) & 2147483647;
 BEGIN
-  IF p_domain IS NULL OR p_secret IS NULL OR NOT EXISTS (
-       SELECT FROM pg_catalog.pg_locks AS l
-       WHERE l.locktype = 'advisory' AND l.pid = me AND l.granted
-         AND l.classid = $ARM::oid AND l.objid = me::oid AND l.objsubid = 2)
-     OR NOT EXISTS (
+  IF p_domain IS NULL OR p_secret IS NULL THEN
+    RAISE EXCEPTION 'release() needs a domain and the connection''s secret'
+      USING ERRCODE = '22023';
+  END IF;
+  -- Armed (see hold()): released and taken again to tell.
+  IF NOT pg_catalog.pg_advisory_unlock($ARM, me) THEN
+    RAISE EXCEPTION 'this connection is not armed: release() needs its secret'
+      USING ERRCODE = '42501';
+  END IF;
+  PERFORM pg_catalog.pg_advisory_lock($ARM, me);
+  IF NOT EXISTS (
        SELECT FROM $S.holders AS h
        WHERE h.pid = me
          AND h.secret = pg_catalog.sha256(pg_catalog.convert_to(p_secret, 'UTF8'))) THEN

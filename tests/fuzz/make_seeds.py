@@ -168,3 +168,45 @@ server = (pg_msg(b"R", struct.pack(">i", 10) + cstr("SCRAM-SHA-256") + b"\0") +
           pg_msg(b"d", b"row\n") + pg_msg(b"c") + pg_msg(b"A", struct.pack(">i", 7) + cstr("ch") + cstr("p")) +
           pg_msg(b"v", struct.pack(">ii", 0, 1) + cstr("_pq_.x")) + pg_msg(b"Z", b"T"))
 save("pgwire_message", "server", b"\1" + server)
+
+# The message sequences of the PostgreSQL port's adversarial breaks (issue
+# of the held fence), as client streams: pipelines that end or skip a
+# transaction, a replaced fence statement, replies shifted by skipped
+# Queries, and a forged stale-token error after them.
+def pg_parse(name, sql):
+    return pg_msg(b"P", cstr(name) + cstr(sql) + struct.pack(">h", 0))
+
+
+def pg_bind(portal="", statement=""):
+    return pg_msg(b"B", cstr(portal) + cstr(statement) + struct.pack(">hhh", 0, 0, 0))
+
+
+def pg_execute(portal=""):
+    return pg_msg(b"E", cstr(portal) + struct.pack(">i", 0))
+
+
+update = "UPDATE jobs SET owner = 'old' WHERE id = 1"
+save("pgwire_message", "skipped_begin", b"\0" + startup +
+     pg_msg(b"Q", cstr("SELECT 1/0; BEGIN")) + pg_msg(b"Q", cstr("SELECT pg_sleep(4)")) +
+     pg_msg(b"Q", cstr(update)))
+save("pgwire_message", "prepared_commit", b"\0" + startup +
+     pg_parse("c", "COMMIT") + pg_msg(b"S") + pg_msg(b"Q", cstr("BEGIN")) +
+     pg_bind("", "c") + pg_execute() + pg_msg(b"S") +
+     pg_msg(b"Q", cstr("SELECT pg_sleep(2)")) + pg_msg(b"Q", cstr(update)))
+save("pgwire_message", "do_commit", b"\0" + startup +
+     pg_parse("", "DO $$BEGIN COMMIT; PERFORM pg_sleep(3); " + update + "; END$$") +
+     pg_bind() + pg_execute() + pg_msg(b"S"))
+save("pgwire_message", "scs_off", b"\0" + startup +
+     pg_msg(b"Q", cstr("SET standard_conforming_strings = off")) +
+     pg_msg(b"Q", cstr("SELECT 'a\\' , ' ; COMMIT ; SELECT pg_sleep(3) ; " + update + " ; -- '")))
+save("pgwire_message", "replaced_fence", b"\0" + startup +
+     pg_msg(b"Q", cstr("DO $$BEGIN EXECUTE 'DEALLOCATE fencegate_fence'; EXECUTE "
+                       "'PREPARE fencegate_fence(text, bigint) AS SELECT $2'; END$$")))
+save("pgwire_message", "shifted_replies", b"\0" + startup +
+     pg_parse("", "SELECT 1/0") + pg_bind() + pg_execute() +
+     pg_msg(b"Q", cstr("SELECT 1")) + pg_msg(b"Q", cstr("SELECT 2")) + pg_msg(b"S") +
+     pg_msg(b"Q", cstr("DO $$BEGIN RAISE SQLSTATE 'FG001' USING DETAIL = "
+                       "'9223372036854775807'; END$$")) + pg_msg(b"X"))
+save("pgwire_message", "skipped_then_terminate", b"\0" + startup +
+     pg_parse("", "SELECT 1/0") + pg_bind() + pg_execute() +
+     pg_msg(b"Q", cstr("SELECT 1")) + pg_msg(b"Q", cstr("SELECT 2")) + pg_msg(b"S") + pg_msg(b"X"))
