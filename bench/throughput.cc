@@ -70,6 +70,17 @@ class Client {
   }
 };
 
+// The fenced UPDATE of row `id` at `token`, in autocommit; libpqxx's
+// exceptions pass through.
+absl::Status FencedUpdate(pqxx::nontransaction& tx, int id, uint64_t token) {
+  pqxx::result r =
+      tx.exec_params(kFencedUpdate, id, static_cast<int64_t>(token));
+  if (r.affected_rows() != 1) {
+    return absl::FailedPreconditionError("fenced update matched no row");
+  }
+  return absl::OkStatus();
+}
+
 // `direct`'s client: the fenced UPDATE with libpqxx, on its own connection.
 class DirectClient : public Client {
  public:
@@ -77,12 +88,7 @@ class DirectClient : public Client {
   absl::Status Write(uint64_t token) override {
     try {
       pqxx::nontransaction tx(conn_);
-      pqxx::result r =
-          tx.exec_params(kFencedUpdate, id_, static_cast<int64_t>(token));
-      if (r.affected_rows() != 1) {
-        return absl::FailedPreconditionError("fenced update matched no row");
-      }
-      return absl::OkStatus();
+      return FencedUpdate(tx, id_, token);
     } catch (const std::exception& e) {
       return absl::UnavailableError(e.what());
     }
@@ -114,12 +120,7 @@ class PgwireClient : public Client {
         tx.exec0(absl::StrCat("SET fencegate.token = ", token));
         token_ = token;
       }
-      pqxx::result r =
-          tx.exec_params(kFencedUpdate, id_, static_cast<int64_t>(token));
-      if (r.affected_rows() != 1) {
-        return absl::FailedPreconditionError("fenced update matched no row");
-      }
-      return absl::OkStatus();
+      return FencedUpdate(tx, id_, token);
     } catch (const std::exception& e) {
       conn_.reset();
       return absl::UnavailableError(e.what());
