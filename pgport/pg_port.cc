@@ -202,6 +202,10 @@ void PgPort::Shutdown() {
       if (auto session = weak.lock()) open.push_back(std::move(session));
     }
     for (const auto& session : open) session->Close();
+    for (auto& [name, route] : impl->state.routes) {
+      boost::system::error_code closed;
+      if (route.watch != nullptr) route.watch->socket().close(closed);
+    }
   });
   impl->thread.join();
 }

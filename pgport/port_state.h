@@ -30,6 +30,9 @@ struct PortRoute {
   PgPortRoute spec;
   UpstreamTarget target;
   std::unique_ptr<UpstreamPool> pool;
+  // The RaiseWatch's connection while it has one (closed at shutdown, so
+  // that a server that stopped answering holds nothing up).
+  Upstream* watch = nullptr;
 };
 
 struct PortState {

@@ -67,6 +67,7 @@ asio::awaitable<void> RaiseWatch::Run(PortState& port, PortRoute& route) {
         continue;
       }
       watch = *std::move(made);
+      route.watch = watch.get();
       warned = false;
     }
     std::vector<std::string> domains;
@@ -80,9 +81,11 @@ asio::awaitable<void> RaiseWatch::Run(PortState& port, PortRoute& route) {
     ask[0].parameters.emplace_back(TextArrayLiteral(domains));
     absl::Status s = co_await watch->RunExtended(ask, &waiting);
     if (!s.ok()) {
+      if (port.stopping) break;  // its connection was closed to stop
       Log(LogSeverity::kWarning,
           absl::StrCat("pg port: route \"", route.spec.name,
                        "\": watching for raises failed: ", s.message()));
+      route.watch = nullptr;
       watch.reset();
       continue;
     }
@@ -99,6 +102,7 @@ asio::awaitable<void> RaiseWatch::Run(PortState& port, PortRoute& route) {
       }
     }
   }
+  route.watch = nullptr;
 }
 
 }  // namespace fencegate::pgport

@@ -212,8 +212,7 @@ void ClientSession::OnRaiseWaiting() {
 
 void ClientSession::MaybeGiveUp() {
   if (!holding_ || !raise_waiting_ || giving_up_ || closed_ || ending_ ||
-      !queue_.empty() ||
-      !tracker_.idle() || !upstream_out_.empty()) {
+      !queue_.empty() || !tracker_.idle() || !upstream_out_.empty()) {
     return;
   }
   giving_up_ = true;

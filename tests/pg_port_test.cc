@@ -177,11 +177,22 @@ TEST_F(PgPortTest, PgbenchRunsInEveryQueryMode) {
 TEST_F(PgPortTest, ARaiseDuringATransactionWaitsForItsCommit) {
   auto g = StartGateway();
   ASSERT_NE(g, nullptr);
-  pqxx::connection c(PqxxDsn(*g, Options(5)));
-  pqxx::work tx(c);
-  tx.exec0("UPDATE jobs SET owner = 'old holder' WHERE id = 1");
-  // The next holder's Fence raises the database's fence, which waits on
-  // the row this transaction holds.
+  // libpq itself: libpqxx 6.4 leaks the result of a query on a connection
+  // that broke (tests/lsan.supp), which this one does.
+  PGconn* c = PQconnectdb(PqxxDsn(*g, Options(5)).c_str());
+  ASSERT_EQ(PQstatus(c), CONNECTION_OK) << PQerrorMessage(c);
+  auto run = [c](const char* sql) {
+    PGresult* r = PQexec(c, sql);
+    const ExecStatusType status = PQresultStatus(r);
+    PQclear(r);
+    return status;
+  };
+  ASSERT_EQ(run("BEGIN"), PGRES_COMMAND_OK) << PQerrorMessage(c);
+  ASSERT_EQ(run("UPDATE jobs SET owner = 'old holder' WHERE id = 1"),
+            PGRES_COMMAND_OK)
+      << PQerrorMessage(c);
+  // The next holder's Fence raises the database's fence, which waits for
+  // the session's hold while its transaction runs.
   std::future<grpc::Status> fenced =
       std::async(std::launch::async, [&] { return Fence(*g, 6); });
   ASSERT_TRUE(testing::WaitFor(
@@ -192,7 +203,7 @@ TEST_F(PgPortTest, ARaiseDuringATransactionWaitsForItsCommit) {
                    .as<int64_t>() == 1;
       },
       absl::Seconds(30)));
-  tx.commit();
+  EXPECT_EQ(run("COMMIT"), PGRES_COMMAND_OK) << PQerrorMessage(c);
   grpc::Status s = fenced.get();
   EXPECT_TRUE(s.ok()) << s.error_message();
   // The old holder's transaction landed before the raise, and nothing of it
@@ -201,12 +212,9 @@ TEST_F(PgPortTest, ARaiseDuringATransactionWaitsForItsCommit) {
   EXPECT_EQ(StoredFence(kDomain), 6);
   // Its session gave the domain up once its transaction ended, which ended
   // the session: nothing more of it runs.
-  EXPECT_THROW(
-      {
-        pqxx::work late(c);
-        late.exec0("UPDATE jobs SET owner = 'late' WHERE id = 1");
-      },
-      pqxx::failure);
+  EXPECT_NE(run("UPDATE jobs SET owner = 'late' WHERE id = 1"),
+            PGRES_COMMAND_OK);
+  PQfinish(c);
   EXPECT_EQ(Owner(), "old holder");
 }
 
