@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds fencegate, starts it on its embedded
 # default (127.0.0.1:7070, ./fencegate-data) in the background, and shows a
-# stale write being rejected. Stop it with: kill "$(cat fencegate-data/fencegate.pid)"
+# stale write being rejected; then the same with psql through the gateway's
+# PostgreSQL port (scripts/demo_pg.sh, with a throwaway PostgreSQL). Stop it with: kill "$(cat fencegate-data/fencegate.pid)"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -39,5 +40,7 @@ rc=$?
 set -e +x
 echo "demo: the late write exited with code $rc (3 = stale token); the file still says:"
 cat fencegate-data/files/demo/report.txt; echo
+# The same with psql, through the gateway's PostgreSQL port.
+BUILD=build bash scripts/demo_pg.sh
 echo "demo: the gateway keeps running; stop it with: kill \$(cat fencegate-data/fencegate.pid)"
 [ "$rc" -eq 3 ]
