@@ -1,6 +1,6 @@
 // Copyright fencegate authors.
 //
-// The database's fence function itself (storage_adapters/postgres/
+// The database's fence function itself (postgres/include/postgres/
 // fence_schema.h), called as a direct writer or the gateway calls it: a
 // token equal to the fence keeps the row without writing a new version of
 // it, and a raise waits for every open transaction that holds the fence at
@@ -36,43 +36,53 @@ TEST_F(PostgresFenceFunctionTest, AnEqualTokenKeepsTheRowAsItIs) {
   EXPECT_EQ(StoredFence("d"), 6);
 }
 
+// At every isolation level: at READ COMMITTED an equal token's transaction
+// holds the domain's advisory lock shared (no tuple lock), at REPEATABLE
+// READ and SERIALIZABLE the row's shared lock; a raise waits for either.
 TEST_F(PostgresFenceFunctionTest, ARaiseWaitsForTheLowerTokensTransactions) {
-  Exec("SELECT fencegate.fence('d', 5)");
-  pqxx::connection old_holder(server_->Conninfo());
-  pqxx::work open(old_holder);
-  open.exec("SELECT fencegate.fence('d', 5)");
-  const int old_pid = old_holder.backendpid();
+  int64_t token = 5;
+  for (const char* level :
+       {"READ COMMITTED", "REPEATABLE READ", "SERIALIZABLE"}) {
+    SCOPED_TRACE(level);
+    Exec("SELECT fencegate.fence('d', " + std::to_string(token) + ")");
+    pqxx::connection old_holder(server_->Conninfo());
+    pqxx::work open(old_holder);
+    open.exec(std::string("SET TRANSACTION ISOLATION LEVEL ") + level);
+    open.exec("SELECT fencegate.fence('d', " + std::to_string(token) + ")");
+    const int old_pid = old_holder.backendpid();
 
-  absl::Notification raised;
-  int new_pid = 0;
-  std::thread raiser([&] {
-    pqxx::connection c(server_->Conninfo());
-    new_pid = c.backendpid();
-    pqxx::work tx(c);
-    tx.exec("SELECT fencegate.fence('d', 6)");
-    tx.commit();
-    raised.Notify();
-  });
-  // The raiser is seen blocked on a lock held by the old holder's open
-  // transaction -- or, if it never waited, done, and the test fails.
-  ASSERT_TRUE(testing::WaitFor(
-      [&] {
-        if (raised.HasBeenNotified()) return true;
-        return Exec(
-                   "SELECT count(*) FROM pg_stat_activity WHERE "
-                   "wait_event_type = 'Lock' AND pid <> " +
-                   std::to_string(old_pid))[0][0]
-                   .as<int64_t>() > 0;
-      },
-      absl::Seconds(30)));
-  EXPECT_FALSE(raised.HasBeenNotified())
-      << "the raise did not wait for the open transaction at token 5";
-  EXPECT_EQ(StoredFence("d"), 5);
-  open.commit();
-  raiser.join();
-  EXPECT_TRUE(raised.HasBeenNotified());
-  EXPECT_NE(new_pid, 0);
-  EXPECT_EQ(StoredFence("d"), 6);
+    absl::Notification raised;
+    int new_pid = 0;
+    std::thread raiser([&] {
+      pqxx::connection c(server_->Conninfo());
+      new_pid = c.backendpid();
+      pqxx::work tx(c);
+      tx.exec("SELECT fencegate.fence('d', " + std::to_string(token + 1) + ")");
+      tx.commit();
+      raised.Notify();
+    });
+    // The raiser is seen blocked on a lock held by the old holder's open
+    // transaction -- or, if it never waited, done, and the test fails.
+    ASSERT_TRUE(testing::WaitFor(
+        [&] {
+          if (raised.HasBeenNotified()) return true;
+          return Exec(
+                     "SELECT count(*) FROM pg_stat_activity WHERE "
+                     "wait_event_type = 'Lock' AND pid <> " +
+                     std::to_string(old_pid))[0][0]
+                     .as<int64_t>() > 0;
+        },
+        absl::Seconds(30)));
+    EXPECT_FALSE(raised.HasBeenNotified())
+        << "the raise did not wait for the open transaction at token " << token;
+    EXPECT_EQ(StoredFence("d"), token);
+    open.commit();
+    raiser.join();
+    EXPECT_TRUE(raised.HasBeenNotified());
+    EXPECT_NE(new_pid, 0);
+    EXPECT_EQ(StoredFence("d"), token + 1);
+    token += 2;
+  }
 }
 
 }  // namespace
