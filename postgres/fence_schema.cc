@@ -125,32 +125,15 @@ BEGIN
       USING ERRCODE = '$ONCE';
   END IF;
   -- The common case, a holder writing again with its token: a shared lock
-  -- that a raise must wait for (a raise takes the domain's advisory lock
-  -- exclusively, then the row's), held to the end of this transaction. The
+  -- on the row keeps it as it is, writes no new row version, and lets a
+  -- raise (which locks the row exclusively) wait for this transaction. The
   -- plain read first keeps a raiser from holding the shared lock it would
-  -- then have to upgrade (two such raisers would deadlock).
+  -- then have to upgrade (two such raisers would deadlock); the locked read
+  -- sees the newest row, so a raise that landed in between is seen.
   SELECT f.token INTO held FROM $S.fences AS f WHERE f.domain = p_domain;
   IF held = p_token THEN
-    IF pg_catalog.current_setting('transaction_isolation') = 'read committed' THEN
-      -- The domain's advisory lock, shared: no tuple lock (and no
-      -- MultiXact when many transactions share the row) for an unchanged
-      -- token. The read after it is a later
-      -- statement, so its snapshot sees a raise that committed during the
-      -- wait.
-      PERFORM pg_catalog.pg_advisory_xact_lock_shared($KEY,
-        pg_catalog.hashtext(p_domain) & 2147483647);
-      SELECT f.token INTO held FROM $S.fences AS f WHERE f.domain = p_domain;
-      -- A transaction id, which the row lock used to give: a second call in
-      -- this transaction is then no first write (above), so SQL after the
-      -- gateway's call cannot call it again to raise another domain.
-      PERFORM pg_catalog.pg_current_xact_id();
-    ELSE
-      -- At REPEATABLE READ and SERIALIZABLE the snapshot was taken before
-      -- any wait: the row's own lock sees the newest row (or fails with
-      -- 40001 if a raise committed since the snapshot).
-      SELECT f.token INTO held FROM $S.fences AS f WHERE f.domain = p_domain
-        FOR SHARE;
-    END IF;
+    SELECT f.token INTO held FROM $S.fences AS f WHERE f.domain = p_domain
+      FOR SHARE;
     IF held = p_token THEN
       RETURN held;
     END IF;
@@ -179,10 +162,7 @@ BEGIN
   RETURN held;
 END
 $fn$)sql",
-      {{"$S", s},
-       {"$KEY", absl::StrCat(kHoldLockKey)},
-       {"$STALE", kStaleSqlState},
-       {"$ONCE", kNotFirstSqlState}}));
+      {{"$S", s}, {"$STALE", kStaleSqlState}, {"$ONCE", kNotFirstSqlState}}));
   // A gateway's lease grants and Sequence calls take their token here, so
   // that two gateways never hand out the same one: the row is raised to
   // the higher of its token + 1 and p_at_least, under its exclusive lock.

@@ -125,8 +125,7 @@ TEST_F(PostgresSessionTest, ADirtyWritesSessionIsResetBeforeTheNextWrite) {
        "SELECT current_setting('application_name')", ""},
       {"DO $$BEGIN EXECUTE 'PREPARE p AS SELECT 1'; END$$",
        "SELECT count(*) FROM pg_prepared_statements WHERE name = 'p'", "0"},
-      // The Write's own fence() holds fencegate's key (fence_hold.h) for
-      // its transaction: only the others count.
+      // Only the locks outside fencegate's own key (fence_hold.h) count.
       {"DO $$BEGIN PERFORM pg_advisory_lock(42); END$$",
        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = "
        "pg_backend_pid() AND classid <> 1717923427",
