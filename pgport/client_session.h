@@ -146,9 +146,11 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   // false if the session ended.
   asio::awaitable<bool> Drain();
   // SET fencegate.* of another domain or token, in a running session
-  // between two transactions: the old hold released, the new one taken
-  // (raising the database's fence if lower). OK, or the refusal, after
-  // which the session holds nothing and must end.
+  // between two transactions: admitted and checked here first (a refusal
+  // leaves the old hold as it was), then the old hold released and the
+  // new one taken (raising the database's fence if lower). OK, or the
+  // refusal; after a refusal by the database the session holds nothing
+  // and must end.
   asio::awaitable<absl::Status> ChangeFence(std::string domain, uint64_t token);
   // Gives the held domain up and ends the session if a raise waits and the
   // server is between two transactions with nothing owed.

@@ -167,10 +167,13 @@ asio::awaitable<bool> ClientSession::Drain() {
 
 asio::awaitable<absl::Status> ClientSession::ChangeFence(std::string domain,
                                                          uint64_t token) {
-  // Admitted under the policy before anything moves.
+  // Admitted under the policy, and the new token checked against this
+  // gateway's fence, before anything moves: refused, the session keeps the
+  // hold it has.
   std::swap(domain_, domain);
   std::swap(token_, token);
   absl::Status admitted = AdmitSession();
+  if (admitted.ok() && token_ != 0) admitted = co_await CheckLocally();
   std::swap(domain_, domain);
   std::swap(token_, token);
   if (!admitted.ok()) co_return admitted;

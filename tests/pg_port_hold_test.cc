@@ -201,8 +201,8 @@ TEST_F(PgPortHoldTest, ARouteWhoseRoleCouldReleaseTheHoldIsNotServed) {
 // learns what the database holds. A token changed in a running session
 // moves its connection's hold: released, then taken at the new token
 // (raising the database's fence), so that a raise past the new token waits
-// for the session; a change the gateway or the database refuses ends the
-// session, which then holds nothing.
+// for the session; a change this gateway refuses moves nothing, and one the
+// database refuses ends the session, which then holds nothing.
 TEST_F(PgPortHoldTest, ATokenChangeMovesTheHold) {
   auto g = StartGateway();
   ASSERT_NE(g, nullptr);
@@ -225,14 +225,24 @@ TEST_F(PgPortHoldTest, ATokenChangeMovesTheHold) {
   EXPECT_NE(Run(c, "UPDATE jobs SET owner = 'late' WHERE id = 1"), "");
   PQfinish(c);
   EXPECT_EQ(Owner(), "new");
-  // A change to a stale token ends the session.
+  // A change to a stale token is refused here and moves nothing: the
+  // session keeps its hold at 11.
   c = Connect(*g, Options(11));
   ASSERT_EQ(PQstatus(c), CONNECTION_OK) << PQerrorMessage(c);
-  EXPECT_NE(Run(c, "SET fencegate.token = 10"), "");
-  EXPECT_EQ(Run(c, "UPDATE jobs SET owner = 'after' WHERE id = 1"),
+  EXPECT_EQ(Run(c, "SET fencegate.token = 10"), "FG001");
+  EXPECT_EQ(StoredFence(kDomain), 11);
+  EXPECT_EQ(Run(c, "UPDATE jobs SET owner = 'eleven' WHERE id = 1"), "");
+  EXPECT_EQ(Owner(), "eleven");
+  // One the database refuses (another domain, which a direct writer raised
+  // past the session's token, unseen here) ends the session, which then
+  // holds nothing.
+  Exec("SELECT fencegate.fence('other-lock', 20)");
+  EXPECT_NE(Run(c, "SET fencegate.domain = 'other-lock'"), "");
+  EXPECT_EQ(Run(c, "UPDATE jobs SET owner = 'other' WHERE id = 1"),
             "send failed");
+  EXPECT_EQ(StoredFence("other-lock"), 20);
   PQfinish(c);
-  EXPECT_EQ(Owner(), "new");
+  EXPECT_EQ(Owner(), "eleven");
 }
 
 }  // namespace
