@@ -178,27 +178,65 @@ asio::awaitable<absl::Status> ClientSession::ChangeFence(std::string domain,
   std::swap(token_, token);
   if (!admitted.ok()) co_return admitted;
   const std::string& schema = route_->spec.options.fence_schema;
-  if (holding_) {
-    std::vector<UpstreamStatement> release(1);
-    release[0].sql = postgres::ReleaseSql(schema);
-    release[0].parameters = {domain_, secret_};
-    holding_ = false;
-    raise_waiting_ = false;
-    if (absl::Status s = co_await RunOwn(release, nullptr); !s.ok()) {
-      co_return s;
-    }
-  }
   const bool was_read_only = token_ == 0;
+  // One batch, one round trip: the old domain released, the database's
+  // fence raised to the new token (kept if equal, refused if above), and
+  // the new hold, each in a transaction of its own. Only hold()'s row has
+  // a column (the others are selected FROM), so its value is the batch's.
+  std::vector<UpstreamStatement> move;
+  if (holding_) {
+    move.push_back({postgres::ReleaseSql(schema), {domain_, secret_}});
+  }
+  holding_ = false;
+  raise_waiting_ = false;
   domain_ = std::move(domain);
   token_ = token;
-  raise_waiting_ = false;
-  if (token_ == 0) co_return absl::OkStatus();  // nothing to hold
-  absl::Status s =
-      co_await Hold([this](const std::vector<UpstreamStatement>& statements,
-                           std::optional<std::string>* value) {
-        return RunOwn(statements, value);
-      });
-  if (!s.ok()) co_return s;
+  if (token_ == 0) {  // nothing to hold
+    if (move.empty()) co_return absl::OkStatus();
+    co_return co_await RunOwn(move, nullptr);
+  }
+  const std::string token_text = absl::StrCat(token_);
+  move.push_back({"BEGIN READ WRITE", {}});
+  move.push_back(
+      {absl::StrCat("SELECT FROM \"", schema, "\".fence($1, $2::bigint)"),
+       {domain_, token_text}});
+  move.push_back({"COMMIT", {}});
+  move.push_back({"BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE", {}});
+  move.push_back({postgres::HoldSql(schema), {domain_, token_text, secret_}});
+  move.push_back({"COMMIT", {}});
+  std::optional<std::string> value;
+  absl::Status s = co_await RunOwn(move, &value);
+  if (!s.ok()) {
+    if (UpstreamSqlState(s) != postgres::kStaleSqlState) co_return s;
+    // The database's fence is above the new token: once the failed block
+    // is rolled back, Hold() reads it (a stale refusal, the fence learnt).
+    std::vector<UpstreamStatement> rollback(1);
+    rollback[0].sql = "ROLLBACK";
+    if (absl::Status r = co_await RunOwn(rollback, nullptr); !r.ok()) {
+      co_return r;
+    }
+    s = co_await Hold([this](const std::vector<UpstreamStatement>& statements,
+                             std::optional<std::string>* value) {
+      return RunOwn(statements, value);
+    });
+    if (!s.ok()) co_return s;
+  } else {
+    uint64_t held = 0;
+    if (!value.has_value() || !absl::SimpleAtoi(*value, &held)) {
+      co_return absl::FailedPreconditionError(
+          "the route's server answered hold() with no token");
+    }
+    if (held > token_) {
+      LearnFromDatabase();
+      co_return StaleTokenError(domain_, token_, held);
+    }
+    if (held < token_) {
+      co_return absl::FailedPreconditionError(absl::StrCat(
+          "the database's fence of domain \"", absl::CHexEscape(domain_),
+          "\" is ", held, " after it was raised to ", token_));
+    }
+    holding_ = true;
+  }
   if (was_read_only) {
     // The session may write from now on.
     Send(pgwire::Query{"RESET default_transaction_read_only"},

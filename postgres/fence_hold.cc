@@ -13,7 +13,7 @@ std::string HoldSql(const std::string& schema) {
 }
 
 std::string ReleaseSql(const std::string& schema) {
-  return absl::StrCat("SELECT \"", schema, "\".release($1, $2)");
+  return absl::StrCat("SELECT FROM \"", schema, "\".release($1, $2)");
 }
 
 std::string RaisesWaitingSql(const std::string& schema) {

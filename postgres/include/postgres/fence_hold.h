@@ -63,8 +63,9 @@ inline constexpr int kFenceSchemaVersion = 2;
 
 // "SELECT "<schema>".hold($1, $2::bigint, $3)".
 std::string HoldSql(const std::string& schema);
-// "SELECT "<schema>".release($1, $2)": the domain $1 given up by the
-// connection armed with secret $2 (42501 with another secret).
+// "SELECT FROM "<schema>".release($1, $2)": the domain $1 given up by the
+// connection armed with secret $2 (42501 with another secret); its row has
+// no column.
 std::string ReleaseSql(const std::string& schema);
 
 // Of the domains in $1 (a text[] literal), the 1-based positions of those
