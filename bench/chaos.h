@@ -7,9 +7,9 @@
 // then writes each record to PostgreSQL through either gateway (chosen at
 // random), appends it to a file through the first gateway (a file route is
 // fenced by its own gateway only), and writes it to PostgreSQL again
-// through either gateway's PostgreSQL port, in a session of its token. Some holders are stopped past their
-// lease right after checking it, and write late. Meanwhile a fault schedule
-// runs, one fault at a time:
+// through either gateway's PostgreSQL port, in a session of its token. Some
+// holders are stopped past their lease right after checking it, and write late.
+// Meanwhile a fault schedule runs, one fault at a time:
 //   - kill -9 of the first gateway (most cycles) or of the second (every
 //     third), each at a random moment, followed by a restart on the same
 //     port and data directory;

@@ -102,11 +102,11 @@ class ChaosWorker {
         WritePg(token, write_id);
         WriteFile(token, write_id);
         if (!c_.pg_ports.empty()) {
-          WritePgwire(token, static_cast<int64_t>(c_.id) * 1000000000 +
-                                 ++counter_);
+          WritePgwire(token,
+                      static_cast<int64_t>(c_.id) * 1000000000 + ++counter_);
         }
       }
-      pgwire_.reset();  // The session of this holding's token ends.
+      pgwire_.reset();           // The session of this holding's token ends.
       (void)(*lock)->Release();  // Refused when lost: fine.
     }
     std::ofstream out(c_.out);
@@ -215,11 +215,11 @@ class ChaosWorker {
         if (pgwire_ == nullptr) {
           const int port = c_.pg_ports[std::uniform_int_distribution<size_t>(
               0, c_.pg_ports.size() - 1)(rng_)];
-          pgwire_ = std::make_unique<pqxx::connection>(absl::StrCat(
-              "host=127.0.0.1 port=", port,
-              " dbname=db user=chaos connect_timeout=3 "
-              "options='-c fencegate.domain=",
-              c_.lock, " -c fencegate.token=", token, "'"));
+          pgwire_ = std::make_unique<pqxx::connection>(
+              absl::StrCat("host=127.0.0.1 port=", port,
+                           " dbname=db user=chaos connect_timeout=3 "
+                           "options='-c fencegate.domain=",
+                           c_.lock, " -c fencegate.token=", token, "'"));
         }
         pqxx::nontransaction tx(*pgwire_);
         tx.exec_params(kInsert, c_.run, c_.lock, static_cast<int64_t>(token),

@@ -111,9 +111,10 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   // The SET statements that give the upstream session the client's
   // startup parameters (and read-only mode without a token).
   std::string SetupSql() const;
-  // Ends a session idle inside a transaction past the idle limit, and
-  // cancels a statement that runs past the route's statement_timeout_ms
-  // and a second (neither side heard from), whatever the session set.
+  // session_watchdog.cc: ends a session idle inside a transaction past the
+  // idle limit, and cancels a statement that runs past the route's
+  // statement_timeout_ms and a second (neither side heard from), whatever
+  // the session set.
   asio::awaitable<void> Watchdog();
   // Sends a FATAL error and closes.
   asio::awaitable<void> Fatal(absl::string_view sqlstate,

@@ -20,6 +20,7 @@
 #include "libpq-fe.h"
 #include "pgwire/frame.h"
 #include "pgwire/frontend.h"
+#include "pgwire/startup.h"
 #include "tests/pg_port_fixture.h"
 
 namespace fencegate {
@@ -83,6 +84,15 @@ class RawClient {
   bool Send(const std::string& bytes) {
     return ::write(fd_, bytes.data(), bytes.size()) ==
            static_cast<ssize_t>(bytes.size());
+  }
+  // Signs in as worker to route db with startup `options` (none if empty);
+  // what came up to ReadyForQuery (ReadToReady), or "send failed".
+  std::string SignIn(const std::string& options = "") {
+    pgwire::StartupMessage startup;
+    startup.parameters = {{"user", "worker"}, {"database", "db"}};
+    if (!options.empty()) startup.parameters.emplace_back("options", options);
+    if (!Send(pgwire::EncodeStartupPacket(startup))) return "send failed";
+    return ReadToReady();
   }
   // Writes `message` again and again, without reading, until the gateway
   // stops taking them (no room for 2 s) or `limit` bytes went out; the

@@ -16,7 +16,6 @@
 #include "absl/time/time.h"
 #include "libpq-fe.h"
 #include "pgwire/frontend.h"
-#include "pgwire/startup.h"
 #include "tests/pg_port_hardening_fixture.h"
 
 namespace fencegate {
@@ -383,10 +382,7 @@ TEST_F(PgPortHardeningTest, QueriesSkippedAfterAnErrorLeakNoSession) {
   ASSERT_NE(g, nullptr);
   {
     RawClient c(g->pg_port);
-    pgwire::StartupMessage startup;
-    startup.parameters = {{"user", "worker"}, {"database", "db"}};
-    ASSERT_TRUE(c.Send(pgwire::EncodeStartupPacket(startup)));
-    EXPECT_THAT(c.ReadToReady(), HasSubstr("Z"));
+    EXPECT_THAT(c.SignIn(), HasSubstr("Z"));
     ASSERT_TRUE(
         c.Send(Messages({pgwire::Parse{"", "SELECT 1/0", {}}, pgwire::Bind{},
                          pgwire::Execute{}, pgwire::Query{"SELECT 1"},
@@ -411,12 +407,7 @@ TEST_F(PgPortHardeningTest, AClientsErrorNeverMovesTheGatewaysFence) {
   ASSERT_NE(g, nullptr);
   ASSERT_TRUE(Fence(*g, 1).ok());
   RawClient c(g->pg_port);
-  pgwire::StartupMessage startup;
-  const std::string options = Options(1);
-  startup.parameters = {
-      {"user", "worker"}, {"database", "db"}, {"options", options}};
-  ASSERT_TRUE(c.Send(pgwire::EncodeStartupPacket(startup)));
-  EXPECT_THAT(c.ReadToReady(), HasSubstr("Z"));
+  EXPECT_THAT(c.SignIn(Options(1)), HasSubstr("Z"));
   ASSERT_TRUE(c.Send(Messages(
       {pgwire::Parse{"", "SELECT 1/0", {}}, pgwire::Bind{}, pgwire::Execute{},
        pgwire::Query{"SELECT 1"}, pgwire::Query{"SELECT 2"}, pgwire::Sync{}})));

@@ -15,7 +15,6 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "pgwire/startup.h"
 #include "postgres/fence_schema.h"
 #include "tests/pg_port_hardening_fixture.h"
 
@@ -26,17 +25,6 @@ using ::testing::HasSubstr;
 
 class PgPortHoldTest : public PgPortHardeningTest {
  protected:
-  // Sends the startup packet of a session at `token`; true once it is ready.
-  static bool StartSession(RawClient& c, uint64_t token) {
-    pgwire::StartupMessage startup;
-    const std::string options = Options(token);
-    startup.parameters = {
-        {"user", "worker"}, {"database", "db"}, {"options", options}};
-    if (!c.Send(pgwire::EncodeStartupPacket(startup))) return false;
-    const std::string seen = c.ReadToReady();
-    return !seen.empty() && seen.back() == 'Z';
-  }
-
   // The route role's backends that wait in pg_sleep().
   static bool Sleeping() {
     return Exec(
@@ -94,7 +82,7 @@ TEST_F(PgPortHoldTest, NoPipelineWritesAfterARaise) {
     Exec("UPDATE jobs SET owner = 'nobody' WHERE id = 1");
     Exec(absl::StrCat("SELECT fencegate.fence('", kDomain, "', ", token, ")"));
     RawClient c(g->pg_port);
-    ASSERT_TRUE(StartSession(c, token));
+    ASSERT_THAT(c.SignIn(Options(token)), ::testing::EndsWith("Z"));
     ASSERT_TRUE(c.Send(pipeline));
     ASSERT_TRUE(testing::WaitFor(Sleeping, absl::Seconds(30)));
     std::future<void> next = NextHolder(token + 1);

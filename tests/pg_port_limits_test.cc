@@ -13,7 +13,6 @@
 #include "absl/time/time.h"
 #include "libpq-fe.h"
 #include "pgwire/frontend.h"
-#include "pgwire/startup.h"
 #include "tests/pg_port_hardening_fixture.h"
 
 namespace fencegate {
@@ -123,12 +122,7 @@ TEST_F(PgPortHardeningTest, AClientThatDoesNotReadIsNotReadEither) {
   auto g = StartGateway({}, "statement_timeout_ms=3000");
   ASSERT_NE(g, nullptr);
   RawClient c(g->pg_port);
-  pgwire::StartupMessage startup;
-  const std::string options = Options(1);
-  startup.parameters = {
-      {"user", "worker"}, {"database", "db"}, {"options", options}};
-  ASSERT_TRUE(c.Send(pgwire::EncodeStartupPacket(startup)));
-  EXPECT_THAT(c.ReadToReady(), HasSubstr("Z"));
+  EXPECT_THAT(c.SignIn(Options(1)), HasSubstr("Z"));
   ASSERT_TRUE(c.Send(Messages({pgwire::Query{"SELECT pg_sleep(2)"}})));
   const size_t limit = size_t{64} << 20;
   const size_t sent = c.SendUntilRefused(
