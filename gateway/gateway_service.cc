@@ -149,11 +149,13 @@ void GatewayService::Count(const PendingWrite& write,
 }
 
 GatewayService::GatewayService(Fencer* fencer, const Router* router,
-                               IoPool* pool, const RequestGate* gate,
+                               IoPool* pool, IoPool* raise_pool,
+                               const RequestGate* gate,
                                GatewayServiceOptions options)
     : fencer_(fencer),
       router_(router),
       pool_(pool),
+      raise_pool_(raise_pool),
       gate_(gate),
       options_(options) {}
 
@@ -344,40 +346,47 @@ grpc::ServerUnaryReactor* GatewayService::RaiseInTurn(
     return refuse(s);
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  fencer_->RunInTurn(
-      domain, [this, context, reactor, response, domain, counted,
-               trace_id = TraceIdOf(*context), method = facts.method,
-               request_id = facts.request_id, token = facts.token,
-               raise = std::move(raise),
-               admission = *std::move(admitted)](Fencer::Turn turn) mutable {
-        const absl::string_view rpc = method.substr(method.rfind('/') + 1);
-        const LogFields fields{request_id, trace_id};
-        if (context->IsCancelled()) {
-          const absl::Status cancelled =
-              absl::CancelledError("cancelled before the fence was raised");
-          Log(LogSeverity::kWarning,
-              absl::StrFormat(
-                  "%s cancelled before it was applied (the client "
-                  "cancelled, or its deadline passed) domain=\"%s\": "
-                  "the fence did not move",
-                  RequestTag(rpc, fields), absl::CHexEscape(domain)),
-              fields);
-          if (counted) options_.metrics->RecordFence(cancelled);
-          turn.Release();
-          reactor->Finish(ToGrpcStatus(cancelled));
-          return;
-        }
-        absl::StatusOr<FenceDecision> decision =
-            std::move(raise)(turn, admission->advance_check());
-        turn.Release();
-        LogOutcome(rpc, fields, domain,
-                   decision.ok() ? decision->fence.highest_token : token,
-                   decision, options_.log_writes);
-        admission->Audit(decision);
-        if (counted) options_.metrics->RecordFence(decision.status());
-        if (decision.ok()) ToProto(decision->fence, response);
-        reactor->Finish(ToGrpcStatus(decision.status()));
-      });
+  auto in_turn = [this, context, reactor, response, domain, counted,
+                  trace_id = TraceIdOf(*context), method = facts.method,
+                  request_id = facts.request_id, token = facts.token,
+                  raise = std::move(raise),
+                  admission = *std::move(admitted)](Fencer::Turn turn) mutable {
+    const absl::string_view rpc = method.substr(method.rfind('/') + 1);
+    const LogFields fields{request_id, trace_id};
+    if (context->IsCancelled()) {
+      const absl::Status cancelled =
+          absl::CancelledError("cancelled before the fence was raised");
+      Log(LogSeverity::kWarning,
+          absl::StrFormat("%s cancelled before it was applied (the client "
+                          "cancelled, or its deadline passed) domain=\"%s\": "
+                          "the fence did not move",
+                          RequestTag(rpc, fields), absl::CHexEscape(domain)),
+          fields);
+      if (counted) options_.metrics->RecordFence(cancelled);
+      turn.Release();
+      reactor->Finish(ToGrpcStatus(cancelled));
+      return;
+    }
+    absl::StatusOr<FenceDecision> decision =
+        std::move(raise)(turn, admission->advance_check());
+    turn.Release();
+    LogOutcome(rpc, fields, domain,
+               decision.ok() ? decision->fence.highest_token : token, decision,
+               options_.log_writes);
+    admission->Audit(decision);
+    if (counted) options_.metrics->RecordFence(decision.status());
+    if (decision.ok()) ToProto(decision->fence, response);
+    reactor->Finish(ToGrpcStatus(decision.status()));
+  };
+  // The turn came on the I/O pool; the raise, which may wait for the
+  // domain's holders, runs on a thread of the raises' own.
+  fencer_->RunInTurn(domain, [pool = raise_pool_, in_turn = std::move(in_turn)](
+                                 Fencer::Turn turn) mutable {
+    pool->Post(
+        [in_turn = std::move(in_turn), turn = std::move(turn)]() mutable {
+          std::move(in_turn)(std::move(turn));
+        });
+  });
   return reactor;
 }
 

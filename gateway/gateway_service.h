@@ -41,14 +41,17 @@ struct GatewayServiceOptions {
 // Every RPC passes `gate` first (request_gate.h): a request it refuses is
 // answered without touching a fence or an adapter.
 //
-// Thread safety: safe for concurrent RPCs. `fencer`, `router`, `pool` and
-// `gate` are not owned and must outlive the service; `fencer` runs its
-// queued work on `pool`.
+// Thread safety: safe for concurrent RPCs. `fencer`, `router`, `pool`,
+// `raise_pool` and `gate` are not owned and must outlive the service;
+// `fencer` runs its queued work on `pool`; Fence and Sequence run their
+// raise, which may wait for a domain's holders, on `raise_pool`, never on
+// `pool`, where GetFence and Writes run.
 class GatewayService final : public v1::Gateway::WithRawCallbackMethod_Write<
                                  v1::Gateway::CallbackService> {
  public:
   GatewayService(Fencer* fencer, const Router* router, IoPool* pool,
-                 const RequestGate* gate, GatewayServiceOptions options);
+                 IoPool* raise_pool, const RequestGate* gate,
+                 GatewayServiceOptions options);
 
   grpc::ServerUnaryReactor* Write(grpc::CallbackServerContext* context,
                                   const grpc::ByteBuffer* request,
@@ -100,6 +103,7 @@ class GatewayService final : public v1::Gateway::WithRawCallbackMethod_Write<
   Fencer* const fencer_;
   const Router* const router_;
   IoPool* const pool_;
+  IoPool* const raise_pool_;
   const RequestGate* const gate_;
   const GatewayServiceOptions options_;
 };

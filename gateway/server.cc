@@ -32,6 +32,10 @@
 namespace fencegate {
 namespace {
 
+// Threads of the Fence and Sequence calls' raises: as many as a PostgreSQL
+// route's fence-table connections (postgres_adapter.h).
+constexpr size_t kRaiseThreads = 16;
+
 // Whether gRPC listens on a unix socket for `listen_address`.
 bool IsUnixAddress(absl::string_view listen_address) {
   return absl::StartsWith(listen_address, "unix:") ||
@@ -174,6 +178,9 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
     Log(line.warning ? LogSeverity::kWarning : LogSeverity::kInfo, line.text);
   }
   s->pool_ = std::make_unique<IoPool>(options.io_threads);
+  // As many as a PostgreSQL route has fence-table connections
+  // (postgres_adapter.h): raises beyond that many waiting at once queue.
+  s->raise_pool_ = std::make_unique<IoPool>(kRaiseThreads);
   // Work whose domain's turn came runs on the I/O pool.
   s->fencer_ = std::make_unique<Fencer>(
       s->store_.get(), Clock::Real(),
@@ -226,7 +233,8 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
   s->memory_ = std::make_unique<MemoryBudget>(
       static_cast<size_t>(options.memory_limit_bytes / 2));
   s->service_ = std::make_unique<GatewayService>(
-      s->fencer_.get(), s->router_.get(), s->pool_.get(), s->gate_.get(),
+      s->fencer_.get(), s->router_.get(), s->pool_.get(), s->raise_pool_.get(),
+      s->gate_.get(),
       GatewayServiceOptions{options.max_ops_per_write, options.log_writes,
                             s->request_metrics_.get(), s->memory_.get()});
 
@@ -419,6 +427,7 @@ void GatewayServer::Shutdown(absl::Duration grace) {
   for (const std::unique_ptr<TokenWatcher>& watcher : watchers_) {
     watcher->Stop();
   }
+  if (raise_pool_ != nullptr) raise_pool_->Join();
   if (pool_ != nullptr) pool_->Join();
   if (audit_ != nullptr) audit_->Flush();
 }

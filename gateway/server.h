@@ -106,8 +106,12 @@ class GatewayServer {
   // Before the pool: destroyed after it is joined, so that no fence
   // decision calls back into a port that is gone.
   std::unique_ptr<PgPort> pg_port_;
-  // Before the Fencer, which runs its queued work on it.
+  // Before the Fencer, which runs its queued work on them.
   std::unique_ptr<IoPool> pool_;
+  // Fence and Sequence calls' raises, which may wait for the connections
+  // that hold a domain (up to the fence schema's raise_wait_ms): threads of
+  // their own, so that a waiting raise holds none that others need.
+  std::unique_ptr<IoPool> raise_pool_;
   std::unique_ptr<Fencer> fencer_;
   std::unique_ptr<LeaseManager> leases_;
   std::vector<std::unique_ptr<TokenWatcher>> watchers_;

@@ -132,11 +132,14 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
       const std::vector<UpstreamStatement>&, std::optional<std::string>*)>;
   // Arms the connection with secret_ (if `run` is the first to use it)
   // and, with a token, makes it hold the domain's fence at the token:
-  // checked here first (CheckLocally), the database's fence raised to it if
-  // lower. A stale token is FAILED_PRECONDITION with a StaleTokenError
-  // payload (the gateway learns the database's fence); a server error
-  // names the route's refusal.
+  // checked here first (CheckLocally), the database's fence raised to it by
+  // hold() if lower. A stale token is FAILED_PRECONDITION with a
+  // StaleTokenError payload (the gateway learns the database's fence); a
+  // server error names the route's refusal.
   asio::awaitable<absl::Status> Hold(const OwnRunner& run);
+  // hold()'s answer `value` for domain_ at token_: sets holding_ if it is
+  // the token; stale (learnt) if above.
+  absl::Status Held(const std::optional<std::string>& value);
   // OwnRunner on a running session: the batch goes through the
   // ResponseQueue, its answer kept from the client, once the server owes
   // nothing else.

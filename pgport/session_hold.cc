@@ -1,8 +1,8 @@
 // Copyright fencegate authors.
 //
 // The fence a session's server connection holds (postgres/fence_hold.h):
-// armed and held before the client's first message, the database's fence
-// raised first if it is lower, and given up -- which ends the session --
+// armed and held before the client's first message (hold() raising the
+// database's fence if it is lower), and given up -- which ends the session --
 // once a raise waits for it and the session is between two transactions.
 
 #include <openssl/rand.h>
@@ -59,58 +59,38 @@ asio::awaitable<absl::Status> ClientSession::Hold(const OwnRunner& run) {
     token_parameter = token;
   }
   // Its own READ COMMITTED transaction, whatever the session's defaults:
-  // hold() reads the fence row after its lock is given. (The lists are
-  // built before any co_await: GCC 12 cannot keep a braced list's array in
-  // a coroutine frame.)
+  // hold() reads the fence row after its lock is given; READ WRITE, since
+  // it raises a lower row (in a session without a token until now, whose
+  // default is read-only). (The list is built before any co_await: GCC 12
+  // cannot keep a braced list's array in a coroutine frame.)
   std::vector<UpstreamStatement> hold(3);
   hold[0].sql = "BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE";
   hold[1].sql = postgres::HoldSql(schema);
   hold[1].parameters = {domain_parameter, token_parameter, secret_};
   hold[2].sql = "COMMIT";
-  // READ WRITE in a session without a token until now, whose default is
-  // read-only.
-  std::vector<UpstreamStatement> raise(3);
-  raise[0].sql = "BEGIN READ WRITE";
-  raise[1].sql = postgres::FenceCallSql(schema);
-  raise[1].parameters = {domain_, token};
-  raise[2].sql = "COMMIT";
-  std::vector<UpstreamStatement> rollback(1);
-  rollback[0].sql = "ROLLBACK";
-  for (int round = 0;; ++round) {
-    std::optional<std::string> value;
-    absl::Status s = co_await run(hold, &value);
-    if (!s.ok()) co_return s;
-    if (token_ == 0) co_return absl::OkStatus();  // armed only
-    uint64_t held = 0;
-    if (!value.has_value() || !absl::SimpleAtoi(*value, &held)) {
-      co_return absl::FailedPreconditionError(
-          "the route's server answered hold() with no token");
-    }
-    if (held == token_) {
-      holding_ = true;
-      co_return absl::OkStatus();
-    }
-    if (held > token_) {
-      LearnFromDatabase();
-      co_return StaleTokenError(domain_, token_, held);
-    }
-    if (round > 0) {
-      co_return absl::FailedPreconditionError(absl::StrCat(
-          "the database's fence of domain \"", absl::CHexEscape(domain_),
-          "\" is ", held, " after it was raised to ", token_));
-    }
-    // Lower: raised, in a transaction of its own, which waits for the
-    // connections that hold the domain at an older token to give it up.
-    s = co_await run(raise, nullptr);
-    // A higher raise came first (FG001): the next hold() reads it, once
-    // the failed block is rolled back.
-    if (!s.ok()) {
-      if (UpstreamSqlState(s) != postgres::kStaleSqlState) co_return s;
-      if (absl::Status r = co_await run(rollback, nullptr); !r.ok()) {
-        co_return r;
-      }
-    }
+  std::optional<std::string> value;
+  if (absl::Status s = co_await run(hold, &value); !s.ok()) co_return s;
+  if (token_ == 0) co_return absl::OkStatus();  // armed only
+  co_return Held(value);
+}
+
+absl::Status ClientSession::Held(const std::optional<std::string>& value) {
+  uint64_t held = 0;
+  if (!value.has_value() || !absl::SimpleAtoi(*value, &held)) {
+    return absl::FailedPreconditionError(
+        "the route's server answered hold() with no token");
   }
+  if (held > token_) {
+    LearnFromDatabase();
+    return StaleTokenError(domain_, token_, held);
+  }
+  if (held < token_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the database's fence of domain \"", absl::CHexEscape(domain_),
+        "\" is ", held, " after hold() raised it to ", token_));
+  }
+  holding_ = true;
+  return absl::OkStatus();
 }
 
 asio::awaitable<absl::Status> ClientSession::RunOwn(
@@ -179,10 +159,11 @@ asio::awaitable<absl::Status> ClientSession::ChangeFence(std::string domain,
   if (!admitted.ok()) co_return admitted;
   const std::string& schema = route_->spec.options.fence_schema;
   const bool was_read_only = token_ == 0;
-  // One batch, one round trip: the old domain released, the database's
-  // fence raised to the new token (kept if equal, refused if above), and
-  // the new hold, each in a transaction of its own. Only hold()'s row has
-  // a column (the others are selected FROM), so its value is the batch's.
+  // One batch, one round trip: the old domain released, then the new hold
+  // (which raises the database's fence to the new token, keeps it if
+  // equal, and holds nothing if it is above), each in a transaction of its
+  // own. Only hold()'s row has a column (release()'s is selected FROM), so
+  // its value is the batch's.
   std::vector<UpstreamStatement> move;
   if (holding_) {
     move.push_back({postgres::ReleaseSql(schema), {domain_, secret_}});
@@ -195,48 +176,13 @@ asio::awaitable<absl::Status> ClientSession::ChangeFence(std::string domain,
     if (move.empty()) co_return absl::OkStatus();
     co_return co_await RunOwn(move, nullptr);
   }
-  const std::string token_text = absl::StrCat(token_);
-  move.push_back({"BEGIN READ WRITE", {}});
-  move.push_back(
-      {absl::StrCat("SELECT FROM \"", schema, "\".fence($1, $2::bigint)"),
-       {domain_, token_text}});
-  move.push_back({"COMMIT", {}});
   move.push_back({"BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE", {}});
-  move.push_back({postgres::HoldSql(schema), {domain_, token_text, secret_}});
+  move.push_back(
+      {postgres::HoldSql(schema), {domain_, absl::StrCat(token_), secret_}});
   move.push_back({"COMMIT", {}});
   std::optional<std::string> value;
-  absl::Status s = co_await RunOwn(move, &value);
-  if (!s.ok()) {
-    if (UpstreamSqlState(s) != postgres::kStaleSqlState) co_return s;
-    // The database's fence is above the new token: once the failed block
-    // is rolled back, Hold() reads it (a stale refusal, the fence learnt).
-    std::vector<UpstreamStatement> rollback(1);
-    rollback[0].sql = "ROLLBACK";
-    if (absl::Status r = co_await RunOwn(rollback, nullptr); !r.ok()) {
-      co_return r;
-    }
-    s = co_await Hold([this](const std::vector<UpstreamStatement>& statements,
-                             std::optional<std::string>* value) {
-      return RunOwn(statements, value);
-    });
-    if (!s.ok()) co_return s;
-  } else {
-    uint64_t held = 0;
-    if (!value.has_value() || !absl::SimpleAtoi(*value, &held)) {
-      co_return absl::FailedPreconditionError(
-          "the route's server answered hold() with no token");
-    }
-    if (held > token_) {
-      LearnFromDatabase();
-      co_return StaleTokenError(domain_, token_, held);
-    }
-    if (held < token_) {
-      co_return absl::FailedPreconditionError(absl::StrCat(
-          "the database's fence of domain \"", absl::CHexEscape(domain_),
-          "\" is ", held, " after it was raised to ", token_));
-    }
-    holding_ = true;
-  }
+  if (absl::Status s = co_await RunOwn(move, &value); !s.ok()) co_return s;
+  if (absl::Status s = Held(value); !s.ok()) co_return s;
   if (was_read_only) {
     // The session may write from now on.
     Send(pgwire::Query{"RESET default_transaction_read_only"},

@@ -10,6 +10,7 @@
 
 #include "absl/strings/cord.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "libpq-fe.h"
@@ -242,13 +243,27 @@ asio::awaitable<absl::Status> Upstream::CheckServer(
         "fence holds; drop the extension to serve the route through the "
         "port"));
   }
-  if (parts[2] != "true") {
+  // version() came with hold(): asked only once hold() is there.
+  std::optional<std::string> version;
+  if (parts[2] == "true") {
+    if (absl::Status s = co_await Run(
+            absl::StrCat("SELECT \"", target.fence_schema, "\".version()"),
+            &version);
+        !s.ok()) {
+      co_return s;
+    }
+  }
+  int found_version = 0;
+  if (!version.has_value() || !absl::SimpleAtoi(*version, &found_version) ||
+      found_version < postgres::kFenceSchemaVersion) {
     co_return absl::FailedPreconditionError(absl::StrCat(
-        "the route's role may not execute \"", target.fence_schema,
-        "\".hold(text, bigint, text): the fence schema predates the held "
-        "fence (version ",
+        "the route's fence schema \"", target.fence_schema, "\" is ",
+        found_version == 0 ? std::string("older than the held fence")
+                           : absl::StrCat("version ", found_version),
+        ", or its hold() is not the route role's to execute; this gateway "
+        "needs version ",
         postgres::kFenceSchemaVersion,
-        "); run `fencectl pg-setup` on the route's database"));
+        ": run `fencectl pg-setup` on the route's database"));
   }
   co_return absl::OkStatus();
 }

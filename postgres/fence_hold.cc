@@ -94,6 +94,36 @@ BEGIN
 END
 $fn$)sql",
       names));
+  // True if this backend is armed (a PostgreSQL-port session's server
+  // connection, whose SQL comes from the port's client): fence(),
+  // fence_seq() and fence_next() refuse it, so that only the gateway, through
+  // hold() and its secret, moves a fence there. Internal. Most backends have
+  // no holders row (one index probe); a row left by an ended backend whose
+  // pid came back is told apart by the arm lock (released and taken again,
+  // the warning of a lock not held kept from the client).
+  sql.push_back(absl::StrReplaceAll(
+      R"sql(CREATE OR REPLACE FUNCTION $S.armed()
+RETURNS boolean LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+  me integer := pg_catalog.pg_backend_pid();
+  saved text;
+  mine boolean;
+BEGIN
+  IF NOT EXISTS (SELECT FROM $S.holders AS h WHERE h.pid = me) THEN
+    RETURN false;
+  END IF;
+  saved := pg_catalog.current_setting('client_min_messages');
+  PERFORM pg_catalog.set_config('client_min_messages', 'error', true);
+  mine := pg_catalog.pg_advisory_unlock($ARM, me);
+  IF mine THEN
+    PERFORM pg_catalog.pg_advisory_lock($ARM, me);
+  END IF;
+  PERFORM pg_catalog.set_config('client_min_messages', saved, true);
+  RETURN mine;
+END
+$fn$)sql",
+      names));
   // The gateway's hold (fence_hold.h). It reads the fence row in a later
   // statement than the one that waited for the lock, at READ COMMITTED,
   // so that it sees every raise that committed before the lock was given.
@@ -140,6 +170,24 @@ BEGIN
   END IF;
   k := pg_catalog.hashtext(p_domain) & 2147483647;
   PERFORM pg_catalog.set_config('lock_timeout', '$HOLDWAIT', true);
+  -- Lower (or no row): the gateway's raise, which it admitted before the
+  -- call. It waits for the connections that hold the domain at an older
+  -- token, as every raise does; a higher raise that commits first wins.
+  SELECT f.token INTO held FROM $S.fences AS f WHERE f.domain = p_domain;
+  IF held IS NULL OR held < p_token THEN
+    PERFORM $S.await_holders(p_domain);
+    INSERT INTO $S.fences AS f (domain, token) VALUES (p_domain, p_token)
+    ON CONFLICT (domain) DO UPDATE SET token = EXCLUDED.token,
+      seq = CASE WHEN f.token = EXCLUDED.token THEN f.seq ELSE 0 END,
+      updated_at = now() WHERE f.token <= EXCLUDED.token
+    RETURNING f.token INTO held;
+    IF held IS NULL THEN
+      SELECT f.token INTO held FROM $S.fences AS f WHERE f.domain = p_domain;
+      RETURN held;  -- stale: raised past p_token meanwhile
+    END IF;
+  END IF;
+  -- This backend's own raise (its transaction's exclusive lock on the
+  -- domain) does not conflict with its shared one.
   PERFORM pg_catalog.pg_advisory_lock_shared($KEY, k);
   SELECT f.token INTO held FROM $S.fences AS f WHERE f.domain = p_domain;
   IF held IS DISTINCT FROM p_token THEN
@@ -205,12 +253,13 @@ $fn$)sql",
 RETURNS integer LANGUAGE sql IMMUTABLE AS $fn$ SELECT $VERSION $fn$)sql",
       names));
   for (const char* f :
-       {".await_holders(text)", ".hold(text, bigint, text)",
+       {".await_holders(text)", ".armed()", ".hold(text, bigint, text)",
         ".release(text, text)", ".raises_waiting(text[])", ".version()"}) {
     const std::string fn = absl::StrCat(s, f);
     sql.push_back(absl::StrCat("ALTER FUNCTION ", fn, " OWNER TO ", owner));
     sql.push_back(absl::StrCat("REVOKE ALL ON FUNCTION ", fn, " FROM PUBLIC"));
-    if (absl::string_view(f) != ".await_holders(text)") {
+    if (absl::string_view(f) != ".await_holders(text)" &&
+        absl::string_view(f) != ".armed()") {
       sql.push_back(absl::StrCat("GRANT EXECUTE ON FUNCTION ", fn, " TO ", r));
     }
   }

@@ -23,6 +23,14 @@ namespace {
 // Advisory lock key taken by every pg-setup run ("fencegat" in ASCII).
 constexpr char kSetupLockKey[] = "7378433375094825332";
 
+// The message of `function` refused on an armed backend (fence_hold.h).
+std::string ArmedRefusal(absl::string_view function) {
+  return absl::StrCat(
+      function,
+      "() is refused on a PostgreSQL-port session: only its gateway moves a "
+      "fence there (connect with fencegate.token, or SET it)");
+}
+
 std::string Trim(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
   return s;
@@ -131,6 +139,12 @@ BEGIN
   -- then have to upgrade (two such raisers would deadlock); the locked read
   -- sees the newest row, so a raise that landed in between is seen.
   SELECT f.token INTO held FROM $S.fences AS f WHERE f.domain = p_domain;
+  -- Not on a PostgreSQL-port session's connection (fence_hold.h), whose
+  -- SQL is its client's: there only the gateway moves a fence, and a
+  -- client's lock on another domain's row would hold that domain's raise.
+  IF (held IS NULL OR held <= p_token) AND $S.armed() THEN
+    RAISE EXCEPTION '$REFUSED' USING ERRCODE = '42501';
+  END IF;
   IF held = p_token THEN
     SELECT f.token INTO held FROM $S.fences AS f WHERE f.domain = p_domain
       FOR SHARE;
@@ -162,7 +176,10 @@ BEGIN
   RETURN held;
 END
 $fn$)sql",
-      {{"$S", s}, {"$STALE", kStaleSqlState}, {"$ONCE", kNotFirstSqlState}}));
+      {{"$S", s},
+       {"$STALE", kStaleSqlState},
+       {"$ONCE", kNotFirstSqlState},
+       {"$REFUSED", ArmedRefusal("fence")}}));
   // A gateway's lease grants and Sequence calls take their token here, so
   // that two gateways never hand out the same one: the row is raised to
   // the higher of its token + 1 and p_at_least, under its exclusive lock.
@@ -182,6 +199,9 @@ BEGIN
     RAISE EXCEPTION 'fencegate.fence_next() must be the first write of its transaction'
       USING ERRCODE = '$ONCE';
   END IF;
+  IF $S.armed() THEN
+    RAISE EXCEPTION '$REFUSED' USING ERRCODE = '42501';
+  END IF;
   PERFORM $S.await_holders(p_domain);
   INSERT INTO $S.fences AS f (domain, token) VALUES (p_domain, p_at_least)
   ON CONFLICT (domain) DO UPDATE SET
@@ -190,7 +210,9 @@ BEGIN
   RETURN granted;
 END
 $fn$)sql",
-      {{"$S", s}, {"$ONCE", kNotFirstSqlState}}));
+      {{"$S", s},
+       {"$ONCE", kNotFirstSqlState},
+       {"$REFUSED", ArmedRefusal("fence_next")}}));
   // fence() for a Write with a seq: under the row's exclusive lock (so a
   // second attempt of one (token, seq) waits for the first to commit or
   // roll back), refuses a stale token as fence() does; for the row's own
@@ -218,6 +240,9 @@ BEGIN
   IF pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL THEN
     RAISE EXCEPTION 'fencegate.fence_seq() must be the first write of its transaction'
       USING ERRCODE = '$ONCE';
+  END IF;
+  IF $S.armed() THEN
+    RAISE EXCEPTION '$REFUSED' USING ERRCODE = '42501';
   END IF;
   -- A raise waits for the connections that hold the domain (fence_hold.h).
   SELECT f.token INTO held FROM $S.fences AS f WHERE f.domain = p_domain;
@@ -276,7 +301,8 @@ $fn$)sql",
        {"$ONCE", kNotFirstSqlState},
        {"$APPLIED", kSeqAppliedSqlState},
        {"$ORDER", kSeqOrderSqlState},
-       {"$OTHER", kSeqOtherWriteSqlState}}));
+       {"$OTHER", kSeqOtherWriteSqlState},
+       {"$REFUSED", ArmedRefusal("fence_seq")}}));
   // The three-argument form, which gateways before the hash call: the
   // same, recording no hash.
   sql.push_back(absl::StrReplaceAll(

@@ -15,6 +15,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "postgres/fence_hold.h"
 #include "postgres/fence_schema.h"
 #include "tests/pg_port_hardening_fixture.h"
 
@@ -134,6 +135,84 @@ TEST_F(PgPortHoldTest, APausedGatewayHoldsARaiseOnlyForItsBound) {
                                        "fencegate_worker"));
 }
 
+// Break 25: raises that wait for holders inside a transaction (up to the
+// schema's raise_wait_ms) each hold a thread and a fence-table connection
+// of the raises' own, so that GetFence and Fence calls of other domains
+// are still answered meanwhile. More raises wait than the gateway has I/O
+// threads (4 on 2 cores, the default).
+TEST_F(PgPortHoldTest, RaisesWaitingForHoldersLeaveOtherCallsServed) {
+  ASSERT_OK(postgres::SetUpFenceSchema(server_->Conninfo(), "fencegate",
+                                       "fencegate_worker",
+                                       /*raise_wait_ms=*/600000));
+  auto g = StartGateway({"--io_threads=4"});
+  ASSERT_NE(g, nullptr);
+  constexpr int kHolders = 6;
+  std::vector<PGconn*> holders;
+  for (int i = 0; i < kHolders; ++i) {
+    PGconn* c = Connect(*g, absl::StrCat("-c fencegate.domain=held-", i,
+                                         " -c fencegate.token=1"));
+    ASSERT_EQ(PQstatus(c), CONNECTION_OK) << PQerrorMessage(c);
+    EXPECT_EQ(Run(c, "BEGIN"), "");
+    EXPECT_EQ(Run(c, "SELECT 1"), "");
+    holders.push_back(c);
+  }
+  auto stub = v1::Gateway::NewStub(grpc::CreateChannel(
+      g->process->address(), grpc::InsecureChannelCredentials()));
+  std::vector<std::future<grpc::Status>> raises;
+  for (int i = 0; i < kHolders; ++i) {
+    raises.push_back(std::async(std::launch::async, [&stub, i] {
+      v1::FenceRequest request;
+      request.set_domain(absl::StrCat("held-", i));
+      request.set_token(2);
+      v1::FenceState state;
+      grpc::ClientContext context;
+      return stub->Fence(&context, request, &state);
+    }));
+  }
+  // Every raise waits in the database for its domain's holder.
+  ASSERT_TRUE(testing::WaitFor(
+      [] {
+        return Exec(absl::StrCat(
+                   "SELECT count(*) FROM pg_locks WHERE locktype = "
+                   "'advisory' AND NOT granted AND classid = ",
+                   postgres::kHoldLockKey, "::oid"))[0][0]
+                   .as<int64_t>() == kHolders;
+      },
+      absl::Seconds(60)));
+  // Meanwhile, other domains are served.
+  {
+    v1::GetFenceRequest request;
+    request.set_domain("unrelated");
+    v1::FenceState state;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(30));
+    grpc::Status s = stub->GetFence(&context, request, &state);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+  }
+  {
+    v1::FenceRequest request;
+    request.set_domain("unrelated");
+    request.set_token(1);
+    v1::FenceState state;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(30));
+    grpc::Status s = stub->Fence(&context, request, &state);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(StoredFence("unrelated"), 1);
+  }
+  // The holders' transactions end: every raise lands.
+  for (PGconn* c : holders) PQfinish(c);
+  for (int i = 0; i < kHolders; ++i) {
+    grpc::Status s = raises[i].get();
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(StoredFence(absl::StrCat("held-", i)), 2);
+  }
+  ASSERT_OK(postgres::SetUpFenceSchema(server_->Conninfo(), "fencegate",
+                                       "fencegate_worker"));
+}
+
 // The client can neither release its connection's hold nor take one: the
 // port refuses the statements that could, and the database refuses the
 // route role the functions (pg-setup --revoke_session_functions) and the
@@ -165,6 +244,51 @@ TEST_F(PgPortHoldTest, TheClientCannotReleaseOrTakeAHold) {
                  pqxx::insufficient_privilege)
         << sql;
   }
+}
+
+// Break 9: a session's client reaches fence(), fence_next() and
+// fence_seq() through a function of the application's that the gateway
+// cannot see into. The database refuses them on the session's armed
+// connection, so that no client raises another domain's fence (to 2^63-1,
+// past the policy) or holds its row locked; the gateway moves fences there
+// only through hold() and its secret.
+TEST_F(PgPortHoldTest, AClientCannotMoveAFenceThroughSql) {
+  Exec(
+      "CREATE OR REPLACE FUNCTION public.app_run(q text) RETURNS text "
+      "LANGUAGE plpgsql AS $$DECLARE r text; BEGIN EXECUTE q INTO r; "
+      "RETURN r; END$$");
+  Exec("GRANT EXECUTE ON FUNCTION public.app_run(text) TO fencegate_worker");
+  Exec("SELECT fencegate.fence('other-lock', 3)");
+  auto g = StartGateway();
+  ASSERT_NE(g, nullptr);
+  PGconn* c = Connect(*g, Options(5));
+  ASSERT_EQ(PQstatus(c), CONNECTION_OK) << PQerrorMessage(c);
+  for (const char* call :
+       {"fence(''other-lock'', 9223372036854775807)",
+        "fence(''new-lock'', 9223372036854775807)", "fence(''other-lock'', 3)",
+        "fence_next(''other-lock'', 1000)",
+        "fence_seq(''other-lock'', 3, 1000, ''h'')",
+        "fence_seq(''other-lock'', 9223372036854775807, 1, ''h'')"}) {
+    std::string message;
+    EXPECT_EQ(Run(c,
+                  absl::StrCat("SELECT public.app_run('SELECT fencegate.", call,
+                               "::text')"),
+                  &message),
+              "42501")
+        << call << ": " << message;
+    EXPECT_THAT(message, HasSubstr("only its gateway moves a fence"));
+  }
+  EXPECT_EQ(StoredFence("other-lock"), 3);
+  EXPECT_EQ(StoredFence("new-lock"), 0);
+  // The session's own writes go on at its token.
+  EXPECT_EQ(Run(c, "UPDATE jobs SET owner = 'five' WHERE id = 1"), "");
+  PQfinish(c);
+  EXPECT_EQ(Owner(), "five");
+  EXPECT_EQ(StoredFence(kDomain), 5);
+  // A connection the gateway did not arm (a direct writer's, the gRPC
+  // route's) still raises.
+  EXPECT_EQ(Exec("SELECT fencegate.fence('other-lock', 4)")[0][0].as<int64_t>(),
+            4);
 }
 
 // The port serves a route only where the client could not release its

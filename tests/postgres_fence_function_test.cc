@@ -9,6 +9,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "tests/postgres_adapter_fixture.h"
 
@@ -34,6 +35,52 @@ TEST_F(PostgresFenceFunctionTest, AnEqualTokenKeepsTheRowAsItIs) {
   EXPECT_NE(RowVersion("d"), version);
   EXPECT_THROW(Exec("SELECT fencegate.fence('d', 5)"), pqxx::sql_error);
   EXPECT_EQ(StoredFence("d"), 6);
+}
+
+// hold() (postgres/fence_hold.h) arms its backend, raises a lower row to
+// the token and holds it; above the token it holds nothing. An armed
+// backend may not call fence(), fence_next() or fence_seq(): only hold()
+// moves a fence there.
+TEST_F(PostgresFenceFunctionTest, HoldRaisesALowerRowAndArmsItsBackend) {
+  const std::string secret = "a secret of at least sixteen bytes";
+  pqxx::connection c(server_->Conninfo());
+  auto hold = [&](const std::string& domain, int64_t token) {
+    pqxx::work tx(c);
+    const int64_t held = tx.exec_params("SELECT fencegate.hold($1, $2, $3)",
+                                        domain, token, secret)[0][0]
+                             .as<int64_t>();
+    tx.commit();
+    return held;
+  };
+  auto holds = [&](const std::string& domain) {
+    return Exec(absl::StrCat(
+               "SELECT count(*) FROM pg_locks WHERE locktype = "
+               "'advisory' AND granted AND mode = 'ShareLock' AND pid = ",
+               c.backendpid(), " AND objid = (hashtext('", domain,
+               "') & 2147483647)::oid"))[0][0]
+               .as<int64_t>() > 0;
+  };
+  EXPECT_EQ(hold("d", 5), 5);  // no row: raised
+  EXPECT_EQ(StoredFence("d"), 5);
+  EXPECT_TRUE(holds("d"));
+  Exec("SELECT fencegate.fence('e', 3)");
+  EXPECT_EQ(hold("e", 7), 7);  // lower: raised
+  EXPECT_EQ(StoredFence("e"), 7);
+  Exec("SELECT fencegate.fence('f', 9)");
+  EXPECT_EQ(hold("f", 7), 9);  // higher: stale, nothing held
+  EXPECT_EQ(StoredFence("f"), 9);
+  EXPECT_FALSE(holds("f"));
+  for (const char* sql :
+       {"SELECT fencegate.fence('g', 1)", "SELECT fencegate.fence('f', 9)",
+        "SELECT fencegate.fence_next('g', 1)",
+        "SELECT fencegate.fence_seq('g', 1, 1, 'h')"}) {
+    EXPECT_THROW(pqxx::nontransaction(c).exec(sql),
+                 pqxx::insufficient_privilege)
+        << sql;
+  }
+  EXPECT_EQ(StoredFence("g"), 0);
+  // Another backend, not armed, may.
+  EXPECT_EQ(Exec("SELECT fencegate.fence('g', 1)")[0][0].as<int64_t>(), 1);
 }
 
 // At every isolation level: an equal token's transaction holds the row's

@@ -7,10 +7,12 @@
 namespace fencegate {
 
 PgConnectionPool::PgConnectionPool(std::string conninfo, std::string redacted,
-                                   int size, absl::Duration wait, Setup setup)
+                                   int size, absl::Duration wait, Setup setup,
+                                   int keep_idle)
     : conninfo_(std::move(conninfo)),
       redacted_(std::move(redacted)),
       size_(size),
+      keep_idle_(keep_idle < 0 ? size : keep_idle),
       wait_(wait),
       setup_(std::move(setup)) {}
 
@@ -73,9 +75,15 @@ absl::StatusOr<PgConnectionPool::Lease> PgConnectionPool::Acquire() {
 
 void PgConnectionPool::Release(std::unique_ptr<PgConnection> conn,
                                bool discard) {
+  std::unique_ptr<PgConnection> closed;  // Closed after the lock's release.
   absl::MutexLock lock(&mu_);
   --in_use_;
-  if (conn != nullptr && !discard) idle_.push_back(std::move(conn));
+  if (conn == nullptr || discard) return;
+  if (static_cast<int>(idle_.size()) >= keep_idle_) {
+    closed = std::move(conn);
+    return;
+  }
+  idle_.push_back(std::move(conn));
 }
 
 PgConnectionPool::ConnectionCounts PgConnectionPool::Counts() const {

@@ -1,6 +1,6 @@
 // Copyright fencegate authors.
 //
-// PgConnectionPool: a fixed number of connections, opened lazily and
+// PgConnectionPool: a bounded number of connections, opened lazily and
 // reopened after they break (or after the server closed them while idle), so
 // the adapter recovers by itself when PostgreSQL restarts.
 
@@ -29,8 +29,10 @@ class PgConnectionPool {
   using Setup = std::function<absl::Status(PgConnection&)>;
 
   // `redacted` names the server in error messages without its password.
+  // At most `size` connections are open; of those given back, at most
+  // `keep_idle` (all, if negative) stay open for the next Acquire().
   PgConnectionPool(std::string conninfo, std::string redacted, int size,
-                   absl::Duration wait, Setup setup);
+                   absl::Duration wait, Setup setup, int keep_idle = -1);
   PgConnectionPool(const PgConnectionPool&) = delete;
   PgConnectionPool& operator=(const PgConnectionPool&) = delete;
   ~PgConnectionPool();
@@ -72,6 +74,7 @@ class PgConnectionPool {
   const std::string conninfo_;
   const std::string redacted_;
   const int size_;
+  const int keep_idle_;
   const absl::Duration wait_;
   const Setup setup_;
   mutable absl::Mutex mu_;

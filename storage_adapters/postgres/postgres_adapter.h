@@ -170,11 +170,15 @@ class PostgresAdapter final : public StorageAdapter,
   void CancelInFlight() override;
 
   // The fence table (fence_schema.h), reached through fence(),
-  // fence_next() and fences() on connections of their own (at most two,
-  // opened when first needed, checked as every connection is): a raise
-  // waits for the in-flight transactions of lower tokens, from any
-  // gateway. Tokens above 2^63-1 are INVALID_ARGUMENT (OUT_OF_RANGE for
-  // NextFence); the stale-token error holds the database's token.
+  // fence_next() and fences() on connections of their own
+  // (kControlConnections at most, opened when first needed, checked as
+  // every connection is, kControlConnectionsKept kept open when idle): a
+  // raise waits for the in-flight transactions of lower tokens, and for
+  // the connections that hold the domain (fence_hold.h), from any gateway,
+  // on a connection of its own, so that fewer than kControlConnections
+  // raises waiting at once leave the others' reads and raises served. Tokens
+  // above 2^63-1 are INVALID_ARGUMENT (OUT_OF_RANGE for NextFence); the
+  // stale-token error holds the database's token.
   bool KeepsFences() const override { return true; }
   // A Write with a seq calls fence_seq() instead of fence() (fence_schema.h):
   // its (token, seq) is recorded in the fence row, in its own transaction.
@@ -225,6 +229,9 @@ class PostgresAdapter final : public StorageAdapter,
   class LoopConnection;
   // Writes sent in one round trip at most.
   static constexpr size_t kMaxBatch = 16;
+  // The fence table's connections: at most, and kept open when idle.
+  static constexpr int kControlConnections = 16;
+  static constexpr int kControlConnectionsKept = 2;
 
   // BatchQueue::Driver: sends a batch on the caller's thread (the one that
   // added the Write, or the loop's), never blocking; opens a connection on a

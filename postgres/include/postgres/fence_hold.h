@@ -11,11 +11,13 @@
 //
 //   <schema>.hold(domain text, token bigint, secret text) RETURNS bigint
 //
-// which returns the domain's fence row (0 if it has none) and keeps the lock
-// only when the row holds exactly `token`. A raise of D -- fence(),
-// fence_seq() or fence_next() moving the row to a higher token, whoever
-// calls them -- first takes D's lock EXCLUSIVELY for its transaction: it
-// waits until every connection that holds D has given it up, so that no
+// which raises the domain's fence row to `token` if it is lower (the
+// gateway admitted the token before the call; the raise waits for holders as
+// every raise does), returns the row, and keeps the lock only when the row
+// holds exactly `token`: a higher row (stale) leaves nothing held. A raise of D
+// -- fence(), fence_seq() or fence_next() moving the row to a higher token,
+// whoever calls them -- first takes D's lock EXCLUSIVELY for its transaction:
+// it waits until every connection that holds D has given it up, so that no
 // transaction at the old token can run, or commit, after the raise. Gateways
 // see the waiting raise (<schema>.raises_waiting()) and give D up on
 // their idle connections at once; a raise that still waits after
@@ -24,7 +26,12 @@
 // their transactions, then takes the lock. That is the bound a paused or
 // cut-off gateway can hold a raise for.
 //
-// Only the gateway can hold: the first hold() on a backend arms it with a
+// Only the gateway moves a fence on such a connection: fence(), fence_seq()
+// and fence_next() refuse an armed backend (42501), whatever the SQL that
+// reaches them (a function of the application's, dynamic SQL), so that a
+// port session's client can neither raise another domain's fence nor hold
+// another domain's row locked. Only the gateway can hold: the first hold()
+// on a backend arms it with a
 // secret (its hash kept in <schema>.holders, an unlogged table, and the
 // backend marked by a session lock of key kArmLockKey), and every later one
 // must bring the same secret. The gateway sends it as a Bind parameter, so
@@ -58,8 +65,9 @@ inline constexpr int32_t kArmLockKey = 0x66676172;
 inline constexpr int64_t kDefaultRaiseWaitMs = 10000;
 
 // The version of the fence schema that this gateway needs: <schema>.version()
-// returns it (2: the held fence).
-inline constexpr int kFenceSchemaVersion = 2;
+// returns it (2: the held fence; 3: hold() raises, and an armed backend may
+// not call fence(), fence_seq() or fence_next()).
+inline constexpr int kFenceSchemaVersion = 3;
 
 // "SELECT "<schema>".hold($1, $2::bigint, $3)".
 std::string HoldSql(const std::string& schema);
@@ -77,9 +85,10 @@ std::string RaisesWaitingSql(const std::string& schema);
 std::string AdvisoryFunctionsCondition();
 
 // The statements that create the held fence's objects (holders, hold(),
-// await_holders(), raises_waiting(), version()) for `schema`, granting
-// `role` what it may call, with raises waiting `raise_wait_ms` for holders.
-// Part of FenceSetupSql() (fence_schema.h); idempotent.
+// release(), await_holders(), armed(), raises_waiting(), version()) for
+// `schema`, granting `role` what it may call, with raises waiting
+// `raise_wait_ms` for holders. Part of FenceSetupSql() (fence_schema.h);
+// idempotent.
 std::vector<std::string> FenceHoldSetupSql(const std::string& schema,
                                            const std::string& role,
                                            int64_t raise_wait_ms);
