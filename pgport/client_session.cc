@@ -290,18 +290,34 @@ asio::awaitable<bool> ClientSession::Start() {
     co_await Fatal(absl::IsUnauthenticated(s) ? "28000" : "42501", s.message());
     co_return false;
   }
+  // A session without a token runs as the route's read role, which
+  // PostgreSQL keeps from writing; a route without one refuses it.
+  read_role_ = token_ == 0;
+  if (read_role_ && !route_->read_target.has_value()) {
+    co_await Fatal(
+        "28000",
+        absl::StrCat("route \"", route_->spec.name,
+                     "\" serves no session without a token: set "
+                     "fencegate.domain and fencegate.token in the startup "
+                     "options (options='-c fencegate.domain=... -c "
+                     "fencegate.token=...'), or give the route a read role "
+                     "(read_user, docs/pgwire.md)"));
+    co_return false;
+  }
+  const UpstreamTarget& target =
+      read_role_ ? *route_->read_target : route_->target;
+  UpstreamPool& pool = read_role_ ? *route_->read_pool : *route_->pool;
   // A pooled connection may have been closed by its server meanwhile: the
-  // hold's round trip finds out, and a new connection is made once. The
-  // hold comes before the client's settings and messages.
+  // hold's round trip (the setup's, for the read role) finds out, and a
+  // new connection is made once. The hold comes before the client's
+  // settings and messages.
   const std::string setup = SetupSql();
   for (int attempt = 0; attempt < 2 && upstream_ == nullptr; ++attempt) {
-    std::unique_ptr<Upstream> upstream =
-        attempt == 0 ? route_->pool->Take() : nullptr;
+    std::unique_ptr<Upstream> upstream = attempt == 0 ? pool.Take() : nullptr;
     const bool pooled = upstream != nullptr;
     if (!pooled) {
       absl::StatusOr<std::unique_ptr<Upstream>> made =
-          co_await Upstream::Connect(route_->target,
-                                     port_.options.max_message_bytes,
+          co_await Upstream::Connect(target, port_.options.max_message_bytes,
                                      port_.context.memory);
       if (!made.ok()) {
         co_await Fatal("08006", absl::StrCat("route \"", route_->spec.name,
@@ -310,11 +326,14 @@ asio::awaitable<bool> ClientSession::Start() {
       }
       upstream = *std::move(made);
     }
-    absl::Status s = co_await Hold(
-        [&upstream](const std::vector<UpstreamStatement>& statements,
-                    std::optional<std::string>* value) {
-          return upstream->RunExtended(statements, value);
-        });
+    absl::Status s = absl::OkStatus();
+    if (!read_role_) {
+      s = co_await Hold(
+          [&upstream](const std::vector<UpstreamStatement>& statements,
+                      std::optional<std::string>* value) {
+            return upstream->RunExtended(statements, value);
+          });
+    }
     if (s.ok()) s = co_await upstream->Run(setup);
     if (s.ok()) {
       upstream_ = std::move(upstream);

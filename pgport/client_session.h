@@ -240,6 +240,9 @@ class ClientSession : public std::enable_shared_from_this<ClientSession> {
   std::string identity_;
   std::string domain_;
   uint64_t token_ = 0;
+  // The session began without a token: its server connection is the read
+  // role's (UpstreamTarget::read_role), and it never takes one.
+  bool read_role_ = false;
   // The secret that arms the server connection for this session
   // (fence_hold.h), and whether it holds domain_'s fence at token_.
   std::string secret_;

@@ -128,10 +128,21 @@ absl::StatusOr<std::unique_ptr<PgPort>> PgPort::Start(PgPortOptions options,
       return absl::InvalidArgumentError(absl::StrCat(
           "route \"", route.name, "\": ", target.status().message()));
     }
-    impl->state.routes[route.name] = pgport::PortRoute{
-        route, *std::move(target),
-        std::make_unique<pgport::UpstreamPool>(
-            static_cast<size_t>(std::max(1, route.options.pool_size)))};
+    absl::StatusOr<std::optional<pgport::UpstreamTarget>> read =
+        pgport::ReadTargetOf(route.options, *target);
+    if (!read.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "route \"", route.name, "\": ", read.status().message()));
+    }
+    const auto idle = static_cast<size_t>(std::max(1, route.options.pool_size));
+    pgport::PortRoute& served = impl->state.routes[route.name];
+    served.spec = route;
+    served.target = *std::move(target);
+    served.pool = std::make_unique<pgport::UpstreamPool>(idle);
+    served.read_target = *std::move(read);
+    if (served.read_target.has_value()) {
+      served.read_pool = std::make_unique<pgport::UpstreamPool>(idle);
+    }
   }
   const std::string& address = options.listen_address;
   const size_t colon = address.rfind(':');

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
@@ -30,6 +31,10 @@ struct PortRoute {
   PgPortRoute spec;
   UpstreamTarget target;
   std::unique_ptr<UpstreamPool> pool;
+  // The read role's, for sessions without a token; nullopt and null if the
+  // route has none (such sessions are refused).
+  std::optional<UpstreamTarget> read_target;
+  std::unique_ptr<UpstreamPool> read_pool;
   // The RaiseWatch's connection while it has one (closed at shutdown, so
   // that a server that stopped answering holds nothing up).
   Upstream* watch = nullptr;

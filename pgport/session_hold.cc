@@ -147,6 +147,16 @@ asio::awaitable<bool> ClientSession::Drain() {
 
 asio::awaitable<absl::Status> ClientSession::ChangeFence(std::string domain,
                                                          uint64_t token) {
+  if (read_role_) {
+    if (token == 0) {  // a domain alone: nothing to hold
+      domain_ = std::move(domain);
+      co_return absl::OkStatus();
+    }
+    co_return absl::FailedPreconditionError(
+        "a session that began without a token runs as the route's read role "
+        "and cannot take one: connect again with fencegate.domain and "
+        "fencegate.token in the startup options");
+  }
   // Admitted under the policy, and the new token checked against this
   // gateway's fence, before anything moves: refused, the session keeps the
   // hold it has.
@@ -158,7 +168,6 @@ asio::awaitable<absl::Status> ClientSession::ChangeFence(std::string domain,
   std::swap(token_, token);
   if (!admitted.ok()) co_return admitted;
   const std::string& schema = route_->spec.options.fence_schema;
-  const bool was_read_only = token_ == 0;
   // One batch, one round trip: the old domain released, then the new hold
   // (which raises the database's fence to the new token, keeps it if
   // equal, and holds nothing if it is above), each in a transaction of its
@@ -183,11 +192,6 @@ asio::awaitable<absl::Status> ClientSession::ChangeFence(std::string domain,
   std::optional<std::string> value;
   if (absl::Status s = co_await RunOwn(move, &value); !s.ok()) co_return s;
   if (absl::Status s = Held(value); !s.ok()) co_return s;
-  if (was_read_only) {
-    // The session may write from now on.
-    Send(pgwire::Query{"RESET default_transaction_read_only"},
-         OwnOwed(Awaited::kQuery));
-  }
   co_return absl::OkStatus();
 }
 

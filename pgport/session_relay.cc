@@ -206,8 +206,8 @@ asio::awaitable<void> ClientSession::OnQuery(absl::string_view sql) {
       RefuseQuery("25006", absl::StrCat("a session without fencegate.token is "
                                         "read-only, and \"",
                                         s.text,
-                                        "\" would let it write; set "
-                                        "fencegate.token first"));
+                                        "\" would let it write; connect with "
+                                        "fencegate.token to write"));
       co_return;
     }
   }
@@ -274,9 +274,12 @@ asio::awaitable<void> ClientSession::AnswerSettings(
             co_await Fatal(RefusalSqlState(c, "08006"), c.message());
             co_return;
           }
+          // A read role's session may not take a token: read-only.
           absl::StrAppend(
-              &reply, pgwire::EncodeError("ERROR", RefusalSqlState(c, "08006"),
-                                          c.message(), StaleDetail(c)));
+              &reply,
+              pgwire::EncodeError(
+                  "ERROR", read_role_ ? "25006" : RefusalSqlState(c, "08006"),
+                  c.message(), StaleDetail(c)));
           break;
         }
       }
@@ -341,8 +344,8 @@ asio::awaitable<void> ClientSession::OnParse(const pgwire::Parse& parse) {
     if (token_ == 0 && statement.lifts_read_only) {
       RefuseExtended("25006",
                      "a session without fencegate.token is read-only, and "
-                     "this statement would let it write; set fencegate.token "
-                     "first");
+                     "this statement would let it write; connect with "
+                     "fencegate.token to write");
       co_return;
     }
   }

@@ -136,7 +136,8 @@ asio::awaitable<void> ClientSession::ReplyLoop() {
       client_out_.append(outcome.to_client);
       if (ending_ && queue_.empty()) {
         if (!reset_failed_ && !closed_) {
-          route_->pool->Give(std::move(upstream_));
+          (read_role_ ? route_->read_pool : route_->pool)
+              ->Give(std::move(upstream_));
         }
         closed_ = true;
         port_.sessions.erase(process_id_);

@@ -129,6 +129,24 @@ absl::StatusOr<UpstreamTarget> UpstreamTargetOf(
   return target;
 }
 
+absl::StatusOr<std::optional<UpstreamTarget>> ReadTargetOf(
+    const PostgresAdapterOptions& options, const UpstreamTarget& write) {
+  if (options.read_user.empty()) return std::nullopt;
+  if (options.read_user == write.user) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "route URI ", options.redacted_uri, ": read_user \"", options.read_user,
+        "\" is the route's own role; the read role must be one that cannot "
+        "write (fencectl pg-setup --read_role)"));
+  }
+  UpstreamTarget read = write;
+  read.user = options.read_user;
+  read.password = options.read_password;
+  read.read_role = true;
+  read.privileged_role = false;
+  read.write_user = write.user;
+  return read;
+}
+
 std::string UpstreamSqlState(const absl::Status& status) {
   absl::optional<absl::Cord> code = status.GetPayload(kSqlStatePayload);
   return code.has_value() ? std::string(*code) : std::string();
@@ -200,6 +218,7 @@ asio::awaitable<absl::Status> Upstream::CheckServer(
         "): a prepared transaction outlives its session's fence; set it to "
         "0 to serve the route through the port"));
   }
+  if (target.read_role) co_return co_await CheckReadRole(target);
   // What the fence a connection holds (postgres/fence_hold.h) rests on:
   // the role cannot release it, no connection escapes it, and the schema
   // has hold(). One round trip: the three answers joined by '|'.
@@ -264,6 +283,59 @@ asio::awaitable<absl::Status> Upstream::CheckServer(
         "needs version ",
         postgres::kFenceSchemaVersion,
         ": run `fencectl pg-setup` on the route's database"));
+  }
+  co_return absl::OkStatus();
+}
+
+asio::awaitable<absl::Status> Upstream::CheckReadRole(
+    const UpstreamTarget& target) {
+  // One row: what the role may do that a read role must not, each part
+  // named, joined by "; " (NULL parts left out); empty if nothing.
+  std::vector<UpstreamStatement> check(1);
+  check[0].sql = absl::StrCat(
+      "SELECT pg_catalog.concat_ws('; ', "
+      "(SELECT 'it is a superuser, or may create roles or databases, or "
+      "bypass row security' FROM pg_catalog.pg_roles WHERE rolname = "
+      "current_user AND (rolsuper OR rolcreaterole OR rolcreatedb OR "
+      "rolbypassrls)), "
+      "(SELECT 'it is a member of the route''s role ' || rolname FROM "
+      "pg_catalog.pg_roles WHERE rolname = $1 AND "
+      "pg_catalog.pg_has_role(current_user, oid, 'MEMBER')), "
+      "(SELECT 'it may write ' || pg_catalog.string_agg(c.oid::pg_catalog."
+      "regclass::text, ', ' ORDER BY 1) FROM pg_catalog.pg_class c JOIN "
+      "pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.relkind IN "
+      "('r', 'p', 'v', 'm', 'f') AND n.nspname <> 'information_schema' AND "
+      "n.nspname NOT LIKE 'pg\\_%' AND "
+      "(pg_catalog.has_any_column_privilege(c.oid, 'INSERT, UPDATE') OR "
+      "pg_catalog.has_table_privilege(c.oid, 'DELETE, TRUNCATE'))), "
+      "(SELECT 'it may advance ' || pg_catalog.string_agg(c.oid::pg_catalog."
+      "regclass::text, ', ' ORDER BY 1) FROM pg_catalog.pg_class c WHERE "
+      "c.relkind = 'S' AND CASE WHEN c.relkind = 'S' THEN "
+      "pg_catalog.has_sequence_privilege(c.oid, 'USAGE, UPDATE') END), "
+      "(SELECT 'it may create objects in ' || pg_catalog.string_agg(nspname, "
+      "', ' ORDER BY 1) FROM pg_catalog.pg_namespace WHERE nspname NOT LIKE "
+      "'pg\\_%' AND pg_catalog.has_schema_privilege(oid, 'CREATE')), "
+      "(SELECT 'it may execute ' || pg_catalog.string_agg(p.oid::pg_catalog."
+      "regprocedure::text, ', ' ORDER BY 1) FROM pg_catalog.pg_proc p WHERE "
+      "(",
+      postgres::AdvisoryFunctionsCondition(),
+      " OR p.proname IN ('pg_cancel_backend', 'pg_terminate_backend') OR "
+      "p.pronamespace = pg_catalog.to_regnamespace($2)) AND "
+      "pg_catalog.has_function_privilege(p.oid, 'EXECUTE')))");
+  check[0].parameters = {target.write_user,
+                         absl::StrCat("\"", target.fence_schema, "\"")};
+  std::optional<std::string> found;
+  if (absl::Status s = co_await RunExtended(check, &found); !s.ok()) {
+    co_return s;
+  }
+  if (found.has_value() && !found->empty()) {
+    co_return absl::FailedPreconditionError(absl::StrCat(
+        "the route's read role \"", target.user,
+        "\" is not read-only: ", *found,
+        "; a session without a token runs as it, so it must not be able to "
+        "write, signal backends, take advisory locks or call the fence "
+        "functions: run `fencectl pg-setup --read_role ",
+        target.user, " --revoke_session_functions` and take the rest from it"));
   }
   co_return absl::OkStatus();
 }

@@ -53,6 +53,11 @@ struct UpstreamTarget {
   // do anything, advisory locks included: the check that the role cannot
   // release its connection's hold is skipped.
   bool privileged_role = false;
+  // The route's read role (sessions without a token): CheckServer checks
+  // that it cannot write, instead of what a hold rests on. `write_user` is
+  // the route's role, which it must not be a member of.
+  bool read_role = false;
+  std::string write_user;
 };
 
 // One statement of Upstream::RunExtended: its text and text parameters
@@ -67,6 +72,12 @@ struct UpstreamStatement {
 // TLS.
 absl::StatusOr<UpstreamTarget> UpstreamTargetOf(
     const PostgresAdapterOptions& options);
+
+// The route's read role's target (`write` with read_user and
+// read_password), or nullopt if the route has none. INVALID_ARGUMENT if it
+// is the route's own role.
+absl::StatusOr<std::optional<UpstreamTarget>> ReadTargetOf(
+    const PostgresAdapterOptions& options, const UpstreamTarget& write);
 
 // The SQLSTATE of a server error that Upstream returned; empty for
 // another status.
@@ -124,6 +135,9 @@ class Upstream {
   // After the sign-in: FAILED_PRECONDITION for a server the port must not
   // serve (Connect says which).
   asio::awaitable<absl::Status> CheckServer(const UpstreamTarget& target);
+  // CheckServer of a read role's connection: FAILED_PRECONDITION naming
+  // what the role could write, execute or take that a read role must not.
+  asio::awaitable<absl::Status> CheckReadRole(const UpstreamTarget& target);
   // Sends `bytes` and reads every reply up to ReadyForQuery (Run says
   // what it returns); `what` names the request in an error.
   asio::awaitable<absl::Status> Exchange(

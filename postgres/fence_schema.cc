@@ -11,6 +11,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "postgres/admin_transaction.h"
 #include "postgres/fence_hold.h"
 #include "pqxx/connection"
 #include "pqxx/except"
@@ -29,11 +30,6 @@ std::string ArmedRefusal(absl::string_view function) {
       function,
       "() is refused on a PostgreSQL-port session: only its gateway moves a "
       "fence there (connect with fencegate.token, or SET it)");
-}
-
-std::string Trim(std::string s) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  return s;
 }
 
 }  // namespace
@@ -370,52 +366,6 @@ END$$)sql",
       "END IF; END$$"));
   return sql;
 }
-
-namespace {
-
-// INVALID_ARGUMENT unless `name` is a plain identifier; `what` names it
-// ("schema", "role").
-absl::Status CheckName(absl::string_view what, const std::string& name) {
-  if (IsPlainIdentifier(name)) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      what, " \"", name,
-      "\": use 1-63 lower-case letters, digits and _, not starting with a "
-      "digit"));
-}
-
-// Runs `body` in one transaction on a new connection to `admin_conninfo`,
-// committed if `body` succeeds; a connection that fails is UNAVAILABLE,
-// any other exception INTERNAL, each prefixed "pg-setup: ".
-absl::Status InAdminTransaction(
-    const std::string& admin_conninfo,
-    absl::FunctionRef<absl::Status(pqxx::work&)> body) {
-  std::unique_ptr<pqxx::connection> c;
-  try {
-    c = std::make_unique<pqxx::connection>(admin_conninfo);
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(
-        absl::StrCat("pg-setup: cannot connect: ", Trim(e.what())));
-  }
-  try {
-    pqxx::work tx(*c);
-    if (absl::Status s = body(tx); !s.ok()) return s;
-    tx.commit();
-  } catch (const pqxx::broken_connection& e) {
-    return absl::UnavailableError(
-        absl::StrCat("pg-setup: connection lost: ", Trim(e.what())));
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("pg-setup: ", Trim(e.what())));
-  }
-  return absl::OkStatus();
-}
-
-bool RoleExists(pqxx::work& tx, const std::string& role) {
-  return !tx.exec_params("SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = $1",
-                         role)
-              .empty();
-}
-
-}  // namespace
 
 absl::Status SetUpFenceSchema(const std::string& admin_conninfo,
                               const std::string& schema,

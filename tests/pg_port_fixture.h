@@ -14,11 +14,13 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "fencegate/v1/gateway.grpc.pb.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "postgres/fence_schema.h"
+#include "postgres/read_role.h"
 #include "tests/fixtures.h"
 #include "tests/postgres_adapter_fixture.h"
 
@@ -70,19 +72,31 @@ class PgPortTest : public PostgresAdapterTest {
           postgres::RevokeSessionFunctions(server_->Conninfo(),
                                            "fencegate_worker", {});
       ASSERT_TRUE(r.ok()) << r.status();
+      // The read role of sessions without a token (StartGateway names it).
+      CreateRole(kReadRole, "LOGIN");
+      ASSERT_OK(postgres::SetUpReadRole(server_->Conninfo(), "fencegate",
+                                        kReadRole, "fencegate_worker"));
       revoked = true;
     }
     Exec("INSERT INTO jobs (id, owner, amount) VALUES (1, 'nobody', 0)");
   }
 
-  // `route_params`: the route URI's query.
+  static constexpr char kReadRole[] = "fencegate_reader";
+
+  // `route_params`: the route URI's query; read_user is kReadRole unless
+  // it names one (or none: "read_user=").
   static std::unique_ptr<Gateway> StartGateway(
       const std::vector<std::string>& extra = {},
       const std::string& route_params = "") {
     auto g = std::make_unique<Gateway>();
     g->pg_port = testing::FreeLoopbackPort();
+    std::string params = route_params;
+    if (!absl::StrContains(params, "read_user=")) {
+      absl::StrAppend(&params, params.empty() ? "" : "&",
+                      "read_user=", kReadRole);
+    }
     std::vector<std::string> args = {
-        "--route=db=" + server_->Uri(route_params),
+        "--route=db=" + server_->Uri(params),
         absl::StrCat("--pg_listen=127.0.0.1:", g->pg_port)};
     args.insert(args.end(), extra.begin(), extra.end());
     auto process = GatewayProcess::Start(g->dir.path(), args);

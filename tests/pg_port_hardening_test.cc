@@ -240,10 +240,10 @@ TEST_F(PgPortHardeningTest, TheNextSessionsRandomIsNotTheLastOnesSeed) {
   ASSERT_NE(g, nullptr);
   const std::string expected =
       Exec("SELECT setseed(0.25), random()::text")[0][1].as<std::string>();
-  // pg-setup --revoke_session_functions took setseed() from the role.
+  // pg-setup --revoke_session_functions took setseed() from the roles.
   Exec(
       "GRANT EXECUTE ON FUNCTION setseed(double precision) TO "
-      "fencegate_worker");
+      "fencegate_worker, fencegate_reader");
   auto row = [&](const std::string& sql) {
     PGconn* c = Connect(*g, "");
     EXPECT_EQ(PQstatus(c), CONNECTION_OK) << PQerrorMessage(c);
@@ -274,7 +274,7 @@ TEST_F(PgPortHardeningTest, TheNextSessionsRandomIsNotTheLastOnesSeed) {
   EXPECT_NE(next, expected);
   Exec(
       "REVOKE EXECUTE ON FUNCTION setseed(double precision) FROM "
-      "fencegate_worker");
+      "fencegate_worker, fencegate_reader");
 }
 
 // No statement of the session's stands in for its fence: the server

@@ -2,11 +2,10 @@
 //
 // The PostgreSQL port (docs/pgwire.md) with real clients -- psql, pgbench,
 // psycopg 3 and libpqxx -- in front of a real PostgreSQL server: fenced
-// writes land, stale ones touch nothing, a session without a token only
-// reads, a raise mid-transaction waits for the transaction, idle and
-// killed clients' transactions are rolled back, COPY and cancel work, bad
-// bytes close only their own session, and two gateways hand a domain over
-// through the database's fence.
+// writes land, stale ones touch nothing, a raise mid-transaction waits for the
+// transaction, idle and killed clients' transactions are rolled back, COPY and
+// cancel work, bad bytes close only their own session, and two gateways hand a
+// domain over through the database's fence.
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -83,38 +82,6 @@ TEST_F(PgPortTest, AFencedUpdateLandsAndAStaleOneTouchesNothing) {
             0)
       << err;
   EXPECT_EQ(Owner(), "cd");
-}
-
-TEST_F(PgPortTest, ASessionWithoutATokenReadsButCannotWrite) {
-  auto g = StartGateway();
-  ASSERT_NE(g, nullptr);
-  std::string out, err;
-  ASSERT_EQ(Psql(*g, "", {"SELECT owner FROM jobs WHERE id = 1"}, &out, &err),
-            0)
-      << err;
-  EXPECT_EQ(out, "nobody\n");
-  EXPECT_NE(
-      Psql(*g, "", {"UPDATE jobs SET owner = 'x' WHERE id = 1"}, &out, &err),
-      0);
-  EXPECT_THAT(err, HasSubstr("read-only transaction"));
-  for (const char* lift :
-       {"SET default_transaction_read_only = off", "BEGIN READ WRITE",
-        "SET SESSION CHARACTERISTICS AS TRANSACTION READ WRITE", "RESET ALL",
-        "SELECT set_config('default_transaction_read_only', 'off', false)"}) {
-    EXPECT_NE(Psql(*g, "", {lift}, &out, &err), 0) << lift;
-    EXPECT_THAT(err, HasSubstr("set fencegate.token first")) << lift;
-  }
-  EXPECT_EQ(Owner(), "nobody");
-  // A token set in the session lets it write: its connection holds the
-  // fence from then on.
-  ASSERT_EQ(
-      Psql(*g, "",
-           {"SET fencegate.domain = 'jobs-lock'", "SET fencegate.token = 3",
-            "UPDATE jobs SET owner = 'three' WHERE id = 1"},
-           &out, &err),
-      0)
-      << err;
-  EXPECT_EQ(Owner(), "three");
 }
 
 TEST_F(PgPortTest, ExtendedProtocolClientsAreFencedToo) {

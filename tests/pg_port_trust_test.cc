@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "postgres/fence_schema.h"
+#include "postgres/read_role.h"
 #include "pqxx/pqxx"
 #include "security/request_gate.h"
 #include "security/scram.h"
@@ -44,6 +45,17 @@ class PgPortTrustTest : public testing::TrustFixture {
           postgres::RevokeSessionFunctions(postgres_->Conninfo(),
                                            "fencegate_worker", {});
       if (!revoked.ok()) start_error_ = revoked.status().ToString();
+      // The read role of sessions without a token.
+      ExecAsAdmin(*postgres_,
+                  "DO $$BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE "
+                  "rolname = 'fencegate_reader') THEN CREATE ROLE "
+                  "fencegate_reader LOGIN; END IF; END$$");
+      if (absl::Status s =
+              postgres::SetUpReadRole(postgres_->Conninfo(), "fencegate",
+                                      "fencegate_reader", "fencegate_worker");
+          !s.ok()) {
+        start_error_ = s.ToString();
+      }
     }
   }
   static void TearDownTestSuite() {
@@ -88,7 +100,8 @@ class PgPortTrustTest : public testing::TrustFixture {
 
   void Start(std::vector<std::string> extra = {}) {
     pg_port_ = testing::FreeLoopbackPort();
-    extra.push_back("--route=db=" + postgres_->Uri());
+    extra.push_back("--route=db=" +
+                    postgres_->Uri("read_user=fencegate_reader"));
     extra.push_back(absl::StrCat("--pg_listen=127.0.0.1:", pg_port_));
     StartGateway(extra);
   }
@@ -252,11 +265,13 @@ TEST_F(PgPortTrustTest, WithoutClientCertificatesAPasswordSignsInOverTls) {
   pg_port_ = testing::FreeLoopbackPort();
   gateway_.reset();
   ASSERT_OK_AND_ASSIGN(
-      gateway, testing::GatewayProcess::Start(
-                   dir_.path() + "/plain-data",
-                   {"--tls_cert=" + server_.cert, "--tls_key=" + server_.key,
-                    "--pg_user_file=" + users, "--route=db=" + postgres_->Uri(),
-                    absl::StrCat("--pg_listen=127.0.0.1:", pg_port_)}));
+      gateway,
+      testing::GatewayProcess::Start(
+          dir_.path() + "/plain-data",
+          {"--tls_cert=" + server_.cert, "--tls_key=" + server_.key,
+           "--pg_user_file=" + users,
+           "--route=db=" + postgres_->Uri("read_user=fencegate_reader"),
+           absl::StrCat("--pg_listen=127.0.0.1:", pg_port_)}));
   gateway_ = std::move(gateway);
   std::string out, err;
   // libpq over TLS offers channel binding; the port does without it.

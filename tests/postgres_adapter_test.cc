@@ -322,6 +322,31 @@ TEST(PostgresUriTest, KeepalivesAreOnUnlessTheUriSetsThem) {
   EXPECT_THAT(options.conninfo, HasSubstr("keepalives_count=3"));
 }
 
+// The PostgreSQL port's read role (docs/pgwire.md): a plain role name,
+// its password never quoted, and no password without a role.
+TEST(PostgresUriTest, TheReadRoleAndItsPasswordStayOutOfMessages) {
+  ASSERT_OK_AND_ASSIGN(uri,
+                       ParseUri("postgres://u:hunter2@h/db?read_user=reader&"
+                                "read_password=swordfish&password=tiger"));
+  EXPECT_EQ(uri.redacted,
+            "postgres://u:***@h/db?read_user=reader&read_password=***&"
+            "password=***");
+  ASSERT_OK_AND_ASSIGN(options, ParsePostgresUri(uri));
+  EXPECT_EQ(options.read_user, "reader");
+  EXPECT_EQ(options.read_password, "swordfish");
+  EXPECT_THAT(options.conninfo, ::testing::Not(HasSubstr("swordfish")));
+  EXPECT_THAT(options.conninfo, ::testing::Not(HasSubstr("read_user")));
+  for (const char* bad : {"postgres://u@h/db?read_user=Reader%20x",
+                          "postgres://u@h/db?read_password=swordfish"}) {
+    ASSERT_OK_AND_ASSIGN(parsed, ParseUri(bad));
+    absl::StatusOr<PostgresAdapterOptions> refused = ParsePostgresUri(parsed);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument)
+        << bad;
+    EXPECT_THAT(refused.status().message(),
+                ::testing::Not(HasSubstr("swordfish")));
+  }
+}
+
 // PostgreSQL restarts under a running adapter: UNAVAILABLE while it is down,
 // and the next write after it is back succeeds without a new adapter.
 TEST_F(PostgresAdapterTest, RecoversAfterServerRestart) {

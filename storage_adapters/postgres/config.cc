@@ -117,6 +117,14 @@ absl::StatusOr<v1::PostgresRoute> ParsePostgresSettings(
           "last by the gateway"));
     }
   }
+  if (!settings.read_user().empty() &&
+      !postgres::IsPlainIdentifier(settings.read_user())) {
+    return bad(absl::StrCat("read_user=", settings.read_user(),
+                            " must be 1-63 lower-case letters, digits and _"));
+  }
+  if (settings.read_user().empty() && !settings.read_password().empty()) {
+    return bad("read_password needs read_user");
+  }
   return settings;
 }
 
@@ -139,6 +147,8 @@ absl::StatusOr<PostgresAdapterOptions> ParsePostgresUri(
   options.allow_dirty_statements = settings->allow_dirty_statements();
   options.search_path.assign(settings->search_path().begin(),
                              settings->search_path().end());
+  options.read_user = settings->read_user();
+  options.read_password = settings->read_password();
   // libpq parameters the adapter sets unless the URI does: a server or
   // network that goes silent fails a write within about a minute instead
   // of holding its connection for ever.

@@ -9,11 +9,11 @@
 // (proto/fencegate/v1/config.proto), with their defaults and bounds there:
 // pool_size, pool_wait_ms, spread_after_ms, statement_timeout_ms,
 // fence_schema, max_result_rows, max_result_bytes, allow_privileged_role,
-// allow_dirty_statements, search_path. A route gives them typed, in the
-// configuration file (routes { ... postgres { pool_size: 8 } }), or as
-// parameters of its URI, the shorthand (?pool_size=8&search_path=a,b); a
-// setting given both ways must agree. Everything else in the query is
-// handed to libpq.
+// allow_dirty_statements, search_path, read_user, read_password. A route
+// gives them typed, in the configuration file (routes { ... postgres {
+// pool_size: 8 } }), or as parameters of its URI, the shorthand
+// (?pool_size=8&search_path=a,b); a setting given both ways must agree.
+// Everything else in the query is handed to libpq.
 //
 // libpq parameters (sslmode, connect_timeout, application_name, ...) pass
 // through, but for client_encoding (refused: the gateway speaks UTF8) and
@@ -86,6 +86,11 @@ struct PostgresAdapterOptions {
   // The session's search_path, sent in the startup packet with pg_temp
   // appended last. Default: $user, public.
   std::vector<std::string> search_path = {"$user", "public"};
+  // The PostgreSQL port's role for sessions without a token, and its
+  // password; empty: none (such sessions are refused). The adapter itself
+  // never uses them.
+  std::string read_user;
+  std::string read_password;
 };
 
 // The route's settings: `typed` (may be null) with the URI's query merged

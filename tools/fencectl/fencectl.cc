@@ -25,6 +25,7 @@
 #include "fencegate/common/flag_args.h"
 #include "grpcpp/create_channel.h"
 #include "postgres/fence_schema.h"
+#include "postgres/read_role.h"
 #include "tools/fencectl/exit_codes.h"
 #include "tools/fencectl/gateway_commands.h"
 #include "tools/fencectl/health.h"
@@ -62,6 +63,7 @@ struct Flags {
   std::string role;
   std::string schema = postgres::kDefaultFenceSchema;
   bool revoke_session_functions = false;
+  std::string read_role;
   int64_t raise_wait_ms = postgres::kDefaultRaiseWaitMs;
   std::vector<std::string> session_functions_for;
 };
@@ -94,6 +96,20 @@ int PgSetupFailed(const absl::Status& s) {
   }
 }
 
+// pg-setup's last step: the read role, if one is named.
+int SetUpReadRole(const Flags& f) {
+  if (f.read_role.empty()) return kExitOk;
+  if (absl::Status s =
+          postgres::SetUpReadRole(f.admin_dsn, f.schema, f.read_role, f.role);
+      !s.ok()) {
+    return PgSetupFailed(s);
+  }
+  std::cout << "pg-setup: read role " << f.read_role
+            << " granted pg_read_all_data, TEMP taken from it; give it to "
+               "the route as read_user\n";
+  return kExitOk;
+}
+
 int RunPgSetup(const Flags& f) {
   if (!f.revoke_session_functions && !f.session_functions_for.empty()) {
     return PgSetupFailed(absl::InvalidArgumentError(
@@ -107,7 +123,7 @@ int RunPgSetup(const Flags& f) {
             << " may call " << f.schema
             << ".fence(text, bigint), fence_seq(text, bigint, bigint), "
                "fence_next(text, bigint) and fences()\n";
-  if (!f.revoke_session_functions) return kExitOk;
+  if (!f.revoke_session_functions) return SetUpReadRole(f);
   absl::StatusOr<std::vector<std::string>> revoked =
       postgres::RevokeSessionFunctions(f.admin_dsn, f.role,
                                        f.session_functions_for);
@@ -120,7 +136,7 @@ int RunPgSetup(const Flags& f) {
                     ? std::string("nobody (superusers keep them)")
                     : absl::StrJoin(f.session_functions_for, ", "))
             << "\n";
-  return kExitOk;
+  return SetUpReadRole(f);
 }
 
 // The subcommands and their flags, writing into `f`.
@@ -294,6 +310,12 @@ Commands Define(CLI::App& app, Flags& f) {
                    "backends (docs/pgwire.md)")
       ->check(CLI::Range(int64_t{10}, int64_t{3600000}))
       ->capture_default_str();
+  c.pg_setup->add_option(
+      "--read_role", f.read_role,
+      "an existing login role to serve the PostgreSQL port's sessions "
+      "without a token: granted pg_read_all_data, TEMP taken from it; it "
+      "must be neither the route's role nor a member of it "
+      "(docs/pgwire.md)");
   c.pg_setup
       ->add_option("--session_functions_for", f.session_functions_for,
                    "roles that keep EXECUTE on them (comma-separated), with "

@@ -32,8 +32,10 @@ struct Uri {
 // digits, '+', '-' and '.'.
 absl::StatusOr<Uri> ParseUri(absl::string_view text);
 
-// `text` with the password of "scheme://user:password@host" replaced by
-// "***". Other text is returned unchanged.
+// `text` with the password of "scheme://user:password@host", and the value
+// of every query parameter whose name ends in "password" (libpq's password,
+// a PostgreSQL route's read_password), replaced by "***". Other text is
+// returned unchanged.
 std::string RedactUri(absl::string_view text);
 
 }  // namespace fencegate
