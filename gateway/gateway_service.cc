@@ -19,6 +19,7 @@
 #include "gateway/write_request.h"
 #include "observability/log.h"
 #include "observability/trace_context.h"
+#include "postgres/sql_parse.h"
 
 namespace fencegate {
 namespace {
@@ -127,8 +128,10 @@ struct GatewayService::PendingWrite {
   absl::string_view route;
   // The trace id of its traceparent, if any.
   std::string trace_id;
-  // Its share of the memory budget, released with it.
+  // Its share of the memory budget, released with it: twice its bytes on
+  // the wire, then what the parsed request holds beyond that.
   MemoryBudget::Reservation memory;
+  MemoryBudget::Reservation parsed_memory;
 
   LogFields fields() const { return {request->request_id(), trace_id}; }
 };
@@ -178,27 +181,57 @@ grpc::ServerUnaryReactor* GatewayService::Write(
       !s.ok()) {
     return Refuse(*write, context, s);
   }
+  if (options_.memory != nullptr) {
+    // Parsed, a request may hold many times its bytes (an empty SQL
+    // parameter: 4 bytes on the wire, about 80 parsed).
+    const size_t parsed = write->parsed_request.SpaceUsedLong();
+    const size_t reserved = 2 * request_bytes->Length();
+    if (parsed + request_bytes->Length() > reserved) {
+      absl::StatusOr<MemoryBudget::Reservation> more =
+          options_.memory->Reserve(parsed + request_bytes->Length() - reserved);
+      if (!more.ok()) return Refuse(*write, context, more.status());
+      write->parsed_memory = *std::move(more);
+    }
+  }
   absl::StatusOr<std::unique_ptr<Admission>> admitted =
       gate_->Admit(*context, CallFactsOf(write->parsed_request));
   if (!admitted.ok()) return Refuse(*write, context, admitted.status());
   write->admission = *std::move(admitted);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  write->context = context;
+  write->reactor = reactor;
+  write->response_bytes = response_bytes;
+  if (SqlTextBytes(write->parsed_request) > kInlineCheckSqlBytes) {
+    // Classifying long SQL text takes a parse of up to a second or two of
+    // CPU per MiB: on the long-text parser's thread, one Write after
+    // another, so that it holds up none of gRPC's threads and no other
+    // call. The RPC is not finished until Dispatch replies, so the server
+    // (and this service) outlive it.
+    postgres::RunOnLongTextParser([this, w = write.release()]() mutable {
+      Dispatch(std::unique_ptr<PendingWrite>(w));
+    });
+    return reactor;
+  }
+  Dispatch(std::move(write));
+  return reactor;
+}
+
+void GatewayService::Dispatch(std::unique_ptr<PendingWrite> write) {
   const v1::WriteRequest* request = write->request;
   CheckedWrite checked;
   const absl::Status check =
       CheckWrite(*router_, &write->parsed_request, &checked);
   write->route = checked.resolved.route;
-  if (!check.ok()) return Refuse(*write, context, check);
+  if (!check.ok()) {
+    Count(*write, check);
+    write->reactor->Finish(ToGrpcStatus(check));
+    return;
+  }
   const ResolvedResource& resolved = checked.resolved;
-  std::string domain = std::move(checked.domain);
-
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  write->context = context;
-  write->reactor = reactor;
-  write->response_bytes = response_bytes;
-  write->domain = std::move(domain);
-  write->target =
-      WriteTarget{write->domain, request->token(), resolved.path,
-                  request->request_id(), absl::FromChrono(context->deadline())};
+  write->domain = std::move(checked.domain);
+  write->target = WriteTarget{write->domain, request->token(), resolved.path,
+                              request->request_id(),
+                              absl::FromChrono(write->context->deadline())};
   write->target.seq = request->seq();
   write->target.resource = request->resource();
   write->target.replayed = &write->replayed;
@@ -209,10 +242,9 @@ grpc::ServerUnaryReactor* GatewayService::Write(
     // equal or stale token is decided here, an advance is queued to the
     // fence store's commit thread, which applies the write once the advance
     // is durable. No hand-off to the I/O pool.
-    return reactor;
+    return;
   }
   QueueWrite(std::move(write));
-  return reactor;
 }
 
 Fencer::AsyncApply GatewayService::ApplyOf(PendingWrite* w) {

@@ -68,6 +68,10 @@ class GatewayService final : public v1::Gateway::WithRawCallbackMethod_Write<
 
  private:
   struct PendingWrite;
+  // A Write's checks (CheckWrite, the SQL classified), then TryWriteHere or
+  // QueueWrite; a refusal is counted and answered. Runs on gRPC's thread,
+  // or on the long-text parser's for a Write of long SQL text.
+  void Dispatch(std::unique_ptr<PendingWrite> write);
   // Runs the write on this (gRPC's) thread if the Fencer can decide it
   // without blocking (Fencer::TryExecuteAsync); the write's adapter must
   // never block in ApplyAsync. Takes `write` if so; false leaves it.

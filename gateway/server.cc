@@ -177,7 +177,12 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
   for (const RouteFences::Line& line : *recovered) {
     Log(line.warning ? LogSeverity::kWarning : LogSeverity::kInfo, line.text);
   }
-  s->pool_ = std::make_unique<IoPool>(options.io_threads);
+  // 0 (a GatewayOptions left as constructed): the flag's default.
+  s->pool_ = std::make_unique<IoPool>(
+      options.io_threads != 0
+          ? options.io_threads
+          : std::max(4u,
+                     2 * std::max(1u, std::thread::hardware_concurrency())));
   // As many as a PostgreSQL route has fence-table connections
   // (postgres_adapter.h): raises beyond that many waiting at once queue.
   s->raise_pool_ = std::make_unique<IoPool>(kRaiseThreads);

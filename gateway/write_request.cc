@@ -21,41 +21,92 @@ using google::protobuf::internal::WireFormatLite;
 constexpr uint32_t kOpsTag =
     WireFormatLite::MakeTag(v1::WriteRequest::kOpsFieldNumber,
                             WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
+// Operation.sql and SqlStatement.params, length-delimited.
+constexpr uint32_t kSqlTag = WireFormatLite::MakeTag(
+    v1::Operation::kSqlFieldNumber, WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
+constexpr uint32_t kParamsTag =
+    WireFormatLite::MakeTag(v1::SqlStatement::kParamsFieldNumber,
+                            WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
 
-// The number of top-level `ops` fields in `bytes`, or -1 if the bytes do not
-// parse as fields.
-int64_t CountOps(const grpc::ByteBuffer& bytes) {
+using google::protobuf::io::CodedInputStream;
+
+// Counts the fields tagged `tag` in the next `length` bytes of `in`, and
+// calls `inner` on each (their bytes limited to the field); false if they
+// do not parse as fields.
+template <typename Inner>
+bool CountFields(CodedInputStream& in, uint32_t tag, Inner&& inner,
+                 int64_t* count) {
+  while (true) {
+    const uint32_t t = in.ReadTag();
+    if (t == 0) return in.ConsumedEntireMessage() || in.BytesUntilLimit() == 0;
+    if (t != tag) {
+      if (!WireFormatLite::SkipField(&in, t)) return false;
+      continue;
+    }
+    ++*count;
+    uint32_t length = 0;
+    if (!in.ReadVarint32(&length)) return false;
+    const CodedInputStream::Limit limit =
+        in.PushLimit(static_cast<int>(length));
+    if (!inner(in) || in.BytesUntilLimit() != 0) return false;
+    in.PopLimit(limit);
+  }
+}
+
+// The top-level `ops` of `bytes`, and the SQL parameters of all of them,
+// read without building them; false if the bytes do not parse as fields.
+bool CountOpsAndParams(const grpc::ByteBuffer& bytes, int64_t* ops,
+                       int64_t* params) {
   grpc::ByteBuffer copy(bytes);  // Shares the slices.
   grpc::ProtoBufferReader reader(&copy);
-  google::protobuf::io::CodedInputStream in(&reader);
-  int64_t ops = 0;
-  while (true) {
-    const uint32_t tag = in.ReadTag();
-    if (tag == 0)
-      return in.ConsumedEntireMessage() || reader.status().ok() ? ops : -1;
-    if (tag == kOpsTag) ++ops;
-    if (!WireFormatLite::SkipField(&in, tag)) return -1;
-  }
+  CodedInputStream in(&reader);
+  in.SetTotalBytesLimit(std::numeric_limits<int>::max());
+  auto skip = [](CodedInputStream& field) {
+    return field.Skip(field.BytesUntilLimit());
+  };
+  auto count_params = [&](CodedInputStream& sql) {
+    return CountFields(sql, kParamsTag, skip, params);
+  };
+  auto count_sql = [&](CodedInputStream& op) {
+    int64_t statements = 0;
+    return CountFields(op, kSqlTag, count_params, &statements);
+  };
+  return CountFields(in, kOpsTag, count_sql, ops) && reader.status().ok();
 }
 
 }  // namespace
 
 absl::Status ParseWriteRequest(const grpc::ByteBuffer& bytes, uint32_t max_ops,
                                v1::WriteRequest* out) {
-  const int64_t ops = CountOps(bytes);
+  int64_t ops = 0;
+  int64_t params = 0;
+  const bool fields = CountOpsAndParams(bytes, &ops, &params);
   if (ops > max_ops) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ops: ", ops, " operations exceed the limit of ", max_ops));
   }
+  if (params > kMaxSqlParamsPerWrite) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ops: ", params, " SQL parameters in all exceed the limit of ",
+        kMaxSqlParamsPerWrite, " per Write"));
+  }
   grpc::ByteBuffer copy(bytes);
   grpc::Status s =
       grpc::SerializationTraits<v1::WriteRequest>::Deserialize(&copy, out);
-  if (ops < 0 || !s.ok()) {
+  if (!fields || !s.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("request: not a fencegate.v1.WriteRequest",
                      s.ok() ? "" : absl::StrCat(" (", s.error_message(), ")")));
   }
   return absl::OkStatus();
+}
+
+size_t SqlTextBytes(const v1::WriteRequest& request) {
+  size_t bytes = 0;
+  for (const v1::Operation& op : request.ops()) {
+    if (op.has_sql()) bytes += op.sql().sql().size();
+  }
+  return bytes;
 }
 
 absl::Status SerializeWriteResponse(const v1::WriteResponse& response,

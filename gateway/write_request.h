@@ -3,8 +3,8 @@
 // Reading a Write request off the wire, and checking it before it takes its
 // domain's lane. The gateway's Write method takes the
 // request's bytes (gRPC's raw callback API) rather than a parsed message, so
-// that a request with more operations than the gateway accepts is refused
-// after a walk over its top-level fields, without building its operations: a
+// that a request with more operations or SQL parameters than the gateway
+// accepts is refused after a walk over its fields, without building them: a
 // 16 MiB request of 8 million empty operations costs no memory beyond its
 // bytes. Everything else is parsed as gRPC would.
 
@@ -22,12 +22,22 @@
 
 namespace fencegate {
 
-// Parses `bytes` into `*out` if it holds at most `max_ops` operations.
-// INVALID_ARGUMENT naming `ops` and both counts if it holds more (nothing is
-// parsed then), or if the bytes are not a WriteRequest. Reads the buffer's
-// slices in place. Thread-safe.
+// SQL parameters a Write may carry in all its operations: each costs about
+// 80 bytes parsed for as little as 4 on the wire.
+inline constexpr int64_t kMaxSqlParamsPerWrite = 65535;
+
+// Parses `bytes` into `*out` if it holds at most `max_ops` operations and
+// kMaxSqlParamsPerWrite SQL parameters. INVALID_ARGUMENT naming `ops` and
+// both counts if it holds more (nothing is parsed then), or if the bytes are
+// not a WriteRequest. Reads the buffer's slices in place. Thread-safe.
 absl::Status ParseWriteRequest(const grpc::ByteBuffer& bytes, uint32_t max_ops,
                                v1::WriteRequest* out);
+
+// Bytes of SQL text in `request`'s operations, in all. A Write with more
+// than kInlineCheckSqlBytes is checked (its SQL parsed and classified) on
+// the long-text parser's thread (postgres/sql_parse.h), not on gRPC's.
+size_t SqlTextBytes(const v1::WriteRequest& request);
+inline constexpr size_t kInlineCheckSqlBytes = 16384;
 
 // A Write that passed CheckWrite.
 struct CheckedWrite {

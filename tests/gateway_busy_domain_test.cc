@@ -259,5 +259,73 @@ TEST_F(PostgresAdapterTest, WritesQueuedBehindABusyDomainAreBoundedInMemory) {
   EXPECT_EQ(Count("id >= 100"), landed);
 }
 
+// A Write is charged what it holds parsed, not only its bytes: 60
+// operations of 1000 empty text parameters are 0.7 MB on the wire and
+// about 6 MB parsed, so that a dozen of them queued behind a busy domain
+// pass the budget's 32 MiB and some are refused at once with
+// RESOURCE_EXHAUSTED (charged twice their wire size, all 12 would fit).
+TEST_F(PostgresAdapterTest, QueuedWritesAreChargedWhatTheyHoldParsed) {
+  constexpr int kQueued = 12;
+  testing::TempDir dir;
+  auto gateway = GatewayProcess::Start(
+      dir.path() + "/data",
+      {"--route=db=" + server_->Uri(), "--memory_limit_mib=64"});
+  ASSERT_TRUE(gateway.ok()) << gateway.status();
+  auto gw = v1::Gateway::NewStub(grpc::CreateChannel(
+      (*gateway)->address(), grpc::InsecureChannelCredentials()));
+  std::string sql = "UPDATE jobs SET amount = amount WHERE owner IN ($1";
+  for (int i = 2; i <= 1000; ++i) absl::StrAppend(&sql, ", $", i);
+  sql += ")";
+  v1::WriteRequest request;
+  request.set_domain("busy");
+  request.set_token(1);
+  request.set_resource("db/jobs");
+  for (int op = 0; op < 60; ++op) {
+    v1::SqlStatement* statement = request.add_ops()->mutable_sql();
+    statement->set_sql(sql);
+    for (int i = 0; i < 1000; ++i) statement->add_params()->set_text("");
+  }
+  pqxx::connection holder(server_->Conninfo());
+  pqxx::nontransaction(holder).exec("SELECT pg_advisory_lock(4242)");
+  grpc::Status blocker_status;
+  std::thread blocker(
+      [&] { blocker_status = WriteWaitingForTheLock(*gw, "busy"); });
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        return Exec(
+                   "SELECT count(*) FROM pg_locks WHERE locktype = "
+                   "'advisory' AND NOT granted")[0][0]
+                   .as<int64_t>() == 1;
+      },
+      absl::Seconds(20)));
+  std::vector<grpc::Status> queued(kQueued);
+  std::atomic<int> refused{0};
+  std::vector<std::thread> writers;
+  for (int i = 0; i < kQueued; ++i) {
+    writers.emplace_back([&, i] {
+      v1::WriteResponse response;
+      grpc::ClientContext context;
+      SetDeadline(&context);
+      queued[i] = gw->Write(&context, request, &response);
+      if (queued[i].error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+        refused.fetch_add(1);
+      }
+    });
+  }
+  // Refused at once, while the domain is still held.
+  ASSERT_TRUE(
+      testing::WaitFor([&] { return refused.load() >= 1; }, absl::Seconds(30)));
+  pqxx::nontransaction(holder).exec("SELECT pg_advisory_unlock(4242)");
+  blocker.join();
+  for (std::thread& t : writers) t.join();
+  EXPECT_TRUE(blocker_status.ok()) << blocker_status.error_message();
+  for (const grpc::Status& status : queued) {
+    EXPECT_TRUE(status.ok() ||
+                status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED)
+        << status.error_message();
+  }
+  EXPECT_LT(refused.load(), kQueued);
+}
+
 }  // namespace
 }  // namespace fencegate

@@ -325,6 +325,28 @@ TEST_F(GatewayE2eTest, LimitsAreEnforced) {
   EXPECT_FALSE(ReadFile(FilePath("x")).ok());
 }
 
+// SQL parameters cost many times their bytes once parsed: a Write may carry
+// kMaxSqlParamsPerWrite in all, counted on the wire before anything is
+// built (docs/operations.md, "Limits").
+TEST_F(GatewayE2eTest, SqlParametersAreCountedBeforeTheyAreBuilt) {
+  Start();
+  v1::WriteRequest r;
+  r.set_domain("d");
+  r.set_token(1);
+  r.set_resource("files/x");
+  for (int op = 0; op < 2; ++op) {
+    v1::SqlStatement* sql = r.add_ops()->mutable_sql();
+    sql->set_sql("SELECT 1");
+    for (int i = 0; i < 40000; ++i) sql->add_params()->set_text("");
+  }
+  grpc::Status refused = Call(r);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(refused.error_message(),
+              HasSubstr("80000 SQL parameters in all exceed the limit of "
+                        "65535 per Write"));
+  EXPECT_EQ(Highest("d"), 0u);
+}
+
 // Each connection costs a file descriptor and the fence store must always
 // open its next file: the gateway raises its soft limit to the hard one
 // and says so.

@@ -221,6 +221,23 @@ TEST_F(PostgresAdapterTest, ReturnedRowsAreCapped) {
   EXPECT_EQ(Count(), 5);
 }
 
+// The SQL text a Write carries is bounded in all (max_sql_bytes), before
+// any of it is parsed.
+TEST_F(PostgresAdapterTest, SqlTextIsBoundedPerWrite) {
+  auto capped = MakeAdapter("max_sql_bytes=64");
+  auto insert = [](int id) {  // 32 bytes of SQL
+    return Sql(absl::StrCat("INSERT INTO jobs (id) VALUES (", id, ")"));
+  };
+  ASSERT_OK(Apply(capped.get(), "d", 1, {insert(1), insert(2)}));
+  absl::Status refused =
+      Apply(capped.get(), "d", 1, {insert(3), insert(4), insert(5)});
+  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(refused.message(),
+              HasSubstr("96 bytes of SQL text in all exceed the route's "
+                        "max_sql_bytes (64)"));
+  EXPECT_EQ(Count(), 2);
+}
+
 TEST_F(PostgresAdapterTest, TokensBeyondBigintAreRefusedBeforeAnything) {
   EXPECT_OK(Apply("d", 9223372036854775807ULL,
                   {Sql("INSERT INTO jobs (id) VALUES (1)")}));

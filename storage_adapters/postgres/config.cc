@@ -143,6 +143,7 @@ absl::StatusOr<PostgresAdapterOptions> ParsePostgresUri(
   options.fence_schema = settings->fence_schema();
   options.max_result_rows = settings->max_result_rows();
   options.max_result_bytes = settings->max_result_bytes();
+  options.max_sql_bytes = settings->max_sql_bytes();
   options.allow_privileged_role = settings->allow_privileged_role();
   options.allow_dirty_statements = settings->allow_dirty_statements();
   options.search_path.assign(settings->search_path().begin(),

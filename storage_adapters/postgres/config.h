@@ -9,7 +9,8 @@
 // (proto/fencegate/v1/config.proto), with their defaults and bounds there:
 // pool_size, pool_wait_ms, spread_after_ms, statement_timeout_ms,
 // fence_schema, max_result_rows, max_result_bytes, allow_privileged_role,
-// allow_dirty_statements, search_path, read_user, read_password. A route
+// allow_dirty_statements, search_path, read_user, read_password,
+// max_sql_bytes. A route
 // gives them typed, in the configuration file (routes { ... postgres {
 // pool_size: 8 } }), or as parameters of its URI, the shorthand
 // (?pool_size=8&search_path=a,b); a setting given both ways must agree.
@@ -73,6 +74,10 @@ struct PostgresAdapterOptions {
   // Bytes of returned fields per Write, in total; rows past it are left
   // out (truncated: true). Default: 4 MiB.
   int64_t max_result_bytes = 4 << 20;
+  // Bytes of SQL text per Write, in all its statements (a named
+  // statement's, classified at start-up, not counted); a Write with more is
+  // INVALID_ARGUMENT, unparsed. At most 1 MiB, what the parser takes.
+  int64_t max_sql_bytes = 1 << 20;
   // Accept a role with superuser, CREATEROLE, BYPASSRLS, or membership of
   // pg_execute_server_program, pg_read_server_files or
   // pg_write_server_files, or one that can write the fence table

@@ -74,6 +74,22 @@ absl::Status PostgresAdapter::Validate(const WriteTarget& target,
     return absl::InvalidArgumentError(
         "resource: name what is written after the route, e.g. \"db/jobs\"");
   }
+  // Each statement's text is parsed before anything is sent, at about a
+  // second or two of CPU per MiB: bounded per Write, before any parse.
+  int64_t sql_bytes = 0;
+  for (const v1::Operation& op : ops) {
+    if (op.has_sql() &&
+        !(op.sql().has_statement() && named_.contains(op.sql().statement()))) {
+      sql_bytes += static_cast<int64_t>(op.sql().sql().size());
+    }
+  }
+  if (sql_bytes > options_.max_sql_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ops: ", sql_bytes,
+                     " bytes of SQL text in all exceed the route's "
+                     "max_sql_bytes (",
+                     options_.max_sql_bytes, ")"));
+  }
   for (int i = 0; i < ops.size(); ++i) {
     if (ops[i].op_case() != v1::Operation::kSql) {
       return absl::InvalidArgumentError(absl::StrCat(

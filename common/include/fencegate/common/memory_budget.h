@@ -8,8 +8,10 @@
 // reserves twice its size on the wire (its bytes, which gRPC keeps until the
 // reply, and the parsed request) for as long as it lives, and a Write that
 // does not fit is refused at once with RESOURCE_EXHAUSTED, before it is
-// queued. The PostgreSQL port reserves each large message a session holds
-// (pgport/frame_reader.h).
+// queued. A parsed request that holds more than its wire size (SQL
+// parameters: about 80 bytes each, for 4 on the wire) reserves the rest as
+// soon as it is parsed (gateway/gateway_service.cc). The PostgreSQL port
+// reserves each large message a session holds (pgport/frame_reader.h).
 //
 // Thread safety: safe for concurrent use; never blocks.
 
