@@ -92,6 +92,7 @@ absl::StatusOr<FenceDecision> Fencer::Execute(
     absl::FunctionRef<absl::Status()> apply, const AdvanceCheck* check) {
   FENCEGATE_SYNC_POINT("Fencer::Execute:BeforeTurn");
   Turn turn = turns_.Wait(domain);
+  if (absl::Status s = LearnFirst(turn, check); !s.ok()) return s;
   absl::StatusOr<FenceDecision> decision = CheckAndRecord(domain, token, check);
   if (!decision.ok()) return decision;
   FENCEGATE_SYNC_POINT_ARG("Fencer::Execute:BeforeApply", &token);
@@ -111,8 +112,10 @@ void Fencer::ExecuteAsync(absl::string_view domain, uint64_t token,
       std::move(done)(absl::CancelledError("cancelled before it was applied"));
       return;
     }
+    const absl::Status learnt = LearnFirst(turn, options.check);
     absl::StatusOr<FenceDecision> decision =
-        CheckAndRecord(turn.domain(), token, options.check);
+        learnt.ok() ? CheckAndRecord(turn.domain(), token, options.check)
+                    : absl::StatusOr<FenceDecision>(learnt);
     if (!decision.ok()) {
       turn.Release();
       std::move(done)(std::move(decision));
@@ -314,7 +317,7 @@ absl::StatusOr<FenceDecision> Fencer::Sequence(const Turn& turn,
 }
 
 absl::Status Fencer::LearnFirst(const Turn& turn, const AdvanceCheck* check) {
-  if (check == nullptr) return absl::OkStatus();
+  if (check == nullptr || storage_ == nullptr) return absl::OkStatus();
   absl::StatusOr<FenceState> current = store_->Get(turn.domain());
   if (!current.ok()) return current.status();
   if (current->advanced_at != absl::InfinitePast()) return absl::OkStatus();

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "fencegate/common/stale_token.h"
 #include "fencing/clock.h"
 #include "fencing/fencer.h"
@@ -223,6 +224,52 @@ TEST_F(FencerStorageTest, MaxAdvanceIsMeasuredFromTheStoragesFence) {
   EXPECT_EQ(storage_.fake.fences["d"], 6u);
   // A domain no storage knows: a first token is not measured from nothing.
   EXPECT_TRUE(fencer_->Fence("new", 9000000000000000000u, &max_advance).ok());
+}
+
+// The same for a Write (Execute, ExecuteAsync): a first Write through a
+// gateway that never saw the domain is measured from the storage's fence,
+// and nothing is applied past max_advance.
+TEST_F(FencerStorageTest, AWritesMaxAdvanceIsMeasuredFromTheStoragesFence) {
+  storage_.fake.fences["d"] = 5;
+  MaxAdvanceCheck max_advance(1000);
+  bool applied = false;
+  EXPECT_THAT(fencer_
+                  ->Execute(
+                      "d", 9000000000000000000u,
+                      [&] {
+                        applied = true;
+                        return absl::OkStatus();
+                      },
+                      &max_advance)
+                  .status(),
+              StatusIs(absl::StatusCode::kPermissionDenied));
+  EXPECT_FALSE(applied);
+  EXPECT_EQ(Local("d"), 5u);
+  // Asynchronously, for another domain.
+  storage_.fake.fences["e"] = 5;
+  Fencer::AsyncApply apply = [&](Fencer::Applied done) {
+    applied = true;
+    std::move(done)(absl::OkStatus());
+  };
+  absl::Notification finished;
+  absl::Status outcome;
+  Fencer::DecisionCallback done = [&](absl::StatusOr<FenceDecision> decision) {
+    outcome = decision.status();
+    finished.Notify();
+  };
+  ExecuteAsyncOptions options;
+  options.check = &max_advance;
+  fencer_->ExecuteAsync("e", 9000000000000000000u, std::move(apply),
+                        std::move(done), std::move(options));
+  finished.WaitForNotification();
+  EXPECT_THAT(outcome, StatusIs(absl::StatusCode::kPermissionDenied));
+  EXPECT_FALSE(applied);
+  EXPECT_EQ(Local("e"), 5u);
+  // Within max_advance of the storage's fence, a Write lands.
+  EXPECT_TRUE(fencer_
+                  ->Execute(
+                      "d", 7, [] { return absl::OkStatus(); }, &max_advance)
+                  .ok());
 }
 
 using FencerWithoutStorageTest = testing::FencerTest;

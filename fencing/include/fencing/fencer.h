@@ -99,7 +99,9 @@ class Fencer {
   // succeeded; the stale-token error if the token is stale (apply not run);
   // apply's error otherwise (the fence stays as recorded). The caller must
   // have validated domain and token (common/limits.h). `check`, if not
-  // null, must admit an advance (rule 6); it must outlive the call.
+  // null, must admit an advance (rule 6); it must outlive the call. With a
+  // check and a storage, a domain never raised here first learns the
+  // storage's fence (LearnFirst), so that the check measures from it.
   absl::StatusOr<FenceDecision> Execute(absl::string_view domain,
                                         uint64_t token,
                                         absl::FunctionRef<absl::Status()> apply,
@@ -125,7 +127,9 @@ class Fencer {
   // answers from memory (FenceStore::GetCached), and either the token does
   // not advance the fence or the store queues advances
   // (FenceStore::RaiseAsyncNeverBlocks), and `check` (if any) decides an
-  // advance without blocking. Then returns true, having refused a stale
+  // advance without blocking. (A domain never raised here is not in
+  // memory: its first Write takes the queued path, which learns the
+  // storage's fence first.) Then returns true, having refused a stale
   // token, started `apply`, or queued the advance, and `done` follows; an
   // advance keeps the domain's turn while its synced write is pending, and
   // `apply` then runs on the store's thread once the advance is durable.
