@@ -12,6 +12,7 @@
 // bounded.
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -50,6 +51,57 @@ grpc::Status WriteWaitingForTheLock(v1::Gateway::Stub& gw,
   v1::WriteResponse response;
   grpc::ClientContext context;
   return gw.Write(&context, request, &response);
+}
+
+// What `queue` Writes sent while domain "busy" is held (by a Write waiting
+// for advisory lock 4242, which `holder` holds) came to: each status, how
+// many were refused with RESOURCE_EXHAUSTED, and the holding Write's own
+// status. `while_held` runs once `min_refused` were refused while the
+// domain was held, before the lock is let go.
+struct QueuedBehind {
+  std::vector<grpc::Status> statuses;
+  int refused = 0;
+  grpc::Status holding;
+};
+QueuedBehind QueueBehindBusyDomain(
+    v1::Gateway::Stub& gw, pqxx::connection& holder, int queue, int min_refused,
+    const std::function<grpc::Status(int)>& write,
+    const std::function<void()>& while_held) {
+  QueuedBehind out;
+  pqxx::nontransaction(holder).exec("SELECT pg_advisory_lock(4242)");
+  std::thread blocker(
+      [&] { out.holding = WriteWaitingForTheLock(gw, "busy"); });
+  EXPECT_TRUE(testing::WaitFor(
+      [&] {
+        return pqxx::nontransaction(holder)
+                   .exec1(
+                       "SELECT count(*) FROM pg_locks WHERE locktype = "
+                       "'advisory' AND NOT granted")[0]
+                   .as<int64_t>() == 1;
+      },
+      absl::Seconds(20)));
+  out.statuses.resize(queue);
+  std::atomic<int> refused{0};
+  std::vector<std::thread> writers;
+  for (int i = 0; i < queue; ++i) {
+    writers.emplace_back([&, i] {
+      out.statuses[i] = write(i);
+      if (out.statuses[i].error_code() ==
+          grpc::StatusCode::RESOURCE_EXHAUSTED) {
+        refused.fetch_add(1);
+      }
+    });
+  }
+  // Refused at once, while the domain is still held.
+  EXPECT_TRUE(testing::WaitFor([&] { return refused.load() >= min_refused; },
+                               absl::Seconds(30)));
+  while_held();
+  pqxx::nontransaction(holder).exec("SELECT pg_advisory_unlock(4242)");
+  blocker.join();
+  for (std::thread& t : writers) t.join();
+  out.refused = refused.load();
+  EXPECT_TRUE(out.holding.ok()) << out.holding.error_message();
+  return out;
 }
 
 TEST_F(PostgresAdapterTest, ASlowDomainNeverStallsTheOthers) {
@@ -213,40 +265,15 @@ TEST_F(PostgresAdapterTest, WritesQueuedBehindABusyDomainAreBoundedInMemory) {
     return gw->Write(&context, request, &response);
   };
   pqxx::connection holder(server_->Conninfo());
-  pqxx::nontransaction(holder).exec("SELECT pg_advisory_lock(4242)");
-  grpc::Status blocker_status;
-  std::thread blocker(
-      [&] { blocker_status = WriteWaitingForTheLock(*gw, "busy"); });
-  ASSERT_TRUE(testing::WaitFor(
+  const QueuedBehind queued = QueueBehindBusyDomain(
+      *gw, holder, kQueued, 3,
+      [&](int i) { return write("busy", 100 + i, big); },
       [&] {
-        return Exec(
-                   "SELECT count(*) FROM pg_locks WHERE locktype = "
-                   "'advisory' AND NOT granted")[0][0]
-                   .as<int64_t>() == 1;
-      },
-      absl::Seconds(20)));
-  std::vector<grpc::Status> queued(kQueued);
-  std::atomic<int> refused{0};
-  std::vector<std::thread> writers;
-  for (int i = 0; i < kQueued; ++i) {
-    writers.emplace_back([&, i] {
-      queued[i] = write("busy", 100 + i, big);
-      if (queued[i].error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
-        refused.fetch_add(1);
-      }
-    });
-  }
-  // Refused at once, while the domain is still held.
-  ASSERT_TRUE(
-      testing::WaitFor([&] { return refused.load() >= 3; }, absl::Seconds(20)));
-  EXPECT_EQ(Count(), 0);
-  EXPECT_TRUE(write("other", 1, "small").ok());
-  pqxx::nontransaction(holder).exec("SELECT pg_advisory_unlock(4242)");
-  blocker.join();
-  for (std::thread& t : writers) t.join();
-  EXPECT_TRUE(blocker_status.ok()) << blocker_status.error_message();
+        EXPECT_EQ(Count(), 0);
+        EXPECT_TRUE(write("other", 1, "small").ok());
+      });
   int landed = 0;
-  for (const grpc::Status& status : queued) {
+  for (const grpc::Status& status : queued.statuses) {
     if (status.ok()) {
       ++landed;
     } else {
@@ -254,7 +281,7 @@ TEST_F(PostgresAdapterTest, WritesQueuedBehindABusyDomainAreBoundedInMemory) {
           << status.error_message();
     }
   }
-  EXPECT_EQ(landed, kQueued - refused.load());
+  EXPECT_EQ(landed, kQueued - queued.refused);
   EXPECT_GE(landed, 1);
   EXPECT_EQ(Count("id >= 100"), landed);
 }
@@ -286,45 +313,22 @@ TEST_F(PostgresAdapterTest, QueuedWritesAreChargedWhatTheyHoldParsed) {
     for (int i = 0; i < 1000; ++i) statement->add_params()->set_text("");
   }
   pqxx::connection holder(server_->Conninfo());
-  pqxx::nontransaction(holder).exec("SELECT pg_advisory_lock(4242)");
-  grpc::Status blocker_status;
-  std::thread blocker(
-      [&] { blocker_status = WriteWaitingForTheLock(*gw, "busy"); });
-  ASSERT_TRUE(testing::WaitFor(
-      [&] {
-        return Exec(
-                   "SELECT count(*) FROM pg_locks WHERE locktype = "
-                   "'advisory' AND NOT granted")[0][0]
-                   .as<int64_t>() == 1;
+  const QueuedBehind queued = QueueBehindBusyDomain(
+      *gw, holder, kQueued, 1,
+      [&](int) {
+        v1::WriteResponse response;
+        grpc::ClientContext context;
+        SetDeadline(&context);
+        return gw->Write(&context, request, &response);
       },
-      absl::Seconds(20)));
-  std::vector<grpc::Status> queued(kQueued);
-  std::atomic<int> refused{0};
-  std::vector<std::thread> writers;
-  for (int i = 0; i < kQueued; ++i) {
-    writers.emplace_back([&, i] {
-      v1::WriteResponse response;
-      grpc::ClientContext context;
-      SetDeadline(&context);
-      queued[i] = gw->Write(&context, request, &response);
-      if (queued[i].error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
-        refused.fetch_add(1);
-      }
-    });
-  }
-  // Refused at once, while the domain is still held.
-  ASSERT_TRUE(
-      testing::WaitFor([&] { return refused.load() >= 1; }, absl::Seconds(30)));
-  pqxx::nontransaction(holder).exec("SELECT pg_advisory_unlock(4242)");
-  blocker.join();
-  for (std::thread& t : writers) t.join();
-  EXPECT_TRUE(blocker_status.ok()) << blocker_status.error_message();
-  for (const grpc::Status& status : queued) {
+      [] {});
+  for (const grpc::Status& status : queued.statuses) {
     EXPECT_TRUE(status.ok() ||
                 status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED)
         << status.error_message();
   }
-  EXPECT_LT(refused.load(), kQueued);
+  EXPECT_GE(queued.refused, 1);
+  EXPECT_LT(queued.refused, kQueued);
 }
 
 }  // namespace
