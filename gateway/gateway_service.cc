@@ -2,9 +2,12 @@
 
 #include "gateway/gateway_service.h"
 
+#include <algorithm>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
@@ -42,6 +45,28 @@ grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(status));
   return reactor;
+}
+
+// Charges `bytes` of a Write's kept results to `memory`: from what is left
+// of the last chunk, else a new chunk of at least 64 KiB (exactly `bytes`
+// if a whole chunk does not fit). False if even that does not fit.
+bool TakeResultMemory(MemoryBudget& memory, size_t bytes,
+                      std::vector<MemoryBudget::Reservation>* chunks,
+                      size_t* left) {
+  if (bytes <= *left) {
+    *left -= bytes;
+    return true;
+  }
+  constexpr size_t kChunk = size_t{64} << 10;
+  for (const size_t size : {std::max(bytes, kChunk), bytes}) {
+    absl::StatusOr<MemoryBudget::Reservation> reserved = memory.Reserve(size);
+    if (reserved.ok()) {
+      chunks->push_back(*std::move(reserved));
+      *left = size - bytes;
+      return true;
+    }
+  }
+  return false;
 }
 
 // "Write request_id=... trace_id=...", without the parts the call lacks.
@@ -132,6 +157,11 @@ struct GatewayService::PendingWrite {
   // the wire, then what the parsed request holds beyond that.
   MemoryBudget::Reservation memory;
   MemoryBudget::Reservation parsed_memory;
+  // The rows an adapter keeps for the reply, charged as it keeps them
+  // (WriteTarget::take_result_memory), in chunks; what is left of the last.
+  std::vector<MemoryBudget::Reservation> result_memory;
+  size_t result_memory_left = 0;
+  std::function<bool(size_t)> take_result_memory;
 
   LogFields fields() const { return {request->request_id(), trace_id}; }
 };
@@ -235,6 +265,14 @@ void GatewayService::Dispatch(std::unique_ptr<PendingWrite> write) {
   write->target.seq = request->seq();
   write->target.resource = request->resource();
   write->target.replayed = &write->replayed;
+  if (options_.memory != nullptr) {
+    write->take_result_memory = [w = write.get(),
+                                 memory = options_.memory](size_t bytes) {
+      return TakeResultMemory(*memory, bytes, &w->result_memory,
+                              &w->result_memory_left);
+    };
+    write->target.take_result_memory = &write->take_result_memory;
+  }
   write->adapter = resolved.adapter;
   if (write->adapter->ApplyAsyncNeverBlocks() && TryWriteHere(write)) {
     // A write to an adapter that only queues or computes, whose domain is

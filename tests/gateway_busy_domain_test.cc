@@ -331,5 +331,36 @@ TEST_F(PostgresAdapterTest, QueuedWritesAreChargedWhatTheyHoldParsed) {
   EXPECT_LT(queued.refused, kQueued);
 }
 
+// The rows kept for a Write's reply count in the memory budget as they
+// arrive: past it, the rest are dropped and the results say truncated, as
+// past max_result_bytes (here far above the budget's 32 MiB).
+TEST_F(PostgresAdapterTest, ResultsKeptForAReplyCountInTheMemoryBudget) {
+  testing::TempDir dir;
+  auto gateway = GatewayProcess::Start(
+      dir.path() + "/data",
+      {"--route=db=" + server_->Uri("max_result_bytes=1073741824"),
+       "--memory_limit_mib=64"});
+  ASSERT_TRUE(gateway.ok()) << gateway.status();
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  auto gw = v1::Gateway::NewStub(grpc::CreateCustomChannel(
+      (*gateway)->address(), grpc::InsecureChannelCredentials(), args));
+  v1::WriteRequest request;
+  request.set_domain("big");
+  request.set_token(1);
+  request.set_resource("db/jobs");
+  request.add_ops()->mutable_sql()->set_sql(
+      "SELECT repeat('x', 1048576) FROM generate_series(1, 60)");
+  v1::WriteResponse response;
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  const grpc::Status status = gw->Write(&context, request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(response.results_size(), 1);
+  EXPECT_TRUE(response.results(0).sql().truncated());
+  EXPECT_GT(response.results(0).sql().rows_size(), 0);
+  EXPECT_LT(response.results(0).sql().rows_size(), 32);
+}
+
 }  // namespace
 }  // namespace fencegate

@@ -238,6 +238,38 @@ TEST_F(PostgresAdapterTest, SqlTextIsBoundedPerWrite) {
   EXPECT_EQ(Count(), 2);
 }
 
+// A row of more than 4 MiB grows libpq's input buffer for good: its
+// connection is closed after the Write instead of pooled, giving the
+// memory back; a smaller row keeps it.
+TEST_F(PostgresAdapterTest, AConnectionThatReadAHugeRowIsNotKept) {
+  auto one = MakeAdapter("pool_size=1&max_result_bytes=16777216");
+  auto backend = [&]() -> std::string {
+    OpResults results;
+    EXPECT_OK(
+        Apply(one.get(), "d", 1, {Sql("SELECT pg_backend_pid()")}, &results));
+    return results.size() == 1 && results[0].sql().rows_size() == 1
+               ? results[0].sql().rows(0).fields(0).text()
+               : "";
+  };
+  auto row_of = [&](int bytes) {
+    OpResults results;
+    EXPECT_OK(Apply(one.get(), "d", 1,
+                    {Sql(absl::StrCat("SELECT repeat('x', ", bytes, ")"))},
+                    &results));
+    return results.size() == 1 && results[0].sql().rows_size() == 1
+               ? results[0].sql().rows(0).fields(0).text().size()
+               : 0;
+  };
+  const std::string first = backend();
+  ASSERT_FALSE(first.empty());
+  EXPECT_EQ(row_of(3 << 20), size_t{3} << 20);
+  EXPECT_EQ(backend(), first);
+  EXPECT_EQ(row_of(5 << 20), size_t{5} << 20);
+  const std::string after = backend();
+  EXPECT_FALSE(after.empty());
+  EXPECT_NE(after, first);
+}
+
 TEST_F(PostgresAdapterTest, TokensBeyondBigintAreRefusedBeforeAnything) {
   EXPECT_OK(Apply("d", 9223372036854775807ULL,
                   {Sql("INSERT INTO jobs (id) VALUES (1)")}));

@@ -197,7 +197,8 @@ void PgPipeline::BeginWrite() {
   failed_ = false;
   out_ = nullptr;
   budget_ =
-      ResultBudget{settings_->max_result_rows, settings_->max_result_bytes};
+      ResultBudget{settings_->max_result_rows, settings_->max_result_bytes,
+                   w.target->take_result_memory};
   q_ = 0;
   phase_ = Phase::kResult;
 }
@@ -230,6 +231,14 @@ PgPipeline::Progress PgPipeline::Read(bool cancelled) {
   return Progress::kDone;
 }
 
+void PgPipeline::NoteRow(const PGresult* r) {
+  int64_t bytes = 0;
+  for (int col = 0; col < PQnfields(r); ++col) bytes += PQgetlength(r, 0, col);
+  // libpq's input buffer grew to hold the whole row, and never shrinks:
+  // the connection goes with its batch rather than back to the pool.
+  if (bytes > kKeptRowBytes) usable_ = false;
+}
+
 void PgPipeline::Feed(PgResult r, bool cancelled) {
   PGconn* c = conn_->raw();
   switch (phase_) {
@@ -240,6 +249,7 @@ void PgPipeline::Feed(PgResult r, bool cancelled) {
       const bool is_op =
           q_ > fence_query_ && q_ <= fence_query_ + w->ops->size();
       if (status == PGRES_SINGLE_TUPLE) {
+        NoteRow(r.get());
         if (!failed_) {
           if (out_ == nullptr) out_ = w->results->Add()->mutable_sql();
           AddRows(r.get(), &budget_, out_);

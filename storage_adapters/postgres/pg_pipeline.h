@@ -68,10 +68,17 @@ class PgPipeline {
   // once every one is read.
   size_t reading() const { return write_; }
 
-  // After kDone: the connection may carry another batch.
+  // After kDone: the connection may carry another batch. Not after a row
+  // of more than kKeptRowBytes: libpq keeps the input buffer it grew for
+  // it for the connection's life, so the connection is closed, and the
+  // memory given back, instead of pooled.
   bool usable() const { return usable_; }
+  static constexpr int64_t kKeptRowBytes = int64_t{4} << 20;
 
  private:
+  // A row read (single-row mode): one past kKeptRowBytes makes the
+  // connection unusable.
+  void NoteRow(const PGresult* r);
   // How a Write's results ended: at its sync, or with the connection.
   enum class Ending {
     kSynced,           // Its sync came back: the connection is usable.

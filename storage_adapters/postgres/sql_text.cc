@@ -96,7 +96,9 @@ void AddRows(const PGresult* r, ResultBudget* budget, v1::SqlResult* out) {
   for (int row = 0; row < rows; ++row) {
     int64_t bytes = 0;
     for (int col = 0; col < columns; ++col) bytes += PQgetlength(r, row, col);
-    if (budget->rows_left <= 0 || bytes > budget->bytes_left) {
+    if (budget->rows_left <= 0 || bytes > budget->bytes_left ||
+        (budget->take_memory != nullptr &&
+         !(*budget->take_memory)(static_cast<size_t>(bytes)))) {
       out->set_truncated(true);
       budget->rows_left = 0;  // Later results stop too.
       break;

@@ -11,6 +11,7 @@
 #include <libpq-fe.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -48,6 +49,9 @@ std::string ConnectionError(PGconn* c);
 struct ResultBudget {
   int64_t rows_left = 0;
   int64_t bytes_left = 0;  // Field bytes, with column names.
+  // The gateway's memory budget for kept rows (WriteTarget's
+  // take_result_memory); null: none.
+  std::function<bool(size_t)>* take_memory = nullptr;
 };
 
 // Appends `r`'s rows that fit in *budget to `out` (then truncated),

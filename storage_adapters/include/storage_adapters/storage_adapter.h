@@ -9,6 +9,7 @@
 #define STORAGE_ADAPTERS_STORAGE_ADAPTER_H_
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <string>
 #include <utility>
@@ -50,6 +51,13 @@ struct WriteTarget {
   // retry of the storage's last applied one, answered without applying it
   // again (results then stay empty). May be null (then not said).
   bool* replayed = nullptr;
+  // Asked before an adapter keeps `bytes` of results for the reply (rows a
+  // statement returned): true if they fit in the gateway's memory budget,
+  // which then holds them until the reply; false if they do not (the
+  // adapter then keeps no more and says the results were truncated). Null:
+  // no budget. Called from the adapter's threads, never concurrently for
+  // one write; never blocks.
+  std::function<bool(size_t bytes)>* take_result_memory = nullptr;
 };
 
 // Thread safety: implementations are safe for concurrent use. Calls for one

@@ -10,7 +10,9 @@
 // does not fit is refused at once with RESOURCE_EXHAUSTED, before it is
 // queued. A parsed request that holds more than its wire size (SQL
 // parameters: about 80 bytes each, for 4 on the wire) reserves the rest as
-// soon as it is parsed (gateway/gateway_service.cc). The PostgreSQL port
+// soon as it is parsed (gateway/gateway_service.cc), and the rows an
+// adapter keeps for its reply as they arrive (WriteTarget's
+// take_result_memory). The PostgreSQL port
 // reserves each large message a session holds (pgport/frame_reader.h).
 //
 // Thread safety: safe for concurrent use; never blocks.
