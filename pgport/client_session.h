@@ -54,7 +54,7 @@ absl::Status CheckPinnedSettings(const Upstream& upstream);
 std::string StaleDetail(const absl::Status& status);
 
 // The SQLSTATE that tells a client why this gateway refused it: FG001 for
-// a stale token, FG002 for one the domain's token rules refuse, 28000,
+// a stale token, FG006 for one the domain's token rules refuse, 28000,
 // 42501 and 22023 for the identity, the policy and bad input; `otherwise`
 // for any other status.
 absl::string_view RefusalSqlState(const absl::Status& status,

@@ -36,7 +36,6 @@ constexpr char kFailingQuery[] = "fencegate refused";
 // A token the domain's token rules refuse (policy.proto, Domain): not
 // granted by the lease service, not its lock service's holder, or past
 // max_advance.
-constexpr char kTokenRefusedSqlState[] = "FG002";
 
 bool Reserved(absl::string_view name) {
   return absl::StartsWith(name, postgres::kReservedNamePrefix);
@@ -52,7 +51,9 @@ pgwire::TransactionStatus StatusOf(const TransactionTracker& tracker) {
 absl::string_view RefusalSqlState(const absl::Status& status,
                                   absl::string_view otherwise) {
   if (GetStaleToken(status).has_value()) return postgres::kStaleSqlState;
-  if (GetTokenRefused(status).has_value()) return kTokenRefusedSqlState;
+  if (GetTokenRefused(status).has_value()) {
+    return postgres::kTokenRefusedSqlState;
+  }
   switch (status.code()) {
     case absl::StatusCode::kUnauthenticated:
       return "28000";

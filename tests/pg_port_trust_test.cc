@@ -233,6 +233,12 @@ TEST_F(PgPortTrustTest, TheDomainsTokenRulesApplyToEachTransaction) {
             0);
   EXPECT_THAT(err, HasSubstr("max_advance")) << err;
   EXPECT_EQ(Owner(), "nobody");
+  // The same token set in a session: an error with the port's SQLSTATE for
+  // a token the rules refuse (FG006; FG002 is the database's fence()).
+  EXPECT_NE(Psql(reporter_, Options("reports/r", 5),
+                 {"SET fencegate.token = 5000"}, &out, &err),
+            0);
+  EXPECT_THAT(err, HasSubstr("FG006")) << err;
   ASSERT_TRUE(testing::WaitFor([&] {
     for (const v1::AuditRecord& r : PortRecords()) {
       if (r.outcome() == "token_refused" && r.token() == 5000) return true;

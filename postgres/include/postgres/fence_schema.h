@@ -80,6 +80,12 @@ inline constexpr char kSeqAppliedSqlState[] = "FG004";
 // another Write's hash: the seq names another write; nothing is applied.
 inline constexpr char kSeqOtherWriteSqlState[] = "FG005";
 
+// SQLSTATE of the PostgreSQL port refusing a token that the domain's token
+// rules refuse (the policy: a lock service that did not grant it, or past
+// max_advance). The port's own: the database never raises it. Each FG code
+// has one meaning (docs/pgwire.md lists the port's).
+inline constexpr char kTokenRefusedSqlState[] = "FG006";
+
 // True for a name fencegate accepts as schema or role: 1-63 lower-case
 // letters, digits and '_', not starting with a digit.
 bool IsPlainIdentifier(absl::string_view name);
