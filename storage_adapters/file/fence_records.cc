@@ -180,7 +180,7 @@ FileFenceRecords::Held::Held(const FileFenceRecords* records,
       intent_slot_(intent_slot) {}
 
 absl::StatusOr<FileFenceRecords::Held> FileFenceRecords::Lock(
-    absl::string_view domain, absl::Time deadline) const {
+    absl::string_view domain, absl::Time deadline, bool* held_elsewhere) const {
   const std::string name = RecordName(domain);
   const std::string lock_name = absl::StrCat(name, kLockSuffix);
   Fd lock(file_io::OpenOrCreateAt(dir_.get(), lock_name, O_RDWR, 0644));
@@ -192,6 +192,7 @@ absl::StatusOr<FileFenceRecords::Held> FileFenceRecords::Lock(
       lock.get(), std::min(deadline, absl::Now() + kMaxLockWait),
       absl::StrCat(path_, "/", lock_name));
   if (absl::IsDeadlineExceeded(locked)) {
+    if (held_elsewhere != nullptr) *held_elsewhere = true;
     return absl::UnavailableError(absl::StrCat(
         "file adapter: the fence record of domain \"", absl::CHexEscape(domain),
         "\" stayed locked by another writer (another gateway process on "

@@ -127,10 +127,10 @@ class FileFenceRecords {
 
   // Takes the domain's lock, waiting for another holder (another gateway
   // process, say) until `deadline` but at most 30 s (then UNAVAILABLE,
-  // saying so), and reads its record. DATA_LOSS for a record that is not
-  // one, or is another domain's.
-  absl::StatusOr<Held> Lock(absl::string_view domain,
-                            absl::Time deadline) const;
+  // saying so, and `*held_elsewhere` set if given), and reads its record.
+  // DATA_LOSS for a record that is not one, or is another domain's.
+  absl::StatusOr<Held> Lock(absl::string_view domain, absl::Time deadline,
+                            bool* held_elsewhere = nullptr) const;
 
   // The token of the record named `name` (a domain's hex SHA-256; 0 if it
   // has none), without locking, as it is durably: the directory is synced

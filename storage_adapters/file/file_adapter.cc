@@ -24,6 +24,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "boost/asio/post.hpp"
 #include "fencegate/common/seq_out_of_order.h"
 #include "fencegate/common/stale_token.h"
 #include "storage_adapters/file/checked_slot.h"
@@ -198,7 +199,9 @@ FileAdapter::FileAdapter(int root_fd, std::string root,
           std::move(commit_sync), root_, std::move(on_group))) {}
 
 FileAdapter::~FileAdapter() {
-  committer_.reset();  // Commits what is queued; uses the root.
+  stopping_ = true;
+  lock_waiters_.join();  // Each gives up within its next try; may commit.
+  committer_.reset();    // Commits what is queued; uses the root.
   ::close(root_fd_);
 }
 
@@ -234,9 +237,10 @@ absl::Status FileAdapter::Validate(const WriteTarget& target,
 }
 
 absl::StatusOr<std::unique_ptr<FileWrite>> FileAdapter::Begin(
-    const WriteTarget& target, const Operations& ops, OpResults* results) {
-  absl::StatusOr<FileFenceRecords::Held> record =
-      records_->Lock(target.domain, target.deadline);
+    const WriteTarget& target, const Operations& ops, OpResults* results,
+    absl::Time lock_give_up, bool* held_elsewhere) {
+  absl::StatusOr<FileFenceRecords::Held> record = records_->Lock(
+      target.domain, std::min(target.deadline, lock_give_up), held_elsewhere);
   if (!record.ok()) return record.status();
   if (record->token() > target.token) {
     return StaleTokenError(target.domain, target.token, record->token());
@@ -378,11 +382,20 @@ absl::Status FileAdapter::Prepare(FileWrite& write, const WriteTarget& target,
 
 absl::Status FileAdapter::Apply(const WriteTarget& target,
                                 const Operations& ops, OpResults* results) {
+  bool held_elsewhere = false;
+  return ApplyUntil(target, ops, results, absl::InfiniteFuture(),
+                    &held_elsewhere);
+}
+
+absl::Status FileAdapter::ApplyUntil(const WriteTarget& target,
+                                     const Operations& ops, OpResults* results,
+                                     absl::Time lock_give_up,
+                                     bool* held_elsewhere) {
   // Its own sync handle, opened before anything is written (file_io.h).
   absl::StatusOr<file_io::Fd> sync = file_io::OpenSyncHandle(root_fd_, root_);
   if (!sync.ok()) return sync.status();
   absl::StatusOr<std::unique_ptr<FileWrite>> write =
-      Begin(target, ops, results);
+      Begin(target, ops, results, lock_give_up, held_elsewhere);
   if (!write.ok()) return write.status();
   if (*write == nullptr) return absl::OkStatus();  // Replayed.
   FileWrite* const w = write->get();
@@ -400,8 +413,49 @@ absl::Status FileAdapter::Apply(const WriteTarget& target,
 
 void FileAdapter::ApplyAsync(const WriteTarget& target, const Operations& ops,
                              OpResults* results, ApplyCallback done) {
+  // One try at the record's lock here; held by another process, the write
+  // waits on a waiter thread instead.
+  ApplyAsyncUntil(target, ops, results, done, absl::InfinitePast(),
+                  /*last=*/false);
+  if (done) {
+    boost::asio::post(lock_waiters_, [this, &target, &ops, results,
+                                      done = std::move(done)]() mutable {
+      WaitThenApply(target, ops, results, std::move(done));
+    });
+  }
+}
+
+void FileAdapter::WaitThenApply(const WriteTarget& target,
+                                const Operations& ops, OpResults* results,
+                                ApplyCallback done) {
+  // As long as a write would wait on the caller's thread (Lock: its
+  // deadline, at most 30 s), a try every 100 ms.
+  const absl::Time give_up =
+      std::min(target.deadline, absl::Now() + absl::Seconds(30));
+  while (done) {
+    if (stopping_) {
+      std::move(done)(absl::UnavailableError(
+          "file adapter: the gateway is stopping; nothing was written"));
+      return;
+    }
+    const absl::Time now = absl::Now();
+    ApplyAsyncUntil(target, ops, results, done,
+                    std::min(give_up, now + absl::Milliseconds(100)),
+                    /*last=*/now + absl::Milliseconds(100) >= give_up);
+  }
+}
+
+void FileAdapter::ApplyAsyncUntil(const WriteTarget& target,
+                                  const Operations& ops, OpResults* results,
+                                  ApplyCallback& done, absl::Time lock_give_up,
+                                  bool last) {
+  bool held_elsewhere = false;
   if (ops.size() != 1) {
-    std::move(done)(Apply(target, ops, results));
+    absl::Status s =
+        ApplyUntil(target, ops, results, lock_give_up, &held_elsewhere);
+    if (held_elsewhere && !last) return;  // `done` left to the caller.
+    std::move(done)(std::move(s));
+    done = nullptr;
     return;
   }
   // For a write committed here rather than by the commit thread, a sync
@@ -409,26 +463,30 @@ void FileAdapter::ApplyAsync(const WriteTarget& target, const Operations& ops,
   absl::StatusOr<file_io::Fd> sync = file_io::OpenSyncHandle(root_fd_, root_);
   if (!sync.ok()) {
     std::move(done)(sync.status());
+    done = nullptr;
     return;
   }
   absl::StatusOr<std::unique_ptr<FileWrite>> write =
-      Begin(target, ops, results);
+      Begin(target, ops, results, lock_give_up, &held_elsewhere);
+  if (held_elsewhere && !last) return;  // `done` left to the caller.
+  ApplyCallback finish = std::move(done);
+  done = nullptr;
   if (!write.ok() || *write == nullptr) {  // Failed, or replayed.
-    std::move(done)(write.status());
+    std::move(finish)(write.status());
     return;
   }
   if (absl::Status s = Prepare(**write, target, ops, 0, results); !s.ok()) {
-    std::move(done)(s);
+    std::move(finish)(s);
     return;
   }
   if (!(*write)->change->groupable()) {
     CommitFileWrites(sync->get(), root_, {write->get()});
     absl::Status s = std::move((*write)->status);
     write->reset();
-    std::move(done)(std::move(s));
+    std::move(finish)(std::move(s));
     return;
   }
-  (*write)->done = std::move(done);
+  (*write)->done = std::move(finish);
   committer_->Add(*std::move(write));
 }
 

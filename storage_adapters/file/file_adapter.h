@@ -60,6 +60,7 @@
 #ifndef STORAGE_ADAPTERS_FILE_FILE_ADAPTER_H_
 #define STORAGE_ADAPTERS_FILE_FILE_ADAPTER_H_
 
+#include <atomic>
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -68,6 +69,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "boost/asio/thread_pool.hpp"
 #include "storage_adapters/file/fence_records.h"
 #include "storage_adapters/file/file_commit.h"
 #include "storage_adapters/file/file_commit_thread.h"
@@ -99,9 +102,14 @@ class FileAdapter final : public StorageAdapter {
   // Blocks for a sync only to keep a seq intent that the write's version
   // raise would overwrite (file_versions.h), and to read a domain's record
   // durably for it (FileFenceRecords::DurableToken); may block for a lock
-  // (another process holding the domain's record, another domain appending
-  // to the same file), so ApplyAsyncNeverBlocks() stays false. `done` runs on
-  // the commit thread, or on this one (above).
+  // another domain holds (appending to the same file), so
+  // ApplyAsyncNeverBlocks() stays false. Never waits on the calling thread
+  // for a domain's record that another process holds (another gateway on
+  // the root, perhaps paused): such a write waits on one of this root's
+  // kLockWaiters threads, trying every 100 ms until its deadline (or the
+  // adapter's destruction: UNAVAILABLE), so that the caller's thread, which
+  // other domains share, stays free. `done` runs on the commit thread, on a
+  // waiter thread, or on this one.
   void ApplyAsync(const WriteTarget& target, const Operations& ops,
                   OpResults* results, ApplyCallback done) override;
   // The root is still a directory the gateway may write to.
@@ -147,9 +155,28 @@ class FileAdapter final : public StorageAdapter {
   // raise to the target's token (a Write with a seq: its intent is
   // prepared with its change). Null if the write is a retry answered from
   // the record (its result added to `results`, target.replayed set).
+  // Gives up on the record's lock at `lock_give_up`, or at the target's
+  // deadline if that is earlier (UNAVAILABLE, nothing done, and
+  // `*held_elsewhere` set).
   absl::StatusOr<std::unique_ptr<FileWrite>> Begin(const WriteTarget& target,
                                                    const Operations& ops,
-                                                   OpResults* results);
+                                                   OpResults* results,
+                                                   absl::Time lock_give_up,
+                                                   bool* held_elsewhere);
+  // Apply() and ApplyAsync()'s work, giving up on the record's lock at
+  // `lock_give_up` as Begin does.
+  absl::Status ApplyUntil(const WriteTarget& target, const Operations& ops,
+                          OpResults* results, absl::Time lock_give_up,
+                          bool* held_elsewhere);
+  // Calls `done` unless it gave up on a record held elsewhere and `last` is
+  // false; then `done` is left as it was, and nothing of the write done.
+  void ApplyAsyncUntil(const WriteTarget& target, const Operations& ops,
+                       OpResults* results, ApplyCallback& done,
+                       absl::Time lock_give_up, bool last);
+  // ApplyAsync() of a write whose domain's record another process holds,
+  // on a waiter thread.
+  void WaitThenApply(const WriteTarget& target, const Operations& ops,
+                     OpResults* results, ApplyCallback done);
   // The domain's newest seq intent (fence_records.h): the record's, or a
   // newer one kept beside its home's version. Reads the home only for a
   // write whose token is the record's (no other needs it); holds the home's
@@ -175,6 +202,10 @@ class FileAdapter final : public StorageAdapter {
   const std::unique_ptr<FileVersions> versions_;
   std::unique_ptr<FileCommitThread> committer_;
   int removed_temporaries_ = 0;
+  // The threads where writes wait for a record another process holds.
+  static constexpr int kLockWaiters = 4;
+  std::atomic<bool> stopping_{false};
+  boost::asio::thread_pool lock_waiters_{kLockWaiters};
 };
 
 // Lexical check of a resource path, as described above.
