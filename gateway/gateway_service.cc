@@ -153,10 +153,9 @@ struct GatewayService::PendingWrite {
   absl::string_view route;
   // The trace id of its traceparent, if any.
   std::string trace_id;
-  // Its share of the memory budget, released with it: twice its bytes on
-  // the wire, then what the parsed request holds beyond that.
+  // Its share of the memory budget, released with it: its bytes and its
+  // parsed request (HeldBytesOf).
   MemoryBudget::Reservation memory;
-  MemoryBudget::Reservation parsed_memory;
   // The rows an adapter keeps for the reply, charged as it keeps them
   // (WriteTarget::take_result_memory), in chunks; what is left of the last.
   std::vector<MemoryBudget::Reservation> result_memory;
@@ -199,29 +198,21 @@ grpc::ServerUnaryReactor* GatewayService::Write(
   // Read for the duration metric only.
   if (options_.metrics != nullptr) write->started = absl::Now();
   write->trace_id = TraceIdOf(*context);
+  // Counted on the wire, then charged what it will hold (its bytes and
+  // its parsed request) before it is parsed.
+  absl::StatusOr<WriteShape> shape =
+      ShapeOfWriteRequest(*request_bytes, options_.max_ops_per_write);
+  if (!shape.ok()) return Refuse(*write, context, shape.status());
   if (options_.memory != nullptr) {
-    // Its bytes, which gRPC keeps until the reply, and the parsed request.
     absl::StatusOr<MemoryBudget::Reservation> reserved =
-        options_.memory->Reserve(2 * request_bytes->Length());
+        options_.memory->Reserve(HeldBytesOf(request_bytes->Length(), *shape));
     if (!reserved.ok()) return Refuse(*write, context, reserved.status());
     write->memory = *std::move(reserved);
   }
-  if (absl::Status s = ParseWriteRequest(
-          *request_bytes, options_.max_ops_per_write, &write->parsed_request);
+  if (absl::Status s =
+          DecodeWriteRequest(*request_bytes, &write->parsed_request);
       !s.ok()) {
     return Refuse(*write, context, s);
-  }
-  if (options_.memory != nullptr) {
-    // Parsed, a request may hold many times its bytes (an empty SQL
-    // parameter: 4 bytes on the wire, about 80 parsed).
-    const size_t parsed = write->parsed_request.SpaceUsedLong();
-    const size_t reserved = 2 * request_bytes->Length();
-    if (parsed + request_bytes->Length() > reserved) {
-      absl::StatusOr<MemoryBudget::Reservation> more =
-          options_.memory->Reserve(parsed + request_bytes->Length() - reserved);
-      if (!more.ok()) return Refuse(*write, context, more.status());
-      write->parsed_memory = *std::move(more);
-    }
   }
   absl::StatusOr<std::unique_ptr<Admission>> admitted =
       gate_->Admit(*context, CallFactsOf(write->parsed_request));

@@ -76,27 +76,48 @@ bool CountOpsAndParams(const grpc::ByteBuffer& bytes, int64_t* ops,
 
 }  // namespace
 
-absl::Status ParseWriteRequest(const grpc::ByteBuffer& bytes, uint32_t max_ops,
-                               v1::WriteRequest* out) {
-  int64_t ops = 0;
-  int64_t params = 0;
-  const bool fields = CountOpsAndParams(bytes, &ops, &params);
-  if (ops > max_ops) {
+absl::StatusOr<WriteShape> ShapeOfWriteRequest(const grpc::ByteBuffer& bytes,
+                                               uint32_t max_ops) {
+  WriteShape shape;
+  const bool fields = CountOpsAndParams(bytes, &shape.ops, &shape.params);
+  if (shape.ops > max_ops) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "ops: ", ops, " operations exceed the limit of ", max_ops));
+        "ops: ", shape.ops, " operations exceed the limit of ", max_ops));
   }
-  if (params > kMaxSqlParamsPerWrite) {
+  if (shape.params > kMaxSqlParamsPerWrite) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "ops: ", params, " SQL parameters in all exceed the limit of ",
+        "ops: ", shape.params, " SQL parameters in all exceed the limit of ",
         kMaxSqlParamsPerWrite, " per Write"));
   }
+  if (!fields) {
+    return absl::InvalidArgumentError(
+        "request: not a fencegate.v1.WriteRequest");
+  }
+  return shape;
+}
+
+size_t HeldBytesOf(size_t wire_bytes, const WriteShape& shape) {
+  return 2 * wire_bytes + 160 * static_cast<size_t>(shape.ops) +
+         80 * static_cast<size_t>(shape.params);
+}
+
+absl::Status ParseWriteRequest(const grpc::ByteBuffer& bytes, uint32_t max_ops,
+                               v1::WriteRequest* out) {
+  if (absl::StatusOr<WriteShape> shape = ShapeOfWriteRequest(bytes, max_ops);
+      !shape.ok()) {
+    return shape.status();
+  }
+  return DecodeWriteRequest(bytes, out);
+}
+
+absl::Status DecodeWriteRequest(const grpc::ByteBuffer& bytes,
+                                v1::WriteRequest* out) {
   grpc::ByteBuffer copy(bytes);
   grpc::Status s =
       grpc::SerializationTraits<v1::WriteRequest>::Deserialize(&copy, out);
-  if (!fields || !s.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("request: not a fencegate.v1.WriteRequest",
-                     s.ok() ? "" : absl::StrCat(" (", s.error_message(), ")")));
+  if (!s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "request: not a fencegate.v1.WriteRequest (", s.error_message(), ")"));
   }
   return absl::OkStatus();
 }

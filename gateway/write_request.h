@@ -26,10 +26,31 @@ namespace fencegate {
 // 80 bytes parsed for as little as 4 on the wire.
 inline constexpr int64_t kMaxSqlParamsPerWrite = 65535;
 
-// Parses `bytes` into `*out` if it holds at most `max_ops` operations and
-// kMaxSqlParamsPerWrite SQL parameters. INVALID_ARGUMENT naming `ops` and
-// both counts if it holds more (nothing is parsed then), or if the bytes are
-// not a WriteRequest. Reads the buffer's slices in place. Thread-safe.
+// A Write request's operations and SQL parameters, counted on the wire.
+struct WriteShape {
+  int64_t ops = 0;
+  int64_t params = 0;
+};
+
+// Counts `bytes`' operations and SQL parameters without building them.
+// INVALID_ARGUMENT naming `ops` and both counts if it holds more than
+// `max_ops` operations or kMaxSqlParamsPerWrite parameters, or if the bytes
+// are not a WriteRequest. Reads the buffer's slices in place. Thread-safe.
+absl::StatusOr<WriteShape> ShapeOfWriteRequest(const grpc::ByteBuffer& bytes,
+                                               uint32_t max_ops);
+
+// What a Write of `wire_bytes` holds while it lives: its bytes, which gRPC
+// keeps until the reply, and its parsed request, at most its bytes plus 160
+// per operation and 80 per SQL parameter (protobuf's messages around them:
+// an empty text parameter is 4 bytes on the wire and 77 parsed).
+size_t HeldBytesOf(size_t wire_bytes, const WriteShape& shape);
+
+// Parses `bytes`, which ShapeOfWriteRequest() accepted, into `*out`:
+// INVALID_ARGUMENT if they do not parse. Thread-safe.
+absl::Status DecodeWriteRequest(const grpc::ByteBuffer& bytes,
+                                v1::WriteRequest* out);
+
+// ShapeOfWriteRequest(), then DecodeWriteRequest(); the first error.
 absl::Status ParseWriteRequest(const grpc::ByteBuffer& bytes, uint32_t max_ops,
                                v1::WriteRequest* out);
 

@@ -5,14 +5,13 @@
 // gateway's ports. gRPC's ResourceQuota bounds what its transport holds; a
 // Write it has handed over -- parsed, then queued behind a busy domain -- is
 // no longer counted there, so the gateway counts it here: each Write
-// reserves twice its size on the wire (its bytes, which gRPC keeps until the
-// reply, and the parsed request) for as long as it lives, and a Write that
-// does not fit is refused at once with RESOURCE_EXHAUSTED, before it is
-// queued. A parsed request that holds more than its wire size (SQL
-// parameters: about 80 bytes each, for 4 on the wire) reserves the rest as
-// soon as it is parsed (gateway/gateway_service.cc), and the rows an
-// adapter keeps for its reply as they arrive (WriteTarget's
-// take_result_memory). The PostgreSQL port
+// reserves its bytes (which gRPC keeps until the reply) and what its parsed
+// request holds, estimated from its operations and SQL parameters counted
+// on the wire before it is parsed (an empty SQL parameter: 4 bytes there,
+// about 80 parsed; gateway/write_request.h), for as long as it lives, and
+// the rows an adapter keeps for its reply as they arrive (WriteTarget's
+// take_result_memory). A Write that does not fit is refused at once with
+// RESOURCE_EXHAUSTED, before it is parsed or queued. The PostgreSQL port
 // reserves each large message a session holds (pgport/frame_reader.h).
 //
 // Thread safety: safe for concurrent use; never blocks.
