@@ -23,6 +23,7 @@
 #include "observability/log.h"
 #include "observability/trace_context.h"
 #include "postgres/sql_parse.h"
+#include "security/peer_identity.h"
 
 namespace fencegate {
 namespace {
@@ -141,7 +142,9 @@ struct GatewayService::PendingWrite {
   v1::WriteResponse* response = &built_response;
   grpc::ByteBuffer* response_bytes = nullptr;
   std::string domain;
-  WriteTarget target;  // Views `domain` and the request.
+  // Who sent it (CallerOf), for the adapters' shares.
+  std::string caller;
+  WriteTarget target;  // Views `domain`, `caller` and the request.
   // Set by the adapter when the write's (token, seq) was already applied.
   bool replayed = false;
   StorageAdapter* adapter = nullptr;
@@ -256,6 +259,8 @@ void GatewayService::Dispatch(std::unique_ptr<PendingWrite> write) {
   write->target.seq = request->seq();
   write->target.resource = request->resource();
   write->target.replayed = &write->replayed;
+  write->caller = CallerOf(*write->context, write->admission->identity());
+  write->target.caller = write->caller;
   if (options_.memory != nullptr) {
     write->take_result_memory = [w = write.get(),
                                  memory = options_.memory](size_t bytes) {

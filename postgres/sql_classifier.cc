@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -25,7 +26,7 @@ constexpr char kAllowed[] =
 
 Verdict Refused(std::string statement, std::string reason) {
   return Verdict{StatementClass::kRefused, std::move(statement),
-                 std::move(reason), 0};
+                 std::move(reason), 0, {}};
 }
 
 // "create_table_as_stmt" -> "CREATE TABLE AS".
@@ -101,7 +102,31 @@ struct TreeFacts {
   std::string session_use;
   // The highest $n it refers to.
   int params = 0;
+  Callees callees;
 };
+
+// Adds `name` to `names` unless `seen` has it.
+void AddOnce(const std::string& name, absl::flat_hash_set<std::string>* seen,
+             std::vector<std::string>* names) {
+  if (!name.empty() && seen->insert(name).second) names->push_back(name);
+}
+
+// True if a name list (schema.name, catalog.schema.name) names a schema
+// other than pg_catalog.
+template <typename Names>
+bool QualifiedOutsideCatalog(const Names& names) {
+  if (names.size() < 2) return false;
+  const auto& schema = names[names.size() - 2];
+  return !schema.has_string() || schema.string().sval() != "pg_catalog";
+}
+
+// The last part of an operator's or function's name list.
+template <typename Names>
+const std::string& LastName(const Names& names) {
+  static const auto* const kNone = new std::string;
+  if (names.empty() || !names.rbegin()->has_string()) return *kNone;
+  return names.rbegin()->string().sval();
+}
 
 // Walks every message of the tree under `root`, without recursion.
 TreeFacts WalkTree(const Message& root) {
@@ -112,6 +137,15 @@ TreeFacts WalkTree(const Message& root) {
   const Descriptor* param_ref = pg_query::ParamRef::descriptor();
   const Descriptor* column_ref = pg_query::ColumnRef::descriptor();
   const Descriptor* indirection = pg_query::A_Indirection::descriptor();
+  const Descriptor* a_expr = pg_query::A_Expr::descriptor();
+  const Descriptor* sub_link = pg_query::SubLink::descriptor();
+  const Descriptor* sort_by = pg_query::SortBy::descriptor();
+  absl::flat_hash_set<std::string> seen_functions, seen_fields, seen_operators;
+  auto add_operator = [&](const auto& names) {
+    if (names.empty()) return;
+    AddOnce(LastName(names), &seen_operators, &facts.callees.operators);
+    if (QualifiedOutsideCatalog(names)) facts.callees.qualified = true;
+  };
   auto found = [&facts](std::string why) {
     if (facts.session_use.empty()) facts.session_use = std::move(why);
   };
@@ -125,10 +159,10 @@ TreeFacts WalkTree(const Message& root) {
   // or a field selected from an expression, may be a call.
   auto check_field_names = [&](const auto& names, int from) {
     for (int i = from; i < names.size(); ++i) {
-      if (names[i].has_string() &&
-          IsSessionStateFunction(names[i].string().sval())) {
-        found(calls(names[i].string().sval()));
-      }
+      if (!names[i].has_string()) continue;
+      const std::string& name = names[i].string().sval();
+      if (IsSessionStateFunction(name)) found(calls(name));
+      AddOnce(name, &seen_fields, &facts.callees.fields);
     }
   };
   ForEachNode(root, [&](const Message& node) {
@@ -138,9 +172,13 @@ TreeFacts WalkTree(const Message& root) {
       facts.params = std::max(
           facts.params, static_cast<const pg_query::ParamRef&>(*m).number());
     } else if (type == func_call) {
-      const std::string& name =
-          CalledName(static_cast<const pg_query::FuncCall&>(*m));
+      const auto& call = static_cast<const pg_query::FuncCall&>(*m);
+      const std::string& name = CalledName(call);
       if (!name.empty() && IsSessionStateFunction(name)) found(calls(name));
+      AddOnce(name, &seen_functions, &facts.callees.functions);
+      if (QualifiedOutsideCatalog(call.funcname())) {
+        facts.callees.qualified = true;
+      }
       // The fence table's own functions (fence_schema.h), whatever schema
       // names them: only the gateway calls them. None takes one
       // argument, so the functional notation cannot call them.
@@ -148,6 +186,12 @@ TreeFacts WalkTree(const Message& root) {
         found(absl::StrCat("calls ", name,
                            "(), which only the gateway may call"));
       }
+    } else if (type == a_expr) {
+      add_operator(static_cast<const pg_query::A_Expr&>(*m).name());
+    } else if (type == sub_link) {
+      add_operator(static_cast<const pg_query::SubLink&>(*m).oper_name());
+    } else if (type == sort_by) {
+      add_operator(static_cast<const pg_query::SortBy&>(*m).use_op());
     } else if (type == column_ref) {
       check_field_names(static_cast<const pg_query::ColumnRef&>(*m).fields(),
                         1);
@@ -198,9 +242,12 @@ Verdict ClassifyTree(const pg_query::ParseResult& tree) {
       statement = "SELECT";
       break;
     case pg_query::Node::kDoStmt:
-      return Verdict{StatementClass::kDirty, "DO", "", 0};
-    case pg_query::Node::kCallStmt:
-      return Verdict{StatementClass::kDirty, "CALL", "", WalkTree(node).params};
+      return Verdict{StatementClass::kDirty, "DO", "", 0, {}};
+    case pg_query::Node::kCallStmt: {
+      TreeFacts facts = WalkTree(node);
+      return Verdict{StatementClass::kDirty, "CALL", "", facts.params,
+                     std::move(facts.callees)};
+    }
     case pg_query::Node::kTransactionStmt: {
       std::string kind =
           absl::StrCat("transaction control (",
@@ -226,7 +273,8 @@ Verdict ClassifyTree(const pg_query::ParseResult& tree) {
     refused.params = facts.params;
     return refused;
   }
-  return Verdict{StatementClass::kSafe, std::move(statement), "", facts.params};
+  return Verdict{StatementClass::kSafe, std::move(statement), "", facts.params,
+                 std::move(facts.callees)};
 }
 
 }  // namespace

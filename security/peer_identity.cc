@@ -6,9 +6,13 @@
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 
+#include <algorithm>
+#include <memory>
 #include <string_view>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "grpc/grpc_security_constants.h"
 
 namespace fencegate {
@@ -116,6 +120,32 @@ std::string CertificateIdentity(const x509_st* cert) {
     }
   }
   return IdentityOf(names);
+}
+
+std::string PeerHost(std::string peer) {
+  if (!absl::StartsWith(peer, "ipv4:") && !absl::StartsWith(peer, "ipv6:")) {
+    return peer;
+  }
+  const size_t colon = peer.rfind(':');
+  const absl::string_view port = absl::string_view(peer).substr(colon + 1);
+  if (colon <= 4 || port.empty() ||
+      !std::all_of(port.begin(), port.end(), absl::ascii_isdigit)) {
+    return peer;
+  }
+  peer.resize(colon);
+  return peer;
+}
+
+std::string CallerOf(const grpc::ServerContextBase& context,
+                     const std::string& identity) {
+  if (!identity.empty()) return identity;
+  if (std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
+      auth != nullptr) {
+    std::string peer_identity = PeerIdentity(*auth);
+    if (!peer_identity.empty()) return peer_identity;
+  }
+  std::string host = PeerHost(context.peer());
+  return host.empty() ? std::string("unknown") : host;
 }
 
 }  // namespace fencegate

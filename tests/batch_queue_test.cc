@@ -73,8 +73,10 @@ struct Outcome {
 
 std::unique_ptr<QueuedWrite> MakeWrite(int id, Outcome* out,
                                        absl::Time at = absl::Now(),
-                                       bool dirty = false) {
+                                       bool dirty = false,
+                                       std::string caller = "") {
   auto w = std::make_unique<QueuedWrite>();
+  w->caller = std::move(caller);
   w->queued_at = at;
   w->dirty = dirty;
   w->held = static_cast<uint64_t>(id);  // Names the write in batches.
@@ -377,6 +379,94 @@ TEST_F(BatchQueueTest, AbandonFailsQueuedLaterAndRetries) {
   ASSERT_TRUE(retried.status.has_value());
   EXPECT_EQ(retried.status->code(), absl::StatusCode::kUnavailable);
   EXPECT_TRUE(driver_.TakeSent().empty());
+  queue.Stop(absl::CancelledError("stop"));
+  queue.CloseIdle();
+}
+
+// A Write that calls code outside pg_catalog ends its batch, as a dirty
+// one does: what is queued behind it waits for the next batch.
+TEST_F(BatchQueueTest, AnOpaqueWriteEndsItsBatch) {
+  BatchQueue queue(Opts(1), &driver_);
+  BatchQueue::Connection* conn = BusyConnection(queue);
+  Outcome o[3];
+  queue.Add(MakeWrite(1, &o[0]));
+  auto opaque = MakeWrite(2, &o[1]);
+  opaque->opaque = true;
+  queue.Add(std::move(opaque));
+  queue.Add(MakeWrite(3, &o[2]));
+  queue.Done(conn, true);
+  std::vector<FakeDriver::Sent> sent = driver_.TakeSent();
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_THAT(Ids(sent[0].batch), ElementsAre(1, 2));
+  queue.Done(conn, true);
+  sent = driver_.TakeSent();
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_THAT(Ids(sent[0].batch), ElementsAre(3));
+  queue.Done(conn, true);
+  queue.Stop(absl::CancelledError("stop"));
+  queue.CloseIdle();
+}
+
+// A caller at its share (per_caller connections carrying its Writes)
+// waits: a free connection takes the Writes of the others, skipping its
+// (which keep their order), and takes its again once one of its batches
+// ends.
+TEST_F(BatchQueueTest, ACallerAtItsShareWaitsAndTheOthersGoOn) {
+  BatchQueue::Options options = Opts(2, absl::ZeroDuration());
+  options.per_caller = 1;
+  BatchQueue queue(options, &driver_);
+  Outcome o[4];
+  queue.Add(MakeWrite(1, &o[0], absl::Now(), false, "a"));
+  ASSERT_EQ(driver_.opens(), 1);
+  queue.Opened(std::make_unique<BatchQueue::Connection>());
+  std::vector<FakeDriver::Sent> sent = driver_.TakeSent();
+  ASSERT_EQ(sent.size(), 1u);
+  BatchQueue::Connection* first = sent[0].conn;
+  // "a" is at its share: its next Writes open nothing.
+  queue.Add(MakeWrite(2, &o[1], absl::Now(), false, "a"));
+  queue.Add(MakeWrite(3, &o[2], absl::Now(), false, "a"));
+  EXPECT_EQ(driver_.opens(), 1);
+  queue.Add(MakeWrite(4, &o[3], absl::Now(), false, "b"));
+  ASSERT_EQ(driver_.opens(), 2);
+  queue.Opened(std::make_unique<BatchQueue::Connection>());
+  sent = driver_.TakeSent();
+  ASSERT_EQ(sent.size(), 1u);
+  BatchQueue::Connection* second = sent[0].conn;
+  EXPECT_THAT(Ids(sent[0].batch), ElementsAre(4));
+  queue.Done(second, true);  // Goes idle: only "a"'s Writes are queued.
+  EXPECT_TRUE(driver_.TakeSent().empty());
+  EXPECT_EQ(queue.counts().idle, 1u);
+  queue.Done(first, true);  // "a" is below its share again.
+  sent = driver_.TakeSent();
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].conn, first);
+  EXPECT_THAT(Ids(sent[0].batch), ElementsAre(2, 3));
+  queue.Done(first, true);
+  queue.Stop(absl::CancelledError("stop"));
+  queue.CloseIdle();
+}
+
+// A caller's Writes that wait past `wait` at their share fail UNAVAILABLE
+// naming the share, and the tick asks no spread for them.
+TEST_F(BatchQueueTest, AWriteWaitingAtItsShareFailsNamingIt) {
+  BatchQueue::Options options = Opts(2, absl::Milliseconds(5));
+  options.per_caller = 1;
+  options.wait = absl::Seconds(1);
+  BatchQueue queue(options, &driver_);
+  const absl::Time t0 = absl::Now();
+  Outcome o[2];
+  queue.Add(MakeWrite(1, &o[0], t0, false, "a"));
+  queue.Opened(std::make_unique<BatchQueue::Connection>());
+  std::vector<FakeDriver::Sent> sent = driver_.TakeSent();
+  ASSERT_EQ(sent.size(), 1u);
+  queue.Add(MakeWrite(2, &o[1], t0, false, "a"));
+  queue.Tick(t0 + absl::Milliseconds(10));  // No spread: "a" is at share.
+  EXPECT_EQ(driver_.opens(), 1);
+  queue.Tick(t0 + absl::Seconds(2));
+  ASSERT_TRUE(o[1].status.has_value());
+  EXPECT_EQ(o[1].status->code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(o[1].status->message(), HasSubstr("max_connections_per_caller"));
+  queue.Done(sent[0].conn, true);
   queue.Stop(absl::CancelledError("stop"));
   queue.CloseIdle();
 }

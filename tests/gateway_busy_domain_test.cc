@@ -107,9 +107,12 @@ QueuedBehind QueueBehindBusyDomain(
 TEST_F(PostgresAdapterTest, ASlowDomainNeverStallsTheOthers) {
   constexpr int kSlow = 6;
   testing::TempDir dir;
+  // One caller (this test) may take all 8 connections: each slow write
+  // holds one.
   auto gateway = GatewayProcess::Start(
       dir.path() + "/data",
-      {"--route=db=" + server_->Uri("pool_size=8&spread_after_ms=0"),
+      {"--route=db=" + server_->Uri("pool_size=8&spread_after_ms=0&"
+                                    "max_connections_per_caller=8"),
        "--route=files=file://" + dir.path() + "/files", "--io_threads=4"});
   ASSERT_TRUE(gateway.ok()) << gateway.status();
   auto channel = grpc::CreateChannel((*gateway)->address(),

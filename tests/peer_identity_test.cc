@@ -71,5 +71,16 @@ TEST_F(PeerIdentityTest, NoIdentityWhenTheSubjectIsAmbiguous) {
   EXPECT_EQ(CertificateIdentity(nullptr), "");
 }
 
+// A caller without an identity is its peer's address, whatever its port:
+// every connection from one host is one caller.
+TEST(PeerHostTest, DropsThePortOfAnAddress) {
+  EXPECT_EQ(PeerHost("ipv4:10.0.0.1:5000"), "ipv4:10.0.0.1");
+  EXPECT_EQ(PeerHost("ipv6:[::1]:5000"), "ipv6:[::1]");
+  EXPECT_EQ(PeerHost("ipv6:%5B::1%5D:41234"), "ipv6:%5B::1%5D");
+  EXPECT_EQ(PeerHost("unix:/run/fencegate.sock"), "unix:/run/fencegate.sock");
+  EXPECT_EQ(PeerHost("ipv4:10.0.0.1"), "ipv4:10.0.0.1");  // No port.
+  EXPECT_EQ(PeerHost(""), "");
+}
+
 }  // namespace
 }  // namespace fencegate

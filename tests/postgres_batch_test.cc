@@ -303,7 +303,10 @@ TEST_F(PostgresBatchTest, BatchInterruptedBySessionEndIsRetried) {
 // one batch; both are cancelled, rolled back.
 TEST_F(PostgresBatchTest, EveryWriteOfABatchIsWatched) {
   CreateUntimedFunction();
-  auto one_connection = MakeAdapter("pool_size=1&statement_timeout_ms=200");
+  // untimed() vouched for, so that both slow Writes share a batch (one
+  // calling a function outside pg_catalog otherwise ends it).
+  auto one_connection = MakeAdapter(
+      "pool_size=1&statement_timeout_ms=200&session_safe_functions=untimed");
   ASSERT_OK(Apply(one_connection.get(), "warm", 1,
                   {Sql("INSERT INTO jobs (id) VALUES (100)")}));
   FirstBatchHold hold(3);
@@ -399,7 +402,10 @@ TEST_F(PostgresBatchTest, KeptConnectionEndedBetweenBatchesIsReplaced) {
 // would fail).
 TEST_F(PostgresBatchTest, ConnectionErrorCodeOfOneWriteIsNotASessionEnd) {
   constexpr int kWrites = 3;
-  auto one_connection = MakeAdapter("pool_size=1");
+  // remote_down() vouched for, so that the Writes behind it share its
+  // batch (one calling a function outside pg_catalog otherwise ends it).
+  auto one_connection =
+      MakeAdapter("pool_size=1&session_safe_functions=remote_down");
   ASSERT_OK(Apply(one_connection.get(), "warm", 1,
                   {Sql("INSERT INTO jobs (id) VALUES (100)")}));
   Exec(
@@ -489,6 +495,72 @@ TEST_F(PostgresBatchTest, ApplyAsyncReturnsAtOnceAndTheLoopReports) {
   EXPECT_NE(writes[0].done_thread, std::this_thread::get_id());
   EXPECT_EQ(writes[1].done_thread, writes[0].done_thread);
   EXPECT_EQ(StoredFence("queued"), 1);
+}
+
+// One caller's slow statements hold at most its share of the connections
+// (max_connections_per_caller, here 1 of 2): its second Write waits in the
+// queue, and another caller's Write completes on the other connection while
+// the first caller's statement is still held by a table lock.
+TEST_F(PostgresBatchTest, ACallersSlowStatementsLeaveTheOthersTheirShare) {
+  auto two = MakeAdapter("pool_size=2&spread_after_ms=1&pool_wait_ms=60000");
+  pqxx::connection locker(server_->Conninfo());
+  pqxx::work lock_tx(locker);
+  lock_tx.exec("LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE");
+  std::atomic<int> queued{0};
+  SyncPoint::Get()->SetCallback("PostgresAdapter::ApplyAsync:Queued",
+                                [&](void*) { ++queued; });
+  struct Write {
+    std::string domain;
+    std::string caller;
+    Operations ops;
+    WriteTarget target;
+    OpResults results;
+    absl::Notification done;
+    absl::Status status;
+  };
+  auto start = [&](const std::string& domain, const std::string& caller,
+                   const std::string& sql) {
+    auto w = std::make_unique<Write>();
+    w->domain = domain;
+    w->caller = caller;
+    *w->ops.Add() = Sql(sql);
+    w->target = WriteTarget{w->domain, 1, "jobs", ""};
+    w->target.caller = w->caller;
+    Write* raw = w.get();
+    two->ApplyAsync(raw->target, raw->ops, &raw->results,
+                    [raw](absl::Status s) {
+                      raw->status = std::move(s);
+                      raw->done.Notify();
+                    });
+    return w;
+  };
+  auto waiting_on_lock = [] {
+    return Exec(
+               "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type "
+               "= 'Lock' AND query LIKE 'INSERT INTO jobs%'")[0][0]
+        .as<int64_t>();
+  };
+  auto slow1 = start("a1", "ipv4:10.0.0.1", "INSERT INTO jobs (id) VALUES (1)");
+  ASSERT_TRUE(testing::WaitFor([&] { return waiting_on_lock() == 1; }));
+  // Its second Write finds the only other connection free, and waits.
+  auto slow2 = start("a2", "ipv4:10.0.0.1", "INSERT INTO jobs (id) VALUES (2)");
+  ASSERT_TRUE(testing::WaitFor([&] { return queued.load() >= 1; }));
+  auto other = start("b", "ipv4:10.0.0.2", "SELECT 1");
+  // Bounded, so that a failure shows as a failed expectation below.
+  const bool served =
+      other->done.WaitForNotificationWithTimeout(absl::Seconds(30));
+  EXPECT_TRUE(served);
+  EXPECT_EQ(waiting_on_lock(), 1);  // Never both of the first caller's.
+  EXPECT_FALSE(slow2->done.HasBeenNotified());
+  lock_tx.abort();
+  slow1->done.WaitForNotification();
+  slow2->done.WaitForNotification();
+  other->done.WaitForNotification();
+  SyncPoint::Get()->ClearAll();
+  EXPECT_OK(other->status);
+  EXPECT_OK(slow1->status);
+  EXPECT_OK(slow2->status);
+  EXPECT_EQ(Count(), 2);
 }
 #endif  // FENCEGATE_SYNC_POINTS
 

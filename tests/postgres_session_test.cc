@@ -15,6 +15,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "postgres/fence_schema.h"
 #include "tests/postgres_adapter_fixture.h"
 
@@ -213,6 +214,65 @@ TEST_F(PostgresSessionTest, TheTripwireClosesASessionThatChanged) {
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_THAT(warnings[0], HasSubstr("DateStyle"));
   EXPECT_THAT(warnings[0], HasSubstr("req-42"));
+}
+
+// A Write that calls a function outside pg_catalog (here an application's
+// helper that changes DateStyle) ends its batch: the Write queued behind it
+// in the same queue runs on a session the tripwire checked -- here a new
+// one -- and its date text is read as the server's default reads it.
+TEST_F(PostgresSessionTest, AWriteCallingAHelperEndsItsBatch) {
+  Exec(
+      "CREATE OR REPLACE FUNCTION dmy() RETURNS int LANGUAGE plpgsql AS "
+      "$$BEGIN PERFORM set_config('DateStyle', 'SQL, DMY', false); RETURN 1; "
+      "END$$");
+  Exec("GRANT EXECUTE ON FUNCTION dmy() TO fencegate_worker");
+  Exec("ALTER TABLE jobs ADD COLUMN due date");
+  auto one = MakeAdapter("pool_size=1&pool_wait_ms=60000");
+  // Opens the connection, which reads the catalog's names.
+  ASSERT_OK(Apply(one.get(), "warm", 1, {Sql("SELECT 1")}));
+  pqxx::connection locker(server_->Conninfo());
+  pqxx::work lock_tx(locker);
+  lock_tx.exec("LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE");
+  struct Write {
+    std::string domain;
+    Operations ops;
+    WriteTarget target;
+    OpResults results;
+    absl::Notification done;
+    absl::Status status;
+  };
+  // Queued when ApplyAsync returns, while the only connection is busy.
+  auto start = [&](const std::string& domain, const std::string& sql) {
+    auto w = std::make_unique<Write>();
+    w->domain = domain;
+    *w->ops.Add() = Sql(sql);
+    w->target = WriteTarget{w->domain, 1, "jobs", ""};
+    Write* raw = w.get();
+    one->ApplyAsync(raw->target, raw->ops, &raw->results,
+                    [raw](absl::Status s) {
+                      raw->status = std::move(s);
+                      raw->done.Notify();
+                    });
+    return w;
+  };
+  auto holder = start("holder", "INSERT INTO jobs (id) VALUES (1)");
+  ASSERT_TRUE(testing::WaitFor([] {
+    return Exec(
+               "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type "
+               "= 'Lock' AND query LIKE 'INSERT INTO jobs%'")[0][0]
+               .as<int64_t>() == 1;
+  }));
+  auto helper = start("helper", "SELECT dmy()");
+  auto victim =
+      start("victim", "INSERT INTO jobs (id, due) VALUES (2, '03/04/2026')");
+  lock_tx.abort();
+  for (Write* w : {holder.get(), helper.get(), victim.get()}) {
+    w->done.WaitForNotification();
+    EXPECT_TRUE(w->status.ok()) << w->domain << ": " << w->status;
+  }
+  EXPECT_EQ(
+      Exec("SELECT due::text FROM jobs WHERE id = 2")[0][0].as<std::string>(),
+      "2026-03-04");
 }
 
 // A named statement the parser cannot vouch for is dirty, whatever the

@@ -13,11 +13,15 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "postgres/catalog_names.h"
+#include "postgres/catalog_names.h"
 
 namespace fencegate::postgres {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::UnorderedElementsAre;
 
 struct Case {
   std::string sql;
@@ -160,6 +164,49 @@ TEST(SqlClassifierTest, DoAndCallAreDirty) {
   // A DO block among other statements is still more than one statement.
   EXPECT_EQ(ClassifyStatement("DO $$BEGIN END$$; SELECT 1").kind,
             StatementClass::kRefused);
+}
+
+// What a statement calls by name, for CatalogNames: functions, the
+// fields PostgreSQL may read as calls, operators, and whether a schema
+// other than pg_catalog qualifies one.
+TEST(SqlClassifierTest, CollectsWhatAStatementCallsByName) {
+  Verdict v = ClassifyStatement(
+      "SELECT lower(j.owner), helper(1) FROM jobs j WHERE j.id = ANY ($1) "
+      "ORDER BY j.id USING <");
+  EXPECT_EQ(v.kind, StatementClass::kSafe);
+  EXPECT_THAT(v.callees.functions, UnorderedElementsAre("lower", "helper"));
+  EXPECT_THAT(v.callees.fields, UnorderedElementsAre("owner", "id"));
+  EXPECT_THAT(v.callees.operators, UnorderedElementsAre("=", "<"));
+  EXPECT_FALSE(v.callees.qualified);
+  EXPECT_FALSE(
+      ClassifyStatement("SELECT pg_catalog.lower('A')").callees.qualified);
+  EXPECT_TRUE(ClassifyStatement("SELECT app.lower('A')").callees.qualified);
+  EXPECT_TRUE(
+      ClassifyStatement("SELECT 1 OPERATOR(app.+) 2").callees.qualified);
+  EXPECT_THAT(ClassifyStatement("CALL app_proc(1)").callees.functions,
+              ElementsAre("app_proc"));
+}
+
+// A name counts as pg_catalog's only if no other schema defines it; with
+// the names not read yet, any name counts as outside.
+TEST(SqlClassifierTest, CallsOutsideCatalogFailsClosed) {
+  CatalogNames names;
+  names.catalog_only_functions = {"lower", "now"};
+  names.other_functions = {"helper", "total"};
+  names.other_operators = {"==="};
+  auto outside = [&](const std::string& sql, const CatalogNames* n) {
+    return CallsOutsideCatalog(ClassifyStatement(sql).callees, n);
+  };
+  EXPECT_FALSE(
+      outside("UPDATE jobs SET owner = lower($1) WHERE id = 1", &names));
+  EXPECT_TRUE(outside("SELECT helper(1)", &names));
+  EXPECT_TRUE(outside("SELECT upper('a')", &names));  // Not pg_catalog's only.
+  EXPECT_TRUE(outside("SELECT j.total FROM jobs j", &names));  // total(j).
+  EXPECT_FALSE(outside("SELECT j.owner FROM jobs j", &names));
+  EXPECT_TRUE(outside("SELECT 1 WHERE 'a' === 'b'", &names));
+  EXPECT_TRUE(outside("SELECT app.lower('a')", &names));
+  EXPECT_FALSE(outside("SELECT 1", nullptr));
+  EXPECT_TRUE(outside("SELECT lower('a')", nullptr));
 }
 
 TEST(SqlClassifierTest, CountsTheParametersAStatementTakes) {

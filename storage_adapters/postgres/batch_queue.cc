@@ -15,20 +15,75 @@ BatchQueue::BatchQueue(Options options, Driver* driver)
 
 BatchQueue::~BatchQueue() = default;
 
-Batch BatchQueue::TakeLocked() {
+bool BatchQueue::AtShareLocked(const std::string& caller) const {
+  if (options_.per_caller == 0 || caller.empty()) return false;
+  auto it = carrying_.find(caller);
+  return it != carrying_.end() && it->second >= options_.per_caller;
+}
+
+size_t BatchQueue::TakeableLocked() const {
+  if (options_.per_caller == 0) return queue_.size();
+  bool any_at_share = false;
+  for (const auto& [caller, connections] : carrying_) {
+    if (connections >= options_.per_caller) any_at_share = true;
+  }
+  if (!any_at_share) return queue_.size();
+  size_t takeable = 0;
+  for (const std::unique_ptr<QueuedWrite>& w : queue_) {
+    if (!AtShareLocked(w->caller)) ++takeable;
+  }
+  return takeable;
+}
+
+Batch BatchQueue::TakeLocked(Connection* conn) {
   Batch batch;
+  std::vector<std::string> callers;
   const absl::Time now = options_.observe_wait ? absl::Now() : absl::Time();
-  while (!queue_.empty() && batch.size() < options_.max_batch) {
-    if (options_.observe_wait)
-      options_.observe_wait(now - queue_.front()->queued_at);
-    batch.push_back(std::move(queue_.front()));
-    queue_.pop_front();
+  for (auto it = queue_.begin();
+       it != queue_.end() && batch.size() < options_.max_batch;) {
+    const std::string& caller = (*it)->caller;
+    const bool counted =
+        options_.per_caller == 0 || caller.empty() ||
+        std::find(callers.begin(), callers.end(), caller) != callers.end();
+    if (!counted) {
+      // A caller at its share waits, in order, for one of its batches.
+      if (AtShareLocked(caller)) {
+        ++it;
+        continue;
+      }
+      callers.push_back(caller);
+      ++carrying_[caller];
+    }
+    if (options_.observe_wait) options_.observe_wait(now - (*it)->queued_at);
+    batch.push_back(std::move(*it));
+    it = queue_.erase(it);
     ++batch.back()->attempts;
     // Its session is reset after it, and if it fails, its transaction
     // block stays open until the connection is dropped: nothing follows it.
-    if (batch.back()->dirty) break;
+    // One calling code outside pg_catalog may change the session: it is
+    // checked (the tripwire) before another Write runs there.
+    if (batch.back()->dirty || batch.back()->opaque) break;
   }
+  if (!callers.empty()) callers_of_[conn] = std::move(callers);
   return batch;
+}
+
+void BatchQueue::ReleaseCallersLocked(Connection* conn) {
+  auto it = callers_of_.find(conn);
+  if (it == callers_of_.end()) return;
+  for (const std::string& caller : it->second) {
+    auto c = carrying_.find(caller);
+    if (--c->second == 0) carrying_.erase(c);
+  }
+  callers_of_.erase(it);
+}
+
+absl::Time BatchQueue::OldestTakeableLocked() const {
+  absl::Time oldest = absl::InfiniteFuture();
+  for (const std::unique_ptr<QueuedWrite>& w : queue_) {
+    if (!AtShareLocked(w->caller)) oldest = std::min(oldest, w->queued_at);
+  }
+  return oldest;
 }
 
 absl::Time BatchQueue::NextTickLocked(absl::Time now) const {
@@ -42,7 +97,13 @@ absl::Time BatchQueue::NextTickLocked(absl::Time now) const {
       options_.spread_after > absl::ZeroDuration() && opening_ == 0 &&
       (!idle_.empty() ||
        open_.size() < static_cast<size_t>(options_.connections));
-  if (can_spread) next = std::min(next, oldest + options_.spread_after);
+  // Writes of a caller at its share wait for its batches, not a spread.
+  if (can_spread) {
+    const absl::Time takeable = OldestTakeableLocked();
+    if (takeable != absl::InfiniteFuture()) {
+      next = std::min(next, takeable + options_.spread_after);
+    }
+  }
   // Not in the past: a tick that found nothing to do asks again later.
   return std::max(next, now + absl::Milliseconds(1));
 }
@@ -63,12 +124,15 @@ BatchQueue::Connection* BatchQueue::PlaceQueuedLocked(Batch* batch,
   if (options_.spread_after > absl::ZeroDuration()) {
     const size_t carrying =
         open_.size() - idle_.size() + static_cast<size_t>(opening_);
-    if (queue_.size() <= carrying * options_.max_batch) return nullptr;
+    if (TakeableLocked() <= carrying * options_.max_batch) return nullptr;
+  } else if (TakeableLocked() == 0) {
+    return nullptr;  // Every queued Write's caller is at its share.
   }
   if (!idle_.empty()) {
     Connection* conn = idle_.back();
+    *batch = TakeLocked(conn);
+    if (batch->empty()) return nullptr;
     idle_.pop_back();
-    *batch = TakeLocked();
     return conn;
   }
   if (open_.size() + static_cast<size_t>(opening_) <
@@ -101,7 +165,7 @@ void BatchQueue::Add(std::unique_ptr<QueuedWrite> w) {
       // The light-load path: this thread sends it.
       conn = idle_.back();
       idle_.pop_back();
-      batch = TakeLocked();
+      batch = TakeLocked(conn);
     } else {
       conn = PlaceQueuedLocked(&batch, &open);
       WantTickLocked(now, &tick);
@@ -115,8 +179,8 @@ void BatchQueue::Add(std::unique_ptr<QueuedWrite> w) {
 BatchQueue::Connection* BatchQueue::NextForLocked(Connection* conn,
                                                   Batch* batch) {
   if (!queue_.empty()) {
-    *batch = TakeLocked();
-    return conn;
+    *batch = TakeLocked(conn);
+    if (!batch->empty()) return conn;
   }
   idle_.push_back(conn);
   return nullptr;
@@ -144,6 +208,7 @@ void BatchQueue::Done(Connection* conn, bool usable, Batch retries) {
       (*it)->queued_at = now;
       queue_.push_front(std::move(*it));
     }
+    ReleaseCallersLocked(conn);
     if (usable) {
       next = NextForLocked(conn, &batch);
     } else {
@@ -191,6 +256,7 @@ void BatchQueue::OpenFailed(const absl::Status& error) {
 
 void BatchQueue::Tick(absl::Time now) {
   std::deque<std::unique_ptr<QueuedWrite>> expired;
+  std::deque<std::unique_ptr<QueuedWrite>> expired_at_share;
   Connection* conn = nullptr;
   Batch batch;
   bool open = false;
@@ -202,7 +268,8 @@ void BatchQueue::Tick(absl::Time now) {
       if (now - (*it)->queued_at >= options_.wait) {
         if (options_.observe_wait)
           options_.observe_wait(now - (*it)->queued_at);
-        expired.push_back(std::move(*it));
+        (AtShareLocked((*it)->caller) ? expired_at_share : expired)
+            .push_back(std::move(*it));
         it = queue_.erase(it);
       } else {
         ++it;
@@ -210,14 +277,19 @@ void BatchQueue::Tick(absl::Time now) {
     }
     if (!queue_.empty() && options_.spread_after > absl::ZeroDuration() &&
         opening_ == 0 &&
-        now - queue_.front()->queued_at >= options_.spread_after) {
+        now - OldestTakeableLocked() >= options_.spread_after) {
       // The oldest waited too long for the busy connections: another one.
       if (!idle_.empty()) {
         FENCEGATE_SYNC_POINT("PostgresAdapter::Spread");
         conn = idle_.back();
-        idle_.pop_back();
-        batch = TakeLocked();
-      } else if (open_.size() < static_cast<size_t>(options_.connections)) {
+        batch = TakeLocked(conn);
+        if (batch.empty()) {
+          conn = nullptr;
+        } else {
+          idle_.pop_back();
+        }
+      } else if (open_.size() < static_cast<size_t>(options_.connections) &&
+                 TakeableLocked() > 0) {
         FENCEGATE_SYNC_POINT("PostgresAdapter::Spread");
         ++opening_;
         open = true;
@@ -230,6 +302,16 @@ void BatchQueue::Tick(absl::Time now) {
               options_.label, ": waited ", absl::FormatDuration(options_.wait),
               " for one of ", options_.connections,
               " connections (all busy or connecting); nothing was sent")));
+  if (!expired_at_share.empty()) {
+    FailAll(
+        std::move(expired_at_share),
+        absl::UnavailableError(absl::StrCat(
+            options_.label, ": waited ", absl::FormatDuration(options_.wait),
+            " while this caller's earlier Writes occupied ",
+            options_.per_caller, " of the ", options_.connections,
+            " connections, its share (max_connections_per_caller); "
+            "nothing was sent")));
+  }
   if (conn != nullptr) driver_->Send(conn, std::move(batch));
   if (open) driver_->Open();
   if (tick != absl::InfiniteFuture()) driver_->TickAt(tick);

@@ -15,7 +15,8 @@
 //   - Otherwise it waits in the queue, oldest first. A connection that
 //     completes its batch (Done) takes the oldest queued Writes as its next
 //     batch, up to max_batch of them, and a dirty Write (one whose session
-//     is reset after it) ends its batch.
+//     is reset after it) or an opaque one (calling code outside
+//     pg_catalog, which may change the session) ends its batch.
 //   - Queued Writes wait for a busy connection's next batch rather than
 //     open a new connection, unless more are queued than the busy and
 //     opening connections will take (max_batch each) or the oldest has
@@ -24,6 +25,11 @@
 //     carrying bigger batches cost the database less per Write. With
 //     spread_after zero, a queued Write never waits for a busy or opening
 //     connection while another can be opened.
+//   - A caller (WriteTarget::caller) has Writes on at most per_caller
+//     connections at once: a batch skips the queued Writes of a caller at
+//     that share (they keep their order and wait for one of its batches to
+//     end), so that one caller's slow statements cannot take every
+//     connection from the others. Writes without a caller share nothing.
 //   - A Write queued for `wait` fails UNAVAILABLE, never sent (checked by
 //     Tick, which the Driver runs no later than asked with TickAt).
 //   - A connection that cannot be opened fails the queued Writes with its
@@ -47,6 +53,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -61,9 +68,12 @@ struct QueuedWrite {
   const Operations* ops = nullptr;
   OpResults* results = nullptr;
   StorageAdapter::ApplyCallback done;
-  absl::Time queued_at;    // When it last entered the queue.
-  int attempts = 0;        // Batches it was taken into.
-  bool dirty = false;      // Its session is reset after it: ends a batch.
+  absl::Time queued_at;  // When it last entered the queue.
+  int attempts = 0;      // Batches it was taken into.
+  bool dirty = false;    // Its session is reset after it: ends a batch.
+  // It calls code outside pg_catalog that may change the session: ends a
+  // batch, so that the session is checked before another Write runs.
+  bool opaque = false;
   absl::Status status;     // Its outcome, set by whoever sent it.
   bool retryable = false;  // Nothing was committed: safe to send again.
   bool stale = false;      // The database holds a higher token.
@@ -72,6 +82,8 @@ struct QueuedWrite {
   // attempt, not again.
   bool replayed = false;
   uint64_t later_seq = 0;  // The database's seq, when out of order.
+  // Who sent it (WriteTarget::caller); empty: nobody in particular.
+  std::string caller;
 };
 using Batch = std::vector<std::unique_ptr<QueuedWrite>>;
 
@@ -104,6 +116,8 @@ class BatchQueue {
     absl::Duration wait = absl::Seconds(5);  // In the queue, at most.
     absl::Duration spread_after = absl::ZeroDuration();
     size_t max_batch = 16;
+    // Connections that one caller's Writes may occupy at once; 0: all.
+    size_t per_caller = 0;
     // Names the connections' server in errors ("postgres <uri>").
     std::string label;
     // If set, told how long each Write waited in the queue: when a batch
@@ -154,14 +168,27 @@ class BatchQueue {
   Counts counts() const;
 
  private:
-  // Takes up to max_batch Writes from the front of the queue (a dirty one
-  // ends it), counting an attempt for each.
-  Batch TakeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes up to max_batch Writes for `conn` from the front of the queue,
+  // skipping those of callers at their share (a dirty one ends it),
+  // counting an attempt for each; counts `conn` against the callers taken.
+  Batch TakeLocked(Connection* conn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `conn`'s batch is over: it no longer counts against its callers.
+  void ReleaseCallersLocked(Connection* conn)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a caller has Writes on per_caller connections already.
+  bool AtShareLocked(const std::string& caller) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queued Writes that a new batch could take (their callers below their
+  // share).
+  size_t TakeableLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After Writes were queued: decides whether another connection must be
   // opened for them now, and asks for a tick if none is asked for.
   // Returns the idle connection to send on (with `*batch` taken), if any.
   Connection* PlaceQueuedLocked(Batch* batch, bool* open)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // When the oldest Write a new batch could take was queued;
+  // InfiniteFuture if none.
+  absl::Time OldestTakeableLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // When the queue next needs a tick; InfiniteFuture if empty.
   absl::Time NextTickLocked(absl::Time now) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -185,6 +212,11 @@ class BatchQueue {
   int opening_ ABSL_GUARDED_BY(mu_) = 0;
   // The tick asked for (InfiniteFuture: none).
   absl::Time tick_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  // Per caller with Writes in flight: the connections carrying them.
+  absl::flat_hash_map<std::string, size_t> carrying_ ABSL_GUARDED_BY(mu_);
+  // Per connection carrying a batch: the callers it counts against.
+  absl::flat_hash_map<Connection*, std::vector<std::string>> callers_of_
+      ABSL_GUARDED_BY(mu_);
   // Set by Abandon() or Stop(): Writes fail with it at once.
   absl::Status refusing_ ABSL_GUARDED_BY(mu_);
 };

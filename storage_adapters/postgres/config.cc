@@ -117,6 +117,15 @@ absl::StatusOr<v1::PostgresRoute> ParsePostgresSettings(
           "last by the gateway"));
     }
   }
+  for (const std::string& name : settings.session_safe_functions()) {
+    if (!postgres::IsPlainIdentifier(name)) {
+      return bad(absl::StrCat(
+          "session_safe_functions=",
+          absl::StrJoin(settings.session_safe_functions(), ","),
+          " must list function names (1-63 lower-case letters, digits and "
+          "_), separated by commas"));
+    }
+  }
   if (!settings.read_user().empty() &&
       !postgres::IsPlainIdentifier(settings.read_user())) {
     return bad(absl::StrCat("read_user=", settings.read_user(),
@@ -144,6 +153,10 @@ absl::StatusOr<PostgresAdapterOptions> ParsePostgresUri(
   options.max_result_rows = settings->max_result_rows();
   options.max_result_bytes = settings->max_result_bytes();
   options.max_sql_bytes = settings->max_sql_bytes();
+  options.max_connections_per_caller = settings->max_connections_per_caller();
+  options.session_safe_functions.assign(
+      settings->session_safe_functions().begin(),
+      settings->session_safe_functions().end());
   options.allow_privileged_role = settings->allow_privileged_role();
   options.allow_dirty_statements = settings->allow_dirty_statements();
   options.search_path.assign(settings->search_path().begin(),
@@ -192,6 +205,13 @@ absl::StatusOr<PostgresAdapterOptions> ParsePostgresUri(
   options.conninfo = absl::StrCat("postgresql://", uri.authority, uri.path, "?",
                                   absl::StrJoin(passthrough, "&"));
   return options;
+}
+
+size_t PerCallerConnections(const PostgresAdapterOptions& options) {
+  const int64_t pool = std::max<int64_t>(options.pool_size, 1);
+  if (options.max_connections_per_caller <= 0) return (pool + 1) / 2;
+  return static_cast<size_t>(
+      std::min(options.max_connections_per_caller, pool));
 }
 
 absl::StatusOr<std::unique_ptr<StorageAdapter>> CreatePostgresAdapter(

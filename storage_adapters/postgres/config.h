@@ -10,7 +10,7 @@
 // pool_size, pool_wait_ms, spread_after_ms, statement_timeout_ms,
 // fence_schema, max_result_rows, max_result_bytes, allow_privileged_role,
 // allow_dirty_statements, search_path, read_user, read_password,
-// max_sql_bytes. A route
+// max_sql_bytes, max_connections_per_caller, session_safe_functions. A route
 // gives them typed, in the configuration file (routes { ... postgres {
 // pool_size: 8 } }), or as parameters of its URI, the shorthand
 // (?pool_size=8&search_path=a,b); a setting given both ways must agree.
@@ -78,6 +78,13 @@ struct PostgresAdapterOptions {
   // statement's, classified at start-up, not counted); a Write with more is
   // INVALID_ARGUMENT, unparsed. At most 1 MiB, what the parser takes.
   int64_t max_sql_bytes = 1 << 20;
+  // Connections one caller's writes may occupy at once (WriteTarget::
+  // caller); 0: half of pool_size, rounded up. Writes without a caller are
+  // not counted.
+  int64_t max_connections_per_caller = 0;
+  // Function names outside pg_catalog vouched to change no session state
+  // (catalog_names.h): Writes that call them keep their batch.
+  std::vector<std::string> session_safe_functions;
   // Accept a role with superuser, CREATEROLE, BYPASSRLS, or membership of
   // pg_execute_server_program, pg_read_server_files or
   // pg_write_server_files, or one that can write the fence table
@@ -112,6 +119,10 @@ absl::StatusOr<PostgresAdapterOptions> ParsePostgresUri(
 
 // ParsePostgresUri, then builds the adapter. Does not connect: the first
 // Write does, so the gateway starts even while PostgreSQL is down.
+// The connections one caller's writes may occupy at once: the setting, at
+// most pool_size, or half of pool_size (rounded up) if 0.
+size_t PerCallerConnections(const PostgresAdapterOptions& options);
+
 absl::StatusOr<std::unique_ptr<StorageAdapter>> CreatePostgresAdapter(
     const Uri& uri, const AdapterContext& context);
 

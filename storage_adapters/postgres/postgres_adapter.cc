@@ -43,7 +43,8 @@ PostgresAdapter::PostgresAdapter(PostgresAdapterOptions options,
               std::clamp(absl::Milliseconds(options_.spread_after_ms),
                          absl::ZeroDuration(),
                          absl::Milliseconds(options_.pool_wait_ms) / 2),
-              kMaxBatch, absl::StrCat("postgres ", options_.redacted_uri),
+              kMaxBatch, PerCallerConnections(options_),
+              absl::StrCat("postgres ", options_.redacted_uri),
               [this](absl::Duration waited) {
                 if (queue_wait_ != nullptr) {
                   queue_wait_->Observe(absl::ToDoubleSeconds(waited));
@@ -142,6 +143,20 @@ absl::Status PostgresAdapter::SetUpConnection(PgConnection& c) {
                 pipeline_settings_.fence_seq_sql.c_str(), 4, nullptr));
   c.set_seq_prepared(seq_prepared != nullptr &&
                      PQresultStatus(seq_prepared.get()) == PGRES_COMMAND_OK);
+  // What a Write's SQL may call outside pg_catalog, as of this connection.
+  absl::StatusOr<postgres::CatalogNames> names =
+      postgres::ReadCatalogNames(c.raw());
+  if (!names.ok()) return names.status();
+  for (const std::string& name : options_.session_safe_functions) {
+    names->catalog_only_functions.insert(name);
+    names->other_functions.erase(name);
+  }
+  {
+    auto shared =
+        std::make_shared<const postgres::CatalogNames>(*std::move(names));
+    absl::MutexLock lock(&catalog_mu_);
+    catalog_ = std::move(shared);
+  }
   c.RecordBaseline();
   return absl::OkStatus();
 }
@@ -239,7 +254,8 @@ void PostgresAdapter::ApplyAsync(const WriteTarget& target,
   w->results = results;
   w->done = std::move(done);
   w->queued_at = absl::Now();
-  w->dirty = IsDirty(ops);
+  Inspect(ops, &w->dirty, &w->opaque);
+  w->caller = std::string(target.caller);
   queue_.Add(std::move(w));
 }
 

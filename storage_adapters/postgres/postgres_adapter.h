@@ -114,6 +114,7 @@
 #include "boost/asio/io_context.hpp"
 #include "boost/asio/posix/stream_descriptor.hpp"
 #include "boost/asio/steady_timer.hpp"
+#include "postgres/catalog_names.h"
 #include "postgres/sql_classifier.h"
 #include "prometheus/counter.h"
 #include "prometheus/histogram.h"
@@ -280,10 +281,13 @@ class PostgresAdapter final : public StorageAdapter,
   // After a batch: true if the session's reported parameters still match
   // its baseline; otherwise counts and reports the escape.
   bool SessionUnchanged(PgConnection& conn, const postgres::Batch& batch);
-  // The verdict for operation `op` (named statements by their name).
-  postgres::StatementClass ClassOf(const v1::SqlStatement& op) const;
-  // True if any operation of `ops` is dirty.
-  bool IsDirty(const Operations& ops) const;
+  // Whether any operation of `ops` is dirty (its session is reset after
+  // it), and whether any calls code outside pg_catalog (it ends its batch,
+  // so that the tripwire runs before another caller's Write;
+  // catalog_names.h).
+  void Inspect(const Operations& ops, bool* dirty, bool* opaque) const;
+  // The catalog's names, as the newest connection read them; null before.
+  std::shared_ptr<const postgres::CatalogNames> catalog_names() const;
   // Checks the role of a new connection (role_check.h).
   absl::Status SetUpConnection(PgConnection& c);
   // Runs one fence query on a control connection: its result if it
@@ -301,10 +305,14 @@ class PostgresAdapter final : public StorageAdapter,
   // What AddNamedStatement learnt of a named statement.
   struct NamedStatement {
     postgres::StatementClass kind;
-    int params;  // The parameters it takes.
+    int params;                 // The parameters it takes.
+    postgres::Callees callees;  // What it calls by name.
   };
   // Named statements, by name; filled before the first Write.
   absl::flat_hash_map<std::string, NamedStatement> named_;
+  mutable absl::Mutex catalog_mu_;
+  std::shared_ptr<const postgres::CatalogNames> catalog_
+      ABSL_GUARDED_BY(catalog_mu_);
   // Null when metrics are off.
   prometheus::Counter* escapes_ = nullptr;
   prometheus::Counter* classifier_hits_ = nullptr;

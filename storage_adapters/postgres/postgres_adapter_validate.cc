@@ -43,22 +43,37 @@ absl::Status PostgresAdapter::AddNamedStatement(const std::string& name,
       NamedStatement{verdict.kind == StatementClass::kSafe || session_safe
                          ? StatementClass::kSafe
                          : StatementClass::kDirty,
-                     verdict.params};
+                     verdict.params, verdict.callees};
   return absl::OkStatus();
 }
 
-StatementClass PostgresAdapter::ClassOf(const v1::SqlStatement& op) const {
-  if (op.has_statement()) {
-    auto it = named_.find(op.statement());
-    if (it != named_.end()) return it->second.kind;
+void PostgresAdapter::Inspect(const Operations& ops, bool* dirty,
+                              bool* opaque) const {
+  *dirty = false;
+  *opaque = false;
+  std::shared_ptr<const postgres::CatalogNames> catalog = catalog_names();
+  for (const v1::Operation& op : ops) {
+    if (!op.has_sql()) continue;
+    const v1::SqlStatement& sql = op.sql();
+    if (sql.has_statement()) {
+      auto it = named_.find(sql.statement());
+      if (it != named_.end()) {
+        *dirty |= it->second.kind == StatementClass::kDirty;
+        *opaque |=
+            postgres::CallsOutsideCatalog(it->second.callees, catalog.get());
+        continue;
+      }
+    }
+    const postgres::Verdict verdict = classifier_.Classify(sql.sql());
+    *dirty |= verdict.kind == StatementClass::kDirty;
+    *opaque |= postgres::CallsOutsideCatalog(verdict.callees, catalog.get());
   }
-  return classifier_.Classify(op.sql()).kind;
 }
 
-bool PostgresAdapter::IsDirty(const Operations& ops) const {
-  return std::any_of(ops.begin(), ops.end(), [this](const v1::Operation& op) {
-    return op.has_sql() && ClassOf(op.sql()) == StatementClass::kDirty;
-  });
+std::shared_ptr<const postgres::CatalogNames> PostgresAdapter::catalog_names()
+    const {
+  absl::MutexLock lock(&catalog_mu_);
+  return catalog_;
 }
 
 absl::Status PostgresAdapter::Validate(const WriteTarget& target,

@@ -49,6 +49,22 @@ namespace fencegate::postgres {
 
 enum class StatementClass { kSafe, kDirty, kRefused };
 
+// The names in a statement that may run code of their own: what it calls
+// by name, for CatalogNames (catalog_names.h) to tell whether PostgreSQL
+// will resolve them outside pg_catalog. Each name once, as decoded.
+struct Callees {
+  // f in f(...) (its last name part).
+  std::vector<std::string> functions;
+  // Names PostgreSQL may read as the call f(x) (functional notation x.f):
+  // each part after the first of a column reference, and each field
+  // selected from an expression.
+  std::vector<std::string> fields;
+  // Operators (a + b, x = ANY (...), ORDER BY ... USING <), last name part.
+  std::vector<std::string> operators;
+  // A function or operator named with a schema other than pg_catalog.
+  bool qualified = false;
+};
+
 struct Verdict {
   StatementClass kind = StatementClass::kRefused;
   // The statement's kind as SQL names it: "UPDATE", "SELECT", "DO", "SET",
@@ -62,6 +78,8 @@ struct Verdict {
   // The parameters the statement takes: the highest $n it refers to
   // (PostgreSQL wants exactly that many). 0 for a DO block.
   int params = 0;
+  // What it calls by name (kSafe and kDirty statements).
+  Callees callees;
 };
 
 // The functions that reach session state are SessionStateFunctions() and

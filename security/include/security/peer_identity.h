@@ -14,6 +14,7 @@
 #include <string>
 
 #include "grpcpp/security/auth_context.h"
+#include "grpcpp/server_context.h"
 
 // OpenSSL's certificate, kept opaque here.
 struct x509_st;
@@ -25,6 +26,18 @@ std::string PeerIdentity(const grpc::AuthContext& auth);
 
 // From a certificate OpenSSL verified; empty for null.
 std::string CertificateIdentity(const x509_st* cert);
+
+// Who a call comes from, for sharing what callers share: `identity` if
+// not empty, else the peer's identity (PeerIdentity), else its address as
+// gRPC names it without the port ("ipv4:10.0.0.1", "ipv6:[::1]"; a Unix
+// socket's peer as it is). Identities and addresses cannot collide: an
+// identity holds no ':' unless it is a URI, and gRPC's address names have
+// no "//". Never empty.
+std::string CallerOf(const grpc::ServerContextBase& context,
+                     const std::string& identity);
+
+// `peer` (ServerContext::peer()) without its port, if it has one.
+std::string PeerHost(std::string peer);
 
 }  // namespace fencegate
 

@@ -58,6 +58,10 @@ struct WriteTarget {
   // no budget. Called from the adapter's threads, never concurrently for
   // one write; never blocks.
   std::function<bool(size_t bytes)>* take_result_memory = nullptr;
+  // Who sent the write: its mTLS identity, else its peer's address; empty
+  // if unknown. An adapter that shares connections between writes gives
+  // each caller a share of them (PostgreSQL's max_connections_per_caller).
+  absl::string_view caller = {};
 };
 
 // Thread safety: implementations are safe for concurrent use. Calls for one
