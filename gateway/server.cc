@@ -200,8 +200,16 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
       s->store_.get(), s->fencer_.get(), Clock::Real(), lease_options);
   if (!leases.ok()) return leases.status();
   s->leases_ = *std::move(leases);
+  // Counted once before serving: a gateway that shares its storage with
+  // others serves no LEASE-bound domain (fleet_watch.h).
+  s->fleet_watch_ = std::make_unique<FleetWatch>(s->router_->Adapters(),
+                                                 options.route_health_interval);
+  s->fleet_watch_->Start();
   RequestGateOptions gate_options;
   gate_options.audit = s->audit_.get();
+  gate_options.lease_servable = [fleet = s->fleet_watch_.get()] {
+    return fleet->LeaseServable();
+  };
   // Watchers are built first (the gate asks them about tokens) and started
   // once the gate exists (their reports are audited through it).
   for (const TokenWatcherSpec& spec : options.watchers) {
@@ -429,6 +437,7 @@ void GatewayServer::Shutdown(absl::Duration grace) {
   // After the in-flight requests, which may still ask a watcher about a
   // token, and whose handovers the watchers keep fencing meanwhile.
   if (route_health_ != nullptr) route_health_->Stop();
+  if (fleet_watch_ != nullptr) fleet_watch_->Stop();
   for (const std::unique_ptr<TokenWatcher>& watcher : watchers_) {
     watcher->Stop();
   }

@@ -19,6 +19,7 @@
 #include "fencing/rocksdb_fence_store.h"
 #include "gateway/config.h"
 #include "gateway/connection_limit.h"
+#include "gateway/fleet_watch.h"
 #include "gateway/gateway_service.h"
 #include "gateway/io_pool.h"
 #include "gateway/lease_service.h"
@@ -121,6 +122,7 @@ class GatewayServer {
   std::unique_ptr<ConnectionLimit> connection_limit_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<RouteHealth> route_health_;
+  std::unique_ptr<FleetWatch> fleet_watch_;
   int port_ = 0;
   bool shut_down_ = false;
 };

@@ -203,6 +203,20 @@ absl::StatusOr<std::unique_ptr<Admission>> RequestGate::AdmitAs(
   if (absl::Status s = policy->Authorize(request); !s.ok()) {
     return deny(std::move(s));
   }
+  if (admission->binding_.source == v1::Policy::Domain::LEASE &&
+      (*permission == Rule::WRITE ||
+       (*permission == Rule::LEASE && facts.method != kRelease)) &&
+      options_.lease_servable) {
+    // Each gateway's lease service keeps its own locks: a gateway that
+    // shares its storage with others serves none (a Release still ends a
+    // lease it granted).
+    if (absl::Status servable = options_.lease_servable(); !servable.ok()) {
+      return deny(absl::Status(
+          servable.code(),
+          absl::StrCat("lock \"", absl::CHexEscape(facts.domain),
+                       "\" is bound to LEASE: ", servable.message())));
+    }
+  }
   return admission;
 }
 

@@ -171,6 +171,26 @@ TEST_F(PostgresStorageFenceTest, AFenceThroughOneGatewayShutsOutAnother) {
   EXPECT_EQ(Count("owner = 'new holder'"), 1);
 }
 
+// Gateways on one database count each other by their presence connections
+// (a fleet serves no LEASE-bound domain: gateway/fleet_watch.h); those of
+// another fence schema are another fleet; one that goes is no longer
+// counted.
+TEST_F(PostgresStorageFenceTest, GatewaysOnOneDatabaseCountEachOther) {
+  auto a = MakeAdapter("");
+  auto b = MakeAdapter("");
+  auto other_schema = MakeAdapter("fence_schema=elsewhere");
+  ASSERT_OK(a->OtherGateways().status());
+  EXPECT_EQ(*a->OtherGateways(), 0);  // b is not present until it counts.
+  EXPECT_EQ(*b->OtherGateways(), 1);
+  EXPECT_EQ(*a->OtherGateways(), 1);
+  EXPECT_EQ(*other_schema->OtherGateways(), 0);
+  b.reset();
+  EXPECT_TRUE(testing::WaitFor([&] {
+    absl::StatusOr<int> others = a->OtherGateways();
+    return others.ok() && *others == 0;
+  }));
+}
+
 TEST_F(PostgresStorageFenceTest, TwoGatewaysNeverGrantOneToken) {
   testing::TempDir dir;
   auto a = StartGateway(dir.path() + "/a");

@@ -68,6 +68,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "boost/asio/thread_pool.hpp"
@@ -76,6 +77,7 @@
 #include "storage_adapters/file/file_commit_thread.h"
 #include "storage_adapters/file/file_io.h"
 #include "storage_adapters/file/file_versions.h"
+#include "storage_adapters/file/presence.h"
 #include "storage_adapters/storage_adapter.h"
 
 namespace fencegate {
@@ -114,6 +116,8 @@ class FileAdapter final : public StorageAdapter {
                   OpResults* results, ApplyCallback done) override;
   // The root is still a directory the gateway may write to.
   absl::Status Probe() override;
+  // Counted by presence files in the root (presence.h).
+  absl::StatusOr<int> OtherGateways() override { return presence_.Others(); }
 
   // The root's fence records (above). Tokens of up to 2^64-1.
   bool KeepsFences() const override { return true; }
@@ -198,6 +202,9 @@ class FileAdapter final : public StorageAdapter {
 
   const int root_fd_;
   const std::string root_;
+  // This gateway's presence in the root, made when first counted.
+  FilePresence presence_{
+      absl::StrCat(root_, "/", kFileReservedDirectory, "/gateways")};
   const std::unique_ptr<FileFenceRecords> records_;
   const std::unique_ptr<FileVersions> versions_;
   std::unique_ptr<FileCommitThread> committer_;

@@ -214,6 +214,9 @@ PostgresAdapter::~PostgresAdapter() {
   queue_.CloseIdle();
   loop_.join();
   JoinHelpers();  // A cancel the loop started last.
+  absl::MutexLock lock(&presence_mu_);
+  if (presence_ != nullptr) PQfinish(presence_);
+  presence_ = nullptr;
 }
 
 void PostgresAdapter::CancelInFlight() {

@@ -166,6 +166,7 @@ class PostgresAdapter final : public StorageAdapter,
   absl::StatusOr<std::string> CheckAtStartup() override;
   // PQping: the server accepts connections (up to connect_timeout).
   absl::Status Probe() override;
+  absl::StatusOr<int> OtherGateways() override;
   // Cancels the statements in flight, fails the queued writes (never
   // sent), and fails every later write at once.
   void CancelInFlight() override;
@@ -281,6 +282,13 @@ class PostgresAdapter final : public StorageAdapter,
   // After a batch: true if the session's reported parameters still match
   // its baseline; otherwise counts and reports the escape.
   bool SessionUnchanged(PgConnection& conn, const postgres::Batch& batch);
+  // "fg-gw:<8 hex digits of a hash of `schema`>:", the application_name
+  // prefix of the presence connections of one fence schema's gateways.
+  static std::string PresencePrefixOf(const std::string& schema);
+  // 16 random hex digits.
+  static std::string NewInstanceId();
+  // The presence connection (OtherGateways), opened if it is not open.
+  absl::Status OpenPresenceLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(presence_mu_);
   // Whether any operation of `ops` is dirty (its session is reset after
   // it), and whether any calls code outside pg_catalog (it ends its batch,
   // so that the tripwire runs before another caller's Write;
@@ -310,6 +318,15 @@ class PostgresAdapter final : public StorageAdapter,
   };
   // Named statements, by name; filled before the first Write.
   absl::flat_hash_map<std::string, NamedStatement> named_;
+  // This gateway's presence in the database: a connection of its own
+  // named by application_name "fg-gw:<schema hash>:<instance>", which the
+  // other gateways count in pg_stat_activity (OtherGateways).
+  absl::Mutex presence_mu_;
+  PGconn* presence_ ABSL_GUARDED_BY(presence_mu_) = nullptr;
+  const std::string presence_prefix_ =
+      PresencePrefixOf(options_.fence_schema);  // "fg-gw:<schema hash>:"
+  const std::string presence_name_ =
+      presence_prefix_ + NewInstanceId();  // presence_prefix_ + instance
   mutable absl::Mutex catalog_mu_;
   std::shared_ptr<const postgres::CatalogNames> catalog_
       ABSL_GUARDED_BY(catalog_mu_);

@@ -88,6 +88,10 @@ struct RequestGateOptions {
   // asks its watcher who holds the lock (HolderOf, which blocks). Not
   // owned; each must stay alive while requests are admitted.
   absl::flat_hash_map<std::string, TokenWatcher*> watchers;
+  // Whether this gateway may serve domains bound to LEASE now: an error
+  // (FleetWatch::LeaseServable, gateway/fleet_watch.h) refuses their
+  // grants, keep-alives and writes with it. Must not block. Null: always.
+  std::function<absl::Status()> lease_servable;
 };
 
 class RequestGate;

@@ -137,6 +137,17 @@ class StorageAdapter {
   // does nothing (its writes end by themselves).
   virtual void CancelInFlight() {}
 
+  // How many other gateways share this storage's fences now: the adapter
+  // keeps a presence in the storage that only a live gateway holds (it goes
+  // with the process, even after kill -9), and counts the others'. A
+  // paused gateway still counts. Called every few seconds from the
+  // gateway's fleet thread only; may block for up to a few seconds.
+  // UNAVAILABLE if the storage cannot tell. The default (storage no other
+  // gateway shares): UNIMPLEMENTED.
+  virtual absl::StatusOr<int> OtherGateways() {
+    return absl::UnimplementedError("the storage is not shared");
+  }
+
   // The fence the storage keeps itself (docs/fencing.md, "The fence in the
   // storage"): true if it keeps one per domain, which the three calls
   // below reach. The default: false, and they return UNIMPLEMENTED.
