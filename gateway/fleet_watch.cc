@@ -68,7 +68,7 @@ void FleetWatch::CountAll() {
   }
   absl::MutexLock lock(&mu_);
   if (verdict.ok() != verdict_.ok() ||
-      (!verdict.ok() && verdict.code() != verdict_.code())) {
+      (!verdict.ok() && verdict.message() != verdict_.message())) {
     Log(verdict.ok() ? LogSeverity::kInfo : LogSeverity::kWarning,
         verdict.ok()
             ? std::string("no other gateway shares the routes' "

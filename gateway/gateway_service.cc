@@ -259,8 +259,10 @@ void GatewayService::Dispatch(std::unique_ptr<PendingWrite> write) {
   write->target.seq = request->seq();
   write->target.resource = request->resource();
   write->target.replayed = &write->replayed;
-  write->caller = CallerOf(*write->context, write->admission->identity());
-  write->target.caller = write->caller;
+  if (resolved.adapter->UsesCaller()) {
+    write->caller = CallerOf(*write->context, write->admission->identity());
+    write->target.caller = write->caller;
+  }
   if (options_.memory != nullptr) {
     write->take_result_memory = [w = write.get(),
                                  memory = options_.memory](size_t bytes) {

@@ -43,12 +43,14 @@ absl::Status ReadNames(PGconn* conn, const char* sql,
 
 absl::StatusOr<CatalogNames> ReadCatalogNames(PGconn* conn) {
   CatalogNames names;
-  // Schema names compared by OID: pg_catalog's is fixed (11), but the
-  // regnamespace cast says which is meant.
+  // A function of PostgreSQL's own has an OID below 16384
+  // (FirstNormalObjectId): one an extension or a superuser later put in
+  // pg_catalog does not count as pg_catalog's.
   if (absl::Status s = ReadNames(
           conn,
           "SELECT proname FROM pg_catalog.pg_proc GROUP BY proname HAVING "
-          "bool_and(pronamespace = 'pg_catalog'::pg_catalog.regnamespace)",
+          "bool_and(pronamespace = 'pg_catalog'::pg_catalog.regnamespace "
+          "AND oid < 16384)",
           &names.catalog_only_functions);
       !s.ok()) {
     return s;
@@ -76,7 +78,7 @@ bool CallsOutsideCatalog(const Callees& callees, const CatalogNames* names) {
   if (callees.qualified) return true;
   if (names == nullptr) {
     return !callees.functions.empty() || !callees.fields.empty() ||
-           !callees.operators.empty();
+           !callees.operators.empty() || callees.implicit_operators;
   }
   for (const std::string& f : callees.functions) {
     if (!names->catalog_only_functions.contains(f)) return true;
@@ -87,7 +89,8 @@ bool CallsOutsideCatalog(const Callees& callees, const CatalogNames* names) {
   for (const std::string& op : callees.operators) {
     if (names->other_operators.contains(op)) return true;
   }
-  return false;
+  // A comparison no name makes may resolve to any operator of its types.
+  return callees.implicit_operators && !names->other_operators.empty();
 }
 
 }  // namespace fencegate::postgres

@@ -25,8 +25,8 @@ constexpr char kAllowed[] =
     "INTO)";
 
 Verdict Refused(std::string statement, std::string reason) {
-  return Verdict{StatementClass::kRefused, std::move(statement),
-                 std::move(reason), 0, {}};
+  return Verdict{
+      StatementClass::kRefused, std::move(statement), std::move(reason), 0, {}};
 }
 
 // "create_table_as_stmt" -> "CREATE TABLE AS".
@@ -140,6 +140,11 @@ TreeFacts WalkTree(const Message& root) {
   const Descriptor* a_expr = pg_query::A_Expr::descriptor();
   const Descriptor* sub_link = pg_query::SubLink::descriptor();
   const Descriptor* sort_by = pg_query::SortBy::descriptor();
+  const Descriptor* case_expr = pg_query::CaseExpr::descriptor();
+  const Descriptor* min_max = pg_query::MinMaxExpr::descriptor();
+  const Descriptor* join = pg_query::JoinExpr::descriptor();
+  const Descriptor* select = pg_query::SelectStmt::descriptor();
+  const Descriptor* window = pg_query::WindowDef::descriptor();
   absl::flat_hash_set<std::string> seen_functions, seen_fields, seen_operators;
   auto add_operator = [&](const auto& names) {
     if (names.empty()) return;
@@ -187,11 +192,47 @@ TreeFacts WalkTree(const Message& root) {
                            "(), which only the gateway may call"));
       }
     } else if (type == a_expr) {
-      add_operator(static_cast<const pg_query::A_Expr&>(*m).name());
+      const auto& expr = static_cast<const pg_query::A_Expr&>(*m);
+      switch (expr.kind()) {
+        case pg_query::AEXPR_BETWEEN:
+        case pg_query::AEXPR_NOT_BETWEEN:
+        case pg_query::AEXPR_BETWEEN_SYM:
+        case pg_query::AEXPR_NOT_BETWEEN_SYM:
+          // Named "BETWEEN"; PostgreSQL calls >= and <= (or < and >).
+          for (const char* op : {">=", "<=", "<", ">"}) {
+            AddOnce(op, &seen_operators, &facts.callees.operators);
+          }
+          break;
+        default:
+          add_operator(expr.name());
+      }
     } else if (type == sub_link) {
       add_operator(static_cast<const pg_query::SubLink&>(*m).oper_name());
     } else if (type == sort_by) {
-      add_operator(static_cast<const pg_query::SortBy&>(*m).use_op());
+      const auto& sort = static_cast<const pg_query::SortBy&>(*m);
+      if (sort.use_op().empty()) {
+        facts.callees.implicit_operators = true;
+      } else {
+        add_operator(sort.use_op());
+      }
+    } else if (type == case_expr) {
+      if (static_cast<const pg_query::CaseExpr&>(*m).has_arg()) {
+        facts.callees.implicit_operators = true;
+      }
+    } else if (type == min_max || type == window) {
+      facts.callees.implicit_operators = true;
+    } else if (type == join) {
+      const auto& j = static_cast<const pg_query::JoinExpr&>(*m);
+      if (j.is_natural() || !j.using_clause().empty()) {
+        facts.callees.implicit_operators = true;
+      }
+    } else if (type == select) {
+      const auto& sel = static_cast<const pg_query::SelectStmt&>(*m);
+      if (!sel.distinct_clause().empty() || !sel.group_clause().empty() ||
+          (sel.op() != pg_query::SETOP_NONE &&
+           sel.op() != pg_query::SET_OPERATION_UNDEFINED && !sel.all())) {
+        facts.callees.implicit_operators = true;
+      }
     } else if (type == column_ref) {
       check_field_names(static_cast<const pg_query::ColumnRef&>(*m).fields(),
                         1);

@@ -2,7 +2,22 @@
 
 #include "storage_adapters/storage_adapter.h"
 
+#include <cstdint>
+#include <random>
+#include <string>
+
+#include "absl/strings/str_format.h"
+
 namespace fencegate {
+
+const std::string& GatewayInstanceId() {
+  static const std::string* const kId = [] {
+    std::random_device device;
+    const uint64_t bits = (static_cast<uint64_t>(device()) << 32) | device();
+    return new std::string(absl::StrFormat("%016x", bits));
+  }();
+  return *kId;
+}
 
 absl::Status StorageAdapter::AddNamedStatement(const std::string& name,
                                                const std::string& sql,

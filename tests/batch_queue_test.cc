@@ -471,5 +471,75 @@ TEST_F(BatchQueueTest, AWriteWaitingAtItsShareFailsNamingIt) {
   queue.CloseIdle();
 }
 
+// A fair share: alone, a caller takes all but one connection; the caller
+// that comes next takes that one at once, while the first one's next Write
+// waits for one of its batches to end.
+TEST_F(BatchQueueTest, ACallerAloneLeavesAConnectionForTheNext) {
+  BatchQueue::Options options = Opts(3, absl::ZeroDuration(), 1);
+  options.fair_share = true;
+  BatchQueue queue(options, &driver_);
+  Outcome o[4];
+  for (int i = 0; i < 3; ++i) {
+    queue.Add(MakeWrite(i + 1, &o[i], absl::Now(), false, "a"));
+  }
+  ASSERT_EQ(driver_.opens(), 3);
+  for (int i = 0; i < 3; ++i) {
+    queue.Opened(std::make_unique<BatchQueue::Connection>());
+  }
+  // Its share is 3 - 1: the third connection stays idle.
+  std::vector<FakeDriver::Sent> sent = driver_.TakeSent();
+  ASSERT_EQ(sent.size(), 2u);
+  EXPECT_THAT(Ids(sent[0].batch), ElementsAre(1));
+  EXPECT_THAT(Ids(sent[1].batch), ElementsAre(2));
+  EXPECT_EQ(queue.counts().idle, 1u);
+  queue.Add(MakeWrite(4, &o[3], absl::Now(), false, "b"));
+  std::vector<FakeDriver::Sent> third = driver_.TakeSent();
+  ASSERT_EQ(third.size(), 1u);
+  EXPECT_THAT(Ids(third[0].batch), ElementsAre(4));  // Not "a"'s third.
+  EXPECT_FALSE(o[2].status.has_value());
+  queue.Done(sent[0].conn, true);  // "a" below its share: its third goes.
+  std::vector<FakeDriver::Sent> next = driver_.TakeSent();
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_THAT(Ids(next[0].batch), ElementsAre(3));
+  queue.Done(next[0].conn, true);
+  queue.Done(sent[1].conn, true);
+  queue.Done(third[0].conn, true);
+  queue.Stop(absl::CancelledError("stop"));
+  queue.CloseIdle();
+}
+
+// A batch that ends frees every caller it carried: each queued Write that
+// becomes takeable goes out at once, on this connection or an idle one.
+TEST_F(BatchQueueTest, ABatchThatEndsFreesEveryCallerItCarried) {
+  BatchQueue::Options options = Opts(2, absl::ZeroDuration());
+  options.per_caller = 1;
+  BatchQueue queue(options, &driver_);
+  Outcome o[4];
+  queue.Add(MakeWrite(1, &o[0], absl::Now(), false, "x"));
+  queue.Add(MakeWrite(2, &o[1], absl::Now(), false, "y"));
+  ASSERT_EQ(driver_.opens(), 2);
+  queue.Opened(std::make_unique<BatchQueue::Connection>());  // Takes both.
+  queue.Opened(std::make_unique<BatchQueue::Connection>());  // Idle.
+  std::vector<FakeDriver::Sent> sent = driver_.TakeSent();
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_THAT(Ids(sent[0].batch), ElementsAre(1, 2));
+  auto opaque = MakeWrite(3, &o[2], absl::Now(), false, "x");
+  opaque->opaque = true;  // Ends its batch.
+  queue.Add(std::move(opaque));
+  queue.Add(MakeWrite(4, &o[3], absl::Now(), false, "y"));
+  EXPECT_TRUE(driver_.TakeSent().empty());  // Both callers at their share.
+  queue.Done(sent[0].conn, true);
+  std::vector<FakeDriver::Sent> next = driver_.TakeSent();
+  ASSERT_EQ(next.size(), 2u);
+  EXPECT_EQ(next[0].conn, sent[0].conn);
+  EXPECT_THAT(Ids(next[0].batch), ElementsAre(3));
+  EXPECT_NE(next[1].conn, sent[0].conn);
+  EXPECT_THAT(Ids(next[1].batch), ElementsAre(4));
+  queue.Done(next[0].conn, true);
+  queue.Done(next[1].conn, true);
+  queue.Stop(absl::CancelledError("stop"));
+  queue.CloseIdle();
+}
+
 }  // namespace
 }  // namespace fencegate::postgres

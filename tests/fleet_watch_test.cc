@@ -38,15 +38,18 @@ auto StatusWith(absl::StatusCode code, const std::string& text) {
                Property(&absl::Status::message, HasSubstr(text)));
 }
 
-// Two presences on one directory count each other; one that goes is no
-// longer counted, and the file of a process that died without removing it
-// (unlocked) is removed by the next count.
+// Presences of two gateways on one directory count each other, and two
+// routes of one gateway count as one; one that goes is no longer counted,
+// and the file of a process that died without removing it (unlocked) is
+// removed by the next count.
 TEST(FilePresenceTest, GatewaysOnOneRootCountEachOther) {
   testing::TempDir dir;
   const std::string gateways = dir.path() + "/gateways";
-  auto a = std::make_unique<FilePresence>(gateways);
-  auto b = std::make_unique<FilePresence>(gateways);
+  auto a = std::make_unique<FilePresence>(gateways, "aaaa");
+  auto a2 = std::make_unique<FilePresence>(gateways, "aaaa");  // Same one.
+  auto b = std::make_unique<FilePresence>(gateways, "bbbb");
   EXPECT_EQ(*a->Others(), 0);  // b is not present until it counts.
+  EXPECT_EQ(*a2->Others(), 0);
   EXPECT_EQ(*b->Others(), 1);
   EXPECT_EQ(*a->Others(), 1);
   b.reset();
@@ -56,25 +59,23 @@ TEST(FilePresenceTest, GatewaysOnOneRootCountEachOther) {
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
-    FilePresence dying(gateways);
+    FilePresence dying(gateways, "cccc");
     _exit(dying.Others().ok() ? 0 : 1);
   }
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  size_t files = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(gateways)) {
-    (void)entry;
-    ++files;
-  }
-  EXPECT_EQ(files, 2u);  // a's and the dead one's.
+  auto files = [&] {
+    size_t n = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(gateways)) {
+      (void)entry;
+      ++n;
+    }
+    return n;
+  };
+  EXPECT_EQ(files(), 3u);  // a's, a2's and the dead one's.
   EXPECT_EQ(*a->Others(), 0);
-  files = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(gateways)) {
-    (void)entry;
-    ++files;
-  }
-  EXPECT_EQ(files, 1u);
+  EXPECT_EQ(files(), 2u);
 }
 
 // An adapter whose count the test sets.

@@ -172,19 +172,24 @@ TEST_F(PostgresStorageFenceTest, AFenceThroughOneGatewayShutsOutAnother) {
 }
 
 // Gateways on one database count each other by their presence connections
-// (a fleet serves no LEASE-bound domain: gateway/fleet_watch.h); those of
-// another fence schema are another fleet; one that goes is no longer
-// counted.
+// (a fleet serves no LEASE-bound domain: gateway/fleet_watch.h): two routes
+// of one gateway (here two adapters of this process) are one gateway; a
+// gateway process is another; one of another fence schema is another
+// fleet; one that is killed is no longer counted.
 TEST_F(PostgresStorageFenceTest, GatewaysOnOneDatabaseCountEachOther) {
   auto a = MakeAdapter("");
-  auto b = MakeAdapter("");
+  auto a2 = MakeAdapter("");
   auto other_schema = MakeAdapter("fence_schema=elsewhere");
   ASSERT_OK(a->OtherGateways().status());
-  EXPECT_EQ(*a->OtherGateways(), 0);  // b is not present until it counts.
-  EXPECT_EQ(*b->OtherGateways(), 1);
+  EXPECT_EQ(*a->OtherGateways(), 0);
+  EXPECT_EQ(*a2->OtherGateways(), 0);
+  testing::TempDir dir;
+  auto gateway = StartGateway(dir.path() + "/g");
+  ASSERT_TRUE(gateway.ok()) << gateway.status();
+  // It counted itself present before it served.
   EXPECT_EQ(*a->OtherGateways(), 1);
   EXPECT_EQ(*other_schema->OtherGateways(), 0);
-  b.reset();
+  (*gateway)->Stop(SIGKILL);
   EXPECT_TRUE(testing::WaitFor([&] {
     absl::StatusOr<int> others = a->OtherGateways();
     return others.ok() && *others == 0;

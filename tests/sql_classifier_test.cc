@@ -14,7 +14,6 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "postgres/catalog_names.h"
-#include "postgres/catalog_names.h"
 
 namespace fencegate::postgres {
 namespace {
@@ -207,6 +206,21 @@ TEST(SqlClassifierTest, CallsOutsideCatalogFailsClosed) {
   EXPECT_TRUE(outside("SELECT app.lower('a')", &names));
   EXPECT_FALSE(outside("SELECT 1", nullptr));
   EXPECT_TRUE(outside("SELECT lower('a')", nullptr));
+  // BETWEEN calls >= and <= without naming them; DISTINCT, ORDER BY, CASE x
+  // WHEN and the like compare without a name: with operators defined
+  // outside pg_catalog, they may resolve to one.
+  CatalogNames ge = names;
+  ge.other_operators = {">="};
+  EXPECT_TRUE(outside("SELECT 1 WHERE 2 BETWEEN 1 AND 3", &ge));
+  EXPECT_TRUE(outside("SELECT DISTINCT owner FROM jobs", &names));
+  EXPECT_TRUE(outside("SELECT id FROM jobs ORDER BY owner", &names));
+  EXPECT_TRUE(outside("SELECT CASE id WHEN 1 THEN 2 END FROM jobs", &names));
+  EXPECT_TRUE(outside("SELECT greatest(1, 2)", &names));
+  CatalogNames none = names;
+  none.other_operators.clear();
+  EXPECT_FALSE(
+      outside("SELECT DISTINCT owner FROM jobs ORDER BY owner", &none));
+  EXPECT_FALSE(outside("SELECT 1 WHERE 2 BETWEEN 1 AND 3", &none));
 }
 
 TEST(SqlClassifierTest, CountsTheParametersAStatementTakes) {

@@ -204,7 +204,8 @@ class FileAdapter final : public StorageAdapter {
   const std::string root_;
   // This gateway's presence in the root, made when first counted.
   FilePresence presence_{
-      absl::StrCat(root_, "/", kFileReservedDirectory, "/gateways")};
+      absl::StrCat(root_, "/", kFileReservedDirectory, "/gateways"),
+      GatewayInstanceId()};
   const std::unique_ptr<FileFenceRecords> records_;
   const std::unique_ptr<FileVersions> versions_;
   std::unique_ptr<FileCommitThread> committer_;

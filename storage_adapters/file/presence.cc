@@ -15,9 +15,12 @@
 #include <string>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 
 namespace fencegate {
 namespace {
@@ -29,7 +32,8 @@ absl::Status Unavailable(absl::string_view what, const std::string& path) {
 
 }  // namespace
 
-FilePresence::FilePresence(std::string dir) : dir_(std::move(dir)) {}
+FilePresence::FilePresence(std::string dir, std::string instance)
+    : dir_(std::move(dir)), instance_(std::move(instance)) {}
 
 FilePresence::~FilePresence() {
   absl::MutexLock lock(&mu_);
@@ -45,7 +49,7 @@ absl::Status FilePresence::BePresentLocked() {
   }
   std::random_device device;
   const uint64_t bits = (static_cast<uint64_t>(device()) << 32) | device();
-  const std::string name = absl::StrFormat("%016x", bits);
+  const std::string name = absl::StrFormat("%s-%016x", instance_, bits);
   // Locked under a name no count reads (a leading dot), then renamed.
   const std::string hidden = absl::StrCat(dir_, "/.", name);
   const int fd =
@@ -68,22 +72,28 @@ absl::StatusOr<int> FilePresence::Others() {
   if (absl::Status s = BePresentLocked(); !s.ok()) return s;
   DIR* dir = ::opendir(dir_.c_str());
   if (dir == nullptr) return Unavailable("cannot read", dir_);
-  int others = 0;
+  absl::flat_hash_set<std::string> others;
+  const std::string own_prefix = absl::StrCat(instance_, "-");
   while (const dirent* entry = ::readdir(dir)) {
     const std::string name = entry->d_name;
-    if (name.empty() || name[0] == '.' || name == mine_) continue;
+    if (name == "." || name == "..") continue;
+    // A file's instance, whether under its first name (".…") or its own.
+    const absl::string_view bare =
+        absl::StripPrefix(absl::string_view(name), ".");
+    if (absl::StartsWith(bare, own_prefix)) continue;
     const std::string path = absl::StrCat(dir_, "/", name);
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) continue;  // Removed meanwhile: its gateway has gone.
     if (::flock(fd, LOCK_SH | LOCK_NB) != 0) {
-      ++others;  // Held: a live (or paused) gateway's.
+      // Held: a live (or paused) gateway's.
+      others.insert(std::string(bare.substr(0, bare.find('-'))));
     } else {
       ::unlink(path.c_str());  // A gateway that ended without removing it.
     }
     ::close(fd);
   }
   ::closedir(dir);
-  return others;
+  return static_cast<int>(others.size());
 }
 
 }  // namespace fencegate

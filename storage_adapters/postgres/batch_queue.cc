@@ -15,22 +15,49 @@ BatchQueue::BatchQueue(Options options, Driver* driver)
 
 BatchQueue::~BatchQueue() = default;
 
-bool BatchQueue::AtShareLocked(const std::string& caller) const {
-  if (options_.per_caller == 0 || caller.empty()) return false;
+size_t BatchQueue::ShareLocked() const {
+  if (options_.per_caller > 0) return options_.per_caller;
+  if (!options_.fair_share) return 0;
+  const size_t connections = static_cast<size_t>(options_.connections);
+  if (connections <= 1) return 1;
+  const size_t active = std::max<size_t>(1, active_.size());
+  // Alone, a caller leaves one connection for whoever comes next.
+  return std::clamp<size_t>((connections + active - 1) / active, 1,
+                            connections - 1);
+}
+
+bool BatchQueue::AtShareLocked(const std::string& caller, size_t share) const {
+  if (share == 0 || caller.empty()) return false;
   auto it = carrying_.find(caller);
-  return it != carrying_.end() && it->second >= options_.per_caller;
+  return it != carrying_.end() && it->second >= share;
+}
+
+void BatchQueue::RefLocked(const std::string& caller) {
+  if (!caller.empty()) ++active_[caller];
+}
+
+void BatchQueue::UnrefLocked(const std::string& caller) {
+  if (caller.empty()) return;
+  auto it = active_.find(caller);
+  if (it != active_.end() && --it->second == 0) active_.erase(it);
+}
+
+void BatchQueue::UnrefAllLocked(
+    const std::deque<std::unique_ptr<QueuedWrite>>& writes) {
+  for (const std::unique_ptr<QueuedWrite>& w : writes) UnrefLocked(w->caller);
 }
 
 size_t BatchQueue::TakeableLocked() const {
-  if (options_.per_caller == 0) return queue_.size();
+  const size_t share = ShareLocked();
+  if (share == 0) return queue_.size();
   bool any_at_share = false;
   for (const auto& [caller, connections] : carrying_) {
-    if (connections >= options_.per_caller) any_at_share = true;
+    if (connections >= share) any_at_share = true;
   }
   if (!any_at_share) return queue_.size();
   size_t takeable = 0;
   for (const std::unique_ptr<QueuedWrite>& w : queue_) {
-    if (!AtShareLocked(w->caller)) ++takeable;
+    if (!AtShareLocked(w->caller, share)) ++takeable;
   }
   return takeable;
 }
@@ -38,23 +65,26 @@ size_t BatchQueue::TakeableLocked() const {
 Batch BatchQueue::TakeLocked(Connection* conn) {
   Batch batch;
   std::vector<std::string> callers;
+  const size_t share = ShareLocked();
   const absl::Time now = options_.observe_wait ? absl::Now() : absl::Time();
   for (auto it = queue_.begin();
        it != queue_.end() && batch.size() < options_.max_batch;) {
     const std::string& caller = (*it)->caller;
     const bool counted =
-        options_.per_caller == 0 || caller.empty() ||
+        share == 0 || caller.empty() ||
         std::find(callers.begin(), callers.end(), caller) != callers.end();
     if (!counted) {
       // A caller at its share waits, in order, for one of its batches.
-      if (AtShareLocked(caller)) {
+      if (AtShareLocked(caller, share)) {
         ++it;
         continue;
       }
       callers.push_back(caller);
       ++carrying_[caller];
+      RefLocked(caller);
     }
     if (options_.observe_wait) options_.observe_wait(now - (*it)->queued_at);
+    UnrefLocked(caller);
     batch.push_back(std::move(*it));
     it = queue_.erase(it);
     ++batch.back()->attempts;
@@ -74,14 +104,18 @@ void BatchQueue::ReleaseCallersLocked(Connection* conn) {
   for (const std::string& caller : it->second) {
     auto c = carrying_.find(caller);
     if (--c->second == 0) carrying_.erase(c);
+    UnrefLocked(caller);
   }
   callers_of_.erase(it);
 }
 
 absl::Time BatchQueue::OldestTakeableLocked() const {
+  const size_t share = ShareLocked();
   absl::Time oldest = absl::InfiniteFuture();
   for (const std::unique_ptr<QueuedWrite>& w : queue_) {
-    if (!AtShareLocked(w->caller)) oldest = std::min(oldest, w->queued_at);
+    if (!AtShareLocked(w->caller, share)) {
+      oldest = std::min(oldest, w->queued_at);
+    }
   }
   return oldest;
 }
@@ -159,6 +193,7 @@ void BatchQueue::Add(std::unique_ptr<QueuedWrite> w) {
       return;
     }
     const absl::Time now = w->queued_at;
+    RefLocked(w->caller);
     queue_.push_back(std::move(w));
     FENCEGATE_SYNC_POINT("PostgresAdapter::ApplyAsync:Queued");
     if (queue_.size() == 1 && !idle_.empty() && idle_.size() == open_.size()) {
@@ -187,8 +222,10 @@ BatchQueue::Connection* BatchQueue::NextForLocked(Connection* conn,
 }
 
 void BatchQueue::Done(Connection* conn, bool usable, Batch retries) {
-  Connection* next = nullptr;
-  Batch batch;
+  // The batches to send: this connection's next, and more if the callers
+  // it carried were at their share and idle connections can take their
+  // Writes now.
+  std::vector<std::pair<Connection*, Batch>> sends;
   bool open = false;
   absl::Time tick = absl::InfiniteFuture();
   std::unique_ptr<Connection> dropped;
@@ -206,26 +243,33 @@ void BatchQueue::Done(Connection* conn, bool usable, Batch retries) {
     }
     for (auto it = retries.rbegin(); it != retries.rend(); ++it) {
       (*it)->queued_at = now;
+      RefLocked((*it)->caller);
       queue_.push_front(std::move(*it));
     }
     ReleaseCallersLocked(conn);
     if (usable) {
-      next = NextForLocked(conn, &batch);
+      Batch batch;
+      if (Connection* next = NextForLocked(conn, &batch); next != nullptr) {
+        sends.emplace_back(next, std::move(batch));
+      }
     } else {
       auto it = std::find_if(open_.begin(), open_.end(),
                              [&](const auto& c) { return c.get() == conn; });
       dropped = std::move(*it);
       open_.erase(it);
     }
-    if (next == nullptr && !queue_.empty()) {
-      next = PlaceQueuedLocked(&batch, &open);
+    while (!queue_.empty() && !open) {
+      Batch batch;
+      Connection* next = PlaceQueuedLocked(&batch, &open);
+      if (next == nullptr) break;
+      sends.emplace_back(next, std::move(batch));
     }
     WantTickLocked(now, &tick);
     refusal = refusing_;
   }
   dropped.reset();
   FailAll(std::move(refused), refusal);
-  if (next != nullptr) driver_->Send(next, std::move(batch));
+  for (auto& [next, batch] : sends) driver_->Send(next, std::move(batch));
   if (open) driver_->Open();
   if (tick != absl::InfiniteFuture()) driver_->TickAt(tick);
 }
@@ -249,7 +293,10 @@ void BatchQueue::OpenFailed(const absl::Status& error) {
     --opening_;
     // Writes that waited for a busy or opening connection still may be
     // taken; with none, no connection will take them.
-    if (open_.size() == idle_.size() && opening_ == 0) failed.swap(queue_);
+    if (open_.size() == idle_.size() && opening_ == 0) {
+      UnrefAllLocked(queue_);
+      failed.swap(queue_);
+    }
   }
   FailAll(std::move(failed), error);
 }
@@ -264,11 +311,13 @@ void BatchQueue::Tick(absl::Time now) {
   {
     absl::MutexLock lock(&mu_);
     tick_at_ = absl::InfiniteFuture();
+    const size_t share = ShareLocked();
     for (auto it = queue_.begin(); it != queue_.end();) {
       if (now - (*it)->queued_at >= options_.wait) {
         if (options_.observe_wait)
           options_.observe_wait(now - (*it)->queued_at);
-        (AtShareLocked((*it)->caller) ? expired_at_share : expired)
+        UnrefLocked((*it)->caller);
+        (AtShareLocked((*it)->caller, share) ? expired_at_share : expired)
             .push_back(std::move(*it));
         it = queue_.erase(it);
       } else {
@@ -322,6 +371,7 @@ void BatchQueue::Abandon(const absl::Status& error) {
   {
     absl::MutexLock lock(&mu_);
     refusing_ = error;
+    UnrefAllLocked(queue_);
     failed.swap(queue_);
   }
   FailAll(std::move(failed), error);
@@ -336,6 +386,7 @@ void BatchQueue::Stop(const absl::Status& error) {
     };
     mu_.Await(absl::Condition(&settled));
     if (refusing_.ok()) refusing_ = error;
+    UnrefAllLocked(queue_);
     failed.swap(queue_);
   }
   FailAll(std::move(failed), error);

@@ -25,11 +25,16 @@
 //     carrying bigger batches cost the database less per Write. With
 //     spread_after zero, a queued Write never waits for a busy or opening
 //     connection while another can be opened.
-//   - A caller (WriteTarget::caller) has Writes on at most per_caller
-//     connections at once: a batch skips the queued Writes of a caller at
-//     that share (they keep their order and wait for one of its batches to
-//     end), so that one caller's slow statements cannot take every
-//     connection from the others. Writes without a caller share nothing.
+//   - A caller (WriteTarget::caller) has Writes on at most its share of the
+//     connections at once: per_caller if set, else with fair_share the
+//     connections divided by the callers with Writes queued or in flight
+//     (rounded up), and never all of them while there are two or more
+//     (alone, a caller leaves one for whoever comes next). A batch skips
+//     the queued Writes of a caller at its share (they keep their order and
+//     wait for one of its batches to end), so that one caller's slow
+//     statements cannot take every connection from the others. A batch
+//     that ends frees its callers' Writes for the idle connections at once.
+//     Writes without a caller share nothing.
 //   - A Write queued for `wait` fails UNAVAILABLE, never sent (checked by
 //     Tick, which the Driver runs no later than asked with TickAt).
 //   - A connection that cannot be opened fails the queued Writes with its
@@ -116,8 +121,13 @@ class BatchQueue {
     absl::Duration wait = absl::Seconds(5);  // In the queue, at most.
     absl::Duration spread_after = absl::ZeroDuration();
     size_t max_batch = 16;
-    // Connections that one caller's Writes may occupy at once; 0: all.
+    // Connections that one caller's Writes may occupy at once; 0: see
+    // fair_share.
     size_t per_caller = 0;
+    // With per_caller 0: each caller's share is the connections divided by
+    // the callers with Writes queued or in flight, at most connections - 1.
+    // Otherwise (and per_caller 0) callers share nothing.
+    bool fair_share = false;
     // Names the connections' server in errors ("postgres <uri>").
     std::string label;
     // If set, told how long each Write waited in the queue: when a batch
@@ -175,8 +185,17 @@ class BatchQueue {
   // `conn`'s batch is over: it no longer counts against its callers.
   void ReleaseCallersLocked(Connection* conn)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether a caller has Writes on per_caller connections already.
-  bool AtShareLocked(const std::string& caller) const
+  // A caller's share of the connections now (0: no limit).
+  size_t ShareLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a caller has Writes on `share` connections already.
+  bool AtShareLocked(const std::string& caller, size_t share) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A caller's Write entered the queue, or a connection carries its Writes
+  // (Ref), or no longer (Unref): active_'s count.
+  void RefLocked(const std::string& caller) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UnrefLocked(const std::string& caller)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UnrefAllLocked(const std::deque<std::unique_ptr<QueuedWrite>>& writes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Queued Writes that a new batch could take (their callers below their
   // share).
@@ -214,6 +233,9 @@ class BatchQueue {
   absl::Time tick_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   // Per caller with Writes in flight: the connections carrying them.
   absl::flat_hash_map<std::string, size_t> carrying_ ABSL_GUARDED_BY(mu_);
+  // Per caller: its Writes queued plus the connections carrying its Writes
+  // (the callers counted in a fair share).
+  absl::flat_hash_map<std::string, int> active_ ABSL_GUARDED_BY(mu_);
   // Per connection carrying a batch: the callers it counts against.
   absl::flat_hash_map<Connection*, std::vector<std::string>> callers_of_
       ABSL_GUARDED_BY(mu_);

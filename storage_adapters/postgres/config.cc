@@ -208,10 +208,9 @@ absl::StatusOr<PostgresAdapterOptions> ParsePostgresUri(
 }
 
 size_t PerCallerConnections(const PostgresAdapterOptions& options) {
-  const int64_t pool = std::max<int64_t>(options.pool_size, 1);
-  if (options.max_connections_per_caller <= 0) return (pool + 1) / 2;
-  return static_cast<size_t>(
-      std::min(options.max_connections_per_caller, pool));
+  if (options.max_connections_per_caller <= 0) return 0;
+  return static_cast<size_t>(std::min<int64_t>(
+      options.max_connections_per_caller, std::max(options.pool_size, 1)));
 }
 
 absl::StatusOr<std::unique_ptr<StorageAdapter>> CreatePostgresAdapter(

@@ -79,8 +79,9 @@ struct PostgresAdapterOptions {
   // INVALID_ARGUMENT, unparsed. At most 1 MiB, what the parser takes.
   int64_t max_sql_bytes = 1 << 20;
   // Connections one caller's writes may occupy at once (WriteTarget::
-  // caller); 0: half of pool_size, rounded up. Writes without a caller are
-  // not counted.
+  // caller); 0: a fair share, pool_size divided by the callers with writes
+  // queued or in flight, at most pool_size - 1. Writes without a caller
+  // are not counted.
   int64_t max_connections_per_caller = 0;
   // Function names outside pg_catalog vouched to change no session state
   // (catalog_names.h): Writes that call them keep their batch.
@@ -117,12 +118,14 @@ absl::StatusOr<v1::PostgresRoute> ParsePostgresSettings(
 absl::StatusOr<PostgresAdapterOptions> ParsePostgresUri(
     const Uri& uri, const v1::PostgresRoute* typed = nullptr);
 
-// ParsePostgresUri, then builds the adapter. Does not connect: the first
-// Write does, so the gateway starts even while PostgreSQL is down.
 // The connections one caller's writes may occupy at once: the setting, at
-// most pool_size, or half of pool_size (rounded up) if 0.
+// most pool_size; 0 if the setting is 0 (then the share is fair: the
+// connections divided by the callers with writes, BatchQueue::Options).
 size_t PerCallerConnections(const PostgresAdapterOptions& options);
 
+// ParsePostgresUri, then builds the adapter. Does not connect: the first
+// Write (or the first count of the gateways present) does, so the gateway
+// starts even while PostgreSQL is down.
 absl::StatusOr<std::unique_ptr<StorageAdapter>> CreatePostgresAdapter(
     const Uri& uri, const AdapterContext& context);
 

@@ -44,6 +44,7 @@ PostgresAdapter::PostgresAdapter(PostgresAdapterOptions options,
                          absl::ZeroDuration(),
                          absl::Milliseconds(options_.pool_wait_ms) / 2),
               kMaxBatch, PerCallerConnections(options_),
+              /*fair_share=*/options_.max_connections_per_caller == 0,
               absl::StrCat("postgres ", options_.redacted_uri),
               [this](absl::Duration waited) {
                 if (queue_wait_ != nullptr) {

@@ -167,6 +167,8 @@ class PostgresAdapter final : public StorageAdapter,
   // PQping: the server accepts connections (up to connect_timeout).
   absl::Status Probe() override;
   absl::StatusOr<int> OtherGateways() override;
+  // Each caller has a share of the connections (max_connections_per_caller).
+  bool UsesCaller() const override { return true; }
   // Cancels the statements in flight, fails the queued writes (never
   // sent), and fails every later write at once.
   void CancelInFlight() override;
@@ -285,8 +287,6 @@ class PostgresAdapter final : public StorageAdapter,
   // "fg-gw:<8 hex digits of a hash of `schema`>:", the application_name
   // prefix of the presence connections of one fence schema's gateways.
   static std::string PresencePrefixOf(const std::string& schema);
-  // 16 random hex digits.
-  static std::string NewInstanceId();
   // The presence connection (OtherGateways), opened if it is not open.
   absl::Status OpenPresenceLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(presence_mu_);
   // Whether any operation of `ops` is dirty (its session is reset after
@@ -325,8 +325,7 @@ class PostgresAdapter final : public StorageAdapter,
   PGconn* presence_ ABSL_GUARDED_BY(presence_mu_) = nullptr;
   const std::string presence_prefix_ =
       PresencePrefixOf(options_.fence_schema);  // "fg-gw:<schema hash>:"
-  const std::string presence_name_ =
-      presence_prefix_ + NewInstanceId();  // presence_prefix_ + instance
+  const std::string presence_name_ = presence_prefix_ + GatewayInstanceId();
   mutable absl::Mutex catalog_mu_;
   std::shared_ptr<const postgres::CatalogNames> catalog_
       ABSL_GUARDED_BY(catalog_mu_);

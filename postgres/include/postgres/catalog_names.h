@@ -33,7 +33,9 @@
 namespace fencegate::postgres {
 
 struct CatalogNames {
-  // Function names that pg_catalog defines and no other schema does.
+  // Function names that PostgreSQL itself defines in pg_catalog (OIDs
+  // below 16384) and that no other schema (nor a later function in
+  // pg_catalog) does.
   absl::flat_hash_set<std::string> catalog_only_functions;
   // Function names some schema other than pg_catalog defines.
   absl::flat_hash_set<std::string> other_functions;
@@ -47,8 +49,10 @@ absl::StatusOr<CatalogNames> ReadCatalogNames(PGconn* conn);
 
 // True if `callees` may run code outside pg_catalog: a function whose name
 // is not pg_catalog's only, a field (x.f) or operator that another schema
-// defines, or a schema-qualified name outside pg_catalog. With `names`
-// null (not read yet), any name counts.
+// defines, a schema-qualified name outside pg_catalog, or a comparison made
+// without naming an operator where some schema other than pg_catalog
+// defines operators (an extension's type may resolve to them). With
+// `names` null (not read yet), any name or comparison counts.
 bool CallsOutsideCatalog(const Callees& callees, const CatalogNames* names);
 
 }  // namespace fencegate::postgres

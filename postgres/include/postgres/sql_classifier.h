@@ -63,6 +63,12 @@ struct Callees {
   std::vector<std::string> operators;
   // A function or operator named with a schema other than pg_catalog.
   bool qualified = false;
+  // Comparisons the statement makes without naming an operator, which
+  // PostgreSQL resolves by type: CASE x WHEN, GREATEST and LEAST, JOIN
+  // USING and NATURAL, DISTINCT, GROUP BY, ORDER BY without USING, UNION,
+  // INTERSECT and EXCEPT, window partitions and orders. (BETWEEN's >= and
+  // <=, and their negations, are in `operators`.)
+  bool implicit_operators = false;
 };
 
 struct Verdict {

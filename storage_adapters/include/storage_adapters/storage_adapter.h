@@ -64,6 +64,10 @@ struct WriteTarget {
   absl::string_view caller = {};
 };
 
+// 16 random hex digits, made once per process: names this gateway's
+// presence in shared storage (StorageAdapter::OtherGateways).
+const std::string& GatewayInstanceId();
+
 // Thread safety: implementations are safe for concurrent use. Calls for one
 // fencing domain never overlap (the gateway serializes them); calls for
 // different domains may run at the same time, even on the same path.
@@ -137,11 +141,17 @@ class StorageAdapter {
   // does nothing (its writes end by themselves).
   virtual void CancelInFlight() {}
 
+  // Whether the adapter reads WriteTarget::caller (it shares connections
+  // between callers); the gateway sets it only then. The default: false.
+  virtual bool UsesCaller() const { return false; }
+
   // How many other gateways share this storage's fences now: the adapter
   // keeps a presence in the storage that only a live gateway holds (it goes
-  // with the process, even after kill -9), and counts the others'. A
-  // paused gateway still counts. Called every few seconds from the
-  // gateway's fleet thread only; may block for up to a few seconds.
+  // with the process, even after kill -9), named by GatewayInstanceId(), and
+  // counts the others' (several routes of one gateway on one storage are one
+  // gateway). A paused gateway still counts. Called every few seconds from
+  // the gateway's fleet thread only; may block as long as connecting to the
+  // storage may.
   // UNAVAILABLE if the storage cannot tell. The default (storage no other
   // gateway shares): UNIMPLEMENTED.
   virtual absl::StatusOr<int> OtherGateways() {
