@@ -2,8 +2,6 @@
 
 #include "gateway/fleet_watch.h"
 
-#include <pthread.h>
-
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -20,25 +18,10 @@ FleetWatch::~FleetWatch() { Stop(); }
 
 void FleetWatch::Start() {
   CountAll();
-  thread_ = std::thread([this] {
-    pthread_setname_np(pthread_self(), "fg-fleet");
-    for (;;) {
-      {
-        absl::MutexLock lock(&mu_);
-        if (mu_.AwaitWithTimeout(absl::Condition(&stop_), interval_)) return;
-      }
-      CountAll();
-    }
-  });
+  thread_.Start("fg-fleet", interval_, [this] { CountAll(); });
 }
 
-void FleetWatch::Stop() {
-  {
-    absl::MutexLock lock(&mu_);
-    stop_ = true;
-  }
-  if (thread_.joinable()) thread_.join();
-}
+void FleetWatch::Stop() { thread_.Stop(); }
 
 void FleetWatch::CountAll() {
   const absl::Time started = absl::Now();

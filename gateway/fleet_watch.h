@@ -19,7 +19,6 @@
 #define GATEWAY_FLEET_WATCH_H_
 
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -27,6 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "fencegate/common/periodic_thread.h"
 #include "storage_adapters/storage_adapter.h"
 
 namespace fencegate {
@@ -62,8 +62,7 @@ class FleetWatch {
   absl::Status verdict_ ABSL_GUARDED_BY(mu_) = absl::UnavailableError(
       "the gateways sharing its storage are not counted yet");
   absl::Time counted_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread thread_;
+  PeriodicThread thread_;
 };
 
 }  // namespace fencegate

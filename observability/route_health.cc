@@ -16,31 +16,14 @@ RouteHealth::~RouteHealth() { Stop(); }
 
 void RouteHealth::Start() {
   ProbeAll();
-  thread_ = std::thread([this] {
-    for (;;) {
-      {
-        absl::MutexLock lock(&mu_);
-        if (mu_.AwaitWithTimeout(absl::Condition(&stop_), interval_)) return;
-      }
-      ProbeAll();
-    }
-  });
+  thread_.Start("fg-health", interval_, [this] { ProbeAll(); });
 }
 
-void RouteHealth::Stop() {
-  {
-    absl::MutexLock lock(&mu_);
-    stop_ = true;
-  }
-  if (thread_.joinable()) thread_.join();
-}
+void RouteHealth::Stop() { thread_.Stop(); }
 
 void RouteHealth::ProbeAll() {
   for (const auto& [name, adapter] : routes_) {
-    {
-      absl::MutexLock lock(&mu_);
-      if (stop_) return;  // Stop() waits for one probe at most.
-    }
+    if (thread_.stopping()) return;  // Stop() waits for one probe at most.
     const absl::Status probe = adapter->Probe();
     auto [it, first] = serving_.try_emplace(name, probe.ok());
     if (!first && it->second == probe.ok()) continue;

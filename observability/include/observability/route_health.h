@@ -13,14 +13,12 @@
 #define OBSERVABILITY_ROUTE_HEALTH_H_
 
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "fencegate/common/periodic_thread.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "storage_adapters/storage_adapter.h"
 
@@ -51,9 +49,7 @@ class RouteHealth {
   const absl::Duration interval_;
   // Used by the probing thread (and Start() before it runs) only.
   absl::flat_hash_map<std::string, bool> serving_;
-  absl::Mutex mu_;
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread thread_;
+  PeriodicThread thread_;
 };
 
 }  // namespace fencegate
