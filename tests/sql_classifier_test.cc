@@ -32,7 +32,8 @@ TEST(SqlClassifierTest, PlainDmlIsSafe) {
            "UPDATE jobs SET done = true WHERE id = $1",
            "insert into jobs (id) values ($1) on conflict (id) do nothing",
            "DELETE FROM jobs WHERE id = $1 RETURNING id",
-           "MERGE INTO jobs j USING (SELECT $1::int AS id) s ON j.id = s.id "
+           // One literal, written on two lines.
+           "MERGE INTO jobs j USING (SELECT $1::int AS id) s ON j.id = s.id "  // NOLINT(bugprone-suspicious-missing-comma)
            "WHEN NOT MATCHED THEN INSERT (id) VALUES (s.id)",
            "SELECT id, done FROM jobs WHERE id = $1 FOR UPDATE",
            "WITH moved AS (DELETE FROM jobs WHERE id = $1 RETURNING *) "
