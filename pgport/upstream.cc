@@ -274,14 +274,14 @@ asio::awaitable<absl::Status> Upstream::CheckServer(
   }
   int found_version = 0;
   if (!version.has_value() || !absl::SimpleAtoi(*version, &found_version) ||
-      found_version < postgres::kFenceSchemaVersion) {
+      found_version < postgres::kMinFenceSchemaVersion) {
     co_return absl::FailedPreconditionError(absl::StrCat(
         "the route's fence schema \"", target.fence_schema, "\" is ",
         found_version == 0 ? std::string("older than the held fence")
                            : absl::StrCat("version ", found_version),
         ", or its hold() is not the route role's to execute; this gateway "
         "needs version ",
-        postgres::kFenceSchemaVersion,
+        postgres::kMinFenceSchemaVersion, " or later",
         ": run `fencectl pg-setup` on the route's database"));
   }
   co_return absl::OkStatus();

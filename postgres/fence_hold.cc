@@ -54,6 +54,7 @@ std::vector<std::string> FenceHoldSetupSql(const std::string& schema,
       "pg_catalog.pg_advisory_unlock_shared(integer, integer), "
       "pg_catalog.pg_advisory_unlock(integer, integer), "
       "pg_catalog.pg_advisory_xact_lock(integer, integer), "
+      "pg_catalog.pg_advisory_xact_lock_shared(integer, integer), "
       "pg_catalog.pg_terminate_backend(integer, bigint), "
       "pg_catalog.set_config(text, text, boolean) TO ",
       owner));

@@ -108,11 +108,60 @@ std::vector<std::string> FenceSetupSql(const std::string& schema,
                              "NULL DEFAULT 0 CHECK (seq >= 0)"));
   sql.push_back(absl::StrCat("ALTER TABLE ", s, ".fences OWNER TO ", owner));
   sql.push_back(absl::StrCat("REVOKE ALL ON ", s, ".fences FROM PUBLIC"));
-  // The only way in. SECURITY DEFINER runs it as the owner; its own
-  // search_path keeps a caller's objects out of its name lookups.
+  // The only way in, for the common case: a holder writing again with its
+  // token, at READ COMMITTED. It takes no row lock and writes no WAL of its
+  // own: the domain's advisory lock (fence_hold.h's key),
+  // shared, to the transaction's end, which every raise takes exclusively
+  // (await_holders()) before it moves the row, so that a raise waits for
+  // this transaction; and the row read again after the lock, in a
+  // statement of its own (a snapshot of its own at READ COMMITTED), so
+  // that a raise which committed while the lock was awaited is seen. The
+  // plain read first keeps a raiser from holding the shared lock it would
+  // then have to upgrade (two such raisers would deadlock). Everything
+  // else -- a raise, a stale token, other isolation levels (whose snapshot
+  // predates the lock), an armed backend, bad arguments -- goes to
+  // fence_locked(). SECURITY DEFINER runs it as the owner; it has no SET
+  // search_path (which costs PostgreSQL about a tenth of a fenced write's
+  // time): every name in it, operators too, is schema-qualified.
   sql.push_back(absl::StrReplaceAll(
       R"sql(CREATE OR REPLACE FUNCTION $S.fence(p_domain text, p_token bigint)
-RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER
+RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER AS $fn$
+DECLARE
+  held bigint;
+BEGIN
+  IF p_token OPERATOR(pg_catalog.>=) 1
+     AND pg_catalog.pg_current_xact_id_if_assigned() IS NULL
+     AND pg_catalog.current_setting('transaction_isolation')
+         OPERATOR(pg_catalog.=) 'read committed' THEN
+    SELECT f.token INTO held FROM $S.fences AS f
+      WHERE f.domain OPERATOR(pg_catalog.=) p_domain;
+    IF held OPERATOR(pg_catalog.=) p_token AND NOT EXISTS (
+         SELECT FROM $S.holders AS h
+         WHERE h.pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid()) THEN
+      PERFORM pg_catalog.pg_advisory_xact_lock_shared($KEY,
+        pg_catalog.hashtext(p_domain) OPERATOR(pg_catalog.&) 2147483647);
+      SELECT f.token INTO held FROM $S.fences AS f
+        WHERE f.domain OPERATOR(pg_catalog.=) p_domain;
+      IF held OPERATOR(pg_catalog.=) p_token THEN
+        -- The transaction's ID, taken now, is how a later fence(),
+        -- fence_seq() or fence_next() in it is refused (FG002) -- also
+        -- for gateways of earlier versions, which call fence() before a
+        -- Write's SQL. A transaction that writes needs one anyway.
+        PERFORM pg_catalog.pg_current_xact_id();
+        RETURN held;
+      END IF;
+    END IF;
+  END IF;
+  RETURN $S.fence_locked(p_domain, p_token);
+END
+$fn$)sql",
+      {{"$S", s}, {"$KEY", absl::StrCat(kHoldLockKey)}}));
+  // fence() for all but its common case (internal: fence() calls it as the
+  // owner). Its own search_path keeps a caller's objects out of its name
+  // lookups.
+  sql.push_back(absl::StrReplaceAll(
+      R"sql(CREATE OR REPLACE FUNCTION $S.fence_locked(p_domain text, p_token bigint)
+RETURNS bigint LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
   held bigint;
@@ -128,12 +177,13 @@ BEGIN
     RAISE EXCEPTION 'fencegate.fence() must be the first write of its transaction'
       USING ERRCODE = '$ONCE';
   END IF;
-  -- The common case, a holder writing again with its token: a shared lock
-  -- on the row keeps it as it is, writes no new row version, and lets a
-  -- raise (which locks the row exclusively) wait for this transaction. The
-  -- plain read first keeps a raiser from holding the shared lock it would
-  -- then have to upgrade (two such raisers would deadlock); the locked read
-  -- sees the newest row, so a raise that landed in between is seen.
+  -- An equal token at REPEATABLE READ or SERIALIZABLE (or where fence()
+  -- met a raise): a shared lock on the row keeps it as it is, writes no new
+  -- row version, and lets a raise (whose upsert locks the row) wait for
+  -- this transaction. The plain read first keeps a raiser from holding the
+  -- shared lock it would then have to upgrade; the locked read sees the
+  -- newest row, and at REPEATABLE READ and SERIALIZABLE fails with 40001
+  -- if a raise committed after the transaction's snapshot.
   SELECT f.token INTO held FROM $S.fences AS f WHERE f.domain = p_domain;
   -- Not on a PostgreSQL-port session's connection (fence_hold.h), whose
   -- SQL is its client's: there only the gateway moves a fence, and a
@@ -317,6 +367,10 @@ SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
   SELECT f.domain, f.token FROM $S.fences AS f
 $fn$)sql",
       {{"$S", s}}));
+  sql.push_back(absl::StrCat("ALTER FUNCTION ", s,
+                             ".fence_locked(text, bigint) OWNER TO ", owner));
+  sql.push_back(absl::StrCat("REVOKE ALL ON FUNCTION ", s,
+                             ".fence_locked(text, bigint) FROM PUBLIC"));
   for (const std::string& f :
        {fn, absl::StrCat(s, ".fence_next(text, bigint)"),
         absl::StrCat(s, ".fence_seq(text, bigint, bigint, text)"),

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "postgres/fence_schema.h"
 #include "tests/postgres_adapter_fixture.h"
 
 namespace fencegate {
@@ -83,10 +84,118 @@ TEST_F(PostgresFenceFunctionTest, HoldRaisesALowerRowAndArmsItsBackend) {
   EXPECT_EQ(Exec("SELECT fencegate.fence('g', 1)")[0][0].as<int64_t>(), 1);
 }
 
-// At every isolation level: an equal token's transaction holds the row's
-// shared lock, and a raise waits for it. (The domain's advisory lock,
-// shared, in place of the row's at READ COMMITTED was measured slower at
-// 64 clients: docs/benchmarks.md.)
+// At READ COMMITTED, an equal token costs no row lock (no WAL record for
+// it, no new row version): the transaction holds the domain's advisory lock,
+// shared.
+TEST_F(PostgresFenceFunctionTest, AnEqualTokenAtReadCommittedTakesNoRowLock) {
+  Exec("SELECT fencegate.fence('d', 5)");
+  const std::string version = RowVersion("d");
+  pqxx::connection c(server_->Conninfo());
+  pqxx::work tx(c);
+  EXPECT_EQ(tx.exec("SELECT fencegate.fence('d', 5)")[0][0].as<int64_t>(), 5);
+  // A row lock would show as the row's xmax.
+  EXPECT_EQ(tx.exec("SELECT xmax::text FROM fencegate.fences WHERE domain = "
+                    "'d'")[0][0]
+                .as<std::string>(),
+            "0");
+  EXPECT_EQ(RowVersion("d"), version);
+  EXPECT_EQ(Exec(absl::StrCat(
+                     "SELECT count(*) FROM pg_locks WHERE locktype = "
+                     "'advisory' AND granted AND mode = 'ShareLock' AND pid = ",
+                     c.backendpid(),
+                     " AND objid = (hashtext('d') & 2147483647)::oid"))[0][0]
+                .as<int64_t>(),
+            1);
+  tx.commit();
+}
+
+// A fence() call that waited for a raise sees it, at every isolation
+// level: stale at READ COMMITTED (the row is read again after the lock),
+// a serialization failure (40001) where the snapshot predates the wait.
+// Neither lets the old token's transaction go on.
+TEST_F(PostgresFenceFunctionTest, AFenceThatWaitedForARaiseSeesIt) {
+  int64_t token = 5;
+  for (const char* level :
+       {"READ COMMITTED", "REPEATABLE READ", "SERIALIZABLE"}) {
+    SCOPED_TRACE(level);
+    Exec("SELECT fencegate.fence('d', " + std::to_string(token) + ")");
+    pqxx::connection raiser(server_->Conninfo());
+    pqxx::work raise(raiser);
+    raise.exec("SELECT fencegate.fence('d', " + std::to_string(token + 1) +
+               ")");
+
+    absl::Notification done;
+    std::string outcome;
+    std::thread old_holder([&] {
+      pqxx::connection c(server_->Conninfo());
+      pqxx::work tx(c);
+      tx.exec(std::string("SET TRANSACTION ISOLATION LEVEL ") + level);
+      try {
+        tx.exec("SELECT fencegate.fence('d', " + std::to_string(token) + ")");
+        outcome = "admitted";
+      } catch (const pqxx::serialization_failure&) {  // no sql_error in 6.4
+        outcome = "40001";
+      } catch (const pqxx::sql_error& e) {
+        outcome = e.sqlstate();
+      }
+      done.Notify();
+    });
+    // The old token's call is seen waiting for the raise's locks.
+    ASSERT_TRUE(testing::WaitFor(
+        [&] {
+          return done.HasBeenNotified() ||
+                 Exec("SELECT count(*) FROM pg_stat_activity WHERE "
+                      "wait_event_type = 'Lock' AND query LIKE "
+                      "'%fence(''d'', " +
+                      std::to_string(token) + ")%'")[0][0]
+                         .as<int64_t>() > 0;
+        },
+        absl::Seconds(30)));
+    EXPECT_FALSE(done.HasBeenNotified()) << "did not wait: " << outcome;
+    raise.commit();
+    old_holder.join();
+    if (std::string(level) == "READ COMMITTED") {
+      EXPECT_EQ(outcome, "FG001");
+    } else {
+      EXPECT_EQ(outcome, "40001");
+    }
+    EXPECT_EQ(StoredFence("d"), token + 1);
+    token += 2;
+  }
+}
+
+// A direct writer's open transaction holds a raise no longer than the
+// schema's raise_wait_ms: the raise then ends its backend, and its
+// transaction rolls back.
+TEST_F(PostgresFenceFunctionTest, AnOpenTransactionHoldsARaiseOnlyForItsBound) {
+  ASSERT_OK(postgres::SetUpFenceSchema(server_->Conninfo(), "fencegate",
+                                       "fencegate_worker",
+                                       /*raise_wait_ms=*/200));
+  Exec("SELECT fencegate.fence('d', 5)");
+  Exec("GRANT INSERT ON jobs TO fencegate_worker");
+  // Not a superuser, whose backend the raise could not end.
+  pqxx::connection c(
+      absl::StrCat(server_->Conninfo(), " user=fencegate_worker"));
+  const int pid = c.backendpid();
+  pqxx::work open(c);
+  open.exec("SELECT fencegate.fence('d', 5)");
+  open.exec("INSERT INTO jobs (id) VALUES (1)");
+  EXPECT_EQ(Exec("SELECT fencegate.fence('d', 6)")[0][0].as<int64_t>(), 6);
+  EXPECT_EQ(Exec(absl::StrCat("SELECT count(*) FROM pg_stat_activity WHERE "
+                              "pid = ",
+                              pid))[0][0]
+                .as<int64_t>(),
+            0);
+  EXPECT_ANY_THROW(open.commit());
+  EXPECT_EQ(Exec("SELECT count(*) FROM jobs")[0][0].as<int64_t>(), 0);
+  EXPECT_EQ(StoredFence("d"), 6);
+  ASSERT_OK(postgres::SetUpFenceSchema(server_->Conninfo(), "fencegate",
+                                       "fencegate_worker"));
+}
+
+// At every isolation level: an equal token's transaction holds the
+// domain's lock (READ COMMITTED) or the row's (the others), shared, and a
+// raise waits for it.
 TEST_F(PostgresFenceFunctionTest, ARaiseWaitsForTheLowerTokensTransactions) {
   int64_t token = 5;
   for (const char* level :

@@ -64,10 +64,14 @@ inline constexpr int32_t kArmLockKey = 0x66676172;
 // their backends, unless pg-setup is told otherwise.
 inline constexpr int64_t kDefaultRaiseWaitMs = 10000;
 
-// The version of the fence schema that this gateway needs: <schema>.version()
+// The version of the fence schema that pg-setup installs: <schema>.version()
 // returns it (2: the held fence; 3: hold() raises, and an armed backend may
-// not call fence(), fence_seq() or fence_next()).
-inline constexpr int kFenceSchemaVersion = 3;
+// not call fence(), fence_seq() or fence_next(); 4: fence() at READ
+// COMMITTED takes the domain's lock, shared, in place of the row's).
+inline constexpr int kFenceSchemaVersion = 4;
+// The oldest version this gateway's PostgreSQL port serves (a version-3
+// schema's fence() is slower, not less safe).
+inline constexpr int kMinFenceSchemaVersion = 3;
 
 // "SELECT "<schema>".hold($1, $2::bigint, $3)".
 std::string HoldSql(const std::string& schema);
