@@ -103,6 +103,26 @@ TEST(FencectlTest, DashesAndUnderscoresInFlagNamesAreTheSame) {
     EXPECT_THAT(err, HasSubstr("cannot read \"/nonexistent/in\"")) << flag;
   }
   std::string out, err;
+  // A flag given twice takes its last value (a wrapper's default
+  // overridden), a global one too. (Lists keep every value: --param in
+  // PostgresAdapterTest.FencectlRunsSqlWithParameters.)
+  EXPECT_EQ(RunCommand({FENCECTL_BIN, "--addr=127.0.0.1:1", "write",
+                        "--token=1", "--resource=files/x",
+                        "--put-file=/nonexistent/first",
+                        "--put_file=/nonexistent/last"},
+                       &out, &err),
+            2);
+  EXPECT_THAT(err, HasSubstr("cannot read \"/nonexistent/last\""));
+  EXPECT_EQ(RunCommand({FENCECTL_BIN, "--addr=127.0.0.1:1", "--timeout=0",
+                        "--timeout=1", "get", "--domain=d"},
+                       &out, &err),
+            5)
+      << err;
+  EXPECT_EQ(RunCommand({FENCECTL_BIN, "--addr=127.0.0.1:1", "--timeout=1",
+                        "--timeout=0", "get", "--domain=d"},
+                       &out, &err),
+            2)
+      << "the last --timeout, 0, is out of range";
   // The global flags go after the command too.
   EXPECT_EQ(RunCommand({FENCECTL_BIN, "get", "--domain=d", "--addr=127.0.0.1:1",
                         "--timeout=1"},

@@ -38,6 +38,7 @@ constexpr char kFooter[] =
     "The address defaults to $FENCEGATE_ADDR, else 127.0.0.1:7070. TLS files\n"
     "default to $FENCEGATE_TLS_CA, $FENCEGATE_TLS_CERT, $FENCEGATE_TLS_KEY.\n"
     "In flag names '-' and '_' are the same (--put-file, --put_file).\n"
+    "A flag given twice takes its last value.\n"
     "Exit codes: 0 ok, 1 error, 2 usage, 3 stale token, 4 invalid request,\n"
     "5 unavailable or deadline exceeded, 6 lock not acquired or lost,\n"
     "7 permission denied or not authenticated, 8 token refused (no lock\n"
@@ -156,6 +157,12 @@ struct Commands {
 Commands Define(CLI::App& app, Flags& f) {
   app.footer(kFooter);
   app.require_subcommand(1);
+  // A flag given twice takes its last value, as psql and etcdctl do, so
+  // that a wrapper's defaults can be overridden after them; the lists
+  // (--param, --session_functions_for, lock's command) keep every value.
+  // Subcommands inherit this.
+  app.option_defaults()->multi_option_policy(
+      CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--addr", f.addr, "gateway address host:port");
   app.add_option("--timeout", f.timeout_seconds,
                  "RPC deadline in seconds, 1 to 86400")
@@ -217,7 +224,8 @@ Commands Define(CLI::App& app, Flags& f) {
   c.params = c.write->add_option(
       "--param", f.write.params,
       "TYPE:VALUE for $1, $2, ... of --sql or --statement, in order; TYPE "
-      "text, int64, float64, bool, bytes (hex) or null");
+      "text, int64, float64, bool, bytes (hex) or null")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
 
   c.fence = add("fence", "raise the domain's fence to --token");
   c.fence->add_option("--domain", f.domain, "fencing domain")->required();
@@ -274,7 +282,8 @@ Commands Define(CLI::App& app, Flags& f) {
                    "timeout)");
   lock->add_option("name", f.lock_name, "the lock's name")->required();
   lock->add_option("command", f.command, "the command and its arguments")
-      ->required();
+      ->required()
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
 
   c.health = add("health",
                  "the gateway's health, or one route's storage (route/NAME "
@@ -320,7 +329,8 @@ Commands Define(CLI::App& app, Flags& f) {
       ->add_option("--session_functions_for", f.session_functions_for,
                    "roles that keep EXECUTE on them (comma-separated), with "
                    "--revoke_session_functions")
-      ->delimiter(',');
+      ->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   return c;
 }
 
