@@ -7,7 +7,6 @@
 
 #include <openssl/rand.h>
 
-#include <limits>
 #include <utility>
 #include <variant>
 
@@ -20,6 +19,7 @@
 #include "fencegate/common/limits.h"
 #include "observability/log.h"
 #include "pgport/sql_quote.h"
+#include "postgres/fence_token.h"
 #include "pgwire/backend.h"
 #include "pgwire/startup.h"
 #include "security/peer_identity.h"
@@ -77,11 +77,9 @@ absl::Status ParseGatewaySetting(absl::string_view name,
                        absl::CHexEscape(value), "\""));
     }
     if (absl::Status s = ValidateToken(t, "fencegate.token"); !s.ok()) return s;
-    if (t > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "fencegate.token ", t,
-          " does not fit PostgreSQL's bigint fence column (at most "
-          "9223372036854775807)"));
+    if (absl::Status s = postgres::CheckFenceToken(t, "fencegate.token");
+        !s.ok()) {
+      return s;
     }
     *token = t;
     return absl::OkStatus();

@@ -15,6 +15,7 @@
 #include "fencegate/common/stale_token.h"
 #include "fencegate/common/sync_point.h"
 #include "postgres/fence_schema.h"
+#include "postgres/fence_token.h"
 #include "postgres/session_reset.h"
 
 namespace fencegate::postgres {
@@ -400,7 +401,7 @@ bool PgPipeline::OnError(const PGresult* r, bool cancelled) {
       q_ == fence_query_ ? std::string_view(state) : std::string_view();
   if (fence_state == kStaleSqlState) {
     w->stale = true;
-    if (detail == nullptr || !absl::SimpleAtoi(detail, &w->held)) w->held = 0;
+    w->held = StaleHeldToken(kStaleSqlState, detail).value_or(0);
   } else if (fence_state == kSeqAppliedSqlState) {
     // Rolled back, having applied nothing: the earlier attempt did.
     w->replayed = true;

@@ -7,7 +7,6 @@
 #include <libpq-fe.h>
 
 #include <cstdint>
-#include <limits>
 #include <string>
 #include <vector>
 
@@ -15,14 +14,14 @@
 #include "absl/strings/str_cat.h"
 #include "fencegate/common/stale_token.h"
 #include "postgres/fence_schema.h"
+#include "postgres/fence_token.h"
 #include "storage_adapters/postgres/postgres_adapter.h"
 #include "storage_adapters/postgres/sql_text.h"
 
 namespace fencegate {
 namespace {
 
-constexpr uint64_t kMaxBigint =
-    static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+using postgres::kMaxFenceToken;
 
 }  // namespace
 
@@ -54,29 +53,29 @@ absl::StatusOr<postgres::PgResult> PostgresAdapter::ExecControl(
   return postgres::SqlErrorStatus(*sqlstate, PQresultErrorMessage(r.get()), -1);
 }
 
-uint64_t PostgresAdapter::MaxFenceToken() const { return kMaxBigint; }
+uint64_t PostgresAdapter::MaxFenceToken() const { return kMaxFenceToken; }
 
 absl::Status PostgresAdapter::RaiseFence(absl::string_view domain,
                                          uint64_t token) {
-  if (token > kMaxBigint) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "token ", token, " is above 2^63-1, the most PostgreSQL can hold"));
+  if (absl::Status s = postgres::CheckFenceToken(token, "token"); !s.ok()) {
+    return s;
   }
   std::string state, detail;
   absl::StatusOr<postgres::PgResult> r =
       ExecControl(fence_call_sql_, {std::string(domain), absl::StrCat(token)},
                   &state, &detail);
   if (r.ok()) return absl::OkStatus();
-  uint64_t held = 0;
-  if (state == postgres::kStaleSqlState && absl::SimpleAtoi(detail, &held)) {
-    return StaleTokenError(domain, token, held);
+  if (std::optional<uint64_t> held =
+          postgres::StaleHeldToken(state, detail.c_str());
+      held.has_value()) {
+    return StaleTokenError(domain, token, *held);
   }
   return r.status();
 }
 
 absl::StatusOr<uint64_t> PostgresAdapter::NextFence(absl::string_view domain,
                                                     uint64_t at_least) {
-  if (at_least > kMaxBigint) {
+  if (at_least > kMaxFenceToken) {
     return absl::OutOfRangeError(absl::StrCat(
         "token ", at_least, " is above 2^63-1, the most PostgreSQL can hold"));
   }

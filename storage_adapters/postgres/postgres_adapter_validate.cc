@@ -7,12 +7,12 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <limits>
 #include <string>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "fencegate/common/limits.h"
+#include "postgres/fence_token.h"
 #include "postgres/sql_classifier.h"
 #include "storage_adapters/postgres/postgres_adapter.h"
 
@@ -78,12 +78,9 @@ std::shared_ptr<const postgres::CatalogNames> PostgresAdapter::catalog_names()
 
 absl::Status PostgresAdapter::Validate(const WriteTarget& target,
                                        const Operations& ops) const {
-  if (target.token >
-      static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("token: ", target.token,
-                     " does not fit PostgreSQL's bigint fence column (at most "
-                     "9223372036854775807)"));
+  if (absl::Status s = postgres::CheckFenceToken(target.token, "token:");
+      !s.ok()) {
+    return s;
   }
   if (target.path.empty()) {
     return absl::InvalidArgumentError(
