@@ -2,9 +2,9 @@
 
 #include "fencegate/common/periodic_thread.h"
 
-#include <pthread.h>
-
 #include <utility>
+
+#include "fencegate/common/thread_name.h"
 
 namespace fencegate {
 
@@ -14,7 +14,7 @@ void PeriodicThread::Start(std::string name, absl::Duration interval,
                            std::function<void()> fn) {
   thread_ =
       std::thread([this, name = std::move(name), interval, fn = std::move(fn)] {
-        pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
+        NameThisThread(name);
         for (;;) {
           {
             absl::MutexLock lock(&mu_);

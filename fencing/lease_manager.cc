@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "fencegate/common/limits.h"
+#include "fencegate/common/thread_name.h"
 
 namespace fencegate {
 namespace {
@@ -82,7 +83,10 @@ absl::StatusOr<std::unique_ptr<LeaseManager>> LeaseManager::Create(
       manager->ArmExpiryLocked(l, name, remaining);
     }
   }
-  manager->timer_thread_ = std::thread([m = manager.get()] { m->io_.run(); });
+  manager->timer_thread_ = std::thread([m = manager.get()] {
+    NameThisThread("fg-lease-timer");
+    m->io_.run();
+  });
   return manager;
 }
 

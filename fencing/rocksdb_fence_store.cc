@@ -2,7 +2,6 @@
 
 #include "fencing/rocksdb_fence_store.h"
 
-#include <pthread.h>
 
 #include <algorithm>
 #include <atomic>
@@ -20,6 +19,7 @@
 #include "absl/synchronization/notification.h"
 #include "fencegate/common/fatal.h"
 #include "fencegate/common/sync_point.h"
+#include "fencegate/common/thread_name.h"
 #include "fencegate/v1/lease.pb.h"
 #include "fencing/reserve_fs.h"
 #include "prometheus/counter.h"
@@ -316,7 +316,7 @@ class RocksDbFenceStore final : public RocksDbStore {
   }
 
   void CommitLoop() {
-    pthread_setname_np(pthread_self(), "fence-commit");  // For top -H, perf.
+    NameThisThread("fence-commit");  // For top -H, perf.
     std::vector<PendingRaise> group;
     for (;;) {
       {
@@ -467,9 +467,17 @@ absl::StatusOr<std::unique_ptr<RocksDbStore>> OpenRocksDbStore(
   db_options.table_factory.reset(
       rocksdb::NewBlockBasedTableFactory(table_options));
   rocksdb::DB* raw = nullptr;
+  const std::vector<pid_t> unnamed = UnnamedThreads();
   rocksdb::Status s = rocksdb::DB::Open(db_options, options.path, &raw);
   if (!s.ok()) {
     return FromRocks(s, absl::StrCat("open ", options.path));
+  }
+  // RocksDB 7.8 names its background threads but not its timer (which
+  // flushes the info log and dumps stats): named here.
+  for (pid_t tid : UnnamedThreads()) {
+    if (std::find(unnamed.begin(), unnamed.end(), tid) == unnamed.end()) {
+      NameThread(tid, "rocksdb:timer");
+    }
   }
   auto store = std::make_unique<RocksDbFenceStore>(
       std::move(env), std::unique_ptr<rocksdb::DB>(raw),

@@ -6,7 +6,8 @@
 
 namespace fencegate {
 
-IoPool::IoPool(size_t threads) : pool_(threads) {}
+IoPool::IoPool(size_t threads, const std::string& name)
+    : pool_(threads, name) {}
 
 IoPool::~IoPool() { Join(); }
 
@@ -16,8 +17,9 @@ void IoPool::Post(absl::AnyInvocable<void() &&> work) {
     // between the two, which would drop the work.
     absl::ReaderMutexLock lock(&mu_);
     if (!joined_) {
-      boost::asio::post(
-          pool_, [work = std::move(work)]() mutable { std::move(work)(); });
+      boost::asio::post(pool_.get_executor(), [work = std::move(work)]() mutable {
+        std::move(work)();
+      });
       return;
     }
   }

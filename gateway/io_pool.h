@@ -11,11 +11,12 @@
 #define GATEWAY_IO_POOL_H_
 
 #include <cstddef>
+#include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/synchronization/mutex.h"
-#include "boost/asio/thread_pool.hpp"
+#include "fencegate/common/named_thread_pool.h"
 
 namespace fencegate {
 
@@ -23,7 +24,8 @@ namespace fencegate {
 // from work running on the pool.
 class IoPool {
  public:
-  explicit IoPool(size_t threads);
+  // `threads` threads, each named `name` (thread_name.h).
+  IoPool(size_t threads, const std::string& name);
   IoPool(const IoPool&) = delete;
   IoPool& operator=(const IoPool&) = delete;
   // Joins if Join() was not called.
@@ -38,7 +40,7 @@ class IoPool {
   void Join() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  boost::asio::thread_pool pool_;
+  NamedThreadPool pool_;
   absl::Mutex mu_;
   bool joined_ ABSL_GUARDED_BY(mu_) = false;
 };

@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
 #include "fencegate/common/stale_token.h"
+#include "fencegate/common/thread_name.h"
 #include "fencing/clock.h"
 #include "fencing/rocksdb_fence_store.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -182,10 +183,11 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
       options.io_threads != 0
           ? options.io_threads
           : std::max(4u,
-                     2 * std::max(1u, std::thread::hardware_concurrency())));
+                     2 * std::max(1u, std::thread::hardware_concurrency())),
+      "fg-io");
   // As many as a PostgreSQL route has fence-table connections
   // (postgres_adapter.h): raises beyond that many waiting at once queue.
-  s->raise_pool_ = std::make_unique<IoPool>(kRaiseThreads);
+  s->raise_pool_ = std::make_unique<IoPool>(kRaiseThreads, "fg-raise");
   // Work whose domain's turn came runs on the I/O pool.
   s->fencer_ = std::make_unique<Fencer>(
       s->store_.get(), Clock::Real(),
@@ -423,6 +425,7 @@ void GatewayServer::Shutdown(absl::Duration grace) {
     const absl::Time deadline = absl::Now() + grace;
     absl::Notification finished;
     std::thread canceller([this, deadline, &finished] {
+      NameThisThread("fg-shutdown");
       if (!finished.WaitForNotificationWithDeadline(deadline) &&
           router_ != nullptr) {
         Log(LogSeverity::kWarning,

@@ -2,13 +2,14 @@
 
 #include "observability/line_writer.h"
 
-#include <pthread.h>
 #include <signal.h>
 
 #include <algorithm>
 #include <exception>
 #include <thread>
 #include <utility>
+
+#include "fencegate/common/thread_name.h"
 
 namespace fencegate {
 namespace {
@@ -72,7 +73,7 @@ bool LineWriter::StartedLocked() {
 }
 
 void LineWriter::Run() {
-  pthread_setname_np(pthread_self(), options_.thread_name.c_str());
+  NameThisThread(options_.thread_name);
   // Signals are for the threads that handle them (the gateway's main thread
   // waits for SIGTERM and SIGHUP), whatever thread happened to log first.
   sigset_t all;

@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "fencegate/common/thread_name.h"
 #include "observability/log.h"
 #include "pgport/asio.h"
 #include "pgport/client_session.h"
@@ -189,7 +190,10 @@ absl::StatusOr<std::unique_ptr<PgPort>> PgPort::Start(PgPortOptions options,
                    asio::detached);
   }
   Impl* raw = impl.get();
-  impl->thread = std::thread([raw] { raw->state.io.run(); });
+  impl->thread = std::thread([raw] {
+    NameThisThread("fg-pgport");
+    raw->state.io.run();
+  });
   return std::unique_ptr<PgPort>(new PgPort(std::move(impl)));
 }
 

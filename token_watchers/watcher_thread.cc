@@ -2,7 +2,10 @@
 
 #include "token_watchers/watcher_thread.h"
 
+#include <string>
 #include <utility>
+
+#include "fencegate/common/thread_name.h"
 
 namespace fencegate {
 
@@ -10,7 +13,8 @@ WatcherThread::~WatcherThread() {
   if (thread_.joinable()) thread_.join();
 }
 
-absl::Status WatcherThread::Start(absl::AnyInvocable<void() &&> body) {
+absl::Status WatcherThread::Start(absl::string_view name,
+                                  absl::AnyInvocable<void() &&> body) {
   {
     absl::MutexLock lock(&mu_);
     if (stop_) return absl::FailedPreconditionError("watcher was stopped");
@@ -19,7 +23,11 @@ absl::Status WatcherThread::Start(absl::AnyInvocable<void() &&> body) {
   if (thread_.joinable()) {
     return absl::FailedPreconditionError("watcher already started");
   }
-  thread_ = std::thread(std::move(body));
+  thread_ = std::thread(
+      [name = std::string(name), body = std::move(body)]() mutable {
+        NameThisThread(name);
+        std::move(body)();
+      });
   absl::Status first;
   {
     absl::MutexLock lock(&mu_);

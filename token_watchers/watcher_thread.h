@@ -16,6 +16,7 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
@@ -29,11 +30,12 @@ class WatcherThread {
   // The owner must have called Stop() (its `wake` may use the owner).
   ~WatcherThread();
 
-  // Runs `body` on a new thread and returns the status `body` passes to
-  // FirstRead(). If that is not OK, `body` must return at once; the thread
+  // Runs `body` on a new thread named `name` (thread_name.h) and returns
+  // the status `body` passes to FirstRead(). If that is not OK, `body` must return at once; the thread
   // is joined and Start() may be called again. FAILED_PRECONDITION if
   // running or stopped.
-  absl::Status Start(absl::AnyInvocable<void() &&> body);
+  absl::Status Start(absl::string_view name,
+                     absl::AnyInvocable<void() &&> body);
   // For `body`: its first full read is over (called once per Start()).
   void FirstRead(const absl::Status& status);
 

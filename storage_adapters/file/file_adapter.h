@@ -71,7 +71,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "boost/asio/thread_pool.hpp"
+#include "fencegate/common/named_thread_pool.h"
 #include "storage_adapters/file/fence_records.h"
 #include "storage_adapters/file/file_commit.h"
 #include "storage_adapters/file/file_commit_thread.h"
@@ -213,7 +213,7 @@ class FileAdapter final : public StorageAdapter {
   // The threads where writes wait for a record another process holds.
   static constexpr int kLockWaiters = 4;
   std::atomic<bool> stopping_{false};
-  boost::asio::thread_pool lock_waiters_{kLockWaiters};
+  NamedThreadPool lock_waiters_{kLockWaiters, "fg-lock-wait"};
 };
 
 // Lexical check of a resource path, as described above.

@@ -2,12 +2,11 @@
 
 #include "storage_adapters/file/file_commit_thread.h"
 
-#include <pthread.h>
-
 #include <utility>
 #include <vector>
 
 #include "fencegate/common/sync_point.h"
+#include "fencegate/common/thread_name.h"
 
 namespace fencegate {
 
@@ -17,7 +16,7 @@ FileCommitThread::FileCommitThread(file_io::Fd sync_fd, std::string root,
       root_(std::move(root)),
       on_group_(std::move(on_group)),
       thread_([this] {
-        pthread_setname_np(pthread_self(), "file-commit");
+        NameThisThread("file-commit");
         Run();
       }) {}
 

@@ -2,7 +2,6 @@
 
 #include "storage_adapters/postgres/postgres_adapter.h"
 
-#include <pthread.h>
 
 #include <algorithm>
 #include <utility>
@@ -11,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "boost/asio/post.hpp"
+#include "fencegate/common/thread_name.h"
 #include "postgres/fence_schema.h"
 #include "storage_adapters/postgres/role_check.h"
 #include "storage_adapters/postgres/sql_text.h"
@@ -53,7 +53,7 @@ PostgresAdapter::PostgresAdapter(PostgresAdapterOptions options,
               }},
           this),
       loop_([this] {
-        pthread_setname_np(pthread_self(), "pg-loop");
+        NameThisThread("pg-loop");
         io_.run();
       }) {
   if (context.metrics.enabled()) {

@@ -9,7 +9,6 @@
 
 #include <fcntl.h>
 #include <poll.h>
-#include <pthread.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -25,6 +24,7 @@
 #include "absl/strings/str_join.h"
 #include "boost/asio/post.hpp"
 #include "fencegate/common/sync_point.h"
+#include "fencegate/common/thread_name.h"
 #include "storage_adapters/postgres/postgres_adapter.h"
 
 namespace fencegate {
@@ -346,7 +346,7 @@ bool PostgresAdapter::Spawn(const char* name,
     helper.thread =
         std::thread([this, name, &helper, fn = std::move(fn)]() mutable {
           // It would inherit the name of the thread that started it.
-          pthread_setname_np(pthread_self(), name);
+          NameThisThread(name);
           std::move(fn)();
           absl::MutexLock done(&helpers_mu_);
           helper.finished = true;

@@ -227,7 +227,7 @@ absl::Status EtcdWatcher::Start() {
     absl::MutexLock lock(&mu_);
     connection_ = *std::move(connection);
   }
-  return thread_.Start([this] { Run(); });
+  return thread_.Start("fg-etcd-watch", [this] { Run(); });
 }
 
 void EtcdWatcher::Stop() {

@@ -93,7 +93,7 @@ class ZooKeeperWatcher final : public TokenWatcher {
   absl::string_view kind() const override { return "zookeeper"; }
 
   absl::Status Start() override {
-    return thread_.Start([this] { Run(); });
+    return thread_.Start("fg-zk-watch", [this] { Run(); });
   }
 
   void Stop() override {
