@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "absl/strings/str_split.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace fencegate {
@@ -36,7 +36,8 @@ std::set<std::string> TopFolders() {
     const std::string name = e->d_name;
     struct stat st {};
     if (name.empty() || name[0] == '.' || absl::StartsWith(name, "build") ||
-        stat((kRoot + "/" + name).c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+        stat(absl::StrCat(kRoot, "/", name).c_str(), &st) != 0 ||
+        !S_ISDIR(st.st_mode)) {
       continue;
     }
     folders.insert(name);
@@ -47,7 +48,8 @@ std::set<std::string> TopFolders() {
 
 bool Exists(const std::string& path) {
   glob_t g{};
-  const int rc = glob((kRoot + "/" + path).c_str(), GLOB_NOSORT, nullptr, &g);
+  const int rc =
+      glob(absl::StrCat(kRoot, "/", path).c_str(), GLOB_NOSORT, nullptr, &g);
   const bool found = rc == 0 && g.gl_pathc > 0;
   globfree(&g);
   return found;
@@ -56,7 +58,7 @@ bool Exists(const std::string& path) {
 // The repository paths `doc` cites.
 std::vector<std::string> CitedPaths(const std::string& doc,
                                     const std::set<std::string>& folders) {
-  std::ifstream in(kRoot + "/" + doc);
+  std::ifstream in(absl::StrCat(kRoot, "/", doc));
   std::stringstream text;
   text << in.rdbuf();
   const std::string s = text.str();
@@ -76,7 +78,7 @@ TEST(DocsPathsTest, EveryCitedFileExists) {
   ASSERT_GT(folders.count("fencing"), 0u) << "not the repository: " << kRoot;
   std::vector<std::string> docs = {"README.md"};
   glob_t g{};
-  ASSERT_EQ(glob((kRoot + "/docs/*.md").c_str(), 0, nullptr, &g), 0);
+  ASSERT_EQ(glob(absl::StrCat(kRoot, "/docs/*.md").c_str(), 0, nullptr, &g), 0);
   for (size_t i = 0; i < g.gl_pathc; ++i) {
     docs.push_back(std::string(g.gl_pathv[i]).substr(kRoot.size() + 1));
   }
