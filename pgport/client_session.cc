@@ -19,9 +19,10 @@
 #include "fencegate/common/limits.h"
 #include "observability/log.h"
 #include "pgport/sql_quote.h"
-#include "postgres/fence_token.h"
 #include "pgwire/backend.h"
 #include "pgwire/startup.h"
+#include "postgres/fence_token.h"
+#include "postgres/sqlstates.h"
 #include "security/peer_identity.h"
 #include "security/request_gate.h"
 #include "security/scram.h"
@@ -147,14 +148,16 @@ asio::awaitable<bool> ClientSession::Start() {
         co_await client_reader_.Next(client_, /*startup=*/true);
     if (!frame.ok()) {
       if (!absl::IsUnavailable(frame.status())) {
-        co_await Fatal("08P01", frame.status().message());
+        co_await Fatal(postgres::kProtocolViolationSqlState,
+                       frame.status().message());
       }
       co_return false;
     }
     absl::StatusOr<pgwire::StartupPacket> parsed =
         pgwire::ParseStartupPacket(frame->body);
     if (!parsed.ok()) {
-      co_await Fatal("08P01", parsed.status().message());
+      co_await Fatal(postgres::kProtocolViolationSqlState,
+                     parsed.status().message());
       co_return false;
     }
     packet = *std::move(parsed);
@@ -180,7 +183,7 @@ asio::awaitable<bool> ClientSession::Start() {
     break;
   }
   if (port_.tls != nullptr && !client_.tls()) {
-    co_await Fatal("28000",
+    co_await Fatal(postgres::kInvalidAuthorizationSqlState,
                    "the gateway's PostgreSQL port serves TLS only: connect "
                    "with sslmode=require (or prefer, libpq's default)");
     co_return false;
@@ -192,14 +195,15 @@ asio::awaitable<bool> ClientSession::Start() {
     } else if (name == "database") {
       database = std::string(value);
     } else if (name == "replication") {
-      co_await Fatal("0A000",
+      co_await Fatal(postgres::kFeatureNotSupportedSqlState,
                      "replication connections are not served by the gateway");
       co_return false;
     } else if (name == "options") {
       absl::StatusOr<std::vector<pgwire::StartupOption>> options =
           pgwire::ParseStartupOptions(value);
       if (!options.ok()) {
-        co_await Fatal("22023", options.status().message());
+        co_await Fatal(postgres::kInvalidParameterSqlState,
+                       options.status().message());
         co_return false;
       }
       for (pgwire::StartupOption& option : *options) {
@@ -208,7 +212,7 @@ asio::awaitable<bool> ClientSession::Start() {
           if (absl::Status s = ParseGatewaySetting(
                   lower.substr(10), option.value, &domain_, &token_);
               !s.ok()) {
-            co_await Fatal("22023", s.message());
+            co_await Fatal(postgres::kInvalidParameterSqlState, s.message());
             co_return false;
           }
         } else {
@@ -234,19 +238,21 @@ asio::awaitable<bool> ClientSession::Start() {
     if (!postgres::KeepsPin(lower, it->second) &&
         !(lower == "client_encoding" &&
           absl::AsciiStrToLower(it->second) == "sql_ascii")) {
-      co_await Fatal("22023", postgres::PinnedReason(lower));
+      co_await Fatal(postgres::kInvalidParameterSqlState,
+                     postgres::PinnedReason(lower));
       co_return false;
     }
     it = settings_.erase(it);
   }
   for (const auto& [name, value] : settings_) {
     if (!IsSettingName(name)) {
-      co_await Fatal("22023", absl::StrCat("invalid setting name \"",
-                                           absl::CHexEscape(name), "\""));
+      co_await Fatal(postgres::kInvalidParameterSqlState,
+                     absl::StrCat("invalid setting name \"",
+                                  absl::CHexEscape(name), "\""));
       co_return false;
     }
     if (token_ == 0 && LiftsReadOnly(name)) {
-      co_await Fatal("25006",
+      co_await Fatal(postgres::kReadOnlyTransactionSqlState,
                      absl::StrCat(name,
                                   " cannot be set by a session without "
                                   "fencegate.token: it is read-only"));
@@ -254,14 +260,16 @@ asio::awaitable<bool> ClientSession::Start() {
     }
   }
   if (token_ != 0 && domain_.empty()) {
-    co_await Fatal("22023",
+    co_await Fatal(postgres::kInvalidParameterSqlState,
                    "fencegate.token needs fencegate.domain: the domain is "
                    "the lock's name");
     co_return false;
   }
   // Signed in first: the routes are named only to a known user.
   if (absl::Status s = co_await Authenticate(); !s.ok()) {
-    co_await Fatal(absl::IsPermissionDenied(s) ? "28P01" : "28000",
+    co_await Fatal(absl::IsPermissionDenied(s)
+                       ? postgres::kInvalidPasswordSqlState
+                       : postgres::kInvalidAuthorizationSqlState,
                    s.message());
     co_return false;
   }
@@ -279,13 +287,16 @@ asio::awaitable<bool> ClientSession::Start() {
                      "\" is not a PostgreSQL route of this gateway; its "
                      "PostgreSQL routes: ",
                      routes);
-    co_await Fatal("3D000", message);
+    co_await Fatal(postgres::kInvalidCatalogNameSqlState, message);
     co_return false;
   }
   route_ = &route->second;
   resource_ = absl::StrCat(route_->spec.name, "/");
   if (absl::Status s = AdmitSession(); !s.ok()) {
-    co_await Fatal(absl::IsUnauthenticated(s) ? "28000" : "42501", s.message());
+    co_await Fatal(absl::IsUnauthenticated(s)
+                       ? postgres::kInvalidAuthorizationSqlState
+                       : postgres::kInsufficientPrivilegeSqlState,
+                   s.message());
     co_return false;
   }
   // A session without a token runs as the route's read role, which
@@ -293,7 +304,7 @@ asio::awaitable<bool> ClientSession::Start() {
   read_role_ = token_ == 0;
   if (read_role_ && !route_->read_target.has_value()) {
     co_await Fatal(
-        "28000",
+        postgres::kInvalidAuthorizationSqlState,
         absl::StrCat("route \"", route_->spec.name,
                      "\" serves no session without a token: set "
                      "fencegate.domain and fencegate.token in the startup "
@@ -318,8 +329,9 @@ asio::awaitable<bool> ClientSession::Start() {
           co_await Upstream::Connect(target, port_.options.max_message_bytes,
                                      port_.context.memory);
       if (!made.ok()) {
-        co_await Fatal("08006", absl::StrCat("route \"", route_->spec.name,
-                                             "\": ", made.status().message()));
+        co_await Fatal(postgres::kConnectionFailureSqlState,
+                       absl::StrCat("route \"", route_->spec.name,
+                                    "\": ", made.status().message()));
         co_return false;
       }
       upstream = *std::move(made);
@@ -337,9 +349,10 @@ asio::awaitable<bool> ClientSession::Start() {
       upstream_ = std::move(upstream);
     } else if (!pooled || !absl::IsUnavailable(s)) {
       holding_ = false;
-      const absl::string_view sqlstate = RefusalSqlState(s, "08006");
+      const absl::string_view sqlstate =
+          RefusalSqlState(s, postgres::kConnectionFailureSqlState);
       std::string message =
-          sqlstate == "08006"
+          sqlstate == postgres::kConnectionFailureSqlState
               ? absl::StrCat("route \"", route_->spec.name, "\": ", s.message())
               : std::string(s.message());
       co_await Fatal(sqlstate, message);
@@ -347,8 +360,9 @@ asio::awaitable<bool> ClientSession::Start() {
     }
   }
   if (upstream_ == nullptr) {
-    co_await Fatal("08006", absl::StrCat("route \"", route_->spec.name,
-                                         "\": no connection could be made"));
+    co_await Fatal(postgres::kConnectionFailureSqlState,
+                   absl::StrCat("route \"", route_->spec.name,
+                                "\": no connection could be made"));
     co_return false;
   }
   std::string hello = pgwire::Encode(pgwire::Authentication{0, {}});
@@ -378,7 +392,8 @@ asio::awaitable<bool> ClientSession::OnSslRequest() {
   // Bytes sent after the request but before the handshake would be read as
   // if they had come over TLS.
   if (client_reader_.pending_bytes() != 0) {
-    co_await Fatal("08P01", "unencrypted bytes after SSLRequest");
+    co_await Fatal(postgres::kProtocolViolationSqlState,
+                   "unencrypted bytes after SSLRequest");
     co_return false;
   }
   co_await ToClient("S");
@@ -390,7 +405,7 @@ asio::awaitable<bool> ClientSession::OnSslRequest() {
   }
   if (port_.tls->checks_revocation() && client_.peer_certificate() != nullptr) {
     if (absl::Status s = co_await CheckRevocation(); !s.ok()) {
-      co_await Fatal("28000", s.message());
+      co_await Fatal(postgres::kInvalidAuthorizationSqlState, s.message());
       co_return false;
     }
   }

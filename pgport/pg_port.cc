@@ -17,6 +17,7 @@
 #include "pgport/port_state.h"
 #include "pgport/raise_watch.h"
 #include "pgwire/backend.h"
+#include "postgres/sqlstates.h"
 
 namespace fencegate {
 
@@ -50,10 +51,11 @@ int32_t RandomKey() {
 // A session past the limit is told so and closed.
 awaitable<void> Refuse(tcp::socket socket, uint32_t limit) {
   (void)co_await pgport::WriteAll(
-      socket, pgwire::EncodeError("FATAL", "53300",
-                                  absl::StrCat("the gateway's PostgreSQL port "
-                                               "serves at most ",
-                                               limit, " sessions at once")));
+      socket,
+      pgwire::EncodeError("FATAL", postgres::kTooManyConnectionsSqlState,
+                          absl::StrCat("the gateway's PostgreSQL port "
+                                       "serves at most ",
+                                       limit, " sessions at once")));
   boost::system::error_code ec;
   socket.close(ec);
 }

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "postgres/sqlstates.h"
 
 namespace fencegate::pgport {
 namespace {
@@ -116,7 +117,8 @@ absl::Status ResponseQueue::OnReply(const pgwire::Frame& frame,
         const absl::string_view* code = error.Find('C');
         const absl::string_view* message = error.Find('M');
         head.result->error_code =
-            code != nullptr ? std::string(*code) : std::string("XX000");
+            code != nullptr ? std::string(*code)
+                            : std::string(postgres::kInternalErrorSqlState);
         head.result->error_message =
             message != nullptr ? std::string(*message) : std::string();
       }

@@ -19,6 +19,7 @@
 #include "pgwire/backend.h"
 #include "postgres/fence_schema.h"
 #include "postgres/sql_parse.h"
+#include "postgres/sqlstates.h"
 
 namespace fencegate::pgport {
 namespace {
@@ -56,12 +57,12 @@ absl::string_view RefusalSqlState(const absl::Status& status,
   }
   switch (status.code()) {
     case absl::StatusCode::kUnauthenticated:
-      return "28000";
+      return postgres::kInvalidAuthorizationSqlState;
     case absl::StatusCode::kPermissionDenied:
-      return "42501";
+      return postgres::kInsufficientPrivilegeSqlState;
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kOutOfRange:
-      return "22023";
+      return postgres::kInvalidParameterSqlState;
     default:
       return otherwise;
   }
@@ -103,9 +104,11 @@ asio::awaitable<void> ClientSession::ClientLoop() {
       if (absl::IsUnavailable(frame.status())) {
         EndUpstream();  // the client went away without a Terminate
       } else {
-        co_await Fatal(client_reader_.out_of_memory()              ? "53200"
-                       : absl::IsResourceExhausted(frame.status()) ? "54000"
-                                                                   : "08P01",
+        co_await Fatal(client_reader_.out_of_memory()
+                           ? postgres::kOutOfMemorySqlState
+                       : absl::IsResourceExhausted(frame.status())
+                           ? postgres::kProgramLimitSqlState
+                           : postgres::kProtocolViolationSqlState,
                        frame.status().message());
       }
       break;
@@ -116,7 +119,8 @@ asio::awaitable<void> ClientSession::ClientLoop() {
     absl::StatusOr<pgwire::FrontendMessage> message =
         pgwire::ParseFrontendMessage(*frame);
     if (!message.ok()) {
-      co_await Fatal("08P01", message.status().message());
+      co_await Fatal(postgres::kProtocolViolationSqlState,
+                     message.status().message());
       break;
     }
     if (!co_await OnMessage(*message)) break;
@@ -146,9 +150,10 @@ asio::awaitable<bool> ClientSession::OnMessage(
                            : Awaited::kDescribePortal));
   } else if (const auto* close = std::get_if<pgwire::Close>(&message)) {
     if (Reserved(close->name)) {
-      RefuseExtended("42P05", absl::StrCat("names starting with ",
-                                           postgres::kReservedNamePrefix,
-                                           " are the gateway's"));
+      RefuseExtended(
+          postgres::kDuplicatePreparedSqlState,
+          absl::StrCat("names starting with ", postgres::kReservedNamePrefix,
+                       " are the gateway's"));
       co_return true;
     }
     (close->target == pgwire::Target::kStatement ? statements_ : portals_)
@@ -162,7 +167,8 @@ asio::awaitable<bool> ClientSession::OnMessage(
     EndUpstream();
     co_return false;
   } else if (std::holds_alternative<pgwire::PasswordMessage>(message)) {
-    co_await Fatal("08P01", "unexpected password message in a running session");
+    co_await Fatal(postgres::kProtocolViolationSqlState,
+                   "unexpected password message in a running session");
     co_return false;
   } else {
     // Flush and the COPY messages: nothing is owed for them.
@@ -174,7 +180,7 @@ asio::awaitable<bool> ClientSession::OnMessage(
 asio::awaitable<void> ClientSession::OnQuery(absl::string_view sql) {
   absl::StatusOr<std::vector<Statement>> statements = co_await Classify(sql);
   if (!statements.ok()) {
-    RefuseQuery("42601", statements.status().message());
+    RefuseQuery(postgres::kSyntaxErrorSqlState, statements.status().message());
     co_return;
   }
   if (statements->empty()) {
@@ -193,22 +199,23 @@ asio::awaitable<void> ClientSession::OnQuery(absl::string_view sql) {
     co_return;
   }
   if (settings > 0) {
-    RefuseQuery("0A000",
+    RefuseQuery(postgres::kFeatureNotSupportedSqlState,
                 "SET and SHOW of fencegate.* must be sent as a query of their "
                 "own, not with other statements");
     co_return;
   }
   for (const Statement& s : *statements) {
     if (s.effect == SessionEffect::kRefused) {
-      RefuseQuery("0A000", s.reason);
+      RefuseQuery(postgres::kFeatureNotSupportedSqlState, s.reason);
       co_return;
     }
     if (token_ == 0 && s.lifts_read_only) {
-      RefuseQuery("25006", absl::StrCat("a session without fencegate.token is "
-                                        "read-only, and \"",
-                                        s.text,
-                                        "\" would let it write; connect with "
-                                        "fencegate.token to write"));
+      RefuseQuery(postgres::kReadOnlyTransactionSqlState,
+                  absl::StrCat("a session without fencegate.token is "
+                               "read-only, and \"",
+                               s.text,
+                               "\" would let it write; connect with "
+                               "fencegate.token to write"));
       co_return;
     }
   }
@@ -237,7 +244,7 @@ asio::awaitable<void> ClientSession::AnswerSettings(
   for (const Statement& s : statements) {
     if (s.effect == SessionEffect::kGatewaySet) {
       if (!tracker_.idle()) {
-        RefuseQuery("25001",
+        RefuseQuery(postgres::kActiveTransactionSqlState,
                     absl::StrCat("SET fencegate.", s.setting,
                                  " cannot run inside a transaction: the "
                                  "transaction was fenced with the token it "
@@ -255,7 +262,9 @@ asio::awaitable<void> ClientSession::AnswerSettings(
       }
       if (!parsed.ok()) {
         absl::StrAppend(
-            &reply, pgwire::EncodeError("ERROR", "22023", parsed.message()));
+            &reply,
+            pgwire::EncodeError("ERROR", postgres::kInvalidParameterSqlState,
+                                parsed.message()));
         break;
       }
       if (domain != domain_ || token != token_) {
@@ -263,7 +272,7 @@ asio::awaitable<void> ClientSession::AnswerSettings(
         // its ReadyForQuery says the session is between two transactions.
         if (!co_await Drain()) co_return;
         if (!tracker_.idle()) {
-          RefuseQuery("25001",
+          RefuseQuery(postgres::kActiveTransactionSqlState,
                       absl::StrCat("SET fencegate.", s.setting,
                                    " cannot run inside a transaction"));
           co_return;
@@ -272,14 +281,19 @@ asio::awaitable<void> ClientSession::AnswerSettings(
           if (token_ != 0 && !holding_) {
             // The old hold is gone and no new one was taken: the session
             // holds nothing and ends.
-            co_await Fatal(RefusalSqlState(c, "08006"), c.message());
+            co_await Fatal(
+                RefusalSqlState(c, postgres::kConnectionFailureSqlState),
+                c.message());
             co_return;
           }
           // A read role's session may not take a token: read-only.
           absl::StrAppend(
               &reply,
               pgwire::EncodeError(
-                  "ERROR", read_role_ ? "25006" : RefusalSqlState(c, "08006"),
+                  "ERROR",
+                  read_role_ ? postgres::kReadOnlyTransactionSqlState
+                             : RefusalSqlState(
+                                   c, postgres::kConnectionFailureSqlState),
                   c.message(), StaleDetail(c)));
           break;
         }
@@ -308,9 +322,10 @@ asio::awaitable<void> ClientSession::AnswerSettings(
 
 asio::awaitable<void> ClientSession::OnParse(const pgwire::Parse& parse) {
   if (Reserved(parse.statement)) {
-    RefuseExtended("42P05", absl::StrCat("names starting with ",
-                                         postgres::kReservedNamePrefix,
-                                         " are the gateway's"));
+    RefuseExtended(
+        postgres::kDuplicatePreparedSqlState,
+        absl::StrCat("names starting with ", postgres::kReservedNamePrefix,
+                     " are the gateway's"));
     co_return;
   }
   Statement statement;
@@ -319,11 +334,12 @@ asio::awaitable<void> ClientSession::OnParse(const pgwire::Parse& parse) {
   // What the gateway cannot read is refused, never forwarded: the server
   // might read it otherwise (a tree deeper than the parser's bound).
   if (!statements.ok()) {
-    RefuseExtended("42601", statements.status().message());
+    RefuseExtended(postgres::kSyntaxErrorSqlState,
+                   statements.status().message());
     co_return;
   }
   if (statements->size() > 1) {
-    RefuseExtended("42601",
+    RefuseExtended(postgres::kSyntaxErrorSqlState,
                    "cannot insert multiple commands into a prepared "
                    "statement");
     co_return;
@@ -333,17 +349,17 @@ asio::awaitable<void> ClientSession::OnParse(const pgwire::Parse& parse) {
     statement.text = {};
     if (statement.effect == SessionEffect::kGatewaySet ||
         statement.effect == SessionEffect::kGatewayShow) {
-      RefuseExtended("0A000",
+      RefuseExtended(postgres::kFeatureNotSupportedSqlState,
                      "SET and SHOW of fencegate.* are served only as a simple "
                      "query");
       co_return;
     }
     if (statement.effect == SessionEffect::kRefused) {
-      RefuseExtended("0A000", statement.reason);
+      RefuseExtended(postgres::kFeatureNotSupportedSqlState, statement.reason);
       co_return;
     }
     if (token_ == 0 && statement.lifts_read_only) {
-      RefuseExtended("25006",
+      RefuseExtended(postgres::kReadOnlyTransactionSqlState,
                      "a session without fencegate.token is read-only, and "
                      "this statement would let it write; connect with "
                      "fencegate.token to write");
@@ -356,9 +372,10 @@ asio::awaitable<void> ClientSession::OnParse(const pgwire::Parse& parse) {
 
 asio::awaitable<void> ClientSession::OnBind(const pgwire::Bind& bind) {
   if (Reserved(bind.portal) || Reserved(bind.statement)) {
-    RefuseExtended("42P05", absl::StrCat("names starting with ",
-                                         postgres::kReservedNamePrefix,
-                                         " are the gateway's"));
+    RefuseExtended(
+        postgres::kDuplicatePreparedSqlState,
+        absl::StrCat("names starting with ", postgres::kReservedNamePrefix,
+                     " are the gateway's"));
     co_return;
   }
   auto known = statements_.find(std::string(bind.statement));

@@ -17,6 +17,7 @@
 #include "pgwire/backend.h"
 #include "postgres/session_reset.h"
 #include "postgres/session_sql.h"
+#include "postgres/sqlstates.h"
 
 namespace fencegate::pgport {
 
@@ -66,7 +67,7 @@ asio::awaitable<bool> ClientSession::FlushUpstream() {
   std::string out;
   out.swap(upstream_out_);
   if (!(co_await WriteAll(upstream_->socket(), out)).ok()) {
-    co_await Fatal("08006",
+    co_await Fatal(postgres::kConnectionFailureSqlState,
                    "the route's server closed the session's connection");
     co_return false;
   }
@@ -95,9 +96,10 @@ asio::awaitable<void> ClientSession::ReplyLoop() {
         co_await upstream->reader().Next(upstream->socket());
     if (!frame.ok()) {
       if (upstream->reader().out_of_memory()) {
-        co_await Fatal("53200", frame.status().message());
+        co_await Fatal(postgres::kOutOfMemorySqlState,
+                       frame.status().message());
       } else if (!closed_ && !ending_) {
-        co_await Fatal("08006",
+        co_await Fatal(postgres::kConnectionFailureSqlState,
                        absl::StrCat("the route's server closed the session's "
                                     "connection: ",
                                     frame.status().message()));
@@ -120,7 +122,7 @@ asio::awaitable<void> ClientSession::ReplyLoop() {
           Log(LogSeverity::kWarning,
               absl::StrCat("pg port: session ", process_id_,
                            " closed: ", s.message()));
-          co_await Fatal("0A000", s.message());
+          co_await Fatal(postgres::kFeatureNotSupportedSqlState, s.message());
           co_return;
         }
       }
@@ -128,7 +130,7 @@ asio::awaitable<void> ClientSession::ReplyLoop() {
       if (absl::Status s = queue_.OnReply(*frame, &outcome); !s.ok()) {
         Log(LogSeverity::kError,
             absl::StrCat("pg port: session ", process_id_, ": ", s.message()));
-        co_await Fatal("08P01", s.message());
+        co_await Fatal(postgres::kProtocolViolationSqlState, s.message());
         co_return;
       }
       if (outcome.own_error) reset_failed_ = ending_;
@@ -146,7 +148,8 @@ asio::awaitable<void> ClientSession::ReplyLoop() {
       absl::StatusOr<std::optional<pgwire::Frame>> next =
           upstream->reader().Buffered();
       if (!next.ok()) {
-        co_await Fatal("08P01", next.status().message());
+        co_await Fatal(postgres::kProtocolViolationSqlState,
+                       next.status().message());
         co_return;
       }
       if (!next->has_value()) break;
@@ -160,7 +163,7 @@ asio::awaitable<void> ClientSession::ReplyLoop() {
           " bytes of replies yet to read, more than the gateway's memory "
           "budget has room for");
       client_out_.clear();  // dropped: the session ends with the error
-      co_await Fatal("53200", message);
+      co_await Fatal(postgres::kOutOfMemorySqlState, message);
       co_return;
     }
     co_await ToClient({});

@@ -12,6 +12,7 @@
 #include "absl/time/time.h"
 #include "observability/log.h"
 #include "pgport/client_session.h"
+#include "postgres/sqlstates.h"
 
 namespace fencegate::pgport {
 
@@ -76,7 +77,7 @@ asio::awaitable<void> ClientSession::Watchdog() {
               "pg port: session ", process_id_,
               " ended: idle in a transaction for longer than ",
               absl::FormatDuration(port_.options.idle_transaction_timeout)));
-      co_await Fatal("25P03",
+      co_await Fatal(postgres::kIdleInTransactionSqlState,
                      absl::StrCat("terminating the session: idle in a "
                                   "transaction for longer than the gateway's "
                                   "idle_transaction_timeout (",

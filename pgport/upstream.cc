@@ -18,6 +18,7 @@
 #include "pgwire/message_builder.h"
 #include "pgwire/startup.h"
 #include "postgres/fence_hold.h"
+#include "postgres/sqlstates.h"
 #include "security/scram.h"
 
 namespace fencegate::pgport {
@@ -52,7 +53,8 @@ absl::Status ServerError(const pgwire::Frame& frame, absl::string_view when) {
     const absl::string_view* code = e.Find('C');
     text = absl::StrCat(message ? *message : "", " (SQLSTATE ",
                         code ? *code : "?", ")");
-    if (code != nullptr && (*code == "28P01" || *code == "28000")) {
+    if (code != nullptr && (*code == postgres::kInvalidPasswordSqlState ||
+                            *code == postgres::kInvalidAuthorizationSqlState)) {
       return absl::PermissionDeniedError(
           absl::StrCat("the route's server refused ", when, ": ", text));
     }

@@ -56,35 +56,15 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "postgres/fence_hold.h"
+#include "postgres/sqlstates.h"
 
 namespace fencegate::postgres {
 
 // Default: the schema of the fence table and function.
 inline constexpr char kDefaultFenceSchema[] = "fencegate";
 
-// SQLSTATE of fence() refusing a token lower than the database's.
-inline constexpr char kStaleSqlState[] = "FG001";
+// The SQLSTATEs its functions raise: sqlstates.h.
 
-// SQLSTATE of fence() called after its transaction already wrote
-// something: it must come first (so client SQL cannot call it again).
-inline constexpr char kNotFirstSqlState[] = "FG002";
-
-// SQLSTATE of fence_seq() refusing a seq below the row's for its token.
-inline constexpr char kSeqOrderSqlState[] = "FG003";
-
-// SQLSTATE of fence_seq() finding the row's own (token, seq): the Write
-// was applied already, and this attempt is rolled back.
-inline constexpr char kSeqAppliedSqlState[] = "FG004";
-
-// SQLSTATE of fence_seq() finding the row's own (token, seq) recorded with
-// another Write's hash: the seq names another write; nothing is applied.
-inline constexpr char kSeqOtherWriteSqlState[] = "FG005";
-
-// SQLSTATE of the PostgreSQL port refusing a token that the domain's token
-// rules refuse (the policy: a lock service that did not grant it, or past
-// max_advance). The port's own: the database never raises it. Each FG code
-// has one meaning (docs/pgwire.md lists the port's).
-inline constexpr char kTokenRefusedSqlState[] = "FG006";
 
 // True for a name fencegate accepts as schema or role: 1-63 lower-case
 // letters, digits and '_', not starting with a digit.
