@@ -43,15 +43,21 @@ install(TARGETS ${_fencegate_targets}
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT client
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 get_target_property(_fencegate_generated fencegate_proto FENCEGATE_GENERATED_DIR)
-# Every header under fencegate/: fencegate/client/, fencegate/common/ (not
-# the tests' sync points, nor the programs' setting_value.h and flag_args.h) and the API's fencegate/v1/*.pb.h.
+# Every header under fencegate/: fencegate/client/, fencegate/common/ (only
+# the headers of the installed fencegate_common: not the tests' sync points,
+# nor the programs' setting_value.h, flag_args.h, memory_budget.h and
+# threads) and the API's fencegate/v1/*.pb.h.
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/client/include/
                   ${PROJECT_SOURCE_DIR}/common/include/
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT client
   FILES_MATCHING PATTERN "*.h"
   PATTERN "sync_point.h" EXCLUDE
   PATTERN "setting_value.h" EXCLUDE
-  PATTERN "flag_args.h" EXCLUDE)
+  PATTERN "flag_args.h" EXCLUDE
+  PATTERN "memory_budget.h" EXCLUDE
+  PATTERN "periodic_thread.h" EXCLUDE
+  PATTERN "thread_name.h" EXCLUDE
+  PATTERN "named_thread_pool.h" EXCLUDE)
 install(DIRECTORY ${_fencegate_generated}/fencegate
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT client
   FILES_MATCHING PATTERN "*.h")

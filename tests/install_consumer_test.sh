@@ -30,6 +30,10 @@ libraries=$(find "$work/prefix" -name 'libfencegate_*.a')
 [[ -f $work/prefix/include/fencegate/client/token_source.h && -f $work/prefix/include/fencegate/v1/gateway.pb.h ]] \
   || fail "headers not at include/fencegate/client/ and include/fencegate/v1/"
 if find "$work/prefix/include" -name sync_point.h | grep -q .; then fail "the tests' sync points were installed"; fi
+# Only headers whose library is installed: the server's own are not.
+for h in sync_point.h setting_value.h flag_args.h memory_budget.h periodic_thread.h thread_name.h named_thread_pool.h; do
+  if find "$work/prefix/include" -name "$h" | grep -q .; then fail "$h was installed without its library"; fi
+done
 if grep -E 'fencing|gateway|storage_adapters|token_watchers|metrics' <<<"$libraries"; then
   fail "server libraries were installed with the client"
 fi
