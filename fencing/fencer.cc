@@ -162,6 +162,17 @@ bool Fencer::TryExecuteAsync(absl::string_view domain, uint64_t token,
   return true;
 }
 
+void Fencer::Submit(absl::string_view domain, uint64_t token,
+                    AsyncApply apply, DecisionCallback done,
+                    ExecuteAsyncOptions options) {
+  if (options.apply_never_blocks &&
+      TryExecuteAsync(domain, token, apply, done, options.check)) {
+    return;
+  }
+  ExecuteAsync(domain, token, std::move(apply), std::move(done),
+               std::move(options));
+}
+
 void Fencer::RunInTurn(absl::string_view domain, DomainTurns::Work work) {
   turns_.Queue(domain, std::move(work));
 }

@@ -147,6 +147,9 @@ struct GatewayService::PendingWrite {
   WriteTarget target;  // Views `domain`, `caller` and the request.
   // Set by the adapter when the write's (token, seq) was already applied.
   bool replayed = false;
+  // Its adapter was asked to apply it: a stale token then came from the
+  // storage, not from this gateway's fence.
+  bool applied = false;
   StorageAdapter* adapter = nullptr;
   // What the gate admitted; views the request.
   std::unique_ptr<Admission> admission;
@@ -272,44 +275,27 @@ void GatewayService::Dispatch(std::unique_ptr<PendingWrite> write) {
     write->target.take_result_memory = &write->take_result_memory;
   }
   write->adapter = resolved.adapter;
-  if (write->adapter->ApplyAsyncNeverBlocks() && TryWriteHere(write)) {
-    // A write to an adapter that only queues or computes, whose domain is
-    // idle and whose fence is in memory, needs nothing that can block: an
-    // equal or stale token is decided here, an advance is queued to the
-    // fence store's commit thread, which applies the write once the advance
-    // is durable. No hand-off to the I/O pool.
-    return;
-  }
-  QueueWrite(std::move(write));
+  Submit(std::move(write));
 }
 
 Fencer::AsyncApply GatewayService::ApplyOf(PendingWrite* w) {
   return [w](Fencer::Applied applied) {
+    w->applied = true;
     w->adapter->ApplyAsync(w->target, w->request->ops(),
                            w->response->mutable_results(), std::move(applied));
   };
 }
 
-bool GatewayService::TryWriteHere(std::unique_ptr<PendingWrite>& write) {
-  PendingWrite* w = write.get();
-  Fencer::AsyncApply apply = ApplyOf(w);
-  // Owns the write if the fencer takes it; it stays `write`'s if not.
-  Fencer::DecisionCallback done = [this,
-                                   w](absl::StatusOr<FenceDecision> decision) {
-    Reply(std::unique_ptr<PendingWrite>(w), std::move(decision));
-  };
-  if (!fencer_->TryExecuteAsync(w->domain, w->request->token(), apply, done,
-                                w->admission->advance_check())) {
-    return false;
-  }
-  (void)write.release();  // Now `done`'s.
-  return true;
-}
-
-void GatewayService::QueueWrite(std::unique_ptr<PendingWrite> write) {
+void GatewayService::Submit(std::unique_ptr<PendingWrite> write) {
   PendingWrite* w = write.get();
   ExecuteAsyncOptions options;
   options.check = w->admission->advance_check();
+  // A write to an adapter that only queues or computes, whose domain is
+  // idle and whose fence is in memory, needs nothing that can block: an
+  // equal or stale token is decided on this thread, an advance is queued to
+  // the fence store's commit thread, which applies the write once the
+  // advance is durable. No hand-off to the I/O pool.
+  options.apply_never_blocks = w->adapter->ApplyAsyncNeverBlocks();
   // The client may give up (deadline, cancel, shutdown) while the write
   // waits for its domain: then it is not applied, for nobody would hear of
   // it.
@@ -325,7 +311,7 @@ void GatewayService::QueueWrite(std::unique_ptr<PendingWrite> write) {
     return true;
   };
   const std::string& domain = w->domain;  // Moves with the write.
-  fencer_->ExecuteAsync(
+  fencer_->Submit(
       domain, w->request->token(), ApplyOf(w),
       [this, write = std::move(write)](
           absl::StatusOr<FenceDecision> decision) mutable {
@@ -344,23 +330,22 @@ void GatewayService::Reply(std::unique_ptr<PendingWrite> write,
       stale_info.has_value()) {
     // The storage's fence may have found the token stale after this
     // gateway's own fence rose to it: the client hears of the stale token
-    // only, and this gateway's fence learns the storage's token (in the
-    // domain's turn, on the I/O pool: this may run on an adapter's thread,
-    // which must not wait for the fence store). A stale token this gateway
-    // refused itself makes that a no-op.
+    // only, and this gateway's fence learns what the storage holds
+    // (Fencer::LearnFromStorage: read by the gateway, never the token the
+    // error carried; in the domain's turn, taking no I/O pool thread while it
+    // waits). A stale token this gateway refused itself (never applied)
+    // learns nothing.
     absl::Status stale = decision.status();
     Fencer::ForgetAdvance(stale);
     decision = std::move(stale);
-    if (stale_info->highest_token > write->request->token()) {
-      fencer_->RunInTurn(
-          write->domain, [fencer = fencer_, token = stale_info->highest_token](
-                             Fencer::Turn turn) {
-            if (absl::Status s = fencer->Learn(turn, token); !s.ok()) {
+    if (write->applied) {
+      fencer_->LearnFromStorage(
+          write->domain, [domain = write->domain](absl::Status s) {
+            if (!s.ok()) {
               Log(LogSeverity::kWarning,
-                  absl::StrFormat("domain \"%s\": could not raise the fence to "
-                                  "the storage's %d: %s",
-                                  absl::CHexEscape(turn.domain()), token,
-                                  s.ToString()));
+                  absl::StrFormat("domain \"%s\": could not learn the "
+                                  "storage's fence: %s",
+                                  absl::CHexEscape(domain), s.ToString()));
             }
           });
     }

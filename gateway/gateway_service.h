@@ -68,17 +68,15 @@ class GatewayService final : public v1::Gateway::WithRawCallbackMethod_Write<
 
  private:
   struct PendingWrite;
-  // A Write's checks (CheckWrite, the SQL classified), then TryWriteHere or
-  // QueueWrite; a refusal is counted and answered. Runs on gRPC's thread,
-  // or on the long-text parser's for a Write of long SQL text.
+  // A Write's checks (CheckWrite, the SQL classified), then Submit; a
+  // refusal is counted and answered. Runs on gRPC's thread, or on the
+  // long-text parser's for a Write of long SQL text.
   void Dispatch(std::unique_ptr<PendingWrite> write);
-  // Runs the write on this (gRPC's) thread if the Fencer can decide it
-  // without blocking (Fencer::TryExecuteAsync); the write's adapter must
-  // never block in ApplyAsync. Takes `write` if so; false leaves it.
-  bool TryWriteHere(std::unique_ptr<PendingWrite>& write);
-  // Asks for the write's domain's turn; when it comes (on the I/O pool)
-  // the Fencer checks, records and applies it, then Reply.
-  void QueueWrite(std::unique_ptr<PendingWrite> write);
+  // Puts the write through the Fencer (Fencer::Submit): decided on this
+  // thread if the write's adapter never blocks in ApplyAsync and the Fencer
+  // needs nothing that blocks, else in the domain's turn on the I/O pool;
+  // then Reply.
+  void Submit(std::unique_ptr<PendingWrite> write);
   // The write's apply for the Fencer: its adapter's ApplyAsync.
   static Fencer::AsyncApply ApplyOf(PendingWrite* w);
   // Fence and Sequence: admits the call, validates its domain, token (if

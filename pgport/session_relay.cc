@@ -464,12 +464,11 @@ asio::awaitable<absl::Status> ClientSession::CheckLocally() {
                                std::move(handler)(std::move(decision));
                              });
                 };
-            if (!fencer->TryExecuteAsync(domain_, token_, apply, done, check)) {
-              ExecuteAsyncOptions options;
-              options.check = check;
-              fencer->ExecuteAsync(domain_, token_, std::move(apply),
-                                   std::move(done), std::move(options));
-            }
+            ExecuteAsyncOptions options;
+            options.check = check;
+            options.apply_never_blocks = true;
+            fencer->Submit(domain_, token_, std::move(apply), std::move(done),
+                           std::move(options));
           },
           asio::use_awaitable);
   if (admission != nullptr) admission->Audit(decision);

@@ -217,5 +217,65 @@ TEST_F(FencerTest, TryExecuteAsyncAdvanceHoldsTheDomainUntilDurable) {
   EXPECT_THAT(Applied(), ElementsAre(1, 2));
 }
 
+// Submit, the one way both doors write through the fence: decided on the
+// calling thread only when the door says its apply never blocks (and the
+// Fencer can decide without blocking); otherwise the work goes to the
+// Runner, where ExecuteAsync runs it, cancellation asked.
+TEST_F(FencerTest, SubmitDecidesHereOnlyForAnApplyThatNeverBlocks) {
+  ASSERT_OK(Write("jobs", 5).status());
+  std::vector<absl::AnyInvocable<void() &&>> posted;
+  Fencer fencer(store_.get(), Clock::Real(), nullptr,
+                [&](absl::AnyInvocable<void() &&> work) {
+                  posted.push_back(std::move(work));
+                });
+  int applies = 0;
+  std::vector<absl::StatusOr<FenceDecision>> outcomes;
+  auto apply = [&] {
+    return [&](Fencer::Applied applied) {
+      ++applies;
+      std::move(applied)(absl::OkStatus());
+    };
+  };
+  auto done = [&] {
+    return [&](absl::StatusOr<FenceDecision> d) {
+      outcomes.push_back(std::move(d));
+    };
+  };
+  // Read once, so that the store answers from memory.
+  ASSERT_OK(fencer.Get("jobs").status());
+
+  ExecuteAsyncOptions never_blocks;
+  never_blocks.apply_never_blocks = true;
+  fencer.Submit("jobs", 5, apply(), done(), never_blocks);
+  EXPECT_TRUE(posted.empty());
+  EXPECT_EQ(applies, 1);
+  ASSERT_EQ(outcomes.size(), 1u);
+  ASSERT_OK(outcomes[0].status());
+
+  // The same write from a door whose apply may block: to the Runner.
+  bool asked = false;
+  ExecuteAsyncOptions may_block;
+  may_block.cancelled = [&] {
+    asked = true;
+    return false;
+  };
+  fencer.Submit("jobs", 5, apply(), done(), may_block);
+  EXPECT_EQ(applies, 1);
+  EXPECT_EQ(outcomes.size(), 1u);
+  ASSERT_EQ(posted.size(), 1u);
+  std::move(posted[0])();
+  EXPECT_TRUE(asked);
+  EXPECT_EQ(applies, 2);
+  ASSERT_EQ(outcomes.size(), 2u);
+  ASSERT_OK(outcomes[1].status());
+
+  // A stale token, never-blocking: refused here, nothing applied.
+  fencer.Submit("jobs", 4, apply(), done(), never_blocks);
+  EXPECT_EQ(posted.size(), 1u);
+  EXPECT_EQ(applies, 2);
+  ASSERT_EQ(outcomes.size(), 3u);
+  EXPECT_THAT(outcomes[2], StatusIs(absl::StatusCode::kFailedPrecondition));
+}
+
 }  // namespace
 }  // namespace fencegate

@@ -63,7 +63,7 @@ struct FenceDecision {
   bool advanced = false;
 };
 
-// Fencer::ExecuteAsync's options.
+// Fencer::ExecuteAsync's and Fencer::Submit's options.
 struct ExecuteAsyncOptions {
   // As in Fencer::Execute(); it must outlive the call of `done`.
   // Default: none.
@@ -72,6 +72,10 @@ struct ExecuteAsyncOptions {
   // CANCELLED and moves nothing (the caller went away while it waited).
   // Default: never cancelled.
   std::function<bool()> cancelled;
+  // Submit() only: `apply` never blocks (it only queues, or does nothing),
+  // so the call may be decided on the calling thread (TryExecuteAsync).
+  // Default: it may block, and runs on the Runner.
+  bool apply_never_blocks = false;
 };
 
 // Thread safety: safe for concurrent use. The methods that take no Turn
@@ -135,10 +139,18 @@ class Fencer {
   // `apply` then runs on the store's thread once the advance is durable.
   // Otherwise returns false having called neither: use ExecuteAsync().
   // Never blocks itself; `apply` must not block either, for the caller's
-  // thread and the store's to stay unblocked.
+  // thread and the store's to stay unblocked. Doors call Submit().
   bool TryExecuteAsync(absl::string_view domain, uint64_t token,
                        AsyncApply& apply, DecisionCallback& done,
                        const AdvanceCheck* check = nullptr);
+
+  // The one way a door (the gRPC service, the PostgreSQL port) puts a
+  // write through the fence: TryExecuteAsync() if options.apply_never_blocks
+  // and it can decide here, else ExecuteAsync(). Never blocks. `done` runs
+  // exactly once, as ExecuteAsync() says; options.cancelled is asked only
+  // on the queued path (a call decided here was just made).
+  void Submit(absl::string_view domain, uint64_t token, AsyncApply apply,
+              DecisionCallback done, ExecuteAsyncOptions options = {});
 
   // Runs `work` on the Runner in `domain`'s turn, after every turn asked
   // for earlier; the turn passes on when `work` releases or destroys it.
@@ -192,8 +204,9 @@ class Fencer {
   // token a client could have put in an error) and raises this fence to
   // the highest, as Learn(); then calls `done` with the outcome (OK
   // without a storage). Never blocks the caller, and takes no Runner
-  // thread while it waits for the turn. For a door that saw the storage
-  // refuse a token as stale.
+  // thread while it waits for the turn. The one way a door learns a higher
+  // token after the storage refused one as stale: never the token the
+  // error carried, which a client's SQL could have raised itself.
   void LearnFromStorage(absl::string_view domain,
                         absl::AnyInvocable<void(absl::Status) &&> done);
 
