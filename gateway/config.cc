@@ -1,5 +1,6 @@
 // Copyright fencegate authors.
 
+#include "fencegate/common/host_port.h"
 #include "gateway/config.h"
 
 #include <errno.h>
@@ -64,9 +65,12 @@ absl::StatusOr<GatewayOptions> ResolveOptions(const v1::GatewayConfig& given) {
   if (absl::Status s = FillSettingDefaults(&config); !s.ok()) return s;
   GatewayOptions options;
   options.listen_address = config.listen_address();
-  if (options.listen_address.rfind(':') == std::string::npos) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "listen_address: \"", options.listen_address, "\" must be host:port"));
+  if (!absl::StartsWith(options.listen_address, "unix:")) {
+    if (absl::StatusOr<HostPort> parsed =
+            ParseHostPort(options.listen_address, "listen_address:");
+        !parsed.ok()) {
+      return parsed.status();
+    }
   }
   const std::string& data_dir = config.data_dir();
   if (absl::Status s = MakeDirs(data_dir); !s.ok()) return s;
@@ -222,7 +226,7 @@ absl::StatusOr<GatewayOptions> ResolveOptions(const v1::GatewayConfig& given) {
 
 bool IsLoopbackAddress(absl::string_view listen_address) {
   if (absl::StartsWith(listen_address, "unix:")) return true;
-  absl::string_view host = listen_address.substr(0, listen_address.rfind(':'));
+  absl::string_view host = HostOf(listen_address);
   if (absl::ConsumePrefix(&host, "[")) absl::ConsumeSuffix(&host, "]");
   if (host == "localhost" || host == "::1") return true;
   // 127.0.0.0/8, written out as four numbers.

@@ -19,6 +19,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "fencegate/common/flag_args.h"
+#include "fencegate/common/host_port.h"
 #include "gateway/config.h"
 #include "gateway/server.h"
 #include "gateway/setting_flags.h"
@@ -136,15 +137,13 @@ int Run(int argc, char** argv) {
     std::cerr << "fencegate: " << server.status().message() << "\n";
     return absl::IsInvalidArgument(server.status()) ? 2 : 1;
   }
-  std::string host =
-      options->listen_address.substr(0, options->listen_address.rfind(':'));
+  const absl::string_view host = HostOf(options->listen_address);
   Log(LogSeverity::kInfo,
       absl::StrCat("fencegate serving on ", host, ":", (*server)->port(),
                    " data_dir=", options->data_dir));
   if ((*server)->pg_port() != 0) {
     Log(LogSeverity::kInfo, absl::StrCat("PostgreSQL port serving on ",
-                                         options->pg_listen.substr(
-                                             0, options->pg_listen.rfind(':')),
+                                         HostOf(options->pg_listen),
                                          ":", (*server)->pg_port()));
   }
   for (const TokenWatcherSpec& watcher : options->watchers) {
@@ -181,8 +180,7 @@ int Run(int argc, char** argv) {
   if ((*server)->metrics_port() != 0) {
     Log(LogSeverity::kInfo,
         absl::StrCat("metrics on http://",
-                     options->metrics_listen.substr(
-                         0, options->metrics_listen.rfind(':')),
+                     HostOf(options->metrics_listen),
                      ":", (*server)->metrics_port(), "/metrics"));
   }
   if (!port_file.empty()) {

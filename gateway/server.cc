@@ -1,5 +1,6 @@
 // Copyright fencegate authors.
 
+#include "fencegate/common/host_port.h"
 #include "gateway/server.h"
 
 #include <sys/resource.h>
@@ -47,14 +48,9 @@ bool IsUnixAddress(absl::string_view listen_address) {
 // socket or an address that does not parse (gRPC reports the last).
 int ConfiguredPort(absl::string_view listen_address) {
   if (IsUnixAddress(listen_address)) return 0;
-  const size_t colon = listen_address.rfind(':');
-  int port = 0;
-  if (colon == absl::string_view::npos ||
-      !absl::SimpleAtoi(listen_address.substr(colon + 1), &port) || port < 0 ||
-      port > 65535) {
-    return 0;
-  }
-  return port;
+  absl::StatusOr<HostPort> parsed =
+      ParseHostPort(listen_address, "listen_address");
+  return parsed.ok() ? parsed->port : 0;
 }
 
 // Caps the connections on `port`; warns when the descriptor limit would

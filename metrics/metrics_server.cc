@@ -1,5 +1,6 @@
 // Copyright fencegate authors.
 
+#include "fencegate/common/host_port.h"
 #include "metrics/metrics_server.h"
 
 #include <exception>
@@ -13,10 +14,9 @@ namespace fencegate {
 
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
     const std::string& listen) {
-  const size_t colon = listen.rfind(':');
-  if (colon == std::string::npos || colon + 1 == listen.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("metrics_listen: \"", listen, "\" is not host:port"));
+  if (absl::StatusOr<HostPort> parsed = ParseHostPort(listen, "metrics_listen:");
+      !parsed.ok()) {
+    return parsed.status();
   }
   std::unique_ptr<MetricsServer> server(new MetricsServer());
   server->registry_ = std::make_shared<prometheus::Registry>();

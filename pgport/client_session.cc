@@ -22,6 +22,7 @@
 #include "pgwire/backend.h"
 #include "pgwire/startup.h"
 #include "postgres/fence_token.h"
+#include "postgres/session_sql.h"
 #include "postgres/sqlstates.h"
 #include "security/peer_identity.h"
 #include "security/request_gate.h"
@@ -50,12 +51,6 @@ bool IsSettingName(absl::string_view name) {
     }
   }
   return true;
-}
-
-bool LiftsReadOnly(absl::string_view name) {
-  const std::string lower = absl::AsciiStrToLower(name);
-  return lower == "default_transaction_read_only" ||
-         lower == "transaction_read_only";
 }
 
 }  // namespace
@@ -251,7 +246,7 @@ asio::awaitable<bool> ClientSession::Start() {
                                   absl::CHexEscape(name), "\""));
       co_return false;
     }
-    if (token_ == 0 && LiftsReadOnly(name)) {
+    if (token_ == 0 && postgres::IsReadOnlySetting(name)) {
       co_await Fatal(postgres::kReadOnlyTransactionSqlState,
                      absl::StrCat(name,
                                   " cannot be set by a session without "

@@ -1,5 +1,6 @@
 // Copyright fencegate authors.
 
+#include "fencegate/common/host_port.h"
 #include "pgport/pg_port.h"
 
 #include <openssl/rand.h>
@@ -148,17 +149,10 @@ absl::StatusOr<std::unique_ptr<PgPort>> PgPort::Start(PgPortOptions options,
     }
   }
   const std::string& address = options.listen_address;
-  const size_t colon = address.rfind(':');
-  int port = -1;
-  if (colon == std::string::npos ||
-      !absl::SimpleAtoi(address.substr(colon + 1), &port) || port < 0 ||
-      port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("pg.listen: \"", address, "\" is not host:port"));
-  }
-  absl::string_view host = absl::string_view(address).substr(0, colon);
-  absl::ConsumePrefix(&host, "[");
-  absl::ConsumeSuffix(&host, "]");
+  absl::StatusOr<HostPort> parsed = ParseHostPort(address, "pg.listen:");
+  if (!parsed.ok()) return parsed.status();
+  const std::string& host = parsed->host;
+  const int port = parsed->port;
   boost::system::error_code ec;
   tcp::resolver resolver(impl->state.io);
   auto endpoints = resolver.resolve(std::string(host), absl::StrCat(port), ec);

@@ -127,9 +127,7 @@ void ClassifySet(const pg_query::VariableSetStmt& set, SessionStatement& out) {
     return;
   }
   out.lifts_read_only =
-      set.kind() == pg_query::VAR_RESET_ALL ||
-      name == "default_transaction_read_only" ||
-      name == "transaction_read_only" ||
+      set.kind() == pg_query::VAR_RESET_ALL || IsReadOnlySetting(name) ||
       ((name == "transaction" || name == "session characteristics") &&
        AsksReadWrite(set.args()));
 }
@@ -267,6 +265,12 @@ SessionStatement Classify(const pg_query::Node& stmt) {
 }
 
 }  // namespace
+
+bool IsReadOnlySetting(absl::string_view name) {
+  const std::string lower = absl::AsciiStrToLower(name);
+  return lower == "default_transaction_read_only" ||
+         lower == "transaction_read_only";
+}
 
 bool IsPinnedSetting(absl::string_view name) {
   return name == "client_encoding" || name == "standard_conforming_strings";

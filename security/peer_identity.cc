@@ -126,6 +126,8 @@ std::string PeerHost(std::string peer) {
   if (!absl::StartsWith(peer, "ipv4:") && !absl::StartsWith(peer, "ipv6:")) {
     return peer;
   }
+  // gRPC's peer URI, not a host:port of ParseHostPort's: an IPv6 address's
+  // brackets come percent-encoded ("ipv6:%5B::1%5D:41234").
   const size_t colon = peer.rfind(':');
   const absl::string_view port = absl::string_view(peer).substr(colon + 1);
   if (colon <= 4 || port.empty() ||

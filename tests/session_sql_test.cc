@@ -134,6 +134,11 @@ TEST(SessionSqlTest, WhatWouldLetATokenlessSessionWriteIsMarked) {
   }
   EXPECT_TRUE(One("BEGIN READ WRITE").read_write);
   EXPECT_FALSE(One("BEGIN READ ONLY").read_write);
+  // The same names decide a startup packet's settings (the port's one list).
+  EXPECT_TRUE(IsReadOnlySetting("Default_Transaction_Read_Only"));
+  EXPECT_TRUE(IsReadOnlySetting("transaction_read_only"));
+  EXPECT_FALSE(IsReadOnlySetting("transaction_isolation"));
+  EXPECT_FALSE(IsReadOnlySetting("read_only"));
 }
 
 TEST(SessionSqlTest, TheGatewaysStatementNamesAreRefused) {

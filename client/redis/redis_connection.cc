@@ -6,6 +6,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "fencegate/common/host_port.h"
 #include "hiredis/hiredis.h"
 
 namespace fencegate::client::redis_internal {
@@ -20,15 +21,11 @@ using Reply = std::unique_ptr<redisReply, ReplyDeleter>;
 
 absl::StatusOr<std::unique_ptr<RedisConnection>> RedisConnection::Connect(
     absl::string_view endpoint, absl::Duration timeout) {
-  const size_t colon = endpoint.rfind(':');
-  int port = 0;
-  if (colon == absl::string_view::npos || colon == 0 ||
-      !absl::SimpleAtoi(endpoint.substr(colon + 1), &port) || port <= 0 ||
-      port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("redis endpoint \"", endpoint, "\" must be host:port"));
-  }
-  const std::string host(endpoint.substr(0, colon));
+  absl::StatusOr<HostPort> parsed = ParseHostPort(
+      endpoint, "redis endpoint", {.need_host = true, .allow_port_zero = false});
+  if (!parsed.ok()) return parsed.status();
+  const std::string& host = parsed->host;
+  const int port = parsed->port;
   redisContext* context =
       redisConnectWithTimeout(host.c_str(), port, absl::ToTimeval(timeout));
   if (context == nullptr || context->err != 0) {

@@ -14,6 +14,7 @@
 #include "client/kept_lock.h"
 #include "client/redis/lock_scripts.h"
 #include "client/redis/redis_connection.h"
+#include "fencegate/common/host_port.h"
 
 namespace fencegate::client {
 namespace {
@@ -112,9 +113,11 @@ class RedisLock final : public internal::KeptLock {
 
 absl::StatusOr<std::unique_ptr<RedisTokenSource>> RedisTokenSource::Create(
     RedisTokenSourceOptions options) {
-  if (options.endpoint.rfind(':') == std::string::npos) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "redis endpoint \"", options.endpoint, "\" must be host:port"));
+  if (absl::StatusOr<HostPort> parsed =
+          ParseHostPort(options.endpoint, "redis endpoint",
+                        {.need_host = true, .allow_port_zero = false});
+      !parsed.ok()) {
+    return parsed.status();
   }
   if (options.prefix.empty()) {
     return absl::InvalidArgumentError("redis key prefix must not be empty");

@@ -13,6 +13,7 @@
 #include "client/kept_lock.h"
 #include "client/redis/lock_scripts.h"
 #include "client/redis/redis_connection.h"
+#include "fencegate/common/host_port.h"
 
 namespace fencegate::client {
 namespace {
@@ -129,9 +130,11 @@ absl::StatusOr<std::unique_ptr<RedlockTokenSource>> RedlockTokenSource::Create(
   }
   absl::flat_hash_set<std::string> seen;
   for (const std::string& e : options.endpoints) {
-    if (e.rfind(':') == std::string::npos || e.rfind(':') == 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("redlock endpoint \"", e, "\" must be host:port"));
+    if (absl::StatusOr<HostPort> parsed =
+            ParseHostPort(e, "redlock endpoint",
+                          {.need_host = true, .allow_port_zero = false});
+        !parsed.ok()) {
+      return parsed.status();
     }
     if (!seen.insert(e).second) {
       return absl::InvalidArgumentError(

@@ -88,6 +88,11 @@ struct SessionStatement {
 absl::StatusOr<std::vector<SessionStatement>> ClassifySessionSql(
     absl::string_view sql);
 
+// Whether setting `name` (any case) is one whose value decides whether a
+// session may write: default_transaction_read_only, transaction_read_only.
+// A session without a token may not set it, in its startup packet or in SQL.
+bool IsReadOnlySetting(absl::string_view name);
+
 // Settings pinned on every server session of the port, because they change
 // how the server reads SQL text and the gateway must read it the same way:
 // client_encoding UTF8 (libpg_query's encoding) and
