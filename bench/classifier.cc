@@ -16,7 +16,7 @@ namespace {
 
 using postgres::ClassifyStatement;
 using postgres::StatementClass;
-using postgres::StatementClassifier;
+using postgres::SqlClassifier;
 
 struct Statement {
   const char* name;
@@ -79,7 +79,7 @@ int RunClassifier(int rounds) {
       return 1;
     }
     std::vector<double> miss, hit;
-    StatementClassifier cache(StatementClassifier::Options{});
+    SqlClassifier cache(SqlClassifier::Options{});
     (void)cache.Classify(s.sql);
     for (int r = 0; r < rounds; ++r) {
       miss.push_back(NanosPerCall([&] { (void)ClassifyStatement(s.sql); }));

@@ -1,6 +1,5 @@
 // Copyright fencegate authors.
 
-#include "fencegate/common/host_port.h"
 #include "gateway/config.h"
 
 #include <errno.h>
@@ -21,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "fencegate/common/host_port.h"
 #include "fencegate/common/text_proto.h"
 #include "gateway/settings.h"
 

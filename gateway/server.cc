@@ -1,6 +1,5 @@
 // Copyright fencegate authors.
 
-#include "fencegate/common/host_port.h"
 #include "gateway/server.h"
 
 #include <sys/resource.h>
@@ -17,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
+#include "fencegate/common/host_port.h"
 #include "fencegate/common/stale_token.h"
 #include "fencegate/common/thread_name.h"
 #include "fencing/clock.h"
@@ -27,6 +27,7 @@
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 #include "observability/log.h"
+#include "postgres/classifier_gauges.h"
 #include "security/server_tls.h"
 #include "storage_adapters/postgres/config.h"
 #include "storage_adapters/uri.h"
@@ -123,9 +124,16 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
     route_names.push_back(route.name);
   }
   s->request_metrics_ = std::make_unique<RequestMetrics>(metrics, route_names);
+  s->sql_classifier_ = std::make_unique<postgres::SqlClassifier>(
+      postgres::SqlClassifier::Options{});
+  if (metrics.enabled()) {
+    s->sql_classifier_gauges_ = postgres::AddClassifierGauges(
+        *s->sql_classifier_, *metrics.scrape_gauges, {});
+  }
   absl::StatusOr<std::unique_ptr<Router>> router = Router::Create(
       adapters, options.routes, metrics,
-      [](const std::string& message) { Log(LogSeverity::kWarning, message); });
+      [](const std::string& message) { Log(LogSeverity::kWarning, message); },
+      s->sql_classifier_.get());
   if (!router.ok()) return router.status();
   s->router_ = *std::move(router);
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
@@ -362,6 +370,7 @@ absl::Status GatewayServer::StartPgPort(const GatewayOptions& options) {
   };
   context.gate = gate_.get();
   context.memory = memory_.get();
+  context.classifier = sql_classifier_.get();
   absl::StatusOr<std::unique_ptr<PgPort>> started =
       PgPort::Start(std::move(port), std::move(context));
   if (!started.ok()) return started.status();

@@ -29,6 +29,7 @@
 #include "observability/request_metrics.h"
 #include "observability/route_health.h"
 #include "pgport/pg_port.h"
+#include "postgres/sql_classifier.h"
 #include "security/audit_log.h"
 #include "security/policy.h"
 #include "security/request_gate.h"
@@ -101,6 +102,10 @@ class GatewayServer {
   // Before both ports, whose requests and sessions hold reservations.
   std::unique_ptr<MemoryBudget> memory_;
   // Before everything that writes through them or raises their fences.
+  // The one SQL classifier of both doors (its cache's gauges beside it);
+  // before the router and the port, which use it.
+  std::unique_ptr<postgres::SqlClassifier> sql_classifier_;
+  std::vector<std::shared_ptr<void>> sql_classifier_gauges_;
   std::unique_ptr<Router> router_;
   std::unique_ptr<RouteFences> route_fences_;
   std::unique_ptr<RocksDbStore> store_;

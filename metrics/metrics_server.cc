@@ -1,6 +1,5 @@
 // Copyright fencegate authors.
 
-#include "fencegate/common/host_port.h"
 #include "metrics/metrics_server.h"
 
 #include <exception>
@@ -8,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "fencegate/common/host_port.h"
 #include "prometheus/exposer.h"
 
 namespace fencegate {

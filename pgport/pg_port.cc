@@ -1,6 +1,5 @@
 // Copyright fencegate authors.
 
-#include "fencegate/common/host_port.h"
 #include "pgport/pg_port.h"
 
 #include <openssl/rand.h>
@@ -11,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "fencegate/common/host_port.h"
 #include "fencegate/common/thread_name.h"
 #include "observability/log.h"
 #include "pgport/asio.h"
@@ -172,6 +172,12 @@ absl::StatusOr<std::unique_ptr<PgPort>> PgPort::Start(PgPortOptions options,
   impl->port = impl->acceptor.local_endpoint().port();
   impl->state.options = std::move(options);
   impl->state.context = std::move(context);
+  impl->state.sql = impl->state.context.classifier;
+  if (impl->state.sql == nullptr) {
+    impl->state.own_sql = std::make_unique<postgres::SqlClassifier>(
+        postgres::SqlClassifier::Options{});
+    impl->state.sql = impl->state.own_sql.get();
+  }
   if (impl->state.options.tls.enabled()) {
     absl::StatusOr<std::unique_ptr<pgport::PortTls>> tls =
         pgport::PortTls::Create(impl->state.options.tls,

@@ -19,9 +19,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "pgport/asio.h"
 #include "pgport/pg_port.h"
-#include "pgport/session_sql_cache.h"
 #include "pgport/tls.h"
 #include "pgport/upstream.h"
+#include "postgres/sql_classifier.h"
 
 namespace fencegate::pgport {
 
@@ -50,8 +50,10 @@ struct PortState {
   int32_t next_process_id = 1;
   // TLS, if the gateway has its files; else null.
   std::unique_ptr<PortTls> tls;
-  // What the sessions' query strings and prepared statements do.
-  SessionSqlCache sql;
+  // What the sessions' query strings and prepared statements do: the
+  // gateway's SQL classifier (PgPortContext::classifier), or the port's own.
+  postgres::SqlClassifier* sql = nullptr;
+  std::unique_ptr<postgres::SqlClassifier> own_sql;
   bool stopping = false;
 };
 

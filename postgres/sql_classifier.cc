@@ -333,28 +333,32 @@ Verdict ClassifyStatement(absl::string_view sql) {
   return verdict;
 }
 
-StatementClassifier::StatementClassifier(Options options) : options_(options) {}
+SqlClassifier::SqlClassifier(Options options) : options_(options) {}
 
-Verdict StatementClassifier::Classify(absl::string_view sql, bool* hit) {
-  if (hit != nullptr) *hit = false;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = index_.find(sql);
-    if (it != index_.end()) {
-      ++hits_;
-      if (hit != nullptr) *hit = true;
-      lru_.splice(lru_.begin(), lru_, it->second);
-      return it->second->second;
-    }
-    ++misses_;
-  }
-  Verdict verdict = ClassifyStatement(sql);
-  if (sql.size() > options_.max_bytes / 4 || options_.max_entries == 0) {
-    return verdict;
-  }
+bool SqlClassifier::Lookup(absl::string_view sql,
+                           const std::function<bool(const Answers&)>& read) {
   absl::MutexLock lock(&mu_);
-  if (index_.contains(sql)) return verdict;  // Another thread kept it.
-  lru_.emplace_front(std::string(sql), verdict);
+  auto it = index_.find(sql);
+  if (it != index_.end() && read(it->second->second)) {
+    ++hits_;
+    lru_.splice(lru_.begin(), lru_, it->second);
+    return true;
+  }
+  ++misses_;
+  return false;
+}
+
+void SqlClassifier::Keep(absl::string_view sql,
+                         const std::function<void(Answers&)>& fill) {
+  if (sql.size() > options_.max_bytes / 4 || options_.max_entries == 0) return;
+  absl::MutexLock lock(&mu_);
+  auto it = index_.find(sql);
+  if (it != index_.end()) {
+    fill(it->second->second);  // The other door's text, or another thread's.
+    return;
+  }
+  lru_.emplace_front(std::string(sql), Answers{});
+  fill(lru_.front().second);
   index_.emplace(lru_.front().first, lru_.begin());
   bytes_ += sql.size();
   while (index_.size() > options_.max_entries || bytes_ > options_.max_bytes) {
@@ -363,10 +367,54 @@ Verdict StatementClassifier::Classify(absl::string_view sql, bool* hit) {
     index_.erase(oldest.first);
     lru_.pop_back();
   }
+}
+
+Verdict SqlClassifier::Classify(absl::string_view sql, bool* hit) {
+  Verdict verdict;
+  const bool found = Lookup(sql, [&](const Answers& a) {
+    if (!a.statement.has_value()) return false;
+    verdict = *a.statement;
+    return true;
+  });
+  if (hit != nullptr) *hit = found;
+  if (found) return verdict;
+  verdict = ClassifyStatement(sql);
+  Keep(sql, [&](Answers& a) { a.statement = verdict; });
   return verdict;
 }
 
-StatementClassifier::Counts StatementClassifier::counts() const {
+absl::StatusOr<std::vector<SessionStatement>> SqlClassifier::ClassifySession(
+    absl::string_view sql) {
+  SessionAnswer answer;
+  if (!Lookup(sql, [&](const Answers& a) {
+        if (!a.session.has_value()) return false;
+        answer = *a.session;
+        return true;
+      })) {
+    absl::StatusOr<std::vector<SessionStatement>> parsed =
+        ClassifySessionSql(sql);
+    if (!parsed.ok()) {
+      answer.error = parsed.status();
+    } else {
+      for (SessionStatement& statement : *parsed) {
+        answer.spans.emplace_back(
+            static_cast<size_t>(statement.text.data() - sql.data()),
+            statement.text.size());
+        statement.text = {};
+        answer.statements.push_back(std::move(statement));
+      }
+    }
+    Keep(sql, [&](Answers& a) { a.session = answer; });
+  }
+  if (!answer.error.ok()) return answer.error;
+  for (size_t i = 0; i < answer.statements.size(); ++i) {
+    answer.statements[i].text =
+        sql.substr(answer.spans[i].first, answer.spans[i].second);
+  }
+  return std::move(answer.statements);
+}
+
+SqlClassifier::Counts SqlClassifier::counts() const {
   absl::MutexLock lock(&mu_);
   return Counts{index_.size(), bytes_, hits_, misses_};
 }

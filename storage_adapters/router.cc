@@ -31,7 +31,8 @@ bool IsValidStatementName(absl::string_view name) {
 absl::StatusOr<std::unique_ptr<Router>> Router::Create(
     const AdapterRegistry& registry, const std::vector<RouteSpec>& routes,
     const MetricsContext& metrics,
-    std::function<void(const std::string&)> on_warning) {
+    std::function<void(const std::string&)> on_warning,
+    postgres::SqlClassifier* sql_classifier) {
   if (routes.empty()) {
     return absl::InvalidArgumentError("routes: at least one route is needed");
   }
@@ -46,7 +47,8 @@ absl::StatusOr<std::unique_ptr<Router>> Router::Create(
       return absl::InvalidArgumentError(
           absl::StrCat("route \"", spec.name, "\": defined twice"));
     }
-    AdapterContext context{spec.name, metrics, {}, spec.settings.get()};
+    AdapterContext context{spec.name, metrics, {}, spec.settings.get(),
+                           sql_classifier};
     if (on_warning) {
       context.on_warning = [on_warning,
                             route = spec.name](const std::string& message) {

@@ -17,7 +17,6 @@
 #include "gtest/gtest.h"
 #include "pgport/frame_reader.h"
 #include "pgport/response_queue.h"
-#include "pgport/session_sql_cache.h"
 #include "pgport/sql_quote.h"
 #include "pgport/transaction_tracker.h"
 #include "pgwire/backend.h"
@@ -229,37 +228,6 @@ TEST(SqlQuoteTest, ValuesReadBackExactlyWhateverTheyHold) {
     EXPECT_EQ(s[0].value, value) << sql;
   }
   EXPECT_EQ(QuoteIdentifier("a\"b"), "\"a\"\"b\"");
-}
-
-TEST(SessionSqlCacheTest, AnswersAsTheParserWithTextsInTheStringGiven) {
-  SessionSqlCache cache(/*max_entries=*/2);
-  for (int round = 0; round < 3; ++round) {
-    for (const char* sql : {"BEGIN; UPDATE a SET x = ';' -- c\n; COMMIT",
-                            "SET fencegate.token = 5", "SELECT 1"}) {
-      // A copy of its own each time: the texts must point into it.
-      const std::string copy = sql;
-      absl::StatusOr<std::vector<postgres::SessionStatement>> got =
-          cache.Classify(copy);
-      std::vector<postgres::SessionStatement> want = Statements(copy);
-      ASSERT_TRUE(got.ok()) << got.status();
-      ASSERT_EQ(got->size(), want.size()) << sql;
-      for (size_t i = 0; i < want.size(); ++i) {
-        EXPECT_EQ((*got)[i].effect, want[i].effect) << sql;
-        EXPECT_EQ((*got)[i].text, want[i].text) << sql;
-        EXPECT_EQ((*got)[i].value, want[i].value) << sql;
-        EXPECT_GE((*got)[i].text.data(), copy.data()) << sql;
-        EXPECT_LE((*got)[i].text.data() + (*got)[i].text.size(),
-                  copy.data() + copy.size())
-            << sql;
-      }
-      EXPECT_LE(cache.size(), 2u);
-    }
-  }
-  // A string the parser refuses is refused from the cache too.
-  for (int round = 0; round < 2; ++round) {
-    EXPECT_EQ(cache.Classify("SELEC 1").status().code(),
-              absl::StatusCode::kInvalidArgument);
-  }
 }
 
 // A connected pair of loopback sockets.

@@ -245,8 +245,8 @@ TEST(SqlClassifierTest, DeepButLegalExpressionsParse) {
 }
 
 TEST(SqlClassifierTest, CacheCountsHitsAndKeepsItsBounds) {
-  StatementClassifier classifier(
-      StatementClassifier::Options{/*max_entries=*/3, /*max_bytes=*/1000});
+  SqlClassifier classifier(
+      SqlClassifier::Options{/*max_entries=*/3, /*max_bytes=*/1000});
   bool hit = true;
   EXPECT_EQ(classifier.Classify("SELECT 1", &hit).kind, StatementClass::kSafe);
   EXPECT_FALSE(hit);
@@ -260,7 +260,7 @@ TEST(SqlClassifierTest, CacheCountsHitsAndKeepsItsBounds) {
   for (int i = 0; i < 10; ++i) {
     (void)classifier.Classify("SELECT " + std::to_string(i));
   }
-  StatementClassifier::Counts counts = classifier.counts();
+  SqlClassifier::Counts counts = classifier.counts();
   EXPECT_EQ(counts.entries, 3u);
   EXPECT_EQ(counts.bytes, 3 * std::string("SELECT 9").size());
   EXPECT_EQ(counts.hits, 3u);  // SELECT 1, SET a = 1, SELECT 1 in the loop.
@@ -271,8 +271,8 @@ TEST(SqlClassifierTest, CacheCountsHitsAndKeepsItsBounds) {
   EXPECT_FALSE(hit);
 
   // Bytes bound: texts over a quarter of it are never kept; others evict.
-  StatementClassifier small(
-      StatementClassifier::Options{/*max_entries=*/100, /*max_bytes=*/40});
+  SqlClassifier small(
+      SqlClassifier::Options{/*max_entries=*/100, /*max_bytes=*/40});
   const std::string long_sql = "SELECT 1 /* " + std::string(20, 'x') + " */";
   (void)small.Classify(long_sql);
   EXPECT_EQ(small.counts().entries, 0u);
@@ -280,6 +280,67 @@ TEST(SqlClassifierTest, CacheCountsHitsAndKeepsItsBounds) {
     (void)small.Classify("SELECT " + std::to_string(i));
   EXPECT_LE(small.counts().bytes, 40u);
   EXPECT_EQ(small.counts().entries, 40u / std::string("SELECT 1").size());
+}
+
+// The port's question, from the same cache: each statement's text points
+// into the string given, whichever string the answer was kept from.
+TEST(SqlClassifierTest, SessionAnswersAsTheParserWithTextsInTheStringGiven) {
+  SqlClassifier classifier(
+      SqlClassifier::Options{/*max_entries=*/2, /*max_bytes=*/1000});
+  for (int round = 0; round < 3; ++round) {
+    for (const char* sql : {"BEGIN; UPDATE a SET x = ';' -- c\n; COMMIT",
+                            "SET fencegate.token = 5", "SELECT 1"}) {
+      // A copy of its own each time: the texts must point into it.
+      const std::string copy = sql;
+      absl::StatusOr<std::vector<SessionStatement>> got =
+          classifier.ClassifySession(copy);
+      absl::StatusOr<std::vector<SessionStatement>> want =
+          ClassifySessionSql(copy);
+      ASSERT_TRUE(got.ok()) << got.status();
+      ASSERT_TRUE(want.ok()) << want.status();
+      ASSERT_EQ(got->size(), want->size()) << sql;
+      for (size_t i = 0; i < want->size(); ++i) {
+        EXPECT_EQ((*got)[i].effect, (*want)[i].effect) << sql;
+        EXPECT_EQ((*got)[i].text, (*want)[i].text) << sql;
+        EXPECT_EQ((*got)[i].value, (*want)[i].value) << sql;
+        EXPECT_GE((*got)[i].text.data(), copy.data()) << sql;
+        EXPECT_LE((*got)[i].text.data() + (*got)[i].text.size(),
+                  copy.data() + copy.size())
+            << sql;
+      }
+      EXPECT_LE(classifier.counts().entries, 2u);
+    }
+  }
+  // A string the parser refuses is refused from the cache too.
+  for (int round = 0; round < 2; ++round) {
+    EXPECT_EQ(classifier.ClassifySession("SELEC 1").status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+}
+
+// One text that both doors send is kept once, with each door's answer: the
+// second door's first lookup is a miss, its answer its own.
+TEST(SqlClassifierTest, BothDoorsShareOneEntryPerText) {
+  SqlClassifier classifier(SqlClassifier::Options{});
+  const std::string sql = "UPDATE jobs SET owner = $1 WHERE id = $2";
+  absl::StatusOr<std::vector<SessionStatement>> session =
+      classifier.ClassifySession(sql);
+  ASSERT_TRUE(session.ok()) << session.status();
+  ASSERT_EQ(session->size(), 1u);
+  EXPECT_EQ((*session)[0].effect, SessionEffect::kStatement);
+  bool hit = true;
+  Verdict verdict = classifier.Classify(sql, &hit);
+  EXPECT_FALSE(hit);
+  EXPECT_EQ(verdict.kind, StatementClass::kSafe);
+  EXPECT_EQ(verdict.params, 2);
+  EXPECT_EQ(classifier.Classify(sql, &hit).params, 2);
+  EXPECT_TRUE(hit);
+  ASSERT_TRUE(classifier.ClassifySession(sql).ok());
+  SqlClassifier::Counts counts = classifier.counts();
+  EXPECT_EQ(counts.entries, 1u);
+  EXPECT_EQ(counts.bytes, sql.size());
+  EXPECT_EQ(counts.misses, 2u);
+  EXPECT_EQ(counts.hits, 2u);
 }
 
 }  // namespace

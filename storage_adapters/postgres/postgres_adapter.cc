@@ -11,6 +11,7 @@
 #include "absl/synchronization/notification.h"
 #include "boost/asio/post.hpp"
 #include "fencegate/common/thread_name.h"
+#include "postgres/classifier_gauges.h"
 #include "postgres/fence_schema.h"
 #include "storage_adapters/postgres/role_check.h"
 #include "storage_adapters/postgres/sql_text.h"
@@ -21,7 +22,12 @@ PostgresAdapter::PostgresAdapter(PostgresAdapterOptions options,
     : options_(std::move(options)),
       fence_call_sql_(postgres::FenceCallSql(options_.fence_schema)),
       on_warning_(context.on_warning),
-      classifier_(postgres::StatementClassifier::Options{}),
+      own_classifier_(context.sql_classifier != nullptr
+                          ? nullptr
+                          : std::make_unique<postgres::SqlClassifier>(
+                                postgres::SqlClassifier::Options{})),
+      classifier_(context.sql_classifier != nullptr ? context.sql_classifier
+                                                    : own_classifier_.get()),
       statement_limit_(options_.statement_timeout_ms == 0
                            ? absl::InfiniteDuration()
                            : absl::Milliseconds(options_.statement_timeout_ms) +
@@ -91,15 +97,12 @@ PostgresAdapter::PostgresAdapter(PostgresAdapterOptions options,
         &lookups.Add({{"route", context.route}, {"result", "hit"}});
     classifier_misses_ =
         &lookups.Add({{"route", context.route}, {"result", "miss"}});
-    constexpr char kCacheHelp[] = "The SQL classifier's cache, by size";
-    cache_entries_gauge_ = context.metrics.scrape_gauges->Add(
-        "fencegate_postgres_classifier_cache", kCacheHelp,
-        {{"route", context.route}, {"size", "entries"}},
-        [this] { return static_cast<double>(classifier_.counts().entries); });
-    cache_bytes_gauge_ = context.metrics.scrape_gauges->Add(
-        "fencegate_postgres_classifier_cache", kCacheHelp,
-        {{"route", context.route}, {"size", "bytes"}},
-        [this] { return static_cast<double>(classifier_.counts().bytes); });
+    if (own_classifier_ != nullptr) {
+      // A shared classifier's size is the gateway's to report.
+      cache_gauges_ = postgres::AddClassifierGauges(
+          *own_classifier_, *context.metrics.scrape_gauges,
+          {{"route", context.route}});
+    }
   }
 }
 

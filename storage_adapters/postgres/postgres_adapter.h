@@ -308,8 +308,10 @@ class PostgresAdapter final : public StorageAdapter,
   const PostgresAdapterOptions options_;
   const std::string fence_call_sql_;
   const std::function<void(const std::string&)> on_warning_;
-  // Verdicts of SQL texts sent by callers (bounded cache).
-  mutable postgres::StatementClassifier classifier_;
+  // Verdicts of SQL texts sent by callers: the gateway's classifier
+  // (AdapterContext::sql_classifier), or the adapter's own.
+  std::unique_ptr<postgres::SqlClassifier> own_classifier_;
+  postgres::SqlClassifier* const classifier_;
   // What AddNamedStatement learnt of a named statement.
   struct NamedStatement {
     postgres::StatementClass kind;
@@ -333,7 +335,7 @@ class PostgresAdapter final : public StorageAdapter,
   prometheus::Counter* escapes_ = nullptr;
   prometheus::Counter* classifier_hits_ = nullptr;
   prometheus::Counter* classifier_misses_ = nullptr;
-  std::shared_ptr<void> cache_entries_gauge_, cache_bytes_gauge_;
+  std::vector<std::shared_ptr<void>> cache_gauges_;
   // The statement limit: statement_timeout_ms + 1 s (infinite if 0).
   const absl::Duration statement_limit_;
   const postgres::PgPipeline::Settings pipeline_settings_;

@@ -64,7 +64,7 @@ void PostgresAdapter::Inspect(const Operations& ops, bool* dirty,
         continue;
       }
     }
-    const postgres::Verdict verdict = classifier_.Classify(sql.sql());
+    const postgres::Verdict verdict = classifier_->Classify(sql.sql());
     *dirty |= verdict.kind == StatementClass::kDirty;
     *opaque |= postgres::CallsOutsideCatalog(verdict.callees, catalog.get());
   }
@@ -134,7 +134,7 @@ absl::Status PostgresAdapter::Validate(const WriteTarget& target,
       params = named->second.params;
     } else {
       bool hit = false;
-      const postgres::Verdict verdict = classifier_.Classify(stmt.sql(), &hit);
+      const postgres::Verdict verdict = classifier_->Classify(stmt.sql(), &hit);
       if (classifier_hits_ != nullptr) {
         (hit ? classifier_hits_ : classifier_misses_)->Increment();
       }

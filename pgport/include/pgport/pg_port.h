@@ -51,6 +51,10 @@
 
 namespace fencegate {
 
+namespace postgres {
+class SqlClassifier;
+}  // namespace postgres
+
 struct PgPortRoute {
   // The route's name: what a client gives as its database.
   std::string name;
@@ -98,6 +102,9 @@ struct PgPortContext {
   // a session holds past 64 KiB is reserved there (pgport/frame_reader.h).
   // May be null (no bound). Not owned; outlives the port.
   MemoryBudget* memory = nullptr;
+  // The gateway's SQL classifier, shared with its PostgreSQL routes; null:
+  // the port keeps its own. Not owned; outlives the port.
+  postgres::SqlClassifier* classifier = nullptr;
 };
 
 class PgPort {

@@ -25,7 +25,7 @@
 // function is matched on its last name part, whatever schema qualifies it.
 //
 // Thread safety: ClassifyStatement is a pure function, safe from any thread
-// (libpg_query keeps its memory per thread). StatementClassifier is safe for
+// (libpg_query keeps its memory per thread). SqlClassifier is safe for
 // concurrent use.
 
 #ifndef POSTGRES_SQL_CLASSIFIER_H_
@@ -33,17 +33,21 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "postgres/fence_schema.h"
+#include "postgres/session_sql.h"
 
 namespace fencegate::postgres {
 
@@ -99,13 +103,17 @@ const std::vector<std::string>& SessionStateRelations();
 // kRefused with the parser's message.
 Verdict ClassifyStatement(absl::string_view sql);
 
-// ClassifyStatement with a bounded cache of verdicts keyed by SQL text,
-// least recently used out first. Parsing costs tens of microseconds; a hit
-// costs a hash of the text under a mutex.
-class StatementClassifier {
+// The one SQL classifier of the gateway, serving both front doors:
+// ClassifyStatement (a gRPC Write's statements) and ClassifySessionSql
+// (session_sql.h: a PostgreSQL-port client's query strings and prepared
+// statements), over one bounded cache keyed by SQL text, least recently
+// used out first. Parsing costs tens of microseconds; a hit costs a hash of
+// the text under a mutex. A text both doors send is kept once, with each
+// door's answer.
+class SqlClassifier {
  public:
   struct Options {
-    // Verdicts kept at most. Default: 4096.
+    // Texts kept at most. Default: 4096.
     size_t max_entries = 4096;
     // Bytes of SQL text kept at most (texts longer than a quarter of it are
     // classified every time, never kept). Default: 4 MiB.
@@ -118,18 +126,41 @@ class StatementClassifier {
     uint64_t misses = 0;
   };
 
-  explicit StatementClassifier(Options options);
-  StatementClassifier(const StatementClassifier&) = delete;
-  StatementClassifier& operator=(const StatementClassifier&) = delete;
+  explicit SqlClassifier(Options options);
+  SqlClassifier(const SqlClassifier&) = delete;
+  SqlClassifier& operator=(const SqlClassifier&) = delete;
 
-  // The verdict for `sql`, from the cache or parsed now (and kept). Sets
+  // ClassifyStatement(sql), from the cache or parsed now (and kept). Sets
   // *hit, if given, to whether it came from the cache.
   Verdict Classify(absl::string_view sql, bool* hit = nullptr);
+
+  // ClassifySessionSql(sql), from the cache or parsed now (and kept); each
+  // statement's text points into `sql`.
+  absl::StatusOr<std::vector<SessionStatement>> ClassifySession(
+      absl::string_view sql);
 
   Counts counts() const;
 
  private:
-  using Entry = std::pair<std::string, Verdict>;
+  // ClassifySessionSql's answer, kept apart from the text it views.
+  struct SessionAnswer {
+    absl::Status error;
+    // The statements with their texts cleared, and where each lies.
+    std::vector<SessionStatement> statements;
+    std::vector<std::pair<size_t, size_t>> spans;
+  };
+  struct Answers {
+    std::optional<Verdict> statement;
+    std::optional<SessionAnswer> session;
+  };
+  using Entry = std::pair<std::string, Answers>;
+
+  // Runs `read` on the cached answers of `sql` if any (counting a hit when
+  // it returns true); otherwise counts a miss.
+  bool Lookup(absl::string_view sql,
+              const std::function<bool(const Answers&)>& read);
+  // Keeps `fill`'s answer for `sql`, unless the text is too long.
+  void Keep(absl::string_view sql, const std::function<void(Answers&)>& fill);
 
   const Options options_;
   mutable absl::Mutex mu_;

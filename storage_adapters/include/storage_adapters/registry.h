@@ -23,6 +23,10 @@
 
 namespace fencegate {
 
+namespace postgres {
+class SqlClassifier;
+}  // namespace postgres
+
 // What an adapter is handed beside its URI.
 struct AdapterContext {
   // The route the adapter serves (the `route` label of its metrics).
@@ -38,6 +42,10 @@ struct AdapterContext {
   // set, of the message type the scheme was registered with (Create checks).
   // The factory merges them with its URI's query, the shorthand form.
   const google::protobuf::Message* settings = nullptr;
+  // The gateway's SQL classifier (postgres/sql_classifier.h), which the
+  // PostgreSQL port shares; null: an adapter that classifies SQL keeps its
+  // own. Not owned; outlives the adapter.
+  postgres::SqlClassifier* sql_classifier = nullptr;
 };
 
 // Builds an adapter from a parsed URI whose scheme matched. Validates the

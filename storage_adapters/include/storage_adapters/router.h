@@ -61,11 +61,13 @@ class Router {
   // duplicate route name, a bad URI, or a bad, duplicate or refused named
   // statement (the message names the route); otherwise the factory's error.
   // Each route's adapter gets the route's name and `metrics`.
-  // Each adapter's warnings go to `on_warning`, prefixed with its route.
+  // Each adapter's warnings go to `on_warning`, prefixed with its route;
+  // each gets `sql_classifier` (AdapterContext::sql_classifier).
   static absl::StatusOr<std::unique_ptr<Router>> Create(
       const AdapterRegistry& registry, const std::vector<RouteSpec>& routes,
       const MetricsContext& metrics = {},
-      std::function<void(const std::string&)> on_warning = {});
+      std::function<void(const std::string&)> on_warning = {},
+      postgres::SqlClassifier* sql_classifier = nullptr);
 
   // INVALID_ARGUMENT, naming the field "resource", for a resource without
   // "<route>/" or with an unknown route (the message lists the known ones).
