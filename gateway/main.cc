@@ -20,13 +20,13 @@
 #include "absl/synchronization/mutex.h"
 #include "fencegate/common/flag_args.h"
 #include "fencegate/common/host_port.h"
+#include "fencegate/common/uri.h"
 #include "gateway/config.h"
 #include "gateway/server.h"
 #include "gateway/setting_flags.h"
 #include "observability/log.h"
 #include "observability/service_notify.h"
 #include "storage_adapters/builtin.h"
-#include "storage_adapters/uri.h"
 #include "token_watchers/builtin.h"
 
 namespace fencegate {

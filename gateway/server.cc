@@ -19,6 +19,7 @@
 #include "fencegate/common/host_port.h"
 #include "fencegate/common/stale_token.h"
 #include "fencegate/common/thread_name.h"
+#include "fencegate/common/uri.h"
 #include "fencing/clock.h"
 #include "fencing/rocksdb_fence_store.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -28,9 +29,8 @@
 #include "grpcpp/server_builder.h"
 #include "observability/log.h"
 #include "postgres/classifier_gauges.h"
+#include "postgres/route_options.h"
 #include "security/server_tls.h"
-#include "storage_adapters/postgres/config.h"
-#include "storage_adapters/uri.h"
 
 namespace fencegate {
 namespace {
@@ -352,7 +352,7 @@ absl::Status GatewayServer::StartPgPort(const GatewayOptions& options) {
     }
     absl::StatusOr<Uri> uri = ParseUri(route.uri);
     if (!uri.ok()) return uri.status();
-    absl::StatusOr<PostgresAdapterOptions> parsed = ParsePostgresUri(
+    absl::StatusOr<postgres::RouteOptions> parsed = postgres::ParseRouteUri(
         *uri, dynamic_cast<const v1::PostgresRoute*>(route.settings.get()));
     if (!parsed.ok()) return parsed.status();
     port.routes.push_back(PgPortRoute{route.name, *std::move(parsed)});

@@ -74,7 +74,7 @@ absl::Status ServerError(const pgwire::Frame& frame, absl::string_view when) {
 }  // namespace
 
 absl::StatusOr<UpstreamTarget> UpstreamTargetOf(
-    const PostgresAdapterOptions& options) {
+    const postgres::RouteOptions& options) {
   char* error = nullptr;
   PQconninfoOption* parsed = PQconninfoParse(options.conninfo.c_str(), &error);
   if (parsed == nullptr) {
@@ -132,7 +132,7 @@ absl::StatusOr<UpstreamTarget> UpstreamTargetOf(
 }
 
 absl::StatusOr<std::optional<UpstreamTarget>> ReadTargetOf(
-    const PostgresAdapterOptions& options, const UpstreamTarget& write) {
+    const postgres::RouteOptions& options, const UpstreamTarget& write) {
   if (options.read_user.empty()) return std::nullopt;
   if (options.read_user == write.user) {
     return absl::InvalidArgumentError(absl::StrCat(

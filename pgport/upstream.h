@@ -34,7 +34,7 @@
 #include "absl/status/statusor.h"
 #include "pgport/asio.h"
 #include "pgport/frame_reader.h"
-#include "storage_adapters/postgres/config.h"
+#include "postgres/route_options.h"
 
 namespace fencegate::pgport {
 
@@ -71,13 +71,13 @@ struct UpstreamStatement {
 // parse, a socket directory as host, no user, or an sslmode that requires
 // TLS.
 absl::StatusOr<UpstreamTarget> UpstreamTargetOf(
-    const PostgresAdapterOptions& options);
+    const postgres::RouteOptions& options);
 
 // The route's read role's target (`write` with read_user and
 // read_password), or nullopt if the route has none. INVALID_ARGUMENT if it
 // is the route's own role.
 absl::StatusOr<std::optional<UpstreamTarget>> ReadTargetOf(
-    const PostgresAdapterOptions& options, const UpstreamTarget& write);
+    const postgres::RouteOptions& options, const UpstreamTarget& write);
 
 // The SQLSTATE of a server error that Upstream returned; empty for
 // another status.

@@ -2,6 +2,7 @@
 
 #include "storage_adapters/builtin.h"
 
+#include "fencegate/v1/config.pb.h"
 #include "storage_adapters/file/config.h"
 #include "storage_adapters/noop/config.h"
 #include "storage_adapters/postgres/config.h"

@@ -14,15 +14,16 @@
 
 #include "absl/strings/str_cat.h"
 #include "fencegate/common/stale_token.h"
+#include "fencegate/common/uri.h"
 #include "fencegate/v1/errors.pb.h"
 #include "fencegate/v1/gateway.grpc.pb.h"
 #include "google/rpc/status.pb.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "postgres/fence_schema.h"
+#include "postgres/route_options.h"
 #include "pqxx/pqxx"
 #include "storage_adapters/postgres/config.h"
-#include "storage_adapters/uri.h"
 #include "tests/postgres_adapter_fixture.h"
 
 namespace fencegate {
@@ -352,7 +353,7 @@ TEST_F(PostgresAdapterTest, CustomFenceSchemaAndBadUris) {
 // here connects with these defaults, so libpq accepts them.)
 TEST(PostgresUriTest, KeepalivesAreOnUnlessTheUriSetsThem) {
   ASSERT_OK_AND_ASSIGN(plain, ParseUri("postgres://u@h/db?pool_size=2"));
-  ASSERT_OK_AND_ASSIGN(defaults, ParsePostgresUri(plain));
+  ASSERT_OK_AND_ASSIGN(defaults, postgres::ParseRouteUri(plain));
   for (const char* param : {"connect_timeout=5", "keepalives=1",
                             "keepalives_idle=30", "keepalives_interval=10",
                             "keepalives_count=3", "tcp_user_timeout=60000"}) {
@@ -362,7 +363,7 @@ TEST(PostgresUriTest, KeepalivesAreOnUnlessTheUriSetsThem) {
   ASSERT_OK_AND_ASSIGN(
       tuned,
       ParseUri("postgres://u@h/db?keepalives_idle=5&tcp_user_timeout=0"));
-  ASSERT_OK_AND_ASSIGN(options, ParsePostgresUri(tuned));
+  ASSERT_OK_AND_ASSIGN(options, postgres::ParseRouteUri(tuned));
   EXPECT_THAT(options.conninfo, HasSubstr("keepalives_idle=5"));
   EXPECT_THAT(options.conninfo,
               ::testing::Not(HasSubstr("keepalives_idle=30")));
@@ -380,7 +381,7 @@ TEST(PostgresUriTest, TheReadRoleAndItsPasswordStayOutOfMessages) {
   EXPECT_EQ(uri.redacted,
             "postgres://u:***@h/db?read_user=reader&read_password=***&"
             "password=***");
-  ASSERT_OK_AND_ASSIGN(options, ParsePostgresUri(uri));
+  ASSERT_OK_AND_ASSIGN(options, postgres::ParseRouteUri(uri));
   EXPECT_EQ(options.read_user, "reader");
   EXPECT_EQ(options.read_password, "swordfish");
   EXPECT_THAT(options.conninfo, ::testing::Not(HasSubstr("swordfish")));
@@ -388,7 +389,7 @@ TEST(PostgresUriTest, TheReadRoleAndItsPasswordStayOutOfMessages) {
   for (const char* bad : {"postgres://u@h/db?read_user=Reader%20x",
                           "postgres://u@h/db?read_password=swordfish"}) {
     ASSERT_OK_AND_ASSIGN(parsed, ParseUri(bad));
-    absl::StatusOr<PostgresAdapterOptions> refused = ParsePostgresUri(parsed);
+    absl::StatusOr<postgres::RouteOptions> refused = postgres::ParseRouteUri(parsed);
     EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument)
         << bad;
     EXPECT_THAT(refused.status().message(),

@@ -23,8 +23,8 @@
 #include "fencegate/common/flag_args.h"
 #include "gateway/config.h"
 #include "gateway/setting_flags.h"
+#include "postgres/route_options.h"
 #include "storage_adapters/builtin.h"
-#include "storage_adapters/postgres/config.h"
 #include "storage_adapters/router.h"
 #include "tests/fixtures.h"
 #include "tests/test_util.h"
@@ -325,16 +325,16 @@ TEST(SettingsTest, PostgresMdListsEveryRouteSettingWithTheSchemasDefault) {
   }
 }
 
-absl::StatusOr<PostgresAdapterOptions> ParsePostgres(
+absl::StatusOr<postgres::RouteOptions> ParsePostgres(
     const std::string& text, const v1::PostgresRoute* typed = nullptr) {
   absl::StatusOr<Uri> uri = ParseUri(text);
   if (!uri.ok()) return uri.status();
-  return ParsePostgresUri(*uri, typed);
+  return postgres::ParseRouteUri(*uri, typed);
 }
 
 TEST(PostgresRouteSettingsTest, TheSchemasDefaultsAreTheOptionsDefaults) {
   ASSERT_OK_AND_ASSIGN(parsed, ParsePostgres("postgres://u@h/db"));
-  const PostgresAdapterOptions defaults;
+  const postgres::RouteOptions defaults;
   EXPECT_EQ(parsed.pool_size, defaults.pool_size);
   EXPECT_EQ(parsed.pool_wait_ms, defaults.pool_wait_ms);
   EXPECT_EQ(parsed.spread_after_ms, defaults.spread_after_ms);
@@ -364,7 +364,7 @@ TEST(PostgresRouteSettingsTest, TypedSettingsAndTheUriShorthandMerge) {
   EXPECT_THAT(merged.conninfo, ::testing::Not(HasSubstr("pool_size")));
 
   // The same setting both ways, with different values.
-  absl::StatusOr<PostgresAdapterOptions> clash =
+  absl::StatusOr<postgres::RouteOptions> clash =
       ParsePostgres("postgres://u:pw@h/db?pool_size=4", &typed);
   EXPECT_THAT(clash, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(clash.status().message(), HasSubstr("pool_size is given both"));
@@ -376,7 +376,7 @@ TEST(PostgresRouteSettingsTest, TypedSettingsAndTheUriShorthandMerge) {
   // A typed value outside its bounds.
   v1::PostgresRoute zero;
   zero.set_pool_size(0);
-  absl::StatusOr<PostgresAdapterOptions> none =
+  absl::StatusOr<postgres::RouteOptions> none =
       ParsePostgres("postgres://u@h/db", &zero);
   EXPECT_THAT(none, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(none.status().message(),

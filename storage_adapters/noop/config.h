@@ -11,9 +11,9 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "fencegate/common/uri.h"
 #include "storage_adapters/registry.h"
 #include "storage_adapters/storage_adapter.h"
-#include "storage_adapters/uri.h"
 
 namespace fencegate {
 

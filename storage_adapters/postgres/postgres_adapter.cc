@@ -17,7 +17,7 @@
 #include "storage_adapters/postgres/sql_text.h"
 
 namespace fencegate {
-PostgresAdapter::PostgresAdapter(PostgresAdapterOptions options,
+PostgresAdapter::PostgresAdapter(postgres::RouteOptions options,
                                  const AdapterContext& context)
     : options_(std::move(options)),
       fence_call_sql_(postgres::FenceCallSql(options_.fence_schema)),
@@ -49,7 +49,7 @@ PostgresAdapter::PostgresAdapter(PostgresAdapterOptions options,
               std::clamp(absl::Milliseconds(options_.spread_after_ms),
                          absl::ZeroDuration(),
                          absl::Milliseconds(options_.pool_wait_ms) / 2),
-              kMaxBatch, PerCallerConnections(options_),
+              kMaxBatch, postgres::PerCallerConnections(options_),
               /*fair_share=*/options_.max_connections_per_caller == 0,
               absl::StrCat("postgres ", options_.redacted_uri),
               [this](absl::Duration waited) {

@@ -115,11 +115,11 @@
 #include "boost/asio/posix/stream_descriptor.hpp"
 #include "boost/asio/steady_timer.hpp"
 #include "postgres/catalog_names.h"
+#include "postgres/route_options.h"
 #include "postgres/sql_classifier.h"
 #include "prometheus/counter.h"
 #include "prometheus/histogram.h"
 #include "storage_adapters/postgres/batch_queue.h"
-#include "storage_adapters/postgres/config.h"
 #include "storage_adapters/postgres/connection_pool.h"
 #include "storage_adapters/postgres/pg_pipeline.h"
 #include "storage_adapters/registry.h"
@@ -138,7 +138,7 @@ class PostgresAdapter final : public StorageAdapter,
   // fencegate_postgres_session_escapes_total{route},
   // fencegate_postgres_classifier_lookups_total{route,result=hit|miss} and
   // fencegate_postgres_classifier_cache{route,size=entries|bytes}.
-  explicit PostgresAdapter(PostgresAdapterOptions options,
+  explicit PostgresAdapter(postgres::RouteOptions options,
                            const AdapterContext& context = {});
   ~PostgresAdapter() override;
 
@@ -305,7 +305,7 @@ class PostgresAdapter final : public StorageAdapter,
       const std::string& sql, const std::vector<std::string>& params,
       std::string* sqlstate, std::string* detail);
 
-  const PostgresAdapterOptions options_;
+  const postgres::RouteOptions options_;
   const std::string fence_call_sql_;
   const std::function<void(const std::string&)> on_warning_;
   // Verdicts of SQL texts sent by callers: the gateway's classifier

@@ -1,7 +1,7 @@
 // Copyright fencegate authors.
 //
 // Fuzzes adapter URIs and their query parameters: ParseUri, RedactUri and
-// the PostgreSQL adapter's ParsePostgresUri (which does not connect).
+// a PostgreSQL route's postgres::ParseRouteUri (which does not connect).
 // Checks, beyond "no crash, no UB, no leak":
 //   - a parsed URI's `redacted` is RedactUri of its text;
 //   - a URI with a password has "***" in its place in the redacted text and
@@ -13,8 +13,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/string_view.h"
-#include "storage_adapters/postgres/config.h"
-#include "storage_adapters/uri.h"
+#include "fencegate/common/uri.h"
+#include "postgres/route_options.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace {
@@ -60,8 +60,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   FG_FUZZ_CHECK(uri->redacted == redacted);
   if (uri->scheme != "postgres" && uri->scheme != "postgresql") return 0;
-  absl::StatusOr<fencegate::PostgresAdapterOptions> options =
-      fencegate::ParsePostgresUri(*uri);
+  absl::StatusOr<fencegate::postgres::RouteOptions> options =
+      fencegate::postgres::ParseRouteUri(*uri);
   if (!options.ok()) {
     FG_FUZZ_CHECK(
         !QuotesUnredacted(options.status().message(), text, password));

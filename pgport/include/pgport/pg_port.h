@@ -44,10 +44,10 @@
 #include "absl/time/time.h"
 #include "fencegate/common/memory_budget.h"
 #include "fencing/fencer.h"
+#include "postgres/route_options.h"
 #include "security/request_gate.h"
 #include "security/server_tls.h"
 #include "security/user_file.h"
-#include "storage_adapters/postgres/config.h"
 
 namespace fencegate {
 
@@ -58,7 +58,7 @@ class SqlClassifier;
 struct PgPortRoute {
   // The route's name: what a client gives as its database.
   std::string name;
-  PostgresAdapterOptions options;
+  postgres::RouteOptions options;
 };
 
 struct PgPortOptions {

@@ -16,10 +16,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "fencegate/common/uri.h"
 #include "google/protobuf/message.h"
 #include "metrics/metrics_context.h"
 #include "storage_adapters/storage_adapter.h"
-#include "storage_adapters/uri.h"
 
 namespace fencegate {
 

@@ -2,8 +2,8 @@
 //
 // A minimal parser for adapter URIs: scheme://authority/path?query.
 
-#ifndef STORAGE_ADAPTERS_URI_H_
-#define STORAGE_ADAPTERS_URI_H_
+#ifndef FENCEGATE_COMMON_URI_H_
+#define FENCEGATE_COMMON_URI_H_
 
 #include <string>
 
@@ -40,4 +40,4 @@ std::string RedactUri(absl::string_view text);
 
 }  // namespace fencegate
 
-#endif  // STORAGE_ADAPTERS_URI_H_
+#endif  // FENCEGATE_COMMON_URI_H_

@@ -1,6 +1,6 @@
 // Copyright fencegate authors.
 
-#include "storage_adapters/uri.h"
+#include "fencegate/common/uri.h"
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
