@@ -23,52 +23,53 @@
 
 namespace fencegate {
 
-// The defaults below are the schema's (config.proto's `setting` options),
-// which ResolveOptions applies; SettingsTest checks that they agree.
+// Built by ResolveOptions only, the one place that turns the configuration
+// into options: every field holds what the configuration says, or its
+// schema default (config.proto's `setting` options, the only place a
+// default is written; the "Default:" notes below repeat them for the
+// reader). A GatewayOptions left as constructed holds zeros, which
+// GatewayServer::Start refuses where they cannot work.
 struct GatewayOptions {
   // host:port; port 0 picks a free port (see GatewayServer::port()).
   // Default: 127.0.0.1:7070.
-  std::string listen_address = "127.0.0.1:7070";
+  std::string listen_address;
   // Absolute path of the data directory; the fence store lives in
   // <data_dir>/fence. Default: ./fencegate-data made absolute.
   std::string data_dir;
   // Default: {"files", "file://<data_dir>/files"}.
   std::vector<RouteSpec> routes;
   // Largest request accepted. Default: 16 MiB.
-  uint32_t max_message_bytes = 16 << 20;
+  uint32_t max_message_bytes{};
   // Most operations in one Write. Default: 1000.
-  uint32_t max_ops_per_write = 1000;
+  uint32_t max_ops_per_write{};
   // Client connections open at once on the gRPC port (TCP only); more are
   // closed at accept. Default: 1000.
-  uint32_t max_connections = 1000;
+  uint32_t max_connections{};
   // Concurrent RPCs on one connection. Default: 100.
-  uint32_t max_concurrent_streams = 100;
+  uint32_t max_concurrent_streams{};
   // gRPC's ResourceQuota, in bytes. Default: 512 MiB.
-  uint64_t memory_limit_bytes = uint64_t{512} << 20;
+  uint64_t memory_limit_bytes{};
   // Connection age before GOAWAY, and the grace after it. Default: 600 s,
   // 60 s.
-  absl::Duration max_connection_age = absl::Seconds(600);
-  absl::Duration max_connection_age_grace = absl::Seconds(60);
+  absl::Duration max_connection_age;
+  absl::Duration max_connection_age_grace;
   // Idle connections are closed after it. Default: 300 s.
-  absl::Duration max_connection_idle = absl::Seconds(300);
+  absl::Duration max_connection_idle;
   // HTTP/2 handshake deadline of a new connection. Default: 10 s.
-  absl::Duration handshake_timeout = absl::Seconds(10);
+  absl::Duration handshake_timeout;
   // Fences kept in memory. Default: 100000.
-  uint32_t max_cached_domains = 100000;
+  uint32_t max_cached_domains{};
   // Acquire calls waiting at once. Default: 1024.
-  uint32_t max_waiting_acquires = 1024;
+  uint32_t max_waiting_acquires{};
   // Threads for fence syncs and storage I/O. Default: max(4, 2 * cores).
-  uint32_t io_threads = 0;
+  uint32_t io_threads{};
   // How long SIGTERM waits for in-flight requests. Default: 30 s.
-  absl::Duration shutdown_grace = absl::Seconds(30);
+  absl::Duration shutdown_grace;
   // Log every accepted write, not only fence advances and errors.
   // Default: false.
-  bool log_writes = false;
-  // How often each route's storage is probed for its health
-  // ("route/<name>"). Default: 2 s.
-  absl::Duration route_health_interval = absl::Seconds(2);
+  bool log_writes{};
   // The log's format on stderr. Default: text.
-  LogFormat log_format = LogFormat::kText;
+  LogFormat log_format{};
   // host:port serving GET /metrics; empty: metrics off. Default: off.
   std::string metrics_listen;
   // The lock services whose locks the gateway follows, raising each lock's
@@ -80,7 +81,7 @@ struct GatewayOptions {
   // Default: none.
   std::string policy_path;
   // Serve a non-loopback address without mTLS and a policy. Default: false.
-  bool insecure_allow_remote = false;
+  bool insecure_allow_remote{};
   // Audit log file. Default: none.
   std::string audit_log_path;
   // The PostgreSQL protocol port: host:port, or empty (off). Default: off.
@@ -88,9 +89,9 @@ struct GatewayOptions {
   // Its user file; empty admits every client (loopback only).
   std::string pg_user_file;
   // Default: 100.
-  uint32_t pg_max_connections = 100;
+  uint32_t pg_max_connections{};
   // Default: 60 s; zero: never.
-  absl::Duration pg_idle_transaction_timeout = absl::Seconds(60);
+  absl::Duration pg_idle_transaction_timeout;
 };
 
 // Whether `listen_address` ("host:port") only accepts connections from this

@@ -39,6 +39,9 @@ namespace {
 // route's fence-table connections (postgres_adapter.h).
 constexpr size_t kRaiseThreads = 16;
 
+// How often each route's storage is probed for its health ("route/<name>").
+constexpr absl::Duration kRouteHealthInterval = absl::Seconds(2);
+
 // Whether gRPC listens on a unix socket for `listen_address`.
 bool IsUnixAddress(absl::string_view listen_address) {
   return absl::StartsWith(listen_address, "unix:") ||
@@ -110,6 +113,11 @@ void GatewayServer::RaiseFenceForHolder(absl::string_view kind,
 absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
     const GatewayOptions& options, const AdapterRegistry& adapters,
     const TokenWatcherRegistry& watchers) {
+  if (options.io_threads == 0 || options.max_message_bytes == 0 ||
+      options.listen_address.empty()) {
+    return absl::InvalidArgumentError(
+        "gateway options left unset: build them with ResolveOptions");
+  }
   std::unique_ptr<GatewayServer> s(new GatewayServer());
   MetricsContext metrics;
   if (!options.metrics_listen.empty()) {
@@ -182,13 +190,7 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
   for (const RouteFences::Line& line : *recovered) {
     Log(line.warning ? LogSeverity::kWarning : LogSeverity::kInfo, line.text);
   }
-  // 0 (a GatewayOptions left as constructed): the flag's default.
-  s->pool_ = std::make_unique<IoPool>(
-      options.io_threads != 0
-          ? options.io_threads
-          : std::max(4u,
-                     2 * std::max(1u, std::thread::hardware_concurrency())),
-      "fg-io");
+  s->pool_ = std::make_unique<IoPool>(options.io_threads, "fg-io");
   // As many as a PostgreSQL route has fence-table connections
   // (postgres_adapter.h): raises beyond that many waiting at once queue.
   s->raise_pool_ = std::make_unique<IoPool>(kRaiseThreads, "fg-raise");
@@ -209,7 +211,7 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
   // Counted once before serving: a gateway that shares its storage with
   // others serves no LEASE-bound domain (fleet_watch.h).
   s->fleet_watch_ = std::make_unique<FleetWatch>(s->router_->Adapters(),
-                                                 options.route_health_interval);
+                                                 kRouteHealthInterval);
   s->fleet_watch_->Start();
   RequestGateOptions gate_options;
   gate_options.audit = s->audit_.get();
@@ -323,7 +325,7 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
   health->SetServingStatus("fencegate.v1.Gateway", true);
   health->SetServingStatus("fencegate.v1.Lease", true);
   s->route_health_ = std::make_unique<RouteHealth>(
-      s->router_->Adapters(), health, options.route_health_interval);
+      s->router_->Adapters(), health, kRouteHealthInterval);
   s->route_health_->Start();
   if (!options.pg_listen.empty()) {
     if (absl::Status st = s->StartPgPort(options); !st.ok()) return st;

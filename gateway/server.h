@@ -47,10 +47,11 @@ class GatewayServer {
   // from `adapters`, loads the policy and opens the audit log if
   // configured, builds and starts the configured token watchers from
   // `watchers` (each has reported every current lock holder when this
-  // returns), and starts serving. INVALID_ARGUMENT for a bad route, URI,
-  // policy, watcher, TLS file or audit log path; UNAVAILABLE if the store is
-  // locked by another process, a lock service cannot be read, or the
-  // address cannot be bound.
+  // returns), and starts serving. `options` come from ResolveOptions
+  // (INVALID_ARGUMENT for options left as constructed). INVALID_ARGUMENT
+  // for a bad route, URI, policy, watcher, TLS file or audit log path;
+  // UNAVAILABLE if the store is locked by another process, a lock service
+  // cannot be read, or the address cannot be bound.
   static absl::StatusOr<std::unique_ptr<GatewayServer>> Start(
       const GatewayOptions& options, const AdapterRegistry& adapters,
       const TokenWatcherRegistry& watchers);

@@ -12,6 +12,7 @@
 
 #include "absl/synchronization/notification.h"
 #include "fencegate/v1/gateway.grpc.pb.h"
+#include "gateway/config.h"
 #include "gateway/server.h"
 #include "gateway/write_request.h"
 #include "gmock/gmock.h"
@@ -59,9 +60,10 @@ TEST(GatewayLongSqlTest, ALongWriteIsCheckedOffGrpcsThreads) {
         return absl::StatusOr<std::unique_ptr<StorageAdapter>>(
             std::unique_ptr<StorageAdapter>(held));
       }));
-  GatewayOptions options;
-  options.listen_address = "127.0.0.1:0";
-  options.data_dir = dir.path();
+  v1::GatewayConfig config;
+  config.set_listen_address("127.0.0.1:0");
+  config.set_data_dir(dir.path());
+  ASSERT_OK_AND_ASSIGN(options, ResolveOptions(config));
   options.routes = {{"db", "held://"},
                     {"files", "file://" + dir.path() + "/files"}};
   TokenWatcherRegistry watchers;  // None configured.

@@ -8,6 +8,7 @@
 
 #include "absl/synchronization/notification.h"
 #include "fencegate/v1/gateway.grpc.pb.h"
+#include "gateway/config.h"
 #include "gateway/server.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
@@ -45,9 +46,10 @@ TEST(GatewayShutdownTest, InFlightWriteFinishesAndNewOnesAreRefused) {
         return absl::StatusOr<std::unique_ptr<StorageAdapter>>(
             std::unique_ptr<StorageAdapter>(blocking));
       }));
-  GatewayOptions options;
-  options.listen_address = "127.0.0.1:0";
-  options.data_dir = dir.path();
+  v1::GatewayConfig config;
+  config.set_listen_address("127.0.0.1:0");
+  config.set_data_dir(dir.path());
+  ASSERT_OK_AND_ASSIGN(options, ResolveOptions(config));
   options.routes = {{"slow", "block://"},
                     {"files", "file://" + dir.path() + "/files"}};
   options.io_threads = 4;

@@ -22,6 +22,7 @@
 #include "absl/strings/strip.h"
 #include "fencegate/common/flag_args.h"
 #include "gateway/config.h"
+#include "gateway/server.h"
 #include "gateway/setting_flags.h"
 #include "postgres/route_options.h"
 #include "storage_adapters/builtin.h"
@@ -204,31 +205,54 @@ TEST(SettingsTest, BadValuesAreRefusedNamingTheFlag) {
   }
 }
 
-TEST(SettingsTest, TheSchemasDefaultsAreTheOptionsDefaults) {
+// ResolveOptions, the one builder of GatewayOptions, fills every setting
+// the configuration leaves out with the schema's default (FillSettingDefaults
+// reads them from config.proto): no other default exists to drift.
+TEST(SettingsTest, ResolveOptionsAppliesTheSchemasDefaults) {
   testing::TempDir dir;
   v1::GatewayConfig config;
   config.set_data_dir(dir.path() + "/data");
   ASSERT_OK_AND_ASSIGN(resolved, ResolveOptions(config));
-  const GatewayOptions defaults;
-  EXPECT_EQ(resolved.listen_address, defaults.listen_address);
-  EXPECT_EQ(resolved.max_message_bytes, defaults.max_message_bytes);
-  EXPECT_EQ(resolved.max_ops_per_write, defaults.max_ops_per_write);
-  EXPECT_EQ(resolved.max_connections, defaults.max_connections);
-  EXPECT_EQ(resolved.max_concurrent_streams, defaults.max_concurrent_streams);
-  EXPECT_EQ(resolved.memory_limit_bytes, defaults.memory_limit_bytes);
-  EXPECT_EQ(resolved.max_connection_age, defaults.max_connection_age);
+  v1::GatewayConfig schema;
+  ASSERT_OK(FillSettingDefaults(&schema));
+  const v1::Limits& limits = schema.limits();
+  EXPECT_EQ(resolved.listen_address, schema.listen_address());
+  EXPECT_EQ(resolved.max_message_bytes, limits.max_message_bytes());
+  EXPECT_EQ(resolved.max_ops_per_write, limits.max_ops_per_write());
+  EXPECT_EQ(resolved.max_connections, limits.max_connections());
+  EXPECT_EQ(resolved.max_concurrent_streams, limits.max_concurrent_streams());
+  EXPECT_EQ(resolved.memory_limit_bytes,
+            uint64_t{limits.memory_limit_mib()} << 20);
+  EXPECT_EQ(resolved.max_connection_age,
+            absl::Seconds(limits.max_connection_age_seconds()));
   EXPECT_EQ(resolved.max_connection_age_grace,
-            defaults.max_connection_age_grace);
-  EXPECT_EQ(resolved.max_connection_idle, defaults.max_connection_idle);
-  EXPECT_EQ(resolved.handshake_timeout, defaults.handshake_timeout);
-  EXPECT_EQ(resolved.max_cached_domains, defaults.max_cached_domains);
-  EXPECT_EQ(resolved.max_waiting_acquires, defaults.max_waiting_acquires);
-  EXPECT_EQ(resolved.shutdown_grace, defaults.shutdown_grace);
-  EXPECT_EQ(resolved.log_writes, defaults.log_writes);
-  EXPECT_EQ(resolved.log_format, defaults.log_format);
-  EXPECT_EQ(resolved.metrics_listen, defaults.metrics_listen);
-  EXPECT_EQ(resolved.tls.refresh, defaults.tls.refresh);
-  EXPECT_EQ(resolved.insecure_allow_remote, defaults.insecure_allow_remote);
+            absl::Seconds(limits.max_connection_age_grace_seconds()));
+  EXPECT_EQ(resolved.max_connection_idle,
+            absl::Seconds(limits.max_connection_idle_seconds()));
+  EXPECT_EQ(resolved.handshake_timeout,
+            absl::Seconds(limits.handshake_timeout_seconds()));
+  EXPECT_EQ(resolved.max_cached_domains, limits.max_cached_domains());
+  EXPECT_EQ(resolved.max_waiting_acquires, limits.max_waiting_acquires());
+  EXPECT_EQ(resolved.shutdown_grace,
+            absl::Seconds(schema.shutdown_grace_seconds()));
+  EXPECT_EQ(resolved.log_writes, schema.log_writes());
+  EXPECT_EQ(resolved.log_format,
+            schema.log_format() == "json" ? LogFormat::kJson : LogFormat::kText);
+  EXPECT_EQ(resolved.metrics_listen, schema.metrics_listen());
+  EXPECT_EQ(resolved.tls.refresh,
+            absl::Seconds(schema.tls().refresh_seconds()));
+  EXPECT_EQ(resolved.insecure_allow_remote, schema.insecure_allow_remote());
+  EXPECT_EQ(resolved.pg_max_connections, schema.pg().max_connections());
+  EXPECT_EQ(resolved.pg_idle_transaction_timeout,
+            absl::Milliseconds(schema.pg().idle_transaction_timeout_ms()));
+  // io_threads' default (0) is computed here: max(4, 2 x cores).
+  EXPECT_EQ(schema.io_threads(), 0u);
+  EXPECT_GE(resolved.io_threads, 4u);
+  // Options left as constructed are refused, not served with zeros.
+  TokenWatcherRegistry watchers;
+  AdapterRegistry adapters;
+  EXPECT_THAT(GatewayServer::Start(GatewayOptions{}, adapters, watchers),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 // The rows of docs/operations.md's flag table: "| `--a=X`, `--b` | default |
@@ -332,19 +356,57 @@ absl::StatusOr<postgres::RouteOptions> ParsePostgres(
   return postgres::ParseRouteUri(*uri, typed);
 }
 
-TEST(PostgresRouteSettingsTest, TheSchemasDefaultsAreTheOptionsDefaults) {
+// ParseRouteUri, the one builder of a route's options, takes each setting
+// a URI leaves out from the schema: ParseRouteSettings fills every field
+// with its `setting` default_value (config.proto), and the options carry
+// those values.
+TEST(PostgresRouteSettingsTest, ParseRouteUriAppliesTheSchemasDefaults) {
+  ASSERT_OK_AND_ASSIGN(uri, ParseUri("postgres://u@h/db"));
+  std::vector<std::string> libpq;
+  ASSERT_OK_AND_ASSIGN(settings,
+                       postgres::ParseRouteSettings(uri, nullptr, &libpq));
+  const google::protobuf::Descriptor* d = v1::PostgresRoute::descriptor();
+  const google::protobuf::Reflection* r = settings.GetReflection();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const FieldDescriptor* f = d->field(i);
+    const std::string& want =
+        f->options().GetExtension(v1::setting).default_value();
+    if (want.empty() || f->is_repeated()) continue;
+    SCOPED_TRACE(f->name());
+    std::string got;
+    switch (f->cpp_type()) {
+      case FieldDescriptor::CPPTYPE_UINT32:
+        got = absl::StrCat(r->GetUInt32(settings, f));
+        break;
+      case FieldDescriptor::CPPTYPE_BOOL:
+        got = r->GetBool(settings, f) ? "true" : "false";
+        break;
+      case FieldDescriptor::CPPTYPE_STRING:
+        got = r->GetString(settings, f);
+        break;
+      default:
+        ADD_FAILURE() << "a setting of a type this test does not read";
+    }
+    EXPECT_EQ(got, want);
+  }
   ASSERT_OK_AND_ASSIGN(parsed, ParsePostgres("postgres://u@h/db"));
-  const postgres::RouteOptions defaults;
-  EXPECT_EQ(parsed.pool_size, defaults.pool_size);
-  EXPECT_EQ(parsed.pool_wait_ms, defaults.pool_wait_ms);
-  EXPECT_EQ(parsed.spread_after_ms, defaults.spread_after_ms);
-  EXPECT_EQ(parsed.statement_timeout_ms, defaults.statement_timeout_ms);
-  EXPECT_EQ(parsed.fence_schema, defaults.fence_schema);
-  EXPECT_EQ(parsed.max_result_rows, defaults.max_result_rows);
-  EXPECT_EQ(parsed.max_result_bytes, defaults.max_result_bytes);
-  EXPECT_EQ(parsed.allow_privileged_role, defaults.allow_privileged_role);
-  EXPECT_EQ(parsed.allow_dirty_statements, defaults.allow_dirty_statements);
-  EXPECT_EQ(parsed.search_path, defaults.search_path);
+  EXPECT_EQ(parsed.pool_size, static_cast<int>(settings.pool_size()));
+  EXPECT_EQ(parsed.pool_wait_ms, settings.pool_wait_ms());
+  EXPECT_EQ(parsed.spread_after_ms, settings.spread_after_ms());
+  EXPECT_EQ(parsed.statement_timeout_ms, settings.statement_timeout_ms());
+  EXPECT_EQ(parsed.fence_schema, settings.fence_schema());
+  EXPECT_EQ(parsed.max_result_rows, settings.max_result_rows());
+  EXPECT_EQ(parsed.max_result_bytes, settings.max_result_bytes());
+  EXPECT_EQ(parsed.max_sql_bytes, settings.max_sql_bytes());
+  EXPECT_EQ(parsed.max_connections_per_caller,
+            settings.max_connections_per_caller());
+  EXPECT_EQ(parsed.allow_privileged_role, settings.allow_privileged_role());
+  EXPECT_EQ(parsed.allow_dirty_statements, settings.allow_dirty_statements());
+  EXPECT_EQ(parsed.search_path,
+            std::vector<std::string>(settings.search_path().begin(),
+                                     settings.search_path().end()));
+  EXPECT_EQ(parsed.search_path,
+            (std::vector<std::string>{"$user", "public"}));
 }
 
 TEST(PostgresRouteSettingsTest, TypedSettingsAndTheUriShorthandMerge) {

@@ -61,6 +61,8 @@ struct PgPortRoute {
   postgres::RouteOptions options;
 };
 
+// Filled by the gateway from its options (GatewayServer), whose values
+// come from the configuration or config.proto's defaults: no default here.
 struct PgPortOptions {
   // host:port; port 0 picks one (PgPort::port()).
   std::string listen_address;
@@ -75,17 +77,17 @@ struct PgPortOptions {
   ServerTlsOptions tls;
   // A client certificate is required (a policy is in force: it grants
   // certificate identities).
-  bool require_client_certificate = false;
+  bool require_client_certificate{};
   // Client sessions open at once; more are refused (SQLSTATE 53300).
-  uint32_t max_connections = 100;
+  uint32_t max_connections{};
   // Largest message a client may send, header included.
-  size_t max_message_bytes = 16 << 20;
+  size_t max_message_bytes{};
   // A session must have signed in (startup packet, TLS handshake, password)
   // and have its server connection within this; else it is closed, so
   // that silent connections cannot hold the session slots. 0: no limit.
-  absl::Duration startup_timeout = absl::Seconds(10);
+  absl::Duration startup_timeout;
   // A session idle inside a transaction this long is ended. 0: never.
-  absl::Duration idle_transaction_timeout = absl::Seconds(60);
+  absl::Duration idle_transaction_timeout;
   std::vector<PgPortRoute> routes;
 };
 

@@ -41,46 +41,46 @@
 
 namespace fencegate::postgres {
 
-// The defaults below are PostgresRoute's, which ParseRouteUri applies
-// (PostgresUriTest.TheSchemasDefaultsAreTheOptionsDefaults checks that they
-// agree).
+// Built by ParseRouteUri only, from the route's settings with
+// PostgresRoute's defaults filled (config.proto, the only place a default is
+// written; the "Default:" notes below repeat them for the reader).
 struct RouteOptions {
   // libpq connection URI, without the adapter's own parameters.
   std::string conninfo;
   // The URI with any password replaced by "***", for messages and logs.
   std::string redacted_uri;
   // Default: 8.
-  int pool_size = 8;
+  int pool_size{};
   // Default: 10 s.
-  int64_t pool_wait_ms = 10000;
+  int64_t pool_wait_ms{};
   // How long queued writes wait for a busy connection's next batch before
   // an idle (or new) connection takes them; 0 takes them at once. Fewer
   // connections in use carry bigger batches. At most half of pool_wait_ms
   // takes effect. Default: 5 ms.
-  int64_t spread_after_ms = 5;
+  int64_t spread_after_ms{};
   // PostgreSQL's statement_timeout of every connection (sent in the
   // startup packet, so that the per-Write reset restores it), and the
   // gateway's own limit on one Write's run, past which it cancels the
   // Write (PQcancel) whatever the session set. 0 disables both.
   // Default: 30 s.
-  int64_t statement_timeout_ms = 30000;
+  int64_t statement_timeout_ms{};
   // Schema of the fence table and function (fence_schema.h), a plain
   // identifier. Default: fencegate.
-  std::string fence_schema = "fencegate";
+  std::string fence_schema;
   // Rows returned per Write, in total. Default: 1000.
-  int64_t max_result_rows = 1000;
+  int64_t max_result_rows{};
   // Bytes of returned fields per Write, in total; rows past it are left
   // out (truncated: true). Default: 4 MiB.
-  int64_t max_result_bytes = 4 << 20;
+  int64_t max_result_bytes{};
   // Bytes of SQL text per Write, in all its statements (a named
   // statement's, classified at start-up, not counted); a Write with more is
   // INVALID_ARGUMENT, unparsed. At most 1 MiB, what the parser takes.
-  int64_t max_sql_bytes = 1 << 20;
+  int64_t max_sql_bytes{};
   // Connections one caller's writes may occupy at once (WriteTarget::
   // caller); 0: a fair share, pool_size divided by the callers with writes
   // queued or in flight, at most pool_size - 1. Writes without a caller
   // are not counted.
-  int64_t max_connections_per_caller = 0;
+  int64_t max_connections_per_caller{};
   // Function names outside pg_catalog vouched to change no session state
   // (catalog_names.h): Writes that call them keep their batch.
   std::vector<std::string> session_safe_functions;
@@ -88,15 +88,15 @@ struct RouteOptions {
   // pg_execute_server_program, pg_read_server_files or
   // pg_write_server_files, or one that can write the fence table
   // directly. Default: false (such a connection is refused).
-  bool allow_privileged_role = false;
+  bool allow_privileged_role{};
   // Take DO blocks and CALLs (sql_classifier.h: dirty), which may change
   // anything the session keeps: each runs last in its batch, inside
   // BEGIN ... COMMIT, and the session is reset (DISCARD ALL) before its
   // connection serves anyone else. Default: false (INVALID_ARGUMENT).
-  bool allow_dirty_statements = false;
+  bool allow_dirty_statements{};
   // The session's search_path, sent in the startup packet with pg_temp
   // appended last. Default: $user, public.
-  std::vector<std::string> search_path = {"$user", "public"};
+  std::vector<std::string> search_path;
   // The PostgreSQL port's role for sessions without a token, and its
   // password; empty: none (such sessions are refused). The adapter itself
   // never uses them.
