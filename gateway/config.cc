@@ -22,6 +22,7 @@
 #include "absl/strings/strip.h"
 #include "fencegate/common/host_port.h"
 #include "fencegate/common/text_proto.h"
+#include "fencegate/common/uri.h"
 #include "gateway/settings.h"
 
 namespace fencegate {
@@ -101,10 +102,12 @@ absl::StatusOr<GatewayOptions> ResolveOptions(const v1::GatewayConfig& given) {
   const std::filesystem::path fence_dir =
       std::filesystem::path(options.data_dir) / "fence";
   for (const RouteSpec& route : options.routes) {
-    if (!absl::StartsWith(route.uri, "file://")) continue;
+    // A bad URI is the router's to report; the scheme in any case.
+    absl::StatusOr<Uri> uri = ParseUri(route.uri);
+    if (!uri.ok() || uri->scheme != "file") continue;
     std::error_code ec;
     std::filesystem::path root = std::filesystem::weakly_canonical(
-        std::filesystem::path(route.uri.substr(strlen("file://"))), ec);
+        std::filesystem::path(uri->path), ec);  // The adapter's root.
     if (ec) continue;  // The adapter reports unusable roots itself.
     auto within = [](const std::filesystem::path& inner,
                      const std::filesystem::path& outer) {

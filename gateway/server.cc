@@ -348,12 +348,13 @@ absl::Status GatewayServer::StartPgPort(const GatewayOptions& options) {
     port.users = std::make_shared<const UserFile>(*std::move(users));
   }
   for (const RouteSpec& route : options.routes) {
-    if (!absl::StartsWith(route.uri, "postgres://") &&
-        !absl::StartsWith(route.uri, "postgresql://")) {
+    // As the router parsed it: the scheme in lower case, whatever its case
+    // in the configuration.
+    const Uri* uri = router_->UriOf(route.name);
+    if (uri == nullptr ||
+        (uri->scheme != "postgres" && uri->scheme != "postgresql")) {
       continue;
     }
-    absl::StatusOr<Uri> uri = ParseUri(route.uri);
-    if (!uri.ok()) return uri.status();
     absl::StatusOr<postgres::RouteOptions> parsed = postgres::ParseRouteUri(
         *uri, dynamic_cast<const v1::PostgresRoute*>(route.settings.get()));
     if (!parsed.ok()) return parsed.status();

@@ -25,6 +25,12 @@ absl::StatusOr<std::unique_ptr<StorageAdapter>> AdapterRegistry::Create(
     absl::string_view text, const AdapterContext& context) const {
   absl::StatusOr<Uri> uri = ParseUri(text);
   if (!uri.ok()) return uri.status();
+  return Create(*uri, context);
+}
+
+absl::StatusOr<std::unique_ptr<StorageAdapter>> AdapterRegistry::Create(
+    const Uri& parsed, const AdapterContext& context) const {
+  const Uri* uri = &parsed;
   auto it = factories_.find(uri->scheme);
   if (it == factories_.end()) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -55,14 +55,17 @@ absl::StatusOr<std::unique_ptr<Router>> Router::Create(
         on_warning(absl::StrCat("route ", route, ": ", message));
       };
     }
+    absl::StatusOr<Uri> uri = ParseUri(spec.uri);
     absl::StatusOr<std::unique_ptr<StorageAdapter>> adapter =
-        registry.Create(spec.uri, context);
+        uri.ok() ? registry.Create(*uri, context)
+                 : absl::StatusOr<std::unique_ptr<StorageAdapter>>(
+                       uri.status());
     if (!adapter.ok()) {
       return absl::Status(adapter.status().code(),
                           absl::StrCat("route \"", spec.name,
                                        "\": ", adapter.status().message()));
     }
-    Route route{*std::move(adapter), {}};
+    Route route{*std::move(uri), *std::move(adapter), {}};
     for (const NamedStatementSpec& statement : spec.statements) {
       const std::string& name = statement.name;
       const std::string& sql = statement.sql;
@@ -161,6 +164,11 @@ std::vector<std::pair<std::string, StorageAdapter*>> Router::Adapters() const {
   }
   std::sort(adapters.begin(), adapters.end());
   return adapters;
+}
+
+const Uri* Router::UriOf(absl::string_view name) const {
+  auto it = routes_.find(name);
+  return it == routes_.end() ? nullptr : &it->second.uri;
 }
 
 }  // namespace fencegate

@@ -33,6 +33,21 @@ TEST_F(RouterTest, ResolvesByFirstSegment) {
   EXPECT_NE(other.adapter, r.adapter);
 }
 
+// A route's URI is parsed once, by the router, which hands it to whatever
+// else serves the route (the PostgreSQL port) with its scheme in lower case.
+TEST_F(RouterTest, KeepsEachRoutesParsedUri) {
+  const std::string upper = "FILE://" + dir_.path() + "/u";
+  ASSERT_OK_AND_ASSIGN(router, Router::Create(registry_, {{"files", Uri("a")},
+                                                          {"u", upper}}));
+  const fencegate::Uri* uri = router->UriOf("u");
+  ASSERT_NE(uri, nullptr);
+  EXPECT_EQ(uri->scheme, "file");
+  EXPECT_EQ(uri->path, dir_.path() + "/u");
+  EXPECT_EQ(uri->text, upper);
+  EXPECT_EQ(router->UriOf("files")->path, dir_.path() + "/a");
+  EXPECT_EQ(router->UriOf("nope"), nullptr);
+}
+
 TEST_F(RouterTest, UnknownOrMalformedResourceIsInvalid) {
   ASSERT_OK_AND_ASSIGN(router,
                        Router::Create(registry_, {{"files", Uri("a")}}));
@@ -133,6 +148,10 @@ TEST(ConfigTest, ErrorsNameTheLine) {
               StatusIs(absl::StatusCode::kInvalidArgument));
   route->set_uri("file://" + dir.path() + "/data/fences");  // A sibling.
   EXPECT_OK(ResolveOptions(overlap).status());
+  // The scheme in any case is the file adapter's (RFC 3986): checked too.
+  route->set_uri("FILE://" + dir.path() + "/data");
+  EXPECT_THAT(ResolveOptions(overlap),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 
   v1::GatewayConfig huge;
   huge.set_data_dir(dir.path());

@@ -74,6 +74,9 @@ class AdapterRegistry {
   // type for settings of a type the scheme does not take.
   absl::StatusOr<std::unique_ptr<StorageAdapter>> Create(
       absl::string_view uri, const AdapterContext& context = {}) const;
+  // The same for a URI parsed already.
+  absl::StatusOr<std::unique_ptr<StorageAdapter>> Create(
+      const Uri& uri, const AdapterContext& context = {}) const;
 
   // Registered schemes, sorted.
   std::vector<std::string> Schemes() const;

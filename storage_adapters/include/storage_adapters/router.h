@@ -89,11 +89,17 @@ class Router {
   // Every route's name and adapter (owned by the Router), by name.
   std::vector<std::pair<std::string, StorageAdapter*>> Adapters() const;
 
+  // The URI of route `name` as the Router parsed it (its scheme in lower
+  // case), once, for whatever else serves the route (the PostgreSQL port);
+  // null for an unknown route.
+  const Uri* UriOf(absl::string_view name) const;
+
   // Calls every adapter's CancelInFlight().
   void CancelInFlight() const;
 
  private:
   struct Route {
+    Uri uri;
     std::unique_ptr<StorageAdapter> adapter;
     absl::flat_hash_map<std::string, std::string> statements;
   };
