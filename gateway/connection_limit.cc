@@ -3,12 +3,9 @@
 #include "gateway/connection_limit.h"
 
 #include <arpa/inet.h>
-#include <dlfcn.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -21,9 +18,9 @@
 #include "absl/strings/str_cat.h"
 #include "grpcpp/server_context.h"
 #include "observability/log.h"
+#include "platform/accept_hook.h"
+#include "platform/descriptor_reserve.h"
 #include "prometheus/counter.h"
-
-extern "C" int accept4(int fd, sockaddr* addr, socklen_t* len, int flags);
 
 namespace fencegate {
 namespace {
@@ -32,27 +29,12 @@ namespace {
 // into the next line.
 constexpr absl::Duration kReportEvery = absl::Seconds(10);
 
-using Accept4 = int (*)(int, sockaddr*, socklen_t*, int);
-
-// The C library's accept4 (the next definition after this one).
-int RealAccept4(int fd, sockaddr* addr, socklen_t* len, int flags) {
-  static const Accept4 real =
-      reinterpret_cast<Accept4>(::dlsym(RTLD_NEXT, "accept4"));
-  if (real == nullptr) {
-    return static_cast<int>(::syscall(SYS_accept4, fd, addr, len, flags));
-  }
-  return real(fd, addr, len, flags);
-}
-
-int OpenSpare() { return ::open("/dev/null", O_RDONLY | O_CLOEXEC); }
-
 // The limits installed, by port, and the spare descriptor they share.
 struct Registry {
   absl::Mutex mu;
   absl::flat_hash_map<int, ConnectionLimit*> limits ABSL_GUARDED_BY(mu);
-  // Freed to take a connection when descriptors run out; -1 while another
-  // thread holds the number it had.
-  int spare ABSL_GUARDED_BY(mu) = -1;
+  // Freed to take a connection when descriptors run out.
+  platform::DescriptorReserve reserve ABSL_GUARDED_BY(mu);
   // limits.size(), read without the lock: accepts skip every lookup while
   // no limit is installed.
   std::atomic<size_t> installed{0};
@@ -144,39 +126,34 @@ ConnectionLimit* LimitOf(Registry& registry, int listen_fd)
   return it == registry.limits.end() ? nullptr : it->second;
 }
 
-// Whether connection `fd`, just accepted on `listen_fd`, is kept: its port
-// has no limit, or its limit admits it.
-bool Keep(int listen_fd, int fd) {
-  Registry& registry = TheRegistry();
-  if (registry.installed.load(std::memory_order_acquire) == 0) return true;
-  absl::MutexLock lock(&registry.mu);
-  ConnectionLimit* limit = LimitOf(registry, listen_fd);
-  return limit == nullptr || limit->Admit(fd);
-}
-
-enum class Shed { kNotLimited, kOne, kNone };
-
-// accept4 on `listen_fd` failed for want of descriptors. On a limited port:
-// frees the spare descriptor, takes the waiting connection with it and
-// closes it (kOne), or finds none to take (kNone).
-Shed ShedForDescriptors(int listen_fd) {
-  Registry& registry = TheRegistry();
-  if (registry.installed.load(std::memory_order_acquire) == 0) {
-    return Shed::kNotLimited;
+// What the accept4 interposition (platform/accept_hook.h) asks: the limit
+// of the port a connection arrived on.
+class LimitHook final : public platform::AcceptHook {
+ public:
+  // Kept: its port has no limit, or its limit admits it.
+  bool Keep(int listen_fd, int fd) override {
+    Registry& registry = TheRegistry();
+    if (registry.installed.load(std::memory_order_acquire) == 0) return true;
+    absl::MutexLock lock(&registry.mu);
+    ConnectionLimit* limit = LimitOf(registry, listen_fd);
+    return limit == nullptr || limit->Admit(fd);
   }
-  absl::MutexLock lock(&registry.mu);
-  ConnectionLimit* limit = LimitOf(registry, listen_fd);
-  if (limit == nullptr) return Shed::kNotLimited;
-  if (registry.spare < 0) registry.spare = OpenSpare();
-  if (registry.spare < 0) return Shed::kNone;
-  ::close(registry.spare);
-  const int taken = RealAccept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
-  if (taken >= 0) ::close(taken);
-  registry.spare = OpenSpare();
-  if (taken < 0) return Shed::kNone;
-  limit->RefusedForDescriptors();
-  return Shed::kOne;
-}
+
+  // On a limited port: the waiting connection taken with the spare
+  // descriptor and closed (kOne), or none to take (kNone).
+  ShedResult ShedForDescriptors(int listen_fd) override {
+    Registry& registry = TheRegistry();
+    if (registry.installed.load(std::memory_order_acquire) == 0) {
+      return ShedResult::kNotMine;
+    }
+    absl::MutexLock lock(&registry.mu);
+    ConnectionLimit* limit = LimitOf(registry, listen_fd);
+    if (limit == nullptr) return ShedResult::kNotMine;
+    if (!registry.reserve.TakeOneOff(listen_fd)) return ShedResult::kNone;
+    limit->RefusedForDescriptors();
+    return ShedResult::kOne;
+  }
+};
 
 }  // namespace
 
@@ -191,8 +168,8 @@ absl::StatusOr<std::unique_ptr<ConnectionLimit>> ConnectionLimit::Install(
     return absl::InvalidArgumentError(
         "connection limit: max_connections must be at least 1");
   }
-  // gRPC's calls reach this definition only if the executable exports it.
-  if (::dlsym(RTLD_DEFAULT, "accept4") != reinterpret_cast<void*>(&::accept4)) {
+  // gRPC's calls reach the interposition only if the executable exports it.
+  if (!platform::AcceptIsInterposed()) {
     return absl::FailedPreconditionError(
         "connection limit: this executable does not export its accept4 "
         "(link with -Wl,--export-dynamic-symbol=accept4), so "
@@ -204,13 +181,12 @@ absl::StatusOr<std::unique_ptr<ConnectionLimit>> ConnectionLimit::Install(
     return absl::AlreadyExistsError(
         absl::StrCat("connection limit: port ", port, " already has one"));
   }
-  if (registry.spare < 0) registry.spare = OpenSpare();
-  if (registry.spare < 0) {
-    return absl::InternalError(
-        absl::StrCat("connection limit: cannot open /dev/null for a spare "
-                     "descriptor: ",
-                     std::strerror(errno)));
+  if (absl::Status s = registry.reserve.Fill(); !s.ok()) {
+    return absl::Status(s.code(),
+                        absl::StrCat("connection limit: ", s.message()));
   }
+  static LimitHook* const hook = new LimitHook();
+  platform::SetAcceptHook(hook);
   std::unique_ptr<ConnectionLimit> limit(
       new ConnectionLimit(port, max, metrics, recount_every, unproven_share));
   registry.limits.emplace(port, limit.get());
@@ -437,34 +413,3 @@ ProofOfCallInterceptors::CreateServerInterceptor(
 }
 
 }  // namespace fencegate
-
-// gRPC's listener (and every other caller in the process) comes here: see
-// connection_limit.h.
-extern "C" int accept4(int fd, sockaddr* addr, socklen_t* len, int flags) {
-  const socklen_t len_in = len != nullptr ? *len : 0;
-  for (;;) {
-    if (len != nullptr) *len = len_in;
-    const int accepted = fencegate::RealAccept4(fd, addr, len, flags);
-    if (accepted >= 0) {
-      if (fencegate::Keep(fd, accepted)) return accepted;
-      // Refused: close it and take the next one, so that a listener woken
-      // once for several connections is not left with one waiting.
-      ::close(accepted);
-      continue;
-    }
-    const int error = errno;
-    if (error != EMFILE && error != ENFILE) return -1;
-    switch (fencegate::ShedForDescriptors(fd)) {
-      case fencegate::Shed::kNotLimited:
-        errno = error;
-        return -1;
-      case fencegate::Shed::kOne:
-        continue;  // The next one may find a descriptor free again.
-      case fencegate::Shed::kNone:
-        // Nothing left waiting, or no descriptor to take it with: EAGAIN
-        // keeps gRPC's listener listening (EMFILE would end it).
-        errno = EAGAIN;
-        return -1;
-    }
-  }
-}

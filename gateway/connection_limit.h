@@ -8,17 +8,16 @@
 // keeps (grpc.max_allowed_incoming_connections came in a later release).
 // Worse, when accept4 fails for want of descriptors (EMFILE, ENFILE) its
 // listener logs "Failed accept4" and never listens again. So the gateway
-// steps in where gRPC's listener takes a connection: this library defines
-// accept4(2), exported from the executable (the link adds
-// --export-dynamic-symbol=accept4), so that the dynamic linker binds gRPC's
-// call to it rather than to the C library's. It calls the C library's
-// accept4, then, for a socket listening on a port with a limit installed:
+// steps in where gRPC's listener takes a connection, through the accept4
+// interposition (platform/include/platform/accept_hook.h) and a spare
+// descriptor (platform/include/platform/descriptor_reserve.h). For a socket
+// listening on a port with a limit installed:
 //   - a connection accepted while `max` are open is closed at once, before
 //     gRPC sees it, and the next one in the kernel's queue is taken instead
 //     (so an edge-triggered listener is never left with one waiting);
-//   - out of descriptors, it frees a spare descriptor kept for the purpose,
-//     takes the waiting connection with it and closes it, and returns
-//     EAGAIN, never EMFILE, so that gRPC's listener carries on.
+//   - out of descriptors, the spare descriptor is freed to take the waiting
+//     connection and close it, and gRPC's listener is told EAGAIN, never
+//     EMFILE, so that it carries on.
 // Either way the client sees its connection closed (gRPC: UNAVAILABLE).
 // Sockets listening on other ports, or not on TCP, pass through untouched.
 //

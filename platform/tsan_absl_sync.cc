@@ -1,6 +1,9 @@
 // Copyright fencegate authors.
 //
 // Makes absl's synchronization visible to ThreadSanitizer in a TSan build.
+// A workaround for Debian 12's absl (20220623, not built with
+// -fsanitize=thread), retired by an absl built with TSan, or by a TSan
+// build of the gateway against a vendored absl (not allowed here).
 //
 // Debian's absl is not built with -fsanitize=thread, so its Mutex, CondVar
 // and Notification synchronize with atomics TSan never sees: every access
