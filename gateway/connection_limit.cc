@@ -126,34 +126,35 @@ ConnectionLimit* LimitOf(Registry& registry, int listen_fd)
   return it == registry.limits.end() ? nullptr : it->second;
 }
 
-// What the accept4 interposition (platform/accept_hook.h) asks: the limit
-// of the port a connection arrived on.
-class LimitHook final : public platform::AcceptHook {
- public:
-  // Kept: its port has no limit, or its limit admits it.
-  bool Keep(int listen_fd, int fd) override {
-    Registry& registry = TheRegistry();
-    if (registry.installed.load(std::memory_order_acquire) == 0) return true;
-    absl::MutexLock lock(&registry.mu);
-    ConnectionLimit* limit = LimitOf(registry, listen_fd);
-    return limit == nullptr || limit->Admit(fd);
-  }
+// What the accept4 interposition (platform/accept_hook.h) asks: whether
+// a connection is kept, which it is if its port has no limit, or its
+// limit admits it.
+bool Keep(int listen_fd, int fd) {
+  Registry& registry = TheRegistry();
+  if (registry.installed.load(std::memory_order_acquire) == 0) return true;
+  absl::MutexLock lock(&registry.mu);
+  ConnectionLimit* limit = LimitOf(registry, listen_fd);
+  return limit == nullptr || limit->Admit(fd);
+}
 
-  // On a limited port: the waiting connection taken with the spare
-  // descriptor and closed (kOne), or none to take (kNone).
-  ShedResult ShedForDescriptors(int listen_fd) override {
-    Registry& registry = TheRegistry();
-    if (registry.installed.load(std::memory_order_acquire) == 0) {
-      return ShedResult::kNotMine;
-    }
-    absl::MutexLock lock(&registry.mu);
-    ConnectionLimit* limit = LimitOf(registry, listen_fd);
-    if (limit == nullptr) return ShedResult::kNotMine;
-    if (!registry.reserve.TakeOneOff(listen_fd)) return ShedResult::kNone;
-    limit->RefusedForDescriptors();
-    return ShedResult::kOne;
+// accept4 on `listen_fd` failed for want of descriptors. On a limited port:
+// the waiting connection taken with the spare descriptor and closed (kOne),
+// or none to take (kNone).
+platform::AcceptHook::ShedResult ShedForDescriptors(int listen_fd) {
+  using ShedResult = platform::AcceptHook::ShedResult;
+  Registry& registry = TheRegistry();
+  if (registry.installed.load(std::memory_order_acquire) == 0) {
+    return ShedResult::kNotMine;
   }
-};
+  absl::MutexLock lock(&registry.mu);
+  ConnectionLimit* limit = LimitOf(registry, listen_fd);
+  if (limit == nullptr) return ShedResult::kNotMine;
+  if (!registry.reserve.TakeOneOff(listen_fd)) return ShedResult::kNone;
+  limit->RefusedForDescriptors();
+  return ShedResult::kOne;
+}
+
+constexpr platform::AcceptHook kLimitHook{&Keep, &ShedForDescriptors};
 
 }  // namespace
 
@@ -185,8 +186,7 @@ absl::StatusOr<std::unique_ptr<ConnectionLimit>> ConnectionLimit::Install(
     return absl::Status(s.code(),
                         absl::StrCat("connection limit: ", s.message()));
   }
-  static LimitHook* const hook = new LimitHook();
-  platform::SetAcceptHook(hook);
+  platform::SetAcceptHook(&kLimitHook);
   std::unique_ptr<ConnectionLimit> limit(
       new ConnectionLimit(port, max, metrics, recount_every, unproven_share));
   registry.limits.emplace(port, limit.get());

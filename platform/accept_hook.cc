@@ -16,14 +16,14 @@ namespace {
 
 using Accept4 = int (*)(int, sockaddr*, socklen_t*, int);
 
-std::atomic<AcceptHook*>& TheHook() {
-  static std::atomic<AcceptHook*> hook{nullptr};
+std::atomic<const AcceptHook*>& TheHook() {
+  static std::atomic<const AcceptHook*> hook{nullptr};
   return hook;
 }
 
 }  // namespace
 
-void SetAcceptHook(AcceptHook* hook) {
+void SetAcceptHook(const AcceptHook* hook) {
   TheHook().store(hook, std::memory_order_release);
 }
 
@@ -50,11 +50,11 @@ extern "C" int accept4(int fd, sockaddr* addr, socklen_t* len, int flags) {
   for (;;) {
     if (len != nullptr) *len = len_in;
     const int accepted = fencegate::platform::RealAccept4(fd, addr, len, flags);
-    AcceptHook* hook =
+    const AcceptHook* hook =
         fencegate::platform::TheHook().load(std::memory_order_acquire);
     if (hook == nullptr) return accepted;
     if (accepted >= 0) {
-      if (hook->Keep(fd, accepted)) return accepted;
+      if (hook->keep(fd, accepted)) return accepted;
       // Refused: close it and take the next one, so that a listener woken
       // once for several connections is not left with one waiting.
       ::close(accepted);
@@ -62,7 +62,7 @@ extern "C" int accept4(int fd, sockaddr* addr, socklen_t* len, int flags) {
     }
     const int error = errno;
     if (error != EMFILE && error != ENFILE) return -1;
-    switch (hook->ShedForDescriptors(fd)) {
+    switch (hook->shed_for_descriptors(fd)) {
       case AcceptHook::ShedResult::kNotMine:
         errno = error;
         return -1;

@@ -12,10 +12,10 @@
 // fencegate_platform target adds it), so that the dynamic linker binds
 // gRPC's call here rather than to the C library's. It calls the C library's
 // accept4 and asks the process's AcceptHook, if one is set:
-//   - Keep(listen_fd, fd): false closes the accepted connection before its
+//   - keep(listen_fd, fd): false closes the accepted connection before its
 //     caller sees it and takes the next one in the kernel's queue (so an
 //     edge-triggered listener is never left with one waiting);
-//   - on EMFILE or ENFILE, ShedForDescriptors(listen_fd): kOne means the hook took and
+//   - on EMFILE or ENFILE, shed_for_descriptors(listen_fd): kOne means the hook took and
 //     closed one waiting connection (the next may find a descriptor free),
 //     kNone that it could not, and the call returns EAGAIN, never EMFILE, so
 //     that gRPC's listener carries on; kNotMine passes the error through.
@@ -31,19 +31,21 @@
 
 namespace fencegate::platform {
 
-class AcceptHook {
- public:
+// Plain functions, not virtual ones: they run when the process may be out
+// of descriptors, where UBSan's check of a virtual call (which probes the
+// object's memory through a pipe) cannot run and reports the call as
+// undefined.
+struct AcceptHook {
   enum class ShedResult { kNotMine, kOne, kNone };
 
-  virtual ~AcceptHook() = default;
   // Whether connection `fd`, just accepted on `listen_fd`, is kept.
-  virtual bool Keep(int listen_fd, int fd) = 0;
+  bool (*keep)(int listen_fd, int fd) = nullptr;
   // accept4 on `listen_fd` failed for want of descriptors.
-  virtual ShedResult ShedForDescriptors(int listen_fd) = 0;
+  ShedResult (*shed_for_descriptors)(int listen_fd) = nullptr;
 };
 
 // Sets the process's hook (null: none); it must outlive every accept.
-void SetAcceptHook(AcceptHook* hook);
+void SetAcceptHook(const AcceptHook* hook);
 
 // Whether gRPC's calls reach this library's accept4: the executable
 // exports it.
