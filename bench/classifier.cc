@@ -15,8 +15,8 @@ namespace fencegate::bench {
 namespace {
 
 using postgres::ClassifyStatement;
-using postgres::StatementClass;
 using postgres::SqlClassifier;
+using postgres::StatementClass;
 
 struct Statement {
   const char* name;

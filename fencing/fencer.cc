@@ -162,9 +162,8 @@ bool Fencer::TryExecuteAsync(absl::string_view domain, uint64_t token,
   return true;
 }
 
-void Fencer::Submit(absl::string_view domain, uint64_t token,
-                    AsyncApply apply, DecisionCallback done,
-                    ExecuteAsyncOptions options) {
+void Fencer::Submit(absl::string_view domain, uint64_t token, AsyncApply apply,
+                    DecisionCallback done, ExecuteAsyncOptions options) {
   if (options.apply_never_blocks &&
       TryExecuteAsync(domain, token, apply, done, options.check)) {
     return;

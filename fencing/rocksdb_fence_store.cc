@@ -2,7 +2,6 @@
 
 #include "fencing/rocksdb_fence_store.h"
 
-
 #include <algorithm>
 #include <atomic>
 #include <cstring>

@@ -17,9 +17,9 @@ void IoPool::Post(absl::AnyInvocable<void() &&> work) {
     // between the two, which would drop the work.
     absl::ReaderMutexLock lock(&mu_);
     if (!joined_) {
-      boost::asio::post(pool_.get_executor(), [work = std::move(work)]() mutable {
-        std::move(work)();
-      });
+      boost::asio::post(
+          pool_.get_executor(),
+          [work = std::move(work)]() mutable { std::move(work)(); });
       return;
     }
   }

@@ -142,9 +142,9 @@ int Run(int argc, char** argv) {
       absl::StrCat("fencegate serving on ", host, ":", (*server)->port(),
                    " data_dir=", options->data_dir));
   if ((*server)->pg_port() != 0) {
-    Log(LogSeverity::kInfo, absl::StrCat("PostgreSQL port serving on ",
-                                         HostOf(options->pg_listen),
-                                         ":", (*server)->pg_port()));
+    Log(LogSeverity::kInfo,
+        absl::StrCat("PostgreSQL port serving on ", HostOf(options->pg_listen),
+                     ":", (*server)->pg_port()));
   }
   for (const TokenWatcherSpec& watcher : options->watchers) {
     Log(LogSeverity::kInfo,
@@ -179,9 +179,8 @@ int Run(int argc, char** argv) {
   }
   if ((*server)->metrics_port() != 0) {
     Log(LogSeverity::kInfo,
-        absl::StrCat("metrics on http://",
-                     HostOf(options->metrics_listen),
-                     ":", (*server)->metrics_port(), "/metrics"));
+        absl::StrCat("metrics on http://", HostOf(options->metrics_listen), ":",
+                     (*server)->metrics_port(), "/metrics"));
   }
   if (!port_file.empty()) {
     // Written to a temporary name and renamed, so readers never see half.

@@ -14,7 +14,8 @@ namespace fencegate {
 
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
     const std::string& listen) {
-  if (absl::StatusOr<HostPort> parsed = ParseHostPort(listen, "metrics_listen:");
+  if (absl::StatusOr<HostPort> parsed =
+          ParseHostPort(listen, "metrics_listen:");
       !parsed.ok()) {
     return parsed.status();
   }

@@ -410,7 +410,8 @@ asio::awaitable<void> ClientSession::OnExecute(const pgwire::Execute& execute) {
 
 asio::awaitable<absl::StatusOr<std::vector<ClientSession::Statement>>>
 ClientSession::Classify(absl::string_view sql) {
-  if (sql.size() <= kInlineClassifyBytes) co_return port_.sql->ClassifySession(sql);
+  if (sql.size() <= kInlineClassifyBytes)
+    co_return port_.sql->ClassifySession(sql);
   // `sql` points into the client reader's buffer, which stays as it is
   // while this session waits here (nothing else reads its client).
   auto self = shared_from_this();

@@ -136,8 +136,8 @@ absl::StatusOr<v1::PostgresRoute> ParseRouteSettings(
   return settings;
 }
 
-absl::StatusOr<RouteOptions> ParseRouteUri(
-    const Uri& uri, const v1::PostgresRoute* typed) {
+absl::StatusOr<RouteOptions> ParseRouteUri(const Uri& uri,
+                                           const v1::PostgresRoute* typed) {
   RouteOptions options;
   options.redacted_uri = uri.redacted;
   std::vector<std::string> passthrough;

@@ -47,8 +47,8 @@ absl::StatusOr<std::unique_ptr<Router>> Router::Create(
       return absl::InvalidArgumentError(
           absl::StrCat("route \"", spec.name, "\": defined twice"));
     }
-    AdapterContext context{spec.name, metrics, {}, spec.settings.get(),
-                           sql_classifier};
+    AdapterContext context{
+        spec.name, metrics, {}, spec.settings.get(), sql_classifier};
     if (on_warning) {
       context.on_warning = [on_warning,
                             route = spec.name](const std::string& message) {
@@ -57,9 +57,9 @@ absl::StatusOr<std::unique_ptr<Router>> Router::Create(
     }
     absl::StatusOr<Uri> uri = ParseUri(spec.uri);
     absl::StatusOr<std::unique_ptr<StorageAdapter>> adapter =
-        uri.ok() ? registry.Create(*uri, context)
-                 : absl::StatusOr<std::unique_ptr<StorageAdapter>>(
-                       uri.status());
+        uri.ok()
+            ? registry.Create(*uri, context)
+            : absl::StatusOr<std::unique_ptr<StorageAdapter>>(uri.status());
     if (!adapter.ok()) {
       return absl::Status(adapter.status().code(),
                           absl::StrCat("route \"", spec.name,

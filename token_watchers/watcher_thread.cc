@@ -23,8 +23,8 @@ absl::Status WatcherThread::Start(absl::string_view name,
   if (thread_.joinable()) {
     return absl::FailedPreconditionError("watcher already started");
   }
-  thread_ = std::thread(
-      [name = std::string(name), body = std::move(body)]() mutable {
+  thread_ =
+      std::thread([name = std::string(name), body = std::move(body)]() mutable {
         NameThisThread(name);
         std::move(body)();
       });

@@ -31,9 +31,9 @@ class WatcherThread {
   ~WatcherThread();
 
   // Runs `body` on a new thread named `name` (thread_name.h) and returns
-  // the status `body` passes to FirstRead(). If that is not OK, `body` must return at once; the thread
-  // is joined and Start() may be called again. FAILED_PRECONDITION if
-  // running or stopped.
+  // the status `body` passes to FirstRead(). If that is not OK, `body` must
+  // return at once; the thread is joined and Start() may be called again.
+  // FAILED_PRECONDITION if running or stopped.
   absl::Status Start(absl::string_view name,
                      absl::AnyInvocable<void() &&> body);
   // For `body`: its first full read is over (called once per Start()).

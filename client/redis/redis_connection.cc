@@ -21,8 +21,9 @@ using Reply = std::unique_ptr<redisReply, ReplyDeleter>;
 
 absl::StatusOr<std::unique_ptr<RedisConnection>> RedisConnection::Connect(
     absl::string_view endpoint, absl::Duration timeout) {
-  absl::StatusOr<HostPort> parsed = ParseHostPort(
-      endpoint, "redis endpoint", {.need_host = true, .allow_port_zero = false});
+  absl::StatusOr<HostPort> parsed =
+      ParseHostPort(endpoint, "redis endpoint",
+                    {.need_host = true, .allow_port_zero = false});
   if (!parsed.ok()) return parsed.status();
   const std::string& host = parsed->host;
   const int port = parsed->port;

@@ -418,10 +418,11 @@ void FileAdapter::ApplyAsync(const WriteTarget& target, const Operations& ops,
   ApplyAsyncUntil(target, ops, results, done, absl::InfinitePast(),
                   /*last=*/false);
   if (done) {
-    boost::asio::post(lock_waiters_.get_executor(), [this, &target, &ops, results,
-                                      done = std::move(done)]() mutable {
-      WaitThenApply(target, ops, results, std::move(done));
-    });
+    boost::asio::post(
+        lock_waiters_.get_executor(),
+        [this, &target, &ops, results, done = std::move(done)]() mutable {
+          WaitThenApply(target, ops, results, std::move(done));
+        });
   }
 }
 

@@ -2,7 +2,6 @@
 
 #include "storage_adapters/postgres/postgres_adapter.h"
 
-
 #include <algorithm>
 #include <utility>
 #include <vector>

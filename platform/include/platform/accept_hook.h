@@ -15,7 +15,8 @@
 //   - keep(listen_fd, fd): false closes the accepted connection before its
 //     caller sees it and takes the next one in the kernel's queue (so an
 //     edge-triggered listener is never left with one waiting);
-//   - on EMFILE or ENFILE, shed_for_descriptors(listen_fd): kOne means the hook took and
+//   - on EMFILE or ENFILE, shed_for_descriptors(listen_fd): kOne means the hook
+//   took and
 //     closed one waiting connection (the next may find a descriptor free),
 //     kNone that it could not, and the call returns EAGAIN, never EMFILE, so
 //     that gRPC's listener carries on; kNotMine passes the error through.

@@ -65,7 +65,6 @@ inline constexpr char kDefaultFenceSchema[] = "fencegate";
 
 // The SQLSTATEs its functions raise: sqlstates.h.
 
-
 // True for a name fencegate accepts as schema or role: 1-63 lower-case
 // letters, digits and '_', not starting with a digit.
 bool IsPlainIdentifier(absl::string_view name);

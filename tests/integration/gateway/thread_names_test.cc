@@ -67,8 +67,8 @@ class ThreadNamesTest : public PgPortTest {};
 
 TEST_F(ThreadNamesTest, EveryThreadTheGatewayStartsIsNamed) {
   testing::TempDir files;
-  auto g = StartGateway({"--route=files=file://" + files.path(),
-                         "--metrics_listen=127.0.0.1:0"});
+  auto g = StartGateway(
+      {"--route=files=file://" + files.path(), "--metrics_listen=127.0.0.1:0"});
   ASSERT_NE(g, nullptr);
   std::string out, err;
   ASSERT_EQ(Psql(*g, Options(5), {"UPDATE jobs SET owner = 't5' WHERE id = 1"},

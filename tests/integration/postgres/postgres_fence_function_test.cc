@@ -102,10 +102,10 @@ TEST_F(PostgresFenceFunctionTest, AnEqualTokenAtReadCommittedTakesNoRowLock) {
             "0");
   EXPECT_EQ(RowVersion("d"), version);
   EXPECT_EQ(Exec(absl::StrCat(
-                     "SELECT count(*) FROM pg_locks WHERE locktype = "
-                     "'advisory' AND granted AND mode = 'ShareLock' AND pid = ",
-                     c.backendpid(),
-                     " AND objid = (hashtext('d') & 2147483647)::oid"))[0][0]
+                "SELECT count(*) FROM pg_locks WHERE locktype = "
+                "'advisory' AND granted AND mode = 'ShareLock' AND pid = ",
+                c.backendpid(),
+                " AND objid = (hashtext('d') & 2147483647)::oid"))[0][0]
                 .as<int64_t>(),
             1);
   tx.commit();
@@ -146,10 +146,11 @@ TEST_F(PostgresFenceFunctionTest, AFenceThatWaitedForARaiseSeesIt) {
     ASSERT_TRUE(testing::WaitFor(
         [&] {
           return done.HasBeenNotified() ||
-                 Exec("SELECT count(*) FROM pg_stat_activity WHERE "
-                      "wait_event_type = 'Lock' AND query LIKE "
-                      "'%fence(''d'', " +
-                      std::to_string(token) + ")%'")[0][0]
+                 Exec(
+                     "SELECT count(*) FROM pg_stat_activity WHERE "
+                     "wait_event_type = 'Lock' AND query LIKE "
+                     "'%fence(''d'', " +
+                     std::to_string(token) + ")%'")[0][0]
                          .as<int64_t>() > 0;
         },
         absl::Seconds(30)));

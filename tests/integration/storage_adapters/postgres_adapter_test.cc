@@ -389,7 +389,8 @@ TEST(PostgresUriTest, TheReadRoleAndItsPasswordStayOutOfMessages) {
   for (const char* bad : {"postgres://u@h/db?read_user=Reader%20x",
                           "postgres://u@h/db?read_password=swordfish"}) {
     ASSERT_OK_AND_ASSIGN(parsed, ParseUri(bad));
-    absl::StatusOr<postgres::RouteOptions> refused = postgres::ParseRouteUri(parsed);
+    absl::StatusOr<postgres::RouteOptions> refused =
+        postgres::ParseRouteUri(parsed);
     EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument)
         << bad;
     EXPECT_THAT(refused.status().message(),

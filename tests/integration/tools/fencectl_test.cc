@@ -106,12 +106,12 @@ TEST(FencectlTest, DashesAndUnderscoresInFlagNamesAreTheSame) {
   // A flag given twice takes its last value (a wrapper's default
   // overridden), a global one too. (Lists keep every value: --param in
   // PostgresAdapterTest.FencectlRunsSqlWithParameters.)
-  EXPECT_EQ(RunCommand({FENCECTL_BIN, "--addr=127.0.0.1:1", "write",
-                        "--token=1", "--resource=files/x",
-                        "--put-file=/nonexistent/first",
-                        "--put_file=/nonexistent/last"},
-                       &out, &err),
-            2);
+  EXPECT_EQ(
+      RunCommand({FENCECTL_BIN, "--addr=127.0.0.1:1", "write", "--token=1",
+                  "--resource=files/x", "--put-file=/nonexistent/first",
+                  "--put_file=/nonexistent/last"},
+                 &out, &err),
+      2);
   EXPECT_THAT(err, HasSubstr("cannot read \"/nonexistent/last\""));
   EXPECT_EQ(RunCommand({FENCECTL_BIN, "--addr=127.0.0.1:1", "--timeout=0",
                         "--timeout=1", "get", "--domain=d"},

@@ -62,7 +62,8 @@ std::vector<std::string> CitedPaths(const std::string& doc,
   std::stringstream text;
   text << in.rdbuf();
   const std::string s = text.str();
-  static const std::regex kQuoted("`([A-Za-z0-9_.\\-]+(/[A-Za-z0-9_.\\-*]*)+)`");
+  static const std::regex kQuoted(
+      "`([A-Za-z0-9_.\\-]+(/[A-Za-z0-9_.\\-*]*)+)`");
   std::vector<std::string> paths;
   for (std::sregex_iterator it(s.begin(), s.end(), kQuoted), end; it != end;
        ++it) {
@@ -87,8 +88,8 @@ TEST(DocsPathsTest, EveryCitedFileExists) {
   for (const std::string& doc : docs) {
     for (const std::string& path : CitedPaths(doc, folders)) {
       ++checked;
-      EXPECT_TRUE(Exists(path)) << doc << " cites " << path
-                                << ", which does not exist";
+      EXPECT_TRUE(Exists(path))
+          << doc << " cites " << path << ", which does not exist";
     }
   }
   // docs/architecture.md alone cites about seventy.

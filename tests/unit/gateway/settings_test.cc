@@ -236,8 +236,9 @@ TEST(SettingsTest, ResolveOptionsAppliesTheSchemasDefaults) {
   EXPECT_EQ(resolved.shutdown_grace,
             absl::Seconds(schema.shutdown_grace_seconds()));
   EXPECT_EQ(resolved.log_writes, schema.log_writes());
-  EXPECT_EQ(resolved.log_format,
-            schema.log_format() == "json" ? LogFormat::kJson : LogFormat::kText);
+  EXPECT_EQ(resolved.log_format, schema.log_format() == "json"
+                                     ? LogFormat::kJson
+                                     : LogFormat::kText);
   EXPECT_EQ(resolved.metrics_listen, schema.metrics_listen());
   EXPECT_EQ(resolved.tls.refresh,
             absl::Seconds(schema.tls().refresh_seconds()));
@@ -405,8 +406,7 @@ TEST(PostgresRouteSettingsTest, ParseRouteUriAppliesTheSchemasDefaults) {
   EXPECT_EQ(parsed.search_path,
             std::vector<std::string>(settings.search_path().begin(),
                                      settings.search_path().end()));
-  EXPECT_EQ(parsed.search_path,
-            (std::vector<std::string>{"$user", "public"}));
+  EXPECT_EQ(parsed.search_path, (std::vector<std::string>{"$user", "public"}));
 }
 
 TEST(PostgresRouteSettingsTest, TypedSettingsAndTheUriShorthandMerge) {

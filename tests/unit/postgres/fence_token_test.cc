@@ -22,7 +22,8 @@ TEST(FenceTokenTest, TheBoundIsBigintsHighest) {
   const absl::Status above =
       CheckFenceToken(uint64_t{9223372036854775808u}, "fencegate.token");
   EXPECT_EQ(above.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(above.message(), HasSubstr("fencegate.token 9223372036854775808"));
+  EXPECT_THAT(above.message(),
+              HasSubstr("fencegate.token 9223372036854775808"));
   EXPECT_THAT(above.message(), HasSubstr("at most 9223372036854775807"));
 }
 

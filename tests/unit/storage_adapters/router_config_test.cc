@@ -37,8 +37,8 @@ TEST_F(RouterTest, ResolvesByFirstSegment) {
 // else serves the route (the PostgreSQL port) with its scheme in lower case.
 TEST_F(RouterTest, KeepsEachRoutesParsedUri) {
   const std::string upper = "FILE://" + dir_.path() + "/u";
-  ASSERT_OK_AND_ASSIGN(router, Router::Create(registry_, {{"files", Uri("a")},
-                                                          {"u", upper}}));
+  ASSERT_OK_AND_ASSIGN(
+      router, Router::Create(registry_, {{"files", Uri("a")}, {"u", upper}}));
   const fencegate::Uri* uri = router->UriOf("u");
   ASSERT_NE(uri, nullptr);
   EXPECT_EQ(uri->scheme, "file");
