@@ -8,6 +8,7 @@
 
 #include "postgres/sql_classifier.h"
 
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -28,28 +29,30 @@ struct Case {
 };
 
 TEST(SqlClassifierTest, PlainDmlIsSafe) {
-  for (const std::string
-           sql : {
-               "UPDATE jobs SET done = true WHERE id = $1",
-               "insert into jobs (id) values ($1) on conflict (id) do nothing",
-               "DELETE FROM jobs WHERE id = $1 RETURNING id",
-               // One literal, written on two lines.
-               "MERGE INTO jobs j USING (SELECT $1::int AS id) s ON j.id = "
-               "s.id "  // NOLINT(bugprone-suspicious-missing-comma)
-               "WHEN NOT MATCHED THEN INSERT (id) VALUES (s.id)",
-               "SELECT id, done FROM jobs WHERE id = $1 FOR UPDATE",
-               "WITH moved AS (DELETE FROM jobs WHERE id = $1 RETURNING *) "
-               "INSERT INTO done_jobs SELECT * FROM moved",
-               "  -- a comment\n  SELECT 1  ",
-               "SELECT 1;",  // One statement and its terminator.
-               // \r ends the comment, and COMMIT is then the column's alias
-               // (SELECT 1 AS commit), as PostgreSQL's own lexer reads it.
-               "select 1 --x\rCOMMIT",
-               "SELECT pg_advisory_xact_lock(42)",  // Ends with its
-                                                    // transaction.
-               "SELECT current_setting('statement_timeout')",
-               "SELECT \"set_config_log\"(1)",  // Another function.
-           }) {
+  // Some literals are written on two lines.
+  // NOLINTBEGIN(bugprone-suspicious-missing-comma)
+  for (const std::string sql : std::initializer_list<const char*>{
+           "UPDATE jobs SET done = true WHERE id = $1",
+           "insert into jobs (id) values ($1) on conflict (id) do nothing",
+           "DELETE FROM jobs WHERE id = $1 RETURNING id",
+           // One literal, written on two lines.
+           "MERGE INTO jobs j USING (SELECT $1::int AS id) s ON j.id = "
+           "s.id "
+           "WHEN NOT MATCHED THEN INSERT (id) VALUES (s.id)",
+           "SELECT id, done FROM jobs WHERE id = $1 FOR UPDATE",
+           "WITH moved AS (DELETE FROM jobs WHERE id = $1 RETURNING *) "
+           "INSERT INTO done_jobs SELECT * FROM moved",
+           "  -- a comment\n  SELECT 1  ",
+           "SELECT 1;",  // One statement and its terminator.
+           // \r ends the comment, and COMMIT is then the column's alias
+           // (SELECT 1 AS commit), as PostgreSQL's own lexer reads it.
+           "select 1 --x\rCOMMIT",
+           "SELECT pg_advisory_xact_lock(42)",  // Ends with its
+                                                // transaction.
+           "SELECT current_setting('statement_timeout')",
+           "SELECT \"set_config_log\"(1)",  // Another function.
+       }) {
+    // NOLINTEND(bugprone-suspicious-missing-comma)
     const Verdict v = ClassifyStatement(sql);
     EXPECT_EQ(v.kind, StatementClass::kSafe) << sql << ": " << v.reason;
   }
