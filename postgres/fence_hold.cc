@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "postgres/fence_schema.h"
+#include "postgres/sqlstates.h"
 
 namespace fencegate::postgres {
 
@@ -42,7 +43,8 @@ std::vector<std::string> FenceHoldSetupSql(const std::string& schema,
       // A hold waits behind a raise, which waits at most $WAIT for the
       // holders before it ends them.
       {"$HOLDWAIT", absl::StrCat(2 * raise_wait_ms + 1000)},
-      {"$VERSION", absl::StrCat(kFenceSchemaVersion)}};
+      {"$VERSION", absl::StrCat(kFenceSchemaVersion)},
+      {"$ONCE", kNotFirstSqlState}};
   std::vector<std::string> sql;
   // What the functions run as the owner needs, whoever else may call it:
   // granted by name, so that pg-setup --revoke_session_functions (which
@@ -141,6 +143,13 @@ BEGIN
   IF p_secret IS NULL OR pg_catalog.length(p_secret) < 16 THEN
     RAISE EXCEPTION 'hold() needs the connection''s secret'
       USING ERRCODE = '22023';
+  END IF;
+  -- First in its transaction, as the gateway always calls it: SQL sent
+  -- through a route, after the Write's fence() took the transaction's ID,
+  -- cannot arm the connection or raise a domain with it.
+  IF pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL THEN
+    RAISE EXCEPTION 'hold() must be the first write of its transaction'
+      USING ERRCODE = '$ONCE';
   END IF;
   IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
     RAISE EXCEPTION 'hold() runs at READ COMMITTED only: it reads the fence row after its lock'

@@ -67,8 +67,9 @@ inline constexpr int64_t kDefaultRaiseWaitMs = 10000;
 // The version of the fence schema that pg-setup installs: <schema>.version()
 // returns it (2: the held fence; 3: hold() raises, and an armed backend may
 // not call fence(), fence_seq() or fence_next(); 4: fence() at READ
-// COMMITTED takes the domain's lock, shared, in place of the row's).
-inline constexpr int kFenceSchemaVersion = 4;
+// COMMITTED takes the domain's lock, shared, in place of the row's; 5:
+// hold() only as its transaction's first write, FG002 otherwise).
+inline constexpr int kFenceSchemaVersion = 5;
 // The oldest version this gateway's PostgreSQL port serves (a version-3
 // schema's fence() is slower, not less safe).
 inline constexpr int kMinFenceSchemaVersion = 3;

@@ -102,7 +102,29 @@ TEST_F(PostgresIsolationTest, TheDatabaseFenceIsOutOfTheRouteRolesReach) {
                  "9223372036854775807); END$$")});
   EXPECT_THAT(in_do, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(in_do.message(), HasSubstr("FG002"));
+  // Nor with hold(), the PostgreSQL port's hold, which raises a lower row:
+  // it too runs only as its transaction's first write, so a Write's SQL
+  // can neither raise a domain nor arm the route's connection with it (the
+  // classifier does not know the names; the database refuses).
+  for (StorageAdapter* adapter :
+       std::vector<StorageAdapter*>{adapter_.get(), dirty.get()}) {
+    absl::Status hold = Apply(
+        adapter, "billing", 10,
+        {Sql("SELECT fencegate.hold('victim', 9223372036854775807, "
+             "'a-secret-of-the-callers-own')")});
+    EXPECT_THAT(hold, StatusIs(absl::StatusCode::kInvalidArgument));
+    EXPECT_THAT(hold.message(), HasSubstr("FG002"));
+  }
+  absl::Status hold_in_do =
+      Apply(dirty.get(), "billing", 10,
+            {Sql("DO $$BEGIN PERFORM fencegate.hold('victim', "
+                 "9223372036854775807, 'a-secret-of-the-callers-own'); END$$")});
+  EXPECT_THAT(hold_in_do.message(), HasSubstr("FG002"));
   EXPECT_EQ(StoredFence("victim"), 0);
+  // The route's connections are not armed by the attempts: the Writes
+  // after them still pass their fence().
+  ASSERT_OK(Apply("billing", 10, {Sql("SELECT 1")}));
+  ASSERT_OK(Apply(dirty.get(), "billing", 10, {Sql("SELECT 1")}));
   // A search_path that puts other objects first -- here the route's own
   // setting -- changes nothing: every name fencegate sends is
   // schema-qualified.
