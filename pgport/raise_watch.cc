@@ -14,21 +14,6 @@
 
 namespace fencegate::pgport {
 
-std::string TextArrayLiteral(const std::vector<std::string>& values) {
-  std::string out = "{";
-  for (size_t i = 0; i < values.size(); ++i) {
-    if (i > 0) out.push_back(',');
-    out.push_back('"');
-    for (char c : values[i]) {
-      if (c == '"' || c == '\\') out.push_back('\\');
-      out.push_back(c);
-    }
-    out.push_back('"');
-  }
-  out.push_back('}');
-  return out;
-}
-
 asio::awaitable<void> RaiseWatch::Run(PortState& port, PortRoute& route) {
   asio::steady_timer timer(port.io);
   std::unique_ptr<Upstream> watch;
@@ -78,7 +63,7 @@ asio::awaitable<void> RaiseWatch::Run(PortState& port, PortRoute& route) {
     // in a coroutine frame.
     std::vector<UpstreamStatement> ask(1);
     ask[0].sql = postgres::RaisesWaitingSql(route.spec.options.fence_schema);
-    ask[0].parameters.emplace_back(TextArrayLiteral(domains));
+    ask[0].parameters.emplace_back(postgres::TextArrayLiteral(domains));
     absl::Status s = co_await watch->RunExtended(ask, &waiting);
     if (!s.ok()) {
       if (port.stopping) break;  // its connection was closed to stop

@@ -27,9 +27,6 @@
 
 namespace fencegate::pgport {
 
-// The array literal of `values` for a text[] parameter.
-std::string TextArrayLiteral(const std::vector<std::string>& values);
-
 class RaiseWatch {
  public:
   static constexpr std::chrono::milliseconds kPoll{100};

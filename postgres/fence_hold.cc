@@ -13,6 +13,16 @@ std::string HoldSql(const std::string& schema) {
   return absl::StrCat("SELECT \"", schema, "\".hold($1, $2::bigint, $3)");
 }
 
+std::string FenceHoldSql(const std::string& schema) {
+  return absl::StrCat("SELECT \"", schema,
+                      "\".fence_hold($1, $2::bigint, $3)");
+}
+
+std::string FenceSeqArmedSql(const std::string& schema) {
+  return absl::StrCat("SELECT \"", schema,
+                      "\".fence_seq($1, $2::bigint, $3::bigint, $4, $5)");
+}
+
 std::string ReleaseSql(const std::string& schema) {
   return absl::StrCat("SELECT FROM \"", schema, "\".release($1, $2)");
 }
@@ -23,6 +33,21 @@ std::string RaisesWaitingSql(const std::string& schema) {
       "pg_catalog.unnest($1::text[]) WITH ORDINALITY AS u(d, i) WHERE u.d IN "
       "(SELECT \"",
       schema, "\".raises_waiting($1::text[]))");
+}
+
+std::string TextArrayLiteral(const std::vector<std::string>& values) {
+  std::string out = "{";
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (i > 0) out.push_back(',');
+    out.push_back('"');
+    for (char c : values[i]) {
+      if (c == '"' || c == '\\') out.push_back('\\');
+      out.push_back(c);
+    }
+    out.push_back('"');
+  }
+  out.push_back('}');
+  return out;
 }
 
 std::string AdvisoryFunctionsCondition() {
@@ -44,7 +69,8 @@ std::vector<std::string> FenceHoldSetupSql(const std::string& schema,
       // holders before it ends them.
       {"$HOLDWAIT", absl::StrCat(2 * raise_wait_ms + 1000)},
       {"$VERSION", absl::StrCat(kFenceSchemaVersion)},
-      {"$ONCE", kNotFirstSqlState}};
+      {"$ONCE", kNotFirstSqlState},
+      {"$STALE", kStaleSqlState}};
   std::vector<std::string> sql;
   // What the functions run as the owner needs, whoever else may call it:
   // granted by name, so that pg-setup --revoke_session_functions (which
@@ -208,6 +234,110 @@ BEGIN
 END
 $fn$)sql",
       names));
+  // Whether this backend is armed with `p_secret` (its arm lock, and its
+  // holders row with the secret's hash). Internal.
+  sql.push_back(absl::StrReplaceAll(
+      R"sql(CREATE OR REPLACE FUNCTION $S.armed_with(p_secret text)
+RETURNS boolean LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp SET client_min_messages = error AS $fn$
+DECLARE
+  me integer := pg_catalog.pg_backend_pid();
+BEGIN
+  IF p_secret IS NULL OR NOT pg_catalog.pg_advisory_unlock($ARM, me) THEN
+    RETURN false;
+  END IF;
+  PERFORM pg_catalog.pg_advisory_lock($ARM, me);
+  RETURN EXISTS (
+    SELECT FROM $S.holders AS h
+    WHERE h.pid = me
+      AND h.secret = pg_catalog.sha256(pg_catalog.convert_to(p_secret, 'UTF8')));
+END
+$fn$)sql",
+      names));
+  // fence() for a gRPC route's armed connection (fence_hold.h): the
+  // Write's check, as its transaction's first write, that also leaves the
+  // domain held by the connection, so that its next Writes of the token
+  // need no statement. A lower row is raised (waiting for the domain's
+  // holders, as every raise does); a higher one fails FG001 with the row's
+  // token in DETAIL, holding nothing. The row is read again after the
+  // shared lock is given, in a statement of its own, so that a raise that
+  // committed meanwhile is seen. The lock is a session's: it outlives the
+  // transaction even if the Write's SQL then fails, which the gateway
+  // answers by releasing the domain.
+  sql.push_back(absl::StrReplaceAll(
+      R"sql(CREATE OR REPLACE FUNCTION $S.fence_hold(p_domain text, p_token bigint, p_secret text)
+RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET client_min_messages = error AS $fn$
+DECLARE
+  k integer;
+  held bigint;
+  saved text := pg_catalog.current_setting('lock_timeout');
+BEGIN
+  IF p_domain IS NULL OR p_token IS NULL OR p_token < 1 THEN
+    RAISE EXCEPTION 'fencing token must be at least 1 and domain not null'
+      USING ERRCODE = '22023';
+  END IF;
+  IF pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL THEN
+    RAISE EXCEPTION 'fence_hold() must be the first write of its transaction'
+      USING ERRCODE = '$ONCE';
+  END IF;
+  IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+    RAISE EXCEPTION 'fence_hold() runs at READ COMMITTED only: it reads the fence row after its lock'
+      USING ERRCODE = '25001';
+  END IF;
+  IF NOT $S.armed_with(p_secret) THEN
+    RAISE EXCEPTION 'fence_hold() needs the secret this connection was armed with'
+      USING ERRCODE = '42501';
+  END IF;
+  k := pg_catalog.hashtext(p_domain) & 2147483647;
+  PERFORM pg_catalog.set_config('lock_timeout', '$HOLDWAIT', true);
+  SELECT f.token INTO held FROM $S.fences AS f WHERE f.domain = p_domain;
+  IF held IS NULL OR held < p_token THEN
+    PERFORM $S.await_holders(p_domain);
+    INSERT INTO $S.fences AS f (domain, token) VALUES (p_domain, p_token)
+    ON CONFLICT (domain) DO UPDATE SET token = EXCLUDED.token,
+      seq = CASE WHEN f.token = EXCLUDED.token THEN f.seq ELSE 0 END,
+      updated_at = now() WHERE f.token <= EXCLUDED.token
+    RETURNING f.token INTO held;
+    IF held IS NULL THEN
+      SELECT f.token INTO held FROM $S.fences AS f WHERE f.domain = p_domain;
+    END IF;
+  END IF;
+  IF held = p_token THEN
+    PERFORM pg_catalog.pg_advisory_lock_shared($KEY, k);
+    SELECT f.token INTO held FROM $S.fences AS f WHERE f.domain = p_domain;
+    IF held IS DISTINCT FROM p_token THEN
+      PERFORM pg_catalog.pg_advisory_unlock_shared($KEY, k);
+    END IF;
+  END IF;
+  PERFORM pg_catalog.set_config('lock_timeout', saved, true);
+  IF held IS DISTINCT FROM p_token THEN
+    RAISE EXCEPTION 'stale fencing token % for domain %: the database holds %',
+      p_token, pg_catalog.quote_literal(p_domain), held
+      USING ERRCODE = '$STALE', DETAIL = held::text;
+  END IF;
+  -- Any later fence call in this transaction: FG002.
+  PERFORM pg_catalog.pg_current_xact_id();
+  RETURN held;
+END
+$fn$)sql",
+      names));
+  // fence_seq() for an armed connection, with its secret.
+  sql.push_back(absl::StrReplaceAll(
+      R"sql(CREATE OR REPLACE FUNCTION $S.fence_seq(p_domain text, p_token bigint, p_seq bigint, p_hash text, p_secret text)
+RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $fn$
+BEGIN
+  IF p_domain IS NOT NULL AND p_token >= 1 AND p_seq >= 1
+     AND pg_catalog.pg_current_xact_id_if_assigned() IS NULL
+     AND NOT $S.armed_with(p_secret) THEN
+    RAISE EXCEPTION 'fence_seq() with a secret needs the one this connection was armed with'
+      USING ERRCODE = '42501';
+  END IF;
+  RETURN $S.fence_seq_unarmed(p_domain, p_token, p_seq, p_hash);
+END
+$fn$)sql",
+      names));
   // The gateway's release of a domain its connection holds (a session's
   // token change), with the connection's secret. Unlocking a lock not held
   // is a WARNING, which the function's own client_min_messages keeps from
@@ -263,13 +393,16 @@ $fn$)sql",
 RETURNS integer LANGUAGE sql IMMUTABLE AS $fn$ SELECT $VERSION $fn$)sql",
       names));
   for (const char* f :
-       {".await_holders(text)", ".armed()", ".hold(text, bigint, text)",
-        ".release(text, text)", ".raises_waiting(text[])", ".version()"}) {
+       {".await_holders(text)", ".armed()", ".armed_with(text)",
+        ".hold(text, bigint, text)", ".fence_hold(text, bigint, text)",
+        ".fence_seq(text, bigint, bigint, text, text)", ".release(text, text)",
+        ".raises_waiting(text[])", ".version()"}) {
     const std::string fn = absl::StrCat(s, f);
     sql.push_back(absl::StrCat("ALTER FUNCTION ", fn, " OWNER TO ", owner));
     sql.push_back(absl::StrCat("REVOKE ALL ON FUNCTION ", fn, " FROM PUBLIC"));
     if (absl::string_view(f) != ".await_holders(text)" &&
-        absl::string_view(f) != ".armed()") {
+        absl::string_view(f) != ".armed()" &&
+        absl::string_view(f) != ".armed_with(text)") {
       sql.push_back(absl::StrCat("GRANT EXECUTE ON FUNCTION ", fn, " TO ", r));
     }
   }

@@ -270,8 +270,8 @@ $fn$)sql",
   // row recorded without a hash (by an earlier gateway) cannot tell, and
   // is taken as applied. First write of its transaction only.
   sql.push_back(absl::StrReplaceAll(
-      R"sql(CREATE OR REPLACE FUNCTION $S.fence_seq(p_domain text, p_token bigint, p_seq bigint, p_hash text)
-RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER
+      R"sql(CREATE OR REPLACE FUNCTION $S.fence_seq_unarmed(p_domain text, p_token bigint, p_seq bigint, p_hash text)
+RETURNS bigint LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
   held bigint;
@@ -286,9 +286,6 @@ BEGIN
   IF pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL THEN
     RAISE EXCEPTION 'fencegate.fence_seq() must be the first write of its transaction'
       USING ERRCODE = '$ONCE';
-  END IF;
-  IF $S.armed() THEN
-    RAISE EXCEPTION '$REFUSED' USING ERRCODE = '42501';
   END IF;
   -- A raise waits for the connections that hold the domain (fence_hold.h).
   SELECT f.token INTO held FROM $S.fences AS f WHERE f.domain = p_domain;
@@ -347,8 +344,23 @@ $fn$)sql",
        {"$ONCE", kNotFirstSqlState},
        {"$APPLIED", kSeqAppliedSqlState},
        {"$ORDER", kSeqOrderSqlState},
-       {"$OTHER", kSeqOtherWriteSqlState},
-       {"$REFUSED", ArmedRefusal("fence_seq")}}));
+       {"$OTHER", kSeqOtherWriteSqlState}}));
+  // The route role's fence_seq(): refused on a backend the port or a route
+  // armed (fence_hold.h), where the gateway calls the form with the
+  // connection's secret instead.
+  sql.push_back(absl::StrReplaceAll(
+      R"sql(CREATE OR REPLACE FUNCTION $S.fence_seq(p_domain text, p_token bigint, p_seq bigint, p_hash text)
+RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $fn$
+BEGIN
+  IF p_domain IS NOT NULL AND p_token >= 1 AND p_seq >= 1
+     AND pg_catalog.pg_current_xact_id_if_assigned() IS NULL AND $S.armed() THEN
+    RAISE EXCEPTION '$REFUSED' USING ERRCODE = '42501';
+  END IF;
+  RETURN $S.fence_seq_unarmed(p_domain, p_token, p_seq, p_hash);
+END
+$fn$)sql",
+      {{"$S", s}, {"$REFUSED", ArmedRefusal("fence_seq")}}));
   // The three-argument form, which gateways before the hash call: the
   // same, recording no hash.
   sql.push_back(absl::StrReplaceAll(
@@ -367,10 +379,14 @@ SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
   SELECT f.domain, f.token FROM $S.fences AS f
 $fn$)sql",
       {{"$S", s}}));
-  sql.push_back(absl::StrCat("ALTER FUNCTION ", s,
-                             ".fence_locked(text, bigint) OWNER TO ", owner));
-  sql.push_back(absl::StrCat("REVOKE ALL ON FUNCTION ", s,
-                             ".fence_locked(text, bigint) FROM PUBLIC"));
+  for (const char* internal :
+       {".fence_locked(text, bigint)",
+        ".fence_seq_unarmed(text, bigint, bigint, text)"}) {
+    sql.push_back(
+        absl::StrCat("ALTER FUNCTION ", s, internal, " OWNER TO ", owner));
+    sql.push_back(
+        absl::StrCat("REVOKE ALL ON FUNCTION ", s, internal, " FROM PUBLIC"));
+  }
   for (const std::string& f :
        {fn, absl::StrCat(s, ".fence_next(text, bigint)"),
         absl::StrCat(s, ".fence_seq(text, bigint, bigint, text)"),

@@ -153,6 +153,7 @@ absl::StatusOr<RouteOptions> ParseRouteUri(const Uri& uri,
   options.max_result_bytes = settings->max_result_bytes();
   options.max_sql_bytes = settings->max_sql_bytes();
   options.max_connections_per_caller = settings->max_connections_per_caller();
+  options.held_domains = settings->held_domains();
   options.session_safe_functions.assign(
       settings->session_safe_functions().begin(),
       settings->session_safe_functions().end());

@@ -393,17 +393,29 @@ void BatchQueue::Stop(const absl::Status& error) {
 }
 
 void BatchQueue::CloseIdle() {
+  CloseIdleIf([](const Connection&) { return true; });
+}
+
+size_t BatchQueue::CloseIdleIf(
+    absl::FunctionRef<bool(const Connection&)> close) {
   std::vector<std::unique_ptr<Connection>> closed;
   {
     absl::MutexLock lock(&mu_);
-    for (Connection* conn : idle_) {
+    for (auto idle = idle_.begin(); idle != idle_.end();) {
+      Connection* conn = *idle;
+      if (!close(*conn)) {
+        ++idle;
+        continue;
+      }
       auto it = std::find_if(open_.begin(), open_.end(),
                              [&](const auto& c) { return c.get() == conn; });
       closed.push_back(std::move(*it));
       open_.erase(it);
+      idle = idle_.erase(idle);
     }
-    idle_.clear();
   }
+  // Destroyed without the lock held.
+  return closed.size();
 }
 
 BatchQueue::Counts BatchQueue::counts() const {

@@ -59,6 +59,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -169,6 +170,9 @@ class BatchQueue {
 
   // Destroys the idle connections (after Stop(): all of them).
   void CloseIdle();
+  // Destroys the idle connections for which `close` is true (called with
+  // the queue's lock held: it must not call the queue); returns how many.
+  size_t CloseIdleIf(absl::FunctionRef<bool(const Connection&)> close);
 
   // Connections open now.
   struct Counts {

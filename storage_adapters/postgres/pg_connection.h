@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "storage_adapters/postgres/held_domains.h"
 #include "storage_adapters/postgres/sql_text.h"
 
 namespace fencegate {
@@ -68,6 +69,30 @@ class PgConnection final {
   bool seq_prepared() const { return seq_prepared_; }
   void set_seq_prepared(bool prepared) { seq_prepared_ = prepared; }
 
+  // The route's held fence (held_domains.h). Armed: the connection is
+  // armed with `secret` in the database (fence_hold.h), and its Writes
+  // call fence_hold() (and fence_seq() with the secret), holding at most
+  // `bound` domains. Disarmed: a session reset (DISCARD ALL) gave up the
+  // arm and every hold; its Writes call fence() again.
+  void Arm(std::string secret, size_t bound) {
+    secret_ = std::move(secret);
+    held_ = postgres::HeldDomains(bound);
+  }
+  void Disarm() {
+    secret_.clear();
+    held_.Clear();
+  }
+  bool armed() const { return !secret_.empty(); }
+  const std::string& secret() const { return secret_; }
+  postgres::HeldDomains& held() { return held_; }
+  const postgres::HeldDomains& held() const { return held_; }
+  // The names of fence_hold()'s and the armed fence_seq()'s prepared
+  // statements.
+  std::string fence_hold_statement() const { return fence_statement_ + "_h"; }
+  std::string fence_seq_armed_statement() const {
+    return fence_statement_ + "_hs";
+  }
+
   // Records the parameters the server reports now (PQparameterStatus) as
   // the session's baseline.
   void RecordBaseline();
@@ -83,6 +108,8 @@ class PgConnection final {
   const std::string fence_statement_;
   bool ended_between_queries_ = false;
   bool seq_prepared_ = false;
+  std::string secret_;
+  postgres::HeldDomains held_{0};
   std::vector<std::pair<const char*, std::string>> baseline_;
 };
 

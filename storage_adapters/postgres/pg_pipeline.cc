@@ -85,9 +85,15 @@ size_t PgPipeline::Send(const std::vector<QueuedWrite*>& batch) {
     phase_ = Phase::kFinished;
     return 0;
   }
+  fenced_.assign(batch_.size(), Fenced::kCall);
+  releases_ = conn_->held().TakeReleases();
+  rel_ = 0;
   // One round trip for the batch; an error in one write rolls back that
   // write only.
-  while (sent_ < batch_.size() && SendWrite(*batch_[sent_])) ++sent_;
+  if (SendReleases()) {
+    while (sent_ < batch_.size() && SendWrite(*batch_[sent_], &fenced_[sent_]))
+      ++sent_;
+  }
   if (sent_ > 0 && batch_[sent_ - 1]->dirty) {
     // If it fails, the dirty write's sync went out whole: its outcome will
     // be read, the reset's failure shows there, and the connection is
@@ -108,18 +114,49 @@ size_t PgPipeline::Send(const std::vector<QueuedWrite*>& batch) {
     return 0;
   }
   write_ = 0;
-  BeginWrite();
+  if (releases_.empty()) {
+    BeginWrite();
+  } else {
+    phase_ = Phase::kReleaseResult;
+  }
   return sent_;
+}
+
+bool PgPipeline::SendReleases() {
+  PGconn* c = conn_->raw();
+  for (const std::string& domain : releases_) {
+    const char* params[2] = {domain.c_str(), conn_->secret().c_str()};
+    if (PQsendQueryParams(c, settings_->release_sql.c_str(), 2, nullptr,
+                          params, nullptr, nullptr, 0) != 1 ||
+        PQpipelineSync(c) != 1) {
+      return false;
+    }
+  }
+  return true;
 }
 
 int PgPipeline::Flush() { return PQflush(conn_->raw()); }
 
-bool PgPipeline::SendWrite(const QueuedWrite& w) {
+bool PgPipeline::SendWrite(const QueuedWrite& w, Fenced* fenced) {
   PGconn* c = conn_->raw();
   if (w.dirty && !SendSimple(c, "BEGIN")) return false;
   const std::string domain(w.target->domain);
   const std::string token = absl::StrCat(w.target->token);
-  if (w.target->seq == 0) {
+  const char* secret = conn_->secret().c_str();
+  if (w.target->seq == 0 && conn_->armed()) {
+    // The connection's shared lock on the domain keeps the row at the
+    // token: nothing to send. Otherwise fence_hold() checks and holds.
+    if (conn_->held().Use(domain, w.target->token)) {
+      *fenced = Fenced::kHeld;
+    } else {
+      *fenced = Fenced::kHolding;
+      const char* params[3] = {domain.c_str(), token.c_str(), secret};
+      if (PQsendQueryPrepared(c, conn_->fence_hold_statement().c_str(), 3,
+                              params, nullptr, nullptr, 0) != 1) {
+        return false;
+      }
+    }
+  } else if (w.target->seq == 0) {
     const char* fence_params[2] = {domain.c_str(), token.c_str()};
     if (PQsendQueryPrepared(c, conn_->fence_statement().c_str(), 2,
                             fence_params, nullptr, nullptr, 0) != 1) {
@@ -128,10 +165,15 @@ bool PgPipeline::SendWrite(const QueuedWrite& w) {
   } else {
     const std::string seq = absl::StrCat(w.target->seq);
     const std::string hash = WriteHash(*w.target, *w.ops);
-    const char* fence_params[4] = {domain.c_str(), token.c_str(), seq.c_str(),
-                                   hash.c_str()};
+    const char* fence_params[5] = {domain.c_str(), token.c_str(), seq.c_str(),
+                                   hash.c_str(), secret};
+    // An armed connection's fence_seq() takes its secret.
     const int sent =
-        conn_->seq_prepared()
+        conn_->armed()
+            ? PQsendQueryPrepared(c,
+                                  conn_->fence_seq_armed_statement().c_str(), 5,
+                                  fence_params, nullptr, nullptr, 0)
+        : conn_->seq_prepared()
             ? PQsendQueryPrepared(c, conn_->fence_seq_statement().c_str(), 4,
                                   fence_params, nullptr, nullptr, 0)
             : PQsendQueryParams(c, settings_->fence_seq_sql.c_str(), 4, nullptr,
@@ -164,8 +206,10 @@ bool PgPipeline::SendWrite(const QueuedWrite& w) {
 bool PgPipeline::SendReset() {
   PGconn* c = conn_->raw();
   // DISCARD ALL drops fence_seq()'s statement too: later Writes with a seq
-  // send its text.
+  // send its text. It also ends the arm and every hold (its advisory locks
+  // go): the connection's Writes call fence() from now on.
   conn_->set_seq_prepared(false);
+  conn_->Disarm();
   // ROLLBACK ends the block of a dirty Write that failed inside it (and is
   // only a warning after one that committed), so that a failed dirty Write
   // costs no new connection; then the reset, first in a segment of its own.
@@ -192,8 +236,9 @@ void PgPipeline::BeginWrite() {
   // [COMMIT]. After the first error the server skips the rest
   // (PIPELINE_ABORTED) and rolls the transaction back at the sync (or
   // leaves a BEGIN's block aborted, for the caller to drop).
-  fence_query_ = w.dirty ? 1 : 0;
-  queries_ = w.ops->size() + fence_query_ + 1 + (w.dirty ? 1 : 0);
+  has_fence_ = fenced_[write_] != Fenced::kHeld;
+  fence_query_ = (w.dirty ? 1 : 0) + (has_fence_ ? 1 : 0) - 1;
+  queries_ = fence_query_ + 1 + w.ops->size() + (w.dirty ? 1 : 0);
   commit_query_ = w.dirty ? queries_ - 1 : -1;
   failed_ = false;
   out_ = nullptr;
@@ -300,6 +345,38 @@ void PgPipeline::Feed(PgResult r, bool cancelled) {
       BeginWrite();
       return;
     }
+    case Phase::kReleaseResult: {
+      if (r == nullptr) {
+        EndInReleases(/*closed=*/false);
+        return;
+      }
+      const char* severity =
+          PQresultErrorField(r.get(), PG_DIAG_SEVERITY_NONLOCALIZED);
+      if (severity != nullptr && (std::string_view(severity) == "FATAL" ||
+                                  std::string_view(severity) == "PANIC")) {
+        EndInReleases(/*closed=*/true);
+        return;
+      }
+      // A release that failed may leave the domain held: the connection
+      // goes after this batch, and its locks with it.
+      if (PQresultStatus(r.get()) != PGRES_TUPLES_OK) usable_ = false;
+      phase_ = Phase::kReleaseEnd;
+      return;
+    }
+    case Phase::kReleaseEnd:
+      phase_ = Phase::kReleaseSync;
+      return;
+    case Phase::kReleaseSync:
+      if (r == nullptr || PQresultStatus(r.get()) != PGRES_PIPELINE_SYNC) {
+        EndInReleases(/*closed=*/false);
+        return;
+      }
+      if (++rel_ < releases_.size()) {
+        phase_ = Phase::kReleaseResult;
+      } else {
+        BeginWrite();
+      }
+      return;
     case Phase::kResetResult:
       if (r == nullptr) {
         reset_ok_ = false;
@@ -398,7 +475,8 @@ bool PgPipeline::OnError(const PGresult* r, bool cancelled) {
   // fence() and fence_seq() put the database's token, or seq, in DETAIL.
   const char* detail = PQresultErrorField(r, PG_DIAG_MESSAGE_DETAIL);
   const std::string_view fence_state =
-      q_ == fence_query_ ? std::string_view(state) : std::string_view();
+      has_fence_ && q_ == fence_query_ ? std::string_view(state)
+                                       : std::string_view();
   if (fence_state == kStaleSqlState) {
     w->stale = true;
     w->held = StaleHeldToken(kStaleSqlState, detail).value_or(0);
@@ -464,6 +542,7 @@ void PgPipeline::Finish(Ending ending) {
   }
   if (ending != Ending::kSynced) return;
   if (reset_ && !reset_ok_) usable_ = false;
+  NoteHolds();
   // The reset ended a dirty Write's aborted block, if it left one.
   if (PQexitPipelineMode(c) != 1) {
     // Every result was read, so this cannot happen; the outcomes are known,
@@ -488,6 +567,39 @@ void PgPipeline::Finish(Ending ending) {
       batch_[i]->status = absl::InternalError(
           "postgres: a statement left a transaction open (transaction "
           "control is not allowed); connection dropped, outcome unknown");
+    }
+  }
+}
+
+void PgPipeline::EndInReleases(bool closed) {
+  PGconn* c = conn_->raw();
+  // Finish() reports the Writes after write_; the first one is set here.
+  write_ = 0;
+  QueuedWrite* first = batch_[0];
+  first->results->Clear();
+  if (closed) {
+    first->status = ClosedBeforeRan(c);
+    first->retryable = true;
+    Finish(Ending::kEndedBeforeSync);
+  } else {
+    first->status = LostAfterSent(c);
+    Finish(Ending::kLost);
+  }
+}
+
+void PgPipeline::NoteHolds() {
+  // A reset (DISCARD ALL) gave every hold up: Disarm() said so.
+  if (reset_ || !conn_->armed()) return;
+  for (size_t i = 0; i < sent_; ++i) {
+    if (fenced_[i] != Fenced::kHolding) continue;
+    const QueuedWrite& w = *batch_[i];
+    if (w.status.ok()) {
+      conn_->held().Held(w.target->domain, w.target->token);
+    } else {
+      // The hold, a session's lock, may have outlived the transaction
+      // (the Write's SQL failed after fence_hold()), or the row it held
+      // was raised in a transaction that rolled back: given up.
+      conn_->held().Release(w.target->domain);
     }
   }
 }

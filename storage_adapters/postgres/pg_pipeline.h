@@ -37,6 +37,7 @@ class PgPipeline {
   struct Settings {
     std::string fence_call_sql;    // Prepared again after a reset.
     std::string fence_seq_sql;     // For a Write with a seq; not prepared.
+    std::string release_sql;       // fence_hold.h's ReleaseSql().
     int statement_timeout_ms = 0;  // For the cancelled Write's message.
     int64_t max_result_rows = 0;
     int64_t max_result_bytes = 0;
@@ -89,13 +90,30 @@ class PgPipeline {
     kResult,       // The result of query q_ (rows, or its end).
     kEnd,          // The null that ends query q_.
     kSync,         // The Write's sync.
+    kReleaseResult,  // Release rel_ (before the Writes).
+    kReleaseEnd,
+    kReleaseSync,
     kResetResult,  // The reset's query q_ (0 ROLLBACK, 1 DISCARD, 2 PREPARE).
     kResetEnd,
     kResetSync,
     kFinished,
   };
 
-  bool SendWrite(const QueuedWrite& w);
+  // How a Write is fenced on an armed connection (held_domains.h).
+  enum class Fenced : uint8_t {
+    kCall,     // fence() or fence_seq(), as on any connection.
+    kHolding,  // fence_hold(): held once it commits.
+    kHeld,     // The connection holds its (domain, token): no statement.
+  };
+  bool SendWrite(const QueuedWrite& w, Fenced* fenced);
+  // Sends the releases the connection owes (held_domains.h), each in a
+  // segment of its own, before the batch's Writes.
+  bool SendReleases();
+  // The connection ended (`closed`: the server ended the session before
+  // the Writes ran) or broke while the releases were read.
+  void EndInReleases(bool closed);
+  // After a synced batch: what the connection holds now.
+  void NoteHolds();
   bool SendReset();
   // Starts reading write `write_` (or the reset, or finishes).
   void BeginWrite();
@@ -112,6 +130,9 @@ class PgPipeline {
   PgConnection* const conn_;
   const Settings* const settings_;
   std::vector<QueuedWrite*> batch_;
+  std::vector<Fenced> fenced_;         // Per Write of batch_.
+  std::vector<std::string> releases_;  // Sent before the Writes.
+  size_t rel_ = 0;
   size_t sent_ = 0;
   bool reset_ = false;  // A reset follows the last Write.
   bool usable_ = true;
@@ -120,7 +141,8 @@ class PgPipeline {
   size_t write_ = 0;
   int q_ = 0;
   int queries_ = 0;
-  int fence_query_ = 0;
+  int fence_query_ = 0;  // The last query before the operations.
+  bool has_fence_ = true;  // Query fence_query_ is the fence call.
   int commit_query_ = -1;
   bool failed_ = false;
   v1::SqlResult* out_ = nullptr;

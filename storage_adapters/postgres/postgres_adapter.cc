@@ -6,11 +6,13 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "boost/asio/post.hpp"
 #include "fencegate/common/thread_name.h"
 #include "postgres/classifier_gauges.h"
+#include "postgres/fence_hold.h"
 #include "postgres/fence_schema.h"
 #include "storage_adapters/postgres/role_check.h"
 #include "storage_adapters/postgres/sql_text.h"
@@ -33,6 +35,7 @@ PostgresAdapter::PostgresAdapter(postgres::RouteOptions options,
                                  absl::Seconds(1)),
       pipeline_settings_{fence_call_sql_,
                          postgres::FenceSeqSql(options_.fence_schema),
+                         postgres::ReleaseSql(options_.fence_schema),
                          static_cast<int>(options_.statement_timeout_ms),
                          options_.max_result_rows, options_.max_result_bytes},
       control_pool_(
@@ -61,6 +64,10 @@ PostgresAdapter::PostgresAdapter(postgres::RouteOptions options,
         NameThisThread("pg-loop");
         io_.run();
       }) {
+  if (options_.held_domains > 0) {
+    raise_watch_.Start("fg-hold-watch", kHoldWatchInterval,
+                       [this] { WatchRaises(); });
+  }
   if (context.metrics.enabled()) {
     queue_wait_ = &prometheus::BuildHistogram()
                        .Name("fencegate_postgres_queue_wait_seconds")
@@ -105,10 +112,14 @@ PostgresAdapter::PostgresAdapter(postgres::RouteOptions options,
   }
 }
 
-absl::Status PostgresAdapter::SetUpConnection(PgConnection& c) {
+absl::Status PostgresAdapter::SetUpConnection(PgConnection& c,
+                                              bool* may_hold) {
   absl::StatusOr<postgres::RoleAttributes> role =
       postgres::ReadRoleAttributes(c, options_.fence_schema);
   if (!role.ok()) return role.status();
+  if (may_hold != nullptr) {
+    *may_hold = !absl::StrContains(role->session_functions, "advisory");
+  }
   if (absl::Status s = postgres::CheckRole(*role, options_.fence_schema,
                                            options_.allow_privileged_role);
       !s.ok()) {
@@ -207,6 +218,7 @@ absl::Status PostgresAdapter::Probe() {
 
 PostgresAdapter::~PostgresAdapter() {
   // Batches in flight complete, and take what is queued behind them.
+  raise_watch_.Stop();
   queue_.Stop(absl::UnavailableError(
       "postgres: the adapter was shut down before the write was sent"));
   JoinHelpers();

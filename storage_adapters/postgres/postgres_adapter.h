@@ -114,6 +114,7 @@
 #include "boost/asio/io_context.hpp"
 #include "boost/asio/posix/stream_descriptor.hpp"
 #include "boost/asio/steady_timer.hpp"
+#include "fencegate/common/periodic_thread.h"
 #include "postgres/catalog_names.h"
 #include "postgres/route_options.h"
 #include "postgres/sql_classifier.h"
@@ -236,6 +237,8 @@ class PostgresAdapter final : public StorageAdapter,
   // The fence table's connections: at most, and kept open when idle.
   static constexpr int kControlConnections = 16;
   static constexpr int kControlConnectionsKept = 2;
+  // How often the raise watch asks (pgport's RaiseWatch asks as often).
+  static constexpr absl::Duration kHoldWatchInterval = absl::Milliseconds(100);
 
   // BatchQueue::Driver: sends a batch on the caller's thread (the one that
   // added the Write, or the loop's), never blocking; opens a connection on a
@@ -296,8 +299,22 @@ class PostgresAdapter final : public StorageAdapter,
   void Inspect(const Operations& ops, bool* dirty, bool* opaque) const;
   // The catalog's names, as the newest connection read them; null before.
   std::shared_ptr<const postgres::CatalogNames> catalog_names() const;
-  // Checks the role of a new connection (role_check.h).
-  absl::Status SetUpConnection(PgConnection& c);
+  // Checks the role of a new connection (role_check.h). `may_hold`, if
+  // given, is told whether the role can execute none of the advisory lock
+  // functions (so that no Write can give up a hold).
+  absl::Status SetUpConnection(PgConnection& c, bool* may_hold = nullptr);
+  // The route's held fence (postgres_adapter_holds.cc): arms a new pooled
+  // connection if the route holds domains (held_domains > 0), the schema
+  // has fence_hold(), the role may not take advisory locks itself and the
+  // session runs at READ COMMITTED; otherwise leaves it to call fence().
+  // Only a broken connection is an error.
+  absl::Status ArmConnection(PgConnection& c);
+  // The raise watch ("fg-hold-watch", every kHoldWatchInterval while any
+  // connection holds a domain): asks the server which held domains a raise
+  // waits for, has every connection that holds one owe its release (sent
+  // before its next batch), and closes the idle ones among them, whose
+  // session's end releases every hold at once.
+  void WatchRaises();
   // Runs one fence query on a control connection: its result if it
   // returned rows; the SQL error otherwise, with its SQLSTATE in
   // `*sqlstate` and the error's DETAIL in `*detail`.
@@ -356,7 +373,11 @@ class PostgresAdapter final : public StorageAdapter,
 
   // Set by CancelInFlight(): every batch is cancelled as it is sent.
   std::atomic<bool> cancel_all_{false};
-  // Every open connection's Link, for CancelInFlight().
+  // The raise watch's own connection (its thread only).
+  std::unique_ptr<PgConnection> watch_conn_;
+  PeriodicThread raise_watch_;
+  // Every open connection's Link, for CancelInFlight() and the raise
+  // watch.
   absl::Mutex links_mu_;
   std::vector<std::weak_ptr<Link>> links_ ABSL_GUARDED_BY(links_mu_);
 

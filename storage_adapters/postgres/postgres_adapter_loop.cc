@@ -290,7 +290,11 @@ PostgresAdapter::OpenConnection() {
         "postgres ", options_.redacted_uri, ": ", opened.status().message()));
   }
   std::unique_ptr<PgConnection> conn = *std::move(opened);
-  if (absl::Status s = SetUpConnection(*conn); !s.ok()) return s;
+  bool may_hold = false;
+  if (absl::Status s = SetUpConnection(*conn, &may_hold); !s.ok()) return s;
+  if (may_hold) {
+    if (absl::Status s = ArmConnection(*conn); !s.ok()) return s;
+  }
   if (PQsetnonblocking(conn->raw(), 1) != 0) {
     return absl::UnavailableError(
         absl::StrCat("postgres ", options_.redacted_uri,

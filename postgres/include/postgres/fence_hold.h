@@ -68,7 +68,8 @@ inline constexpr int64_t kDefaultRaiseWaitMs = 10000;
 // returns it (2: the held fence; 3: hold() raises, and an armed backend may
 // not call fence(), fence_seq() or fence_next(); 4: fence() at READ
 // COMMITTED takes the domain's lock, shared, in place of the row's; 5:
-// hold() only as its transaction's first write, FG002 otherwise).
+// hold() only as its transaction's first write, FG002 otherwise, and the
+// gRPC route's held fence: fence_hold() and fence_seq() with a secret).
 inline constexpr int kFenceSchemaVersion = 5;
 // The oldest version this gateway's PostgreSQL port serves (a version-3
 // schema's fence() is slower, not less safe).
@@ -76,6 +77,14 @@ inline constexpr int kMinFenceSchemaVersion = 3;
 
 // "SELECT "<schema>".hold($1, $2::bigint, $3)".
 std::string HoldSql(const std::string& schema);
+// "SELECT "<schema>".fence_hold($1, $2::bigint, $3)": a gRPC route's
+// Write's check on a connection armed with secret $3 (the route's held
+// fence, docs/postgres.md): fence() that also leaves domain $1 held at
+// token $2 by the connection.
+std::string FenceHoldSql(const std::string& schema);
+// "SELECT "<schema>".fence_seq($1, $2::bigint, $3::bigint, $4, $5)":
+// fence_seq() on a connection armed with secret $5.
+std::string FenceSeqArmedSql(const std::string& schema);
 // "SELECT FROM "<schema>".release($1, $2)": the domain $1 given up by the
 // connection armed with secret $2 (42501 with another secret); its row has
 // no column.
@@ -84,6 +93,8 @@ std::string ReleaseSql(const std::string& schema);
 // Of the domains in $1 (a text[] literal), the 1-based positions of those
 // a raise waits for, joined by ',' (NULL if none): one row, one value.
 std::string RaisesWaitingSql(const std::string& schema);
+// The array literal of `values` for RaisesWaitingSql()'s text[] parameter.
+std::string TextArrayLiteral(const std::vector<std::string>& values);
 
 // The condition on pg_catalog.pg_proc row `p` that selects every advisory
 // lock function (session and transaction level, lock, try, unlock).

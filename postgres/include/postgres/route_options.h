@@ -81,6 +81,10 @@ struct RouteOptions {
   // queued or in flight, at most pool_size - 1. Writes without a caller
   // are not counted.
   int64_t max_connections_per_caller{};
+  // Domains one connection keeps held between Writes (the route's held
+  // fence, docs/postgres.md), least recently used given up first; 0: every
+  // Write calls fence(). Default: 64.
+  int64_t held_domains{};
   // Function names outside pg_catalog vouched to change no session state
   // (catalog_names.h): Writes that call them keep their batch.
   std::vector<std::string> session_safe_functions;
