@@ -14,8 +14,7 @@ std::string HoldSql(const std::string& schema) {
 }
 
 std::string FenceHoldSql(const std::string& schema) {
-  return absl::StrCat("SELECT \"", schema,
-                      "\".fence_hold($1, $2::bigint, $3)");
+  return absl::StrCat("SELECT \"", schema, "\".fence_hold($1, $2::bigint, $3)");
 }
 
 std::string FenceSeqArmedSql(const std::string& schema) {

@@ -126,8 +126,8 @@ bool PgPipeline::SendReleases() {
   PGconn* c = conn_->raw();
   for (const std::string& domain : releases_) {
     const char* params[2] = {domain.c_str(), conn_->secret().c_str()};
-    if (PQsendQueryParams(c, settings_->release_sql.c_str(), 2, nullptr,
-                          params, nullptr, nullptr, 0) != 1 ||
+    if (PQsendQueryParams(c, settings_->release_sql.c_str(), 2, nullptr, params,
+                          nullptr, nullptr, 0) != 1 ||
         PQpipelineSync(c) != 1) {
       return false;
     }
@@ -170,9 +170,8 @@ bool PgPipeline::SendWrite(const QueuedWrite& w, Fenced* fenced) {
     // An armed connection's fence_seq() takes its secret.
     const int sent =
         conn_->armed()
-            ? PQsendQueryPrepared(c,
-                                  conn_->fence_seq_armed_statement().c_str(), 5,
-                                  fence_params, nullptr, nullptr, 0)
+            ? PQsendQueryPrepared(c, conn_->fence_seq_armed_statement().c_str(),
+                                  5, fence_params, nullptr, nullptr, 0)
         : conn_->seq_prepared()
             ? PQsendQueryPrepared(c, conn_->fence_seq_statement().c_str(), 4,
                                   fence_params, nullptr, nullptr, 0)
@@ -474,9 +473,9 @@ bool PgPipeline::OnError(const PGresult* r, bool cancelled) {
   failed_ = true;
   // fence() and fence_seq() put the database's token, or seq, in DETAIL.
   const char* detail = PQresultErrorField(r, PG_DIAG_MESSAGE_DETAIL);
-  const std::string_view fence_state =
-      has_fence_ && q_ == fence_query_ ? std::string_view(state)
-                                       : std::string_view();
+  const std::string_view fence_state = has_fence_ && q_ == fence_query_
+                                           ? std::string_view(state)
+                                           : std::string_view();
   if (fence_state == kStaleSqlState) {
     w->stale = true;
     w->held = StaleHeldToken(kStaleSqlState, detail).value_or(0);

@@ -87,9 +87,9 @@ class PgPipeline {
     kLost,             // The connection broke; later writes: unknown.
   };
   enum class Phase {
-    kResult,       // The result of query q_ (rows, or its end).
-    kEnd,          // The null that ends query q_.
-    kSync,         // The Write's sync.
+    kResult,         // The result of query q_ (rows, or its end).
+    kEnd,            // The null that ends query q_.
+    kSync,           // The Write's sync.
     kReleaseResult,  // Release rel_ (before the Writes).
     kReleaseEnd,
     kReleaseSync,
@@ -141,7 +141,7 @@ class PgPipeline {
   size_t write_ = 0;
   int q_ = 0;
   int queries_ = 0;
-  int fence_query_ = 0;  // The last query before the operations.
+  int fence_query_ = 0;    // The last query before the operations.
   bool has_fence_ = true;  // Query fence_query_ is the fence call.
   int commit_query_ = -1;
   bool failed_ = false;

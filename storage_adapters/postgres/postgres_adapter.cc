@@ -37,7 +37,8 @@ PostgresAdapter::PostgresAdapter(postgres::RouteOptions options,
                          postgres::FenceSeqSql(options_.fence_schema),
                          postgres::ReleaseSql(options_.fence_schema),
                          static_cast<int>(options_.statement_timeout_ms),
-                         options_.max_result_rows, options_.max_result_bytes},
+                         options_.max_result_rows,
+                         options_.max_result_bytes},
       control_pool_(
           options_.conninfo, options_.redacted_uri, kControlConnections,
           absl::Milliseconds(options_.pool_wait_ms),
@@ -112,8 +113,7 @@ PostgresAdapter::PostgresAdapter(postgres::RouteOptions options,
   }
 }
 
-absl::Status PostgresAdapter::SetUpConnection(PgConnection& c,
-                                              bool* may_hold) {
+absl::Status PostgresAdapter::SetUpConnection(PgConnection& c, bool* may_hold) {
   absl::StatusOr<postgres::RoleAttributes> role =
       postgres::ReadRoleAttributes(c, options_.fence_schema);
   if (!role.ok()) return role.status();

@@ -25,8 +25,8 @@ namespace {
 // PQprepare, true if the server took it.
 bool Prepared(PGconn* c, const std::string& name, const std::string& sql,
               int params) {
-  postgres::PgResult r(PQprepare(c, name.c_str(), sql.c_str(), params,
-                                 nullptr));
+  postgres::PgResult r(
+      PQprepare(c, name.c_str(), sql.c_str(), params, nullptr));
   return r != nullptr && PQresultStatus(r.get()) == PGRES_COMMAND_OK;
 }
 
@@ -43,9 +43,9 @@ absl::Status PostgresAdapter::ArmConnection(PgConnection& c) {
                 postgres::FenceSeqArmedSql(options_.fence_schema), 5)) {
     return PQstatus(raw) == CONNECTION_OK
                ? absl::OkStatus()
-               : absl::UnavailableError(absl::StrCat(
-                     "postgres ", options_.redacted_uri, ": ",
-                     postgres::ConnectionError(raw)));
+               : absl::UnavailableError(
+                     absl::StrCat("postgres ", options_.redacted_uri, ": ",
+                                  postgres::ConnectionError(raw)));
   }
   std::string bytes(24, '\0');
   if (RAND_bytes(reinterpret_cast<unsigned char*>(bytes.data()),
@@ -58,14 +58,14 @@ absl::Status PostgresAdapter::ArmConnection(PgConnection& c) {
   // (25001), which then calls fence(), whose locked read serves there.
   const std::string hold = postgres::HoldSql(options_.fence_schema);
   const char* params[3] = {nullptr, nullptr, secret.c_str()};
-  postgres::PgResult armed(PQexecParams(raw, hold.c_str(), 3, nullptr, params,
-                                        nullptr, nullptr, 0));
+  postgres::PgResult armed(
+      PQexecParams(raw, hold.c_str(), 3, nullptr, params, nullptr, nullptr, 0));
   if (armed == nullptr || PQresultStatus(armed.get()) != PGRES_TUPLES_OK) {
     return PQstatus(raw) == CONNECTION_OK
                ? absl::OkStatus()
-               : absl::UnavailableError(absl::StrCat(
-                     "postgres ", options_.redacted_uri, ": ",
-                     postgres::ConnectionError(raw)));
+               : absl::UnavailableError(
+                     absl::StrCat("postgres ", options_.redacted_uri, ": ",
+                                  postgres::ConnectionError(raw)));
   }
   c.Arm(std::move(secret), static_cast<size_t>(options_.held_domains));
   return absl::OkStatus();
@@ -130,10 +130,9 @@ void PostgresAdapter::WatchRaises() {
     }
   }
   if (!owing.empty()) {
-    (void)queue_.CloseIdleIf(
-        [&](const postgres::BatchQueue::Connection& c) {
-          return owing.contains(&c);
-        });
+    (void)queue_.CloseIdleIf([&](const postgres::BatchQueue::Connection& c) {
+      return owing.contains(&c);
+    });
   }
 }
 

@@ -108,17 +108,17 @@ TEST_F(PostgresIsolationTest, TheDatabaseFenceIsOutOfTheRouteRolesReach) {
   // classifier does not know the names; the database refuses).
   for (StorageAdapter* adapter :
        std::vector<StorageAdapter*>{adapter_.get(), dirty.get()}) {
-    absl::Status hold = Apply(
-        adapter, "billing", 10,
-        {Sql("SELECT fencegate.hold('victim', 9223372036854775807, "
-             "'a-secret-of-the-callers-own')")});
+    absl::Status hold =
+        Apply(adapter, "billing", 10,
+              {Sql("SELECT fencegate.hold('victim', 9223372036854775807, "
+                   "'a-secret-of-the-callers-own')")});
     EXPECT_THAT(hold, StatusIs(absl::StatusCode::kInvalidArgument));
     EXPECT_THAT(hold.message(), HasSubstr("FG002"));
   }
-  absl::Status hold_in_do =
-      Apply(dirty.get(), "billing", 10,
-            {Sql("DO $$BEGIN PERFORM fencegate.hold('victim', "
-                 "9223372036854775807, 'a-secret-of-the-callers-own'); END$$")});
+  absl::Status hold_in_do = Apply(
+      dirty.get(), "billing", 10,
+      {Sql("DO $$BEGIN PERFORM fencegate.hold('victim', "
+           "9223372036854775807, 'a-secret-of-the-callers-own'); END$$")});
   EXPECT_THAT(hold_in_do.message(), HasSubstr("FG002"));
   EXPECT_EQ(StoredFence("victim"), 0);
   // The route's connections are not armed by the attempts: the Writes

@@ -53,8 +53,10 @@ class PostgresRouteHoldTest : public PostgresAdapterTest {
           "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING "
           "(pid) WHERE a.usename = 'fencegate_worker' AND l.locktype = "
           "'advisory' AND l.granted AND l.mode = 'ShareLock' AND l.classid = ",
-          postgres::kHoldLockKey, "::oid AND l.objsubid = 2 AND l.objid = "
-          "(hashtext('", name, "') & 2147483647)::oid"));
+          postgres::kHoldLockKey,
+          "::oid AND l.objsubid = 2 AND l.objid = "
+          "(hashtext('",
+          name, "') & 2147483647)::oid"));
       if (r[0][0].as<int64_t>() > 0) held.push_back(name);
     }
     return held;
@@ -69,11 +71,13 @@ TEST_F(PostgresRouteHoldTest, AHeldDomainsNextWritesSendNoFenceStatement) {
               UnorderedElementsAre("billing"));
   // Without fence_hold(), only the Writes that need it fail: the held
   // domain's next Writes call nothing.
-  Exec("REVOKE EXECUTE ON FUNCTION fencegate.fence_hold(text, bigint, text) "
-       "FROM fencegate_worker");
+  Exec(
+      "REVOKE EXECUTE ON FUNCTION fencegate.fence_hold(text, bigint, text) "
+      "FROM fencegate_worker");
   absl::Cleanup grant = [] {
-    Exec("GRANT EXECUTE ON FUNCTION fencegate.fence_hold(text, bigint, text) "
-         "TO fencegate_worker");
+    Exec(
+        "GRANT EXECUTE ON FUNCTION fencegate.fence_hold(text, bigint, text) "
+        "TO fencegate_worker");
   };
   ASSERT_OK(Apply(adapter.get(), "billing", 5,
                   {Sql("INSERT INTO jobs (id) VALUES (2)")}));
@@ -104,9 +108,10 @@ TEST_F(PostgresRouteHoldTest, ARaiseWaitsForTheHeldTokensTransaction) {
   });
   ASSERT_TRUE(testing::WaitFor(
       [] {
-        return Exec("SELECT count(*) FROM pg_stat_activity WHERE query LIKE "
-                    "'%pg_sleep(1)%' AND state = 'active' AND pid <> "
-                    "pg_backend_pid()")[0][0]
+        return Exec(
+                   "SELECT count(*) FROM pg_stat_activity WHERE query LIKE "
+                   "'%pg_sleep(1)%' AND state = 'active' AND pid <> "
+                   "pg_backend_pid()")[0][0]
                    .as<int64_t>() == 1;
       },
       absl::Seconds(10)));
@@ -141,8 +146,9 @@ TEST_F(PostgresRouteHoldTest, ARaiseIsLetThroughByTheWatchNotByItsBound) {
                                        postgres::kDefaultFenceSchema,
                                        "fencegate_worker", 60000));
   absl::Cleanup bound = [] {
-    ASSERT_OK(postgres::SetUpFenceSchema(
-        server_->Conninfo(), postgres::kDefaultFenceSchema, "fencegate_worker"));
+    ASSERT_OK(postgres::SetUpFenceSchema(server_->Conninfo(),
+                                         postgres::kDefaultFenceSchema,
+                                         "fencegate_worker"));
   };
   auto adapter = MakeAdapter("pool_size=2");
   ASSERT_OK(Apply(adapter.get(), "billing", 5,
@@ -179,13 +185,13 @@ TEST_F(PostgresRouteHoldTest, TheDomainsAConnectionHoldsAreBounded) {
               UnorderedElementsAre("d2", "d3"));
   // The next batch of a Write that failed after fence_hold() gives its
   // domain up: the lock, a session's, outlived the rolled-back transaction.
-  ASSERT_OK(Apply(adapter.get(), "d4", 1,
-                  {Sql("INSERT INTO jobs (id) VALUES (1)")}));
+  ASSERT_OK(
+      Apply(adapter.get(), "d4", 1, {Sql("INSERT INTO jobs (id) VALUES (1)")}));
   ASSERT_OK(Apply(adapter.get(), "d4", 1, {Sql("SELECT 1")}));
   EXPECT_THAT(HeldDomains({"d1", "d2", "d3", "d4"}),
               UnorderedElementsAre("d3", "d4"));
-  absl::Status failed = Apply(adapter.get(), "d5", 1,
-                              {Sql("INSERT INTO jobs (id) VALUES (1)")});
+  absl::Status failed =
+      Apply(adapter.get(), "d5", 1, {Sql("INSERT INTO jobs (id) VALUES (1)")});
   EXPECT_THAT(failed.message(), HasSubstr("23505"));
   EXPECT_THAT(HeldDomains({"d5"}), UnorderedElementsAre("d5"));
   ASSERT_OK(Apply(adapter.get(), "d4", 1, {Sql("SELECT 1")}));
@@ -218,8 +224,9 @@ TEST_F(PostgresRouteHoldTest, AWriteWithASeqOnAnArmedConnection) {
 // A route whose role could give a hold up itself, or whose sessions run at
 // another isolation level, holds nothing: each Write calls fence().
 TEST_F(PostgresRouteHoldTest, ARouteThatCannotHoldCallsFenceEveryTime) {
-  Exec("ALTER DATABASE postgres SET default_transaction_isolation = "
-       "'repeatable read'");
+  Exec(
+      "ALTER DATABASE postgres SET default_transaction_isolation = "
+      "'repeatable read'");
   {
     absl::Cleanup reset = [] {
       Exec("ALTER DATABASE postgres RESET default_transaction_isolation");
@@ -232,11 +239,13 @@ TEST_F(PostgresRouteHoldTest, ARouteThatCannotHoldCallsFenceEveryTime) {
                                {Sql("INSERT INTO jobs (id) VALUES (2)")});
     EXPECT_TRUE(GetStaleToken(stale).has_value()) << stale;
   }
-  Exec("GRANT EXECUTE ON FUNCTION pg_advisory_unlock_all() TO "
-       "fencegate_worker");
+  Exec(
+      "GRANT EXECUTE ON FUNCTION pg_advisory_unlock_all() TO "
+      "fencegate_worker");
   absl::Cleanup revoke = [] {
-    Exec("REVOKE EXECUTE ON FUNCTION pg_advisory_unlock_all() FROM "
-         "fencegate_worker");
+    Exec(
+        "REVOKE EXECUTE ON FUNCTION pg_advisory_unlock_all() FROM "
+        "fencegate_worker");
   };
   auto adapter = MakeAdapter("pool_size=1");
   ASSERT_OK(Apply(adapter.get(), "able", 3,
