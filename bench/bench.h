@@ -43,6 +43,8 @@ struct EnvironmentOptions {
   // runs at once. On two cores shared with PostgreSQL and the harness, 4
   // measured best of 2, 4, 8 (the adapter's default) and 64.
   uint64_t pg_pool_size = 4;
+  // More of the route URI's query (e.g. "held_domains=0"), appended.
+  std::string pg_route_params = {};
   // Start the gateway (and its variants). Off for scenarios that run their
   // own gateways (chaos).
   bool start_gateway = true;

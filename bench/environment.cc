@@ -40,8 +40,10 @@ absl::StatusOr<std::unique_ptr<Environment>> Environment::Start(
         !revoked.ok()) {
       return revoked.status();
     }
-    env->pg_uri_ =
-        env->pg_->Uri(absl::StrCat("pool_size=", options.pg_pool_size));
+    env->pg_uri_ = env->pg_->Uri(
+        absl::StrCat("pool_size=", options.pg_pool_size,
+                     options.pg_route_params.empty() ? "" : "&",
+                     options.pg_route_params));
     pg_port = env->pg_->port();
   } else {
     env->pg_dsn_ = options.pg_dsn;
@@ -56,7 +58,8 @@ absl::StatusOr<std::unique_ptr<Environment>> Environment::Start(
     env->pg_uri_ = absl::StrCat(
         "postgres://", probe.username(), "@", probe.hostname(), ":",
         probe.port(), "/", probe.dbname(), "?pool_size=", options.pg_pool_size,
-        "&allow_privileged_role=true");
+        "&allow_privileged_role=true",
+        options.pg_route_params.empty() ? "" : "&", options.pg_route_params);
   }
   if (!options.pgbouncer_dsn.empty()) {
     env->pgbouncer_dsn_ = options.pgbouncer_dsn;

@@ -154,6 +154,7 @@ int Run(int argc, char** argv) {
   std::string command;
   std::vector<std::string> gateway_flags;
   uint64_t pg_pool_size = 4;
+  std::string pg_route_params;
   bool pg_fast = false;
   uint64_t cycles = 10, chaos_seed = 1;
   std::string chaos_sources = "lease,etcd,redis,redlock,postgres,zookeeper";
@@ -204,6 +205,9 @@ int Run(int argc, char** argv) {
       ->allow_extra_args(false);
   app.add_option("--pg_pool_size", pg_pool_size,
                  "pool_size of the gateway's PostgreSQL route (default 4)");
+  app.add_option("--pg_route_params", pg_route_params,
+                 "more settings of the gateway's PostgreSQL route, as a URI "
+                 "query (e.g. held_domains=0)");
   app.add_option("--domains", memory_domains,
                  "memory: checkpoints, total domains fenced (default "
                  "10000,100000,250000,500000,1000000)");
@@ -323,6 +327,7 @@ int Run(int argc, char** argv) {
   }
   EnvironmentOptions eopts{pg_dsn, pgbouncer_dsn, dir, gateway_flags};
   eopts.pg_pool_size = pg_pool_size;
+  eopts.pg_route_params = pg_route_params;
   eopts.pg_fast = pg_fast;
   for (const std::string& t : topts.targets) {
     eopts.start_mtls_gateway |= absl::EndsWith(t, "-mtls");

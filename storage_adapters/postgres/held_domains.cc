@@ -14,6 +14,7 @@ bool HeldDomains::Use(absl::string_view domain, uint64_t token) {
 }
 
 void HeldDomains::Held(absl::string_view domain, uint64_t token) {
+  if (tally_ != nullptr) tally_->Held(domain, token, !Present(domain));
   auto it = index_.find(domain);
   if (it != index_.end()) {
     it->second->second = token;
@@ -33,6 +34,7 @@ void HeldDomains::Held(absl::string_view domain, uint64_t token) {
 }
 
 void HeldDomains::Release(absl::string_view domain) {
+  if (tally_ != nullptr && !Present(domain)) tally_->Held(domain, 0, true);
   auto it = index_.find(domain);
   if (it != index_.end()) {
     order_.erase(it->second);
@@ -49,6 +51,9 @@ bool HeldDomains::Holds(absl::string_view domain) const {
 std::vector<std::string> HeldDomains::TakeReleases() {
   std::vector<std::string> taken;
   taken.swap(owed_);
+  if (tally_ != nullptr) {
+    for (const std::string& domain : taken) tally_->Gone(domain);
+  }
   return taken;
 }
 
@@ -59,6 +64,9 @@ std::vector<std::string> HeldDomains::Domains() const {
 }
 
 void HeldDomains::Clear() {
+  if (tally_ != nullptr) {
+    for (const std::string& domain : Domains()) tally_->Gone(domain);
+  }
   order_.clear();
   index_.clear();
   owed_.clear();

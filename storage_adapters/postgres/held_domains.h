@@ -13,6 +13,9 @@
 // too, since the lock, a session's, may have outlived the rolled-back
 // transaction. Releases go out before the connection's next batch.
 //
+// Each domain that comes or goes (held, or owed a release) is told to the
+// route's HoldTally, if one is given.
+//
 // Thread safety: none; the connection's owner's lock guards it.
 
 #ifndef STORAGE_ADAPTERS_POSTGRES_HELD_DOMAINS_H_
@@ -27,12 +30,25 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
+#include "storage_adapters/postgres/hold_tally.h"
 
 namespace fencegate::postgres {
 
 class HeldDomains {
  public:
-  explicit HeldDomains(size_t bound) : bound_(bound) {}
+  explicit HeldDomains(size_t bound, HoldTally* tally = nullptr)
+      : bound_(bound), tally_(tally) {}
+  HeldDomains(const HeldDomains&) = delete;
+  HeldDomains& operator=(const HeldDomains&) = delete;
+  ~HeldDomains() { Clear(); }
+
+  // Clear(), then holds at most `bound` domains from now on, telling
+  // `tally`.
+  void Reset(size_t bound, HoldTally* tally) {
+    Clear();
+    bound_ = bound;
+    tally_ = tally;
+  }
 
   // True if `domain` is held at `token`; it becomes the most recently used.
   bool Use(absl::string_view domain, uint64_t token);
@@ -48,7 +64,8 @@ class HeldDomains {
   std::vector<std::string> TakeReleases();
   // The domains held or owed a release.
   std::vector<std::string> Domains() const;
-  // Nothing is held or owed any more (the session's locks are gone).
+  // Nothing is held or owed any more (the session's locks are gone, or
+  // the connection is).
   void Clear();
 
   size_t held() const { return order_.size(); }
@@ -56,8 +73,10 @@ class HeldDomains {
 
  private:
   void Owe(std::string domain);
+  bool Present(absl::string_view domain) const { return Holds(domain); }
 
   size_t bound_;
+  HoldTally* tally_;
   // Most recently used first.
   std::list<std::pair<std::string, uint64_t>> order_;
   absl::flat_hash_map<std::string, decltype(order_)::iterator> index_;

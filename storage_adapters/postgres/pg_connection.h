@@ -74,9 +74,11 @@ class PgConnection final {
   // call fence_hold() (and fence_seq() with the secret), holding at most
   // `bound` domains. Disarmed: a session reset (DISCARD ALL) gave up the
   // arm and every hold; its Writes call fence() again.
-  void Arm(std::string secret, size_t bound) {
+  // The route's HoldTally, if given, is told what it holds.
+  void Arm(std::string secret, size_t bound,
+           postgres::HoldTally* tally = nullptr) {
     secret_ = std::move(secret);
-    held_ = postgres::HeldDomains(bound);
+    held_.Reset(bound, tally);
   }
   void Disarm() {
     secret_.clear();

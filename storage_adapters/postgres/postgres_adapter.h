@@ -122,6 +122,7 @@
 #include "prometheus/histogram.h"
 #include "storage_adapters/postgres/batch_queue.h"
 #include "storage_adapters/postgres/connection_pool.h"
+#include "storage_adapters/postgres/hold_tally.h"
 #include "storage_adapters/postgres/pg_pipeline.h"
 #include "storage_adapters/registry.h"
 #include "storage_adapters/storage_adapter.h"
@@ -315,6 +316,11 @@ class PostgresAdapter final : public StorageAdapter,
   // before its next batch), and closes the idle ones among them, whose
   // session's end releases every hold at once.
   void WatchRaises();
+  // Has every connection that holds one of `domains` owe its release (sent
+  // before its next batch), and closes the idle ones among them: before a
+  // Write or a raise of another token than they hold, so that it waits for
+  // no holder of this route in the server, and for the raise watch.
+  void GiveUp(const std::vector<std::string>& domains);
   // Runs one fence query on a control connection: its result if it
   // returned rows; the SQL error otherwise, with its SQLSTATE in
   // `*sqlstate` and the error's DETAIL in `*detail`.
@@ -323,6 +329,9 @@ class PostgresAdapter final : public StorageAdapter,
       std::string* sqlstate, std::string* detail);
 
   const postgres::RouteOptions options_;
+  // What the route's connections hold (before every connection, which
+  // tells it what it gives up when it goes).
+  postgres::HoldTally hold_tally_;
   const std::string fence_call_sql_;
   const std::function<void(const std::string&)> on_warning_;
   // Verdicts of SQL texts sent by callers: the gateway's classifier

@@ -60,6 +60,8 @@ absl::Status PostgresAdapter::RaiseFence(absl::string_view domain,
   if (absl::Status s = postgres::CheckFenceToken(token, "token"); !s.ok()) {
     return s;
   }
+  // The route's own holders of another token give the domain up first.
+  if (hold_tally_.HeldOtherwise(domain, token)) GiveUp({std::string(domain)});
   std::string state, detail;
   absl::StatusOr<postgres::PgResult> r =
       ExecControl(fence_call_sql_, {std::string(domain), absl::StrCat(token)},
@@ -79,6 +81,8 @@ absl::StatusOr<uint64_t> PostgresAdapter::NextFence(absl::string_view domain,
     return absl::OutOfRangeError(absl::StrCat(
         "token ", at_least, " is above 2^63-1, the most PostgreSQL can hold"));
   }
+  // Always a raise: the route's own holders give the domain up first.
+  if (hold_tally_.HeldAtAll(domain)) GiveUp({std::string(domain)});
   std::string state, detail;
   absl::StatusOr<postgres::PgResult> r = ExecControl(
       postgres::FenceNextSql(options_.fence_schema),

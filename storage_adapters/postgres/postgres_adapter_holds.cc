@@ -67,7 +67,8 @@ absl::Status PostgresAdapter::ArmConnection(PgConnection& c) {
                      absl::StrCat("postgres ", options_.redacted_uri, ": ",
                                   postgres::ConnectionError(raw)));
   }
-  c.Arm(std::move(secret), static_cast<size_t>(options_.held_domains));
+  c.Arm(std::move(secret), static_cast<size_t>(options_.held_domains),
+        &hold_tally_);
   return absl::OkStatus();
 }
 
@@ -109,11 +110,23 @@ void PostgresAdapter::WatchRaises() {
   }
   const PGresult* r = asked->get();
   if (PQntuples(r) != 1 || PQgetisnull(r, 0, 0)) return;  // None waits.
-  absl::flat_hash_set<std::string> waiting;
+  std::vector<std::string> waiting;
   for (absl::string_view at : absl::StrSplit(PQgetvalue(r, 0, 0), ',')) {
     size_t i = 0;
     if (absl::SimpleAtoi(at, &i) && i >= 1 && i <= domains.size()) {
-      waiting.insert(domains[i - 1]);
+      waiting.push_back(domains[i - 1]);
+    }
+  }
+  GiveUp(waiting);
+}
+
+void PostgresAdapter::GiveUp(const std::vector<std::string>& domains) {
+  if (domains.empty()) return;
+  std::vector<std::shared_ptr<Link>> links;
+  {
+    absl::MutexLock lock(&links_mu_);
+    for (const std::weak_ptr<Link>& l : links_) {
+      if (std::shared_ptr<Link> link = l.lock()) links.push_back(link);
     }
   }
   // Every holder owes its release: a busy connection sends it before its
@@ -122,7 +135,7 @@ void PostgresAdapter::WatchRaises() {
   for (const std::shared_ptr<Link>& link : links) {
     absl::MutexLock lock(&link->mu);
     if (link->closed) continue;
-    for (const std::string& domain : waiting) {
+    for (const std::string& domain : domains) {
       if (link->pg->held().Holds(domain)) {
         link->pg->held().Release(domain);
         owing.insert(link->owner);

@@ -135,6 +135,66 @@ TEST_F(PgPortHoldTest, APausedGatewayHoldsARaiseOnlyForItsBound) {
                                        "fencegate_worker"));
 }
 
+// The gRPC route's held fence (docs/postgres.md, "The fence a route's
+// connection holds"): a paused gateway whose idle route connection holds
+// the domain holds a raise only for raise_wait_ms. The raise then ends the
+// connection's backend, and the database refuses the old token, which the
+// gateway itself still admits.
+TEST_F(PgPortHoldTest, APausedGatewaysRouteConnectionHoldsARaiseOnlyForItsBound) {
+  ASSERT_OK(postgres::SetUpFenceSchema(server_->Conninfo(), "fencegate",
+                                       "fencegate_worker",
+                                       /*raise_wait_ms=*/500));
+  auto g = StartGateway();
+  ASSERT_NE(g, nullptr);
+  auto stub = v1::Gateway::NewStub(grpc::CreateChannel(
+      g->process->address(), grpc::InsecureChannelCredentials()));
+  auto write = [&](uint64_t token, const std::string& owner) {
+    v1::WriteRequest request;
+    request.set_domain(kDomain);
+    request.set_token(token);
+    request.set_resource("db/jobs");
+    *request.add_ops() = Sql(
+        absl::StrCat("UPDATE jobs SET owner = '", owner, "' WHERE id = 1"));
+    v1::WriteResponse response;
+    grpc::ClientContext context;
+    return stub->Write(&context, request, &response);
+  };
+  // The domain's lock, held by a backend of the route's role.
+  auto route_holders = [] {
+    return Exec(absl::StrCat(
+                    "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a "
+                    "USING (pid) WHERE a.usename = 'fencegate_worker' AND "
+                    "l.locktype = 'advisory' AND l.granted AND l.mode = "
+                    "'ShareLock' AND l.classid = ",
+                    postgres::kHoldLockKey,
+                    "::oid AND l.objsubid = 2 AND l.objid = (hashtext('",
+                    kDomain, "') & 2147483647)::oid"))[0][0]
+        .as<int64_t>();
+  };
+  grpc::Status first = write(5, "route");
+  ASSERT_TRUE(first.ok()) << first.error_message();
+  EXPECT_EQ(route_holders(), 1);
+  ASSERT_EQ(::kill(g->process->pid(), SIGSTOP), 0);
+  std::future<void> next = NextHolder(6);
+  const bool raised =
+      next.wait_for(std::chrono::seconds(60)) == std::future_status::ready;
+  ::kill(g->process->pid(), SIGCONT);
+  ASSERT_TRUE(raised);
+  next.get();
+  EXPECT_EQ(Owner(), "new");
+  EXPECT_EQ(StoredFence(kDomain), 6);
+  EXPECT_EQ(route_holders(), 0);
+  grpc::Status late = write(5, "late");
+  EXPECT_EQ(late.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+      << late.error_message();
+  EXPECT_EQ(Owner(), "new");
+  grpc::Status after = write(6, "after");
+  EXPECT_TRUE(after.ok()) << after.error_message();
+  EXPECT_EQ(Owner(), "after");
+  ASSERT_OK(postgres::SetUpFenceSchema(server_->Conninfo(), "fencegate",
+                                       "fencegate_worker"));
+}
+
 // Break 25: raises that wait for holders inside a transaction (up to the
 // schema's raise_wait_ms) each hold a thread and a fence-table connection
 // of the raises' own, so that GetFence and Fence calls of other domains

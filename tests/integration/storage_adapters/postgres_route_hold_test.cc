@@ -174,6 +174,41 @@ TEST_F(PostgresRouteHoldTest, ARaiseIsLetThroughByTheWatchNotByItsBound) {
   EXPECT_EQ(Count(), 2);
 }
 
+// Each Write a new token (the advancing pattern), on whichever of the
+// route's connections: the connections that hold the old one give the
+// domain up first, and the database refuses every older token.
+TEST_F(PostgresRouteHoldTest, EachWriteAHigherTokenAcrossConnections) {
+  auto adapter = MakeAdapter("pool_size=2&spread_after_ms=0");
+  for (uint64_t token = 1; token <= 20; ++token) {
+    std::vector<std::thread> writers;
+    std::vector<absl::Status> done(2);
+    for (int i = 0; i < 2; ++i) {
+      writers.emplace_back([&, i] {
+        // One of the two is the domain's; the other keeps the second
+        // connection busy with a domain of its own.
+        done[i] = Apply(adapter.get(), i == 0 ? "adv" : absl::StrCat("side", i),
+                        i == 0 ? token : 1, {Sql("SELECT 1")});
+      });
+    }
+    for (std::thread& t : writers) t.join();
+    ASSERT_TRUE(done[0].ok()) << token << ": " << done[0];
+    ASSERT_TRUE(done[1].ok()) << token << ": " << done[1];
+    absl::Status late = Apply(adapter.get(), "adv", token - (token > 1 ? 1 : 0),
+                              {Sql("SELECT 1")});
+    if (token > 1) {
+      ASSERT_TRUE(GetStaleToken(late).has_value()) << late;
+    }
+  }
+  EXPECT_EQ(StoredFence("adv"), 20);
+  // A token taken from the fence table (Sequence, a lease grant) raises the
+  // held domain too.
+  absl::StatusOr<uint64_t> next = adapter->NextFence("adv", 1);
+  ASSERT_OK(next.status());
+  EXPECT_EQ(*next, 21u);
+  absl::Status late = Apply(adapter.get(), "adv", 20, {Sql("SELECT 1")});
+  EXPECT_TRUE(GetStaleToken(late).has_value()) << late;
+}
+
 TEST_F(PostgresRouteHoldTest, TheDomainsAConnectionHoldsAreBounded) {
   auto adapter = MakeAdapter("pool_size=1&held_domains=2");
   for (const char* domain : {"d1", "d2", "d3"}) {
@@ -251,6 +286,23 @@ TEST_F(PostgresRouteHoldTest, ARouteThatCannotHoldCallsFenceEveryTime) {
   ASSERT_OK(Apply(adapter.get(), "able", 3,
                   {Sql("INSERT INTO jobs (id) VALUES (3)")}));
   EXPECT_THAT(HeldDomains({"able"}), ::testing::IsEmpty());
+}
+
+// A gateway of this version on a schema set up by an earlier pg-setup
+// (no fence_hold()) calls fence() for each Write, as before.
+TEST_F(PostgresRouteHoldTest, ASchemaWithoutFenceHoldIsServedAsBefore) {
+  Exec("DROP FUNCTION fencegate.fence_hold(text, bigint, text)");
+  absl::Cleanup setup = [] {
+    ASSERT_OK(postgres::SetUpFenceSchema(
+        server_->Conninfo(), postgres::kDefaultFenceSchema, "fencegate_worker"));
+  };
+  auto adapter = MakeAdapter("pool_size=1");
+  ASSERT_OK(Apply(adapter.get(), "old", 3,
+                  {Sql("INSERT INTO jobs (id) VALUES (1)")}));
+  EXPECT_THAT(HeldDomains({"old"}), ::testing::IsEmpty());
+  absl::Status stale = Apply(adapter.get(), "old", 2,
+                             {Sql("INSERT INTO jobs (id) VALUES (2)")});
+  EXPECT_TRUE(GetStaleToken(stale).has_value()) << stale;
 }
 
 }  // namespace

@@ -51,5 +51,34 @@ TEST(HeldDomainsTest, ABoundOfZeroKeepsNothing) {
   EXPECT_THAT(held.TakeReleases(), ElementsAre("a"));
 }
 
+TEST(HeldDomainsTest, TheRoutesTallyCountsEveryConnectionUntilItsReleaseGoes) {
+  HoldTally tally;
+  {
+    HeldDomains first(1, &tally);
+    HeldDomains second(1, &tally);
+    first.Held("a", 5);
+    second.Held("a", 5);
+    EXPECT_FALSE(tally.HeldOtherwise("a", 5));
+    EXPECT_TRUE(tally.HeldOtherwise("a", 6));  // a raise: give it up first
+    EXPECT_FALSE(tally.HeldAtAll("b"));
+    first.Held("b", 1);  // a is owed a release: still held until it goes
+    EXPECT_TRUE(tally.HeldAtAll("a"));
+    EXPECT_THAT(first.TakeReleases(), ElementsAre("a"));
+    EXPECT_TRUE(tally.HeldAtAll("a"));  // second still holds it
+    second.Release("a");
+    EXPECT_TRUE(tally.HeldAtAll("a"));
+    (void)second.TakeReleases();
+    EXPECT_FALSE(tally.HeldAtAll("a"));
+    // A release owed for a domain never held (a failed fence_hold()): held
+    // at an unknown token until it goes.
+    second.Release("c");
+    EXPECT_TRUE(tally.HeldOtherwise("c", 1));
+    EXPECT_TRUE(tally.HeldAtAll("b"));
+  }
+  // Connections that end give up everything.
+  EXPECT_FALSE(tally.HeldAtAll("b"));
+  EXPECT_FALSE(tally.HeldAtAll("c"));
+}
+
 }  // namespace
 }  // namespace fencegate::postgres
