@@ -69,7 +69,8 @@ std::vector<std::string> FenceHoldSetupSql(const std::string& schema,
       {"$HOLDWAIT", absl::StrCat(2 * raise_wait_ms + 1000)},
       {"$VERSION", absl::StrCat(kFenceSchemaVersion)},
       {"$ONCE", kNotFirstSqlState},
-      {"$STALE", kStaleSqlState}};
+      {"$STALE", kStaleSqlState},
+      {"$HELDHERE", kHeldHereSqlState}};
   std::vector<std::string> sql;
   // What the functions run as the owner needs, whoever else may call it:
   // granted by name, so that pg-setup --revoke_session_functions (which
@@ -100,11 +101,22 @@ std::vector<std::string> FenceHoldSetupSql(const std::string& schema,
   sql.push_back(absl::StrReplaceAll(
       R"sql(CREATE OR REPLACE FUNCTION $S.await_holders(p_domain text)
 RETURNS void LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp AS $fn$
+SET search_path = pg_catalog, pg_temp SET client_min_messages = error AS $fn$
 DECLARE
   k integer := pg_catalog.hashtext(p_domain) & 2147483647;
   saved text := pg_catalog.current_setting('lock_timeout');
 BEGIN
+  -- A backend's lock never makes it wait: a connection that holds the
+  -- domain (its session's shared lock) and raised it would keep holding
+  -- it at the old token, and its gateway would send that token's Writes
+  -- with no fence statement after the raise. Refused; the lock given up
+  -- by the refusal (a session's lock outlives the rolled-back raise), the
+  -- gateway's release follows.
+  IF pg_catalog.pg_advisory_unlock_shared($KEY, k) THEN
+    RAISE EXCEPTION 'this connection holds domain % itself: it must release it before raising it',
+      pg_catalog.quote_literal(p_domain)
+      USING ERRCODE = '$HELDHERE';
+  END IF;
   PERFORM pg_catalog.set_config('lock_timeout', '$WAIT', true);
   BEGIN
     PERFORM pg_catalog.pg_advisory_xact_lock($KEY, k);
@@ -255,21 +267,25 @@ $fn$)sql",
       names));
   // fence() for a gRPC route's armed connection (fence_hold.h): the
   // Write's check, as its transaction's first write, that also leaves the
-  // domain held by the connection, so that its next Writes of the token
-  // need no statement. A lower row is raised (waiting for the domain's
-  // holders, as every raise does); a higher one fails FG001 with the row's
-  // token in DETAIL, holding nothing. The row is read again after the
-  // shared lock is given, in a statement of its own, so that a raise that
-  // committed meanwhile is seen. The lock is a session's: it outlives the
+  // domain held by the connection when the row already held the token, so
+  // that its next Writes of the token need no statement (true: held). A
+  // lower row is raised (waiting for the domain's holders, as every raise
+  // does), and not held (false): the raise keeps the domain's lock
+  // exclusively to its transaction's end, and a token that keeps changing
+  // is not worth holding. A higher row fails FG001 with the row's token in
+  // DETAIL, holding nothing. The row is read again after the shared lock
+  // is given, in a statement of its own, so that a raise that committed
+  // meanwhile is seen. The lock is a session's: it outlives the
   // transaction even if the Write's SQL then fails, which the gateway
   // answers by releasing the domain.
   sql.push_back(absl::StrReplaceAll(
       R"sql(CREATE OR REPLACE FUNCTION $S.fence_hold(p_domain text, p_token bigint, p_secret text)
-RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER
+RETURNS boolean LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp SET client_min_messages = error AS $fn$
 DECLARE
   k integer;
   held bigint;
+  raised boolean := false;
   saved text := pg_catalog.current_setting('lock_timeout');
 BEGIN
   IF p_domain IS NULL OR p_token IS NULL OR p_token < 1 THEN
@@ -298,11 +314,15 @@ BEGIN
       seq = CASE WHEN f.token = EXCLUDED.token THEN f.seq ELSE 0 END,
       updated_at = now() WHERE f.token <= EXCLUDED.token
     RETURNING f.token INTO held;
+    raised := held IS NOT NULL;
     IF held IS NULL THEN
       SELECT f.token INTO held FROM $S.fences AS f WHERE f.domain = p_domain;
     END IF;
   END IF;
-  IF held = p_token THEN
+  -- A raise holds the domain's lock exclusively to its transaction's end,
+  -- and is not held after it: a token that changes is held from its next
+  -- Write on, which finds the row unchanged.
+  IF held = p_token AND NOT raised THEN
     PERFORM pg_catalog.pg_advisory_lock_shared($KEY, k);
     SELECT f.token INTO held FROM $S.fences AS f WHERE f.domain = p_domain;
     IF held IS DISTINCT FROM p_token THEN
@@ -317,7 +337,7 @@ BEGIN
   END IF;
   -- Any later fence call in this transaction: FG002.
   PERFORM pg_catalog.pg_current_xact_id();
-  RETURN held;
+  RETURN NOT raised;
 END
 $fn$)sql",
       names));

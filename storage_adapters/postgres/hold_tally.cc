@@ -18,10 +18,10 @@ void HoldTally::Gone(absl::string_view domain) {
   if (--it->second.holders <= 0) held_.erase(it);
 }
 
-bool HoldTally::HeldOtherwise(absl::string_view domain, uint64_t token) const {
+bool HoldTally::HeldBelow(absl::string_view domain, uint64_t token) const {
   absl::MutexLock lock(&mu_);
   auto it = held_.find(domain);
-  return it != held_.end() && it->second.token != token;
+  return it != held_.end() && it->second.token < token;
 }
 
 bool HoldTally::HeldAtAll(absl::string_view domain) const {

@@ -6,9 +6,12 @@
 // domain up first -- without looking at each connection, and without
 // waiting for the raise watch to see the raise wait in the server.
 //
-// A domain counts from the moment a connection may hold its lock (a Write
-// with fence_hold() was sent) until the connection's release of it went
-// out, or the connection ended; its token is the last one held.
+// A domain counts from the moment its connection learns that it holds the
+// domain's lock (the batch of the Write whose fence_hold() took it, or
+// may have, is read) until the connection's release of it went out, or the
+// connection ended; its token is the last one held. A raise that comes
+// between a hold and its batch's end finds the domain uncounted, and waits
+// for the raise watch.
 //
 // Thread safety: safe for concurrent use; its lock is a leaf (nothing is
 // called with it held).
@@ -33,9 +36,10 @@ class HoldTally {
   void Held(absl::string_view domain, uint64_t token, bool added);
   // A connection holds `domain` no more.
   void Gone(absl::string_view domain);
-  // True if some connection may hold `domain` at another token than
-  // `token`: its holders must give it up before `token`'s raise.
-  bool HeldOtherwise(absl::string_view domain, uint64_t token) const;
+  // True if some connection may hold `domain` at a token below `token`
+  // (or an unknown one): its holders must give it up before `token`'s
+  // raise. A lower token is stale, and raises nothing.
+  bool HeldBelow(absl::string_view domain, uint64_t token) const;
   // True if some connection may hold `domain`.
   bool HeldAtAll(absl::string_view domain) const;
 

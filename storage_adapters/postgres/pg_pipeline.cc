@@ -86,6 +86,19 @@ size_t PgPipeline::Send(const std::vector<QueuedWrite*>& batch) {
     return 0;
   }
   fenced_.assign(batch_.size(), Fenced::kCall);
+  kept_.assign(batch_.size(), false);
+  if (conn_->armed()) {
+    // A domain this connection holds at another token than a Write's is
+    // given up first: a raise never waits for its own backend's lock, so
+    // the database refuses one from a holder (55000).
+    for (const QueuedWrite* w : batch_) {
+      HeldDomains& held = conn_->held();
+      if (held.Holds(w->target->domain) &&
+          !held.Use(w->target->domain, w->target->token)) {
+        held.Release(w->target->domain);
+      }
+    }
+  }
   releases_ = conn_->held().TakeReleases();
   rel_ = 0;
   // One round trip for the batch; an error in one write rolls back that
@@ -238,6 +251,9 @@ void PgPipeline::BeginWrite() {
   has_fence_ = fenced_[write_] != Fenced::kHeld;
   fence_query_ = (w.dirty ? 1 : 0) + (has_fence_ ? 1 : 0) - 1;
   queries_ = fence_query_ + 1 + w.ops->size() + (w.dirty ? 1 : 0);
+  // With nothing before them, the operations start at once: the first one's
+  // rows are read one at a time too (NextQuery() does it for the others).
+  if (fence_query_ < 0) (void)PQsetSingleRowMode(conn_->raw());
   commit_query_ = w.dirty ? queries_ - 1 : -1;
   failed_ = false;
   out_ = nullptr;
@@ -303,6 +319,12 @@ void PgPipeline::Feed(PgResult r, bool cancelled) {
       }
       if (status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK ||
           status == PGRES_EMPTY_QUERY) {
+        if (has_fence_ && q_ == fence_query_ &&
+            fenced_[write_] == Fenced::kHolding && status == PGRES_TUPLES_OK &&
+            PQntuples(r.get()) == 1) {
+          // fence_hold(): true if the connection holds the domain now.
+          kept_[write_] = std::string_view(PQgetvalue(r.get(), 0, 0)) == "t";
+        }
         if (is_op && !failed_) {
           if (out_ == nullptr) out_ = w->results->Add()->mutable_sql();
           AddRows(r.get(), &budget_, out_);
@@ -346,7 +368,9 @@ void PgPipeline::Feed(PgResult r, bool cancelled) {
     }
     case Phase::kReleaseResult: {
       if (r == nullptr) {
-        EndInReleases(/*closed=*/false);
+        // The server ended the session while idle, before the batch: none
+        // of its Writes ran.
+        EndInReleases(/*closed=*/conn_->ended_between_queries());
         return;
       }
       const char* severity =
@@ -593,7 +617,9 @@ void PgPipeline::NoteHolds() {
     if (fenced_[i] != Fenced::kHolding) continue;
     const QueuedWrite& w = *batch_[i];
     if (w.status.ok()) {
-      conn_->held().Held(w.target->domain, w.target->token);
+      // Not kept after a raise; nothing was held before it (Send() gave an
+      // older hold up first).
+      if (kept_[i]) conn_->held().Held(w.target->domain, w.target->token);
     } else {
       // The hold, a session's lock, may have outlived the transaction
       // (the Write's SQL failed after fence_hold()), or the row it held

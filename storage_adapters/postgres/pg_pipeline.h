@@ -131,6 +131,7 @@ class PgPipeline {
   const Settings* const settings_;
   std::vector<QueuedWrite*> batch_;
   std::vector<Fenced> fenced_;         // Per Write of batch_.
+  std::vector<bool> kept_;             // fence_hold() holds, per Write.
   std::vector<std::string> releases_;  // Sent before the Writes.
   size_t rel_ = 0;
   size_t sent_ = 0;

@@ -276,7 +276,7 @@ void PostgresAdapter::ApplyAsync(const WriteTarget& target,
   w->caller = std::string(target.caller);
   // Another token than the route's connections hold the domain at: they
   // give it up first, so that its raise waits for none of them.
-  if (hold_tally_.HeldOtherwise(target.domain, target.token)) {
+  if (hold_tally_.HeldBelow(target.domain, target.token)) {
     GiveUp({std::string(target.domain)});
   }
   queue_.Add(std::move(w));

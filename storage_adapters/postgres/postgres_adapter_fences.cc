@@ -61,7 +61,7 @@ absl::Status PostgresAdapter::RaiseFence(absl::string_view domain,
     return s;
   }
   // The route's own holders of another token give the domain up first.
-  if (hold_tally_.HeldOtherwise(domain, token)) GiveUp({std::string(domain)});
+  if (hold_tally_.HeldBelow(domain, token)) GiveUp({std::string(domain)});
   std::string state, detail;
   absl::StatusOr<postgres::PgResult> r =
       ExecControl(fence_call_sql_, {std::string(domain), absl::StrCat(token)},

@@ -80,7 +80,8 @@ std::string HoldSql(const std::string& schema);
 // "SELECT "<schema>".fence_hold($1, $2::bigint, $3)": a gRPC route's
 // Write's check on a connection armed with secret $3 (the route's held
 // fence, docs/postgres.md): fence() that also leaves domain $1 held at
-// token $2 by the connection.
+// token $2 by the connection if the row held it already (one boolean
+// row: true if held; false after a raise, which holds nothing).
 std::string FenceHoldSql(const std::string& schema);
 // "SELECT "<schema>".fence_seq($1, $2::bigint, $3::bigint, $4, $5)":
 // fence_seq() on a connection armed with secret $5.

@@ -49,6 +49,8 @@ inline constexpr char kInsufficientPrivilegeSqlState[] = "42501";
 inline constexpr char kSyntaxErrorSqlState[] = "42601";
 inline constexpr char kDuplicatePreparedSqlState[] = "42P05";
 inline constexpr char kOutOfMemorySqlState[] = "53200";
+// A raise from a connection that holds the domain itself (fence_hold.h).
+inline constexpr char kHeldHereSqlState[] = "55000";
 inline constexpr char kTooManyConnectionsSqlState[] = "53300";
 inline constexpr char kProgramLimitSqlState[] = "54000";
 inline constexpr char kInternalErrorSqlState[] = "XX000";
@@ -86,6 +88,7 @@ inline constexpr SqlStateEntry kSqlStates[] = {
     {kSyntaxErrorSqlState, SqlStateOrigin::kPort},
     {kDuplicatePreparedSqlState, SqlStateOrigin::kPort},
     {kOutOfMemorySqlState, SqlStateOrigin::kPort},
+    {kHeldHereSqlState, SqlStateOrigin::kDatabase},
     {kTooManyConnectionsSqlState, SqlStateOrigin::kPort},
     {kProgramLimitSqlState, SqlStateOrigin::kPort},
     {kInternalErrorSqlState, SqlStateOrigin::kPort},

@@ -171,8 +171,11 @@ TEST_F(PgPortHoldTest, APausedGatewaysRouteConnectionHoldsARaiseOnlyForItsBound)
                     kDomain, "') & 2147483647)::oid"))[0][0]
         .as<int64_t>();
   };
-  grpc::Status first = write(5, "route");
-  ASSERT_TRUE(first.ok()) << first.error_message();
+  // The first Write raises the row; the second holds it.
+  for (const char* owner : {"route", "route"}) {
+    grpc::Status held = write(5, owner);
+    ASSERT_TRUE(held.ok()) << held.error_message();
+  }
   EXPECT_EQ(route_holders(), 1);
   ASSERT_EQ(::kill(g->process->pid(), SIGSTOP), 0);
   std::future<void> next = NextHolder(6);

@@ -65,8 +65,13 @@ class PostgresRouteHoldTest : public PostgresAdapterTest {
 
 TEST_F(PostgresRouteHoldTest, AHeldDomainsNextWritesSendNoFenceStatement) {
   auto adapter = MakeAdapter("pool_size=1");
+  // The first Write raises the row, which holds nothing (a token that
+  // keeps changing is not worth holding); the next one finds it unchanged
+  // and holds.
   ASSERT_OK(Apply(adapter.get(), "billing", 5,
                   {Sql("INSERT INTO jobs (id) VALUES (1)")}));
+  EXPECT_THAT(HeldDomains({"billing"}), ::testing::IsEmpty());
+  ASSERT_OK(Apply(adapter.get(), "billing", 5, {Sql("SELECT 1")}));
   EXPECT_THAT(HeldDomains({"billing", "other"}),
               UnorderedElementsAre("billing"));
   // Without fence_hold(), only the Writes that need it fail: the held
@@ -92,6 +97,8 @@ TEST_F(PostgresRouteHoldTest, ARaiseWaitsForTheHeldTokensTransaction) {
   auto adapter = MakeAdapter("pool_size=1");
   ASSERT_OK(Apply(adapter.get(), "billing", 5,
                   {Sql("INSERT INTO jobs (id) VALUES (1)")}));
+  ASSERT_OK(Apply(adapter.get(), "billing", 5, {Sql("SELECT 1")}));
+  ASSERT_THAT(HeldDomains({"billing"}), UnorderedElementsAre("billing"));
   // A Write of the held token, on the held path, still running when a
   // direct writer raises the domain.
   absl::Notification applied;
@@ -153,6 +160,7 @@ TEST_F(PostgresRouteHoldTest, ARaiseIsLetThroughByTheWatchNotByItsBound) {
   auto adapter = MakeAdapter("pool_size=2");
   ASSERT_OK(Apply(adapter.get(), "billing", 5,
                   {Sql("INSERT INTO jobs (id) VALUES (1)")}));
+  ASSERT_OK(Apply(adapter.get(), "billing", 5, {Sql("SELECT 1")}));
   ASSERT_THAT(HeldDomains({"billing"}), UnorderedElementsAre("billing"));
   absl::Notification raised;
   std::thread raise([&] {
@@ -172,6 +180,62 @@ TEST_F(PostgresRouteHoldTest, ARaiseIsLetThroughByTheWatchNotByItsBound) {
   EXPECT_OK(Apply(adapter.get(), "billing", 6,
                   {Sql("INSERT INTO jobs (id) VALUES (3)")}));
   EXPECT_EQ(Count(), 2);
+}
+
+// A raise never waits for its own backend's lock, so a connection that
+// holds a domain and raised it would keep holding it at the old token: the
+// database refuses that raise (55000), and the refusal gives the lock up.
+// The gateway gives a domain up on its connection before a Write of
+// another token.
+TEST_F(PostgresRouteHoldTest, AConnectionThatHoldsADomainCannotRaiseIt) {
+  pqxx::connection worker(absl::StrCat(
+      "postgresql://fencegate_worker@127.0.0.1:", server_->port(),
+      "/postgres"));
+  const std::string secret = "a-secret-of-sixteen-bytes-or-more";
+  auto call = [&](const std::string& sql) {
+    pqxx::work tx(worker);
+    pqxx::result r = tx.exec(sql);
+    tx.commit();
+    return r;
+  };
+  call(absl::StrCat("SELECT fencegate.hold(NULL, NULL, '", secret, "')"));
+  // The first call raises the row, and holds nothing; the second holds.
+  EXPECT_FALSE(call(absl::StrCat("SELECT fencegate.fence_hold('own', 5, '",
+                                 secret, "')"))[0][0]
+                   .as<bool>());
+  EXPECT_TRUE(call(absl::StrCat("SELECT fencegate.fence_hold('own', 5, '",
+                                secret, "')"))[0][0]
+                  .as<bool>());
+  EXPECT_THAT(HeldDomains({"own"}), UnorderedElementsAre("own"));
+  for (const std::string& raise :
+       {absl::StrCat("SELECT fencegate.fence_hold('own', 6, '", secret, "')"),
+        absl::StrCat("SELECT fencegate.fence_seq('own', 6, 1, 'h', '", secret,
+                     "')")}) {
+    try {
+      call(raise);
+      ADD_FAILURE() << raise << ": a holder raised its own domain";
+    } catch (const pqxx::sql_error& e) {
+      EXPECT_EQ(e.sqlstate(), "55000") << e.what();
+    }
+    call(absl::StrCat("SELECT fencegate.fence_hold('own', 5, '", secret,
+                      "')"));  // held again
+  }
+  EXPECT_EQ(StoredFence("own"), 5);
+  call(absl::StrCat("SELECT FROM fencegate.release('own', '", secret, "')"));
+  EXPECT_THAT(HeldDomains({"own"}), ::testing::IsEmpty());
+  EXPECT_FALSE(call(absl::StrCat("SELECT fencegate.fence_hold('own', 6, '",
+                                 secret, "')"))[0][0]
+                   .as<bool>());
+  EXPECT_EQ(StoredFence("own"), 6);
+  // Through the route, on its one connection: held at 6, then a Write of 7
+  // goes after the connection's release of 6.
+  auto adapter = MakeAdapter("pool_size=1");
+  ASSERT_OK(Apply(adapter.get(), "own", 6, {Sql("SELECT 1")}));
+  ASSERT_OK(Apply(adapter.get(), "own", 6, {Sql("SELECT 1")}));
+  ASSERT_OK(Apply(adapter.get(), "own", 7, {Sql("SELECT 1")}));
+  ASSERT_OK(Apply(adapter.get(), "own", 7, {Sql("SELECT 1")}));
+  absl::Status late = Apply(adapter.get(), "own", 6, {Sql("SELECT 1")});
+  EXPECT_TRUE(GetStaleToken(late).has_value()) << late;
 }
 
 // Each Write a new token (the advancing pattern), on whichever of the
@@ -212,28 +276,28 @@ TEST_F(PostgresRouteHoldTest, EachWriteAHigherTokenAcrossConnections) {
 TEST_F(PostgresRouteHoldTest, TheDomainsAConnectionHoldsAreBounded) {
   auto adapter = MakeAdapter("pool_size=1&held_domains=2");
   for (const char* domain : {"d1", "d2", "d3"}) {
-    ASSERT_OK(Apply(adapter.get(), domain, 1, {Sql("SELECT 1")}));
+    ASSERT_OK(Apply(adapter.get(), domain, 1, {Sql("SELECT 1")}));  // raise
+    ASSERT_OK(Apply(adapter.get(), domain, 1, {Sql("SELECT 1")}));  // hold
   }
   // d1, the least recently used, is released before the next batch.
   ASSERT_OK(Apply(adapter.get(), "d3", 1, {Sql("SELECT 1")}));
   EXPECT_THAT(HeldDomains({"d1", "d2", "d3"}),
               UnorderedElementsAre("d2", "d3"));
-  // The next batch of a Write that failed after fence_hold() gives its
-  // domain up: the lock, a session's, outlived the rolled-back transaction.
-  ASSERT_OK(
-      Apply(adapter.get(), "d4", 1, {Sql("INSERT INTO jobs (id) VALUES (1)")}));
-  ASSERT_OK(Apply(adapter.get(), "d4", 1, {Sql("SELECT 1")}));
-  EXPECT_THAT(HeldDomains({"d1", "d2", "d3", "d4"}),
-              UnorderedElementsAre("d3", "d4"));
-  absl::Status failed =
-      Apply(adapter.get(), "d5", 1, {Sql("INSERT INTO jobs (id) VALUES (1)")});
+  // A Write that failed after fence_hold() held its domain gives it up
+  // before the next batch: the lock, a session's, outlived the rolled-back
+  // transaction.
+  ASSERT_OK(Apply(adapter.get(), "d4", 1,
+                  {Sql("INSERT INTO jobs (id) VALUES (1)")}));
+  absl::Status failed = Apply(adapter.get(), "d4", 1,
+                              {Sql("INSERT INTO jobs (id) VALUES (1)")});
   EXPECT_THAT(failed.message(), HasSubstr("23505"));
-  EXPECT_THAT(HeldDomains({"d5"}), UnorderedElementsAre("d5"));
-  ASSERT_OK(Apply(adapter.get(), "d4", 1, {Sql("SELECT 1")}));
-  EXPECT_THAT(HeldDomains({"d3", "d4", "d5"}),
-              UnorderedElementsAre("d3", "d4"));
+  EXPECT_THAT(HeldDomains({"d4"}), UnorderedElementsAre("d4"));
+  ASSERT_OK(Apply(adapter.get(), "d3", 1, {Sql("SELECT 1")}));
+  EXPECT_THAT(HeldDomains({"d1", "d2", "d3", "d4"}),
+              UnorderedElementsAre("d2", "d3"));
   // held_domains=0: every Write calls fence(), and nothing is held.
   auto unheld = MakeAdapter("pool_size=1&held_domains=0");
+  ASSERT_OK(Apply(unheld.get(), "d9", 1, {Sql("SELECT 1")}));
   ASSERT_OK(Apply(unheld.get(), "d9", 1, {Sql("SELECT 1")}));
   EXPECT_THAT(HeldDomains({"d9"}), ::testing::IsEmpty());
 }
@@ -269,6 +333,7 @@ TEST_F(PostgresRouteHoldTest, ARouteThatCannotHoldCallsFenceEveryTime) {
     auto adapter = MakeAdapter("pool_size=1");
     ASSERT_OK(Apply(adapter.get(), "rr", 3,
                     {Sql("INSERT INTO jobs (id) VALUES (1)")}));
+    ASSERT_OK(Apply(adapter.get(), "rr", 3, {Sql("SELECT 1")}));
     EXPECT_THAT(HeldDomains({"rr"}), ::testing::IsEmpty());
     absl::Status stale = Apply(adapter.get(), "rr", 2,
                                {Sql("INSERT INTO jobs (id) VALUES (2)")});
@@ -285,6 +350,7 @@ TEST_F(PostgresRouteHoldTest, ARouteThatCannotHoldCallsFenceEveryTime) {
   auto adapter = MakeAdapter("pool_size=1");
   ASSERT_OK(Apply(adapter.get(), "able", 3,
                   {Sql("INSERT INTO jobs (id) VALUES (3)")}));
+  ASSERT_OK(Apply(adapter.get(), "able", 3, {Sql("SELECT 1")}));
   EXPECT_THAT(HeldDomains({"able"}), ::testing::IsEmpty());
 }
 
@@ -299,6 +365,7 @@ TEST_F(PostgresRouteHoldTest, ASchemaWithoutFenceHoldIsServedAsBefore) {
   auto adapter = MakeAdapter("pool_size=1");
   ASSERT_OK(Apply(adapter.get(), "old", 3,
                   {Sql("INSERT INTO jobs (id) VALUES (1)")}));
+  ASSERT_OK(Apply(adapter.get(), "old", 3, {Sql("SELECT 1")}));
   EXPECT_THAT(HeldDomains({"old"}), ::testing::IsEmpty());
   absl::Status stale = Apply(adapter.get(), "old", 2,
                              {Sql("INSERT INTO jobs (id) VALUES (2)")});

@@ -58,8 +58,8 @@ TEST(HeldDomainsTest, TheRoutesTallyCountsEveryConnectionUntilItsReleaseGoes) {
     HeldDomains second(1, &tally);
     first.Held("a", 5);
     second.Held("a", 5);
-    EXPECT_FALSE(tally.HeldOtherwise("a", 5));
-    EXPECT_TRUE(tally.HeldOtherwise("a", 6));  // a raise: give it up first
+    EXPECT_FALSE(tally.HeldBelow("a", 5));
+    EXPECT_TRUE(tally.HeldBelow("a", 6));  // a raise: give it up first
     EXPECT_FALSE(tally.HeldAtAll("b"));
     first.Held("b", 1);  // a is owed a release: still held until it goes
     EXPECT_TRUE(tally.HeldAtAll("a"));
@@ -72,7 +72,7 @@ TEST(HeldDomainsTest, TheRoutesTallyCountsEveryConnectionUntilItsReleaseGoes) {
     // A release owed for a domain never held (a failed fence_hold()): held
     // at an unknown token until it goes.
     second.Release("c");
-    EXPECT_TRUE(tally.HeldOtherwise("c", 1));
+    EXPECT_TRUE(tally.HeldBelow("c", 1));
     EXPECT_TRUE(tally.HeldAtAll("b"));
   }
   // Connections that end give up everything.
