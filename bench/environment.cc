@@ -40,10 +40,9 @@ absl::StatusOr<std::unique_ptr<Environment>> Environment::Start(
         !revoked.ok()) {
       return revoked.status();
     }
-    env->pg_uri_ = env->pg_->Uri(
-        absl::StrCat("pool_size=", options.pg_pool_size,
-                     options.pg_route_params.empty() ? "" : "&",
-                     options.pg_route_params));
+    env->pg_uri_ = env->pg_->Uri(absl::StrCat(
+        "pool_size=", options.pg_pool_size,
+        options.pg_route_params.empty() ? "" : "&", options.pg_route_params));
     pg_port = env->pg_->port();
   } else {
     env->pg_dsn_ = options.pg_dsn;

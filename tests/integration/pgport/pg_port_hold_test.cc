@@ -140,7 +140,8 @@ TEST_F(PgPortHoldTest, APausedGatewayHoldsARaiseOnlyForItsBound) {
 // the domain holds a raise only for raise_wait_ms. The raise then ends the
 // connection's backend, and the database refuses the old token, which the
 // gateway itself still admits.
-TEST_F(PgPortHoldTest, APausedGatewaysRouteConnectionHoldsARaiseOnlyForItsBound) {
+TEST_F(PgPortHoldTest,
+       APausedGatewaysRouteConnectionHoldsARaiseOnlyForItsBound) {
   ASSERT_OK(postgres::SetUpFenceSchema(server_->Conninfo(), "fencegate",
                                        "fencegate_worker",
                                        /*raise_wait_ms=*/500));
@@ -153,8 +154,8 @@ TEST_F(PgPortHoldTest, APausedGatewaysRouteConnectionHoldsARaiseOnlyForItsBound)
     request.set_domain(kDomain);
     request.set_token(token);
     request.set_resource("db/jobs");
-    *request.add_ops() = Sql(
-        absl::StrCat("UPDATE jobs SET owner = '", owner, "' WHERE id = 1"));
+    *request.add_ops() =
+        Sql(absl::StrCat("UPDATE jobs SET owner = '", owner, "' WHERE id = 1"));
     v1::WriteResponse response;
     grpc::ClientContext context;
     return stub->Write(&context, request, &response);
@@ -162,13 +163,13 @@ TEST_F(PgPortHoldTest, APausedGatewaysRouteConnectionHoldsARaiseOnlyForItsBound)
   // The domain's lock, held by a backend of the route's role.
   auto route_holders = [] {
     return Exec(absl::StrCat(
-                    "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a "
-                    "USING (pid) WHERE a.usename = 'fencegate_worker' AND "
-                    "l.locktype = 'advisory' AND l.granted AND l.mode = "
-                    "'ShareLock' AND l.classid = ",
-                    postgres::kHoldLockKey,
-                    "::oid AND l.objsubid = 2 AND l.objid = (hashtext('",
-                    kDomain, "') & 2147483647)::oid"))[0][0]
+        "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a "
+        "USING (pid) WHERE a.usename = 'fencegate_worker' AND "
+        "l.locktype = 'advisory' AND l.granted AND l.mode = "
+        "'ShareLock' AND l.classid = ",
+        postgres::kHoldLockKey,
+        "::oid AND l.objsubid = 2 AND l.objid = (hashtext('", kDomain,
+        "') & 2147483647)::oid"))[0][0]
         .as<int64_t>();
   };
   // The first Write raises the row; the second holds it.

@@ -188,9 +188,9 @@ TEST_F(PostgresRouteHoldTest, ARaiseIsLetThroughByTheWatchNotByItsBound) {
 // The gateway gives a domain up on its connection before a Write of
 // another token.
 TEST_F(PostgresRouteHoldTest, AConnectionThatHoldsADomainCannotRaiseIt) {
-  pqxx::connection worker(absl::StrCat(
-      "postgresql://fencegate_worker@127.0.0.1:", server_->port(),
-      "/postgres"));
+  pqxx::connection worker(
+      absl::StrCat("postgresql://fencegate_worker@127.0.0.1:", server_->port(),
+                   "/postgres"));
   const std::string secret = "a-secret-of-sixteen-bytes-or-more";
   auto call = [&](const std::string& sql) {
     pqxx::work tx(worker);
@@ -286,10 +286,10 @@ TEST_F(PostgresRouteHoldTest, TheDomainsAConnectionHoldsAreBounded) {
   // A Write that failed after fence_hold() held its domain gives it up
   // before the next batch: the lock, a session's, outlived the rolled-back
   // transaction.
-  ASSERT_OK(Apply(adapter.get(), "d4", 1,
-                  {Sql("INSERT INTO jobs (id) VALUES (1)")}));
-  absl::Status failed = Apply(adapter.get(), "d4", 1,
-                              {Sql("INSERT INTO jobs (id) VALUES (1)")});
+  ASSERT_OK(
+      Apply(adapter.get(), "d4", 1, {Sql("INSERT INTO jobs (id) VALUES (1)")}));
+  absl::Status failed =
+      Apply(adapter.get(), "d4", 1, {Sql("INSERT INTO jobs (id) VALUES (1)")});
   EXPECT_THAT(failed.message(), HasSubstr("23505"));
   EXPECT_THAT(HeldDomains({"d4"}), UnorderedElementsAre("d4"));
   ASSERT_OK(Apply(adapter.get(), "d3", 1, {Sql("SELECT 1")}));
@@ -359,16 +359,17 @@ TEST_F(PostgresRouteHoldTest, ARouteThatCannotHoldCallsFenceEveryTime) {
 TEST_F(PostgresRouteHoldTest, ASchemaWithoutFenceHoldIsServedAsBefore) {
   Exec("DROP FUNCTION fencegate.fence_hold(text, bigint, text)");
   absl::Cleanup setup = [] {
-    ASSERT_OK(postgres::SetUpFenceSchema(
-        server_->Conninfo(), postgres::kDefaultFenceSchema, "fencegate_worker"));
+    ASSERT_OK(postgres::SetUpFenceSchema(server_->Conninfo(),
+                                         postgres::kDefaultFenceSchema,
+                                         "fencegate_worker"));
   };
   auto adapter = MakeAdapter("pool_size=1");
   ASSERT_OK(Apply(adapter.get(), "old", 3,
                   {Sql("INSERT INTO jobs (id) VALUES (1)")}));
   ASSERT_OK(Apply(adapter.get(), "old", 3, {Sql("SELECT 1")}));
   EXPECT_THAT(HeldDomains({"old"}), ::testing::IsEmpty());
-  absl::Status stale = Apply(adapter.get(), "old", 2,
-                             {Sql("INSERT INTO jobs (id) VALUES (2)")});
+  absl::Status stale =
+      Apply(adapter.get(), "old", 2, {Sql("INSERT INTO jobs (id) VALUES (2)")});
   EXPECT_TRUE(GetStaleToken(stale).has_value()) << stale;
 }
 
