@@ -173,7 +173,6 @@ RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp SET client_min_messages = error AS $fn$
 DECLARE
   me integer := pg_catalog.pg_backend_pid();
-  digest bytea;
   k integer;
   held bigint;
 BEGIN
@@ -192,19 +191,17 @@ BEGIN
     RAISE EXCEPTION 'hold() runs at READ COMMITTED only: it reads the fence row after its lock'
       USING ERRCODE = '25001';
   END IF;
-  digest := pg_catalog.sha256(pg_catalog.convert_to(p_secret, 'UTF8'));
-  -- Armed: this backend holds its arm lock. Released and taken again to
-  -- tell (no other backend can take this key in between), which is
-  -- cheaper than reading pg_locks.
-  IF pg_catalog.pg_advisory_unlock($ARM, me) THEN
-    PERFORM pg_catalog.pg_advisory_lock($ARM, me);
-    IF NOT EXISTS (SELECT FROM $S.holders AS h
-                   WHERE h.pid = me AND h.secret = digest) THEN
+  -- Armed with another secret: this backend holds its arm lock. Released
+  -- and taken again to tell (no other backend can take this key in
+  -- between), which is cheaper than reading pg_locks.
+  IF NOT $S.armed_with(p_secret) THEN
+    IF pg_catalog.pg_advisory_unlock($ARM, me) THEN
+      PERFORM pg_catalog.pg_advisory_lock($ARM, me);
       RAISE EXCEPTION 'this connection is held by its gateway: hold() needs its secret'
         USING ERRCODE = '42501';
     END IF;
-  ELSE
-    INSERT INTO $S.holders AS h (pid, secret) VALUES (me, digest)
+    INSERT INTO $S.holders AS h (pid, secret)
+      VALUES (me, pg_catalog.sha256(pg_catalog.convert_to(p_secret, 'UTF8')))
       ON CONFLICT (pid) DO UPDATE SET secret = EXCLUDED.secret;
     PERFORM pg_catalog.pg_advisory_lock($ARM, me);
   END IF;
@@ -373,17 +370,8 @@ BEGIN
     RAISE EXCEPTION 'release() needs a domain and the connection''s secret'
       USING ERRCODE = '22023';
   END IF;
-  -- Armed (see hold()): released and taken again to tell.
-  IF NOT pg_catalog.pg_advisory_unlock($ARM, me) THEN
-    RAISE EXCEPTION 'this connection is not armed: release() needs its secret'
-      USING ERRCODE = '42501';
-  END IF;
-  PERFORM pg_catalog.pg_advisory_lock($ARM, me);
-  IF NOT EXISTS (
-       SELECT FROM $S.holders AS h
-       WHERE h.pid = me
-         AND h.secret = pg_catalog.sha256(pg_catalog.convert_to(p_secret, 'UTF8'))) THEN
-    RAISE EXCEPTION 'this connection is held by its gateway: release() needs its secret'
+  IF NOT $S.armed_with(p_secret) THEN
+    RAISE EXCEPTION 'release() needs the secret this connection was armed with'
       USING ERRCODE = '42501';
   END IF;
   WHILE pg_catalog.pg_advisory_unlock_shared($KEY, k) LOOP
