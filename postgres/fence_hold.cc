@@ -164,6 +164,31 @@ BEGIN
 END
 $fn$)sql",
       names));
+  // A raise of the domain's row to `p_token` by hold() or fence_hold():
+  // waits for the domain's holders (await_holders()), then raises the row
+  // unless a higher raise committed first (a new token's seq starts at 0).
+  // Returns the row's token after it: `p_token` if raised, the higher one
+  // if stale. Internal.
+  sql.push_back(absl::StrReplaceAll(
+      R"sql(CREATE OR REPLACE FUNCTION $S.raise_row(p_domain text, p_token bigint)
+RETURNS bigint LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+  held bigint;
+BEGIN
+  PERFORM $S.await_holders(p_domain);
+  INSERT INTO $S.fences AS f (domain, token) VALUES (p_domain, p_token)
+  ON CONFLICT (domain) DO UPDATE SET token = EXCLUDED.token,
+    seq = CASE WHEN f.token = EXCLUDED.token THEN f.seq ELSE 0 END,
+    updated_at = now() WHERE f.token <= EXCLUDED.token
+  RETURNING f.token INTO held;
+  IF held IS NULL THEN
+    SELECT f.token INTO held FROM $S.fences AS f WHERE f.domain = p_domain;
+  END IF;
+  RETURN held;
+END
+$fn$)sql",
+      names));
   // The gateway's hold (fence_hold.h). It reads the fence row in a later
   // statement than the one that waited for the lock, at READ COMMITTED,
   // so that it sees every raise that committed before the lock was given.
@@ -219,14 +244,8 @@ BEGIN
   -- token, as every raise does; a higher raise that commits first wins.
   SELECT f.token INTO held FROM $S.fences AS f WHERE f.domain = p_domain;
   IF held IS NULL OR held < p_token THEN
-    PERFORM $S.await_holders(p_domain);
-    INSERT INTO $S.fences AS f (domain, token) VALUES (p_domain, p_token)
-    ON CONFLICT (domain) DO UPDATE SET token = EXCLUDED.token,
-      seq = CASE WHEN f.token = EXCLUDED.token THEN f.seq ELSE 0 END,
-      updated_at = now() WHERE f.token <= EXCLUDED.token
-    RETURNING f.token INTO held;
-    IF held IS NULL THEN
-      SELECT f.token INTO held FROM $S.fences AS f WHERE f.domain = p_domain;
+    held := $S.raise_row(p_domain, p_token);
+    IF held <> p_token THEN
       RETURN held;  -- stale: raised past p_token meanwhile
     END IF;
   END IF;
@@ -305,16 +324,8 @@ BEGIN
   PERFORM pg_catalog.set_config('lock_timeout', '$HOLDWAIT', true);
   SELECT f.token INTO held FROM $S.fences AS f WHERE f.domain = p_domain;
   IF held IS NULL OR held < p_token THEN
-    PERFORM $S.await_holders(p_domain);
-    INSERT INTO $S.fences AS f (domain, token) VALUES (p_domain, p_token)
-    ON CONFLICT (domain) DO UPDATE SET token = EXCLUDED.token,
-      seq = CASE WHEN f.token = EXCLUDED.token THEN f.seq ELSE 0 END,
-      updated_at = now() WHERE f.token <= EXCLUDED.token
-    RETURNING f.token INTO held;
-    raised := held IS NOT NULL;
-    IF held IS NULL THEN
-      SELECT f.token INTO held FROM $S.fences AS f WHERE f.domain = p_domain;
-    END IF;
+    held := $S.raise_row(p_domain, p_token);
+    raised := held = p_token;
   END IF;
   -- A raise holds the domain's lock exclusively to its transaction's end,
   -- and is not held after it: a token that changes is held from its next
@@ -401,6 +412,7 @@ RETURNS integer LANGUAGE sql IMMUTABLE AS $fn$ SELECT $VERSION $fn$)sql",
       names));
   for (const char* f :
        {".await_holders(text)", ".armed()", ".armed_with(text)",
+        ".raise_row(text, bigint)",
         ".hold(text, bigint, text)", ".fence_hold(text, bigint, text)",
         ".fence_seq(text, bigint, bigint, text, text)", ".release(text, text)",
         ".raises_waiting(text[])", ".version()"}) {
@@ -409,7 +421,8 @@ RETURNS integer LANGUAGE sql IMMUTABLE AS $fn$ SELECT $VERSION $fn$)sql",
     sql.push_back(absl::StrCat("REVOKE ALL ON FUNCTION ", fn, " FROM PUBLIC"));
     if (absl::string_view(f) != ".await_holders(text)" &&
         absl::string_view(f) != ".armed()" &&
-        absl::string_view(f) != ".armed_with(text)") {
+        absl::string_view(f) != ".armed_with(text)" &&
+        absl::string_view(f) != ".raise_row(text, bigint)") {
       sql.push_back(absl::StrCat("GRANT EXECUTE ON FUNCTION ", fn, " TO ", r));
     }
   }
