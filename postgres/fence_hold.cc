@@ -412,8 +412,8 @@ RETURNS integer LANGUAGE sql IMMUTABLE AS $fn$ SELECT $VERSION $fn$)sql",
       names));
   for (const char* f :
        {".await_holders(text)", ".armed()", ".armed_with(text)",
-        ".raise_row(text, bigint)",
-        ".hold(text, bigint, text)", ".fence_hold(text, bigint, text)",
+        ".raise_row(text, bigint)", ".hold(text, bigint, text)",
+        ".fence_hold(text, bigint, text)",
         ".fence_seq(text, bigint, bigint, text, text)", ".release(text, text)",
         ".raises_waiting(text[])", ".version()"}) {
     const std::string fn = absl::StrCat(s, f);
