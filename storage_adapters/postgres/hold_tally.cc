@@ -24,6 +24,11 @@ bool HoldTally::HeldBelow(absl::string_view domain, uint64_t token) const {
   return it != held_.end() && it->second.token < token;
 }
 
+size_t HoldTally::size() const {
+  absl::MutexLock lock(&mu_);
+  return held_.size();
+}
+
 bool HoldTally::HeldAtAll(absl::string_view domain) const {
   absl::MutexLock lock(&mu_);
   return held_.contains(domain);

@@ -19,6 +19,7 @@
 #ifndef STORAGE_ADAPTERS_POSTGRES_HOLD_TALLY_H_
 #define STORAGE_ADAPTERS_POSTGRES_HOLD_TALLY_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -42,6 +43,8 @@ class HoldTally {
   bool HeldBelow(absl::string_view domain, uint64_t token) const;
   // True if some connection may hold `domain`.
   bool HeldAtAll(absl::string_view domain) const;
+  // The domains some connection may hold.
+  size_t size() const;
 
  private:
   struct Entry {

@@ -84,8 +84,31 @@ PostgresAdapter::PostgresAdapter(postgres::RouteOptions options,
         "fencegate_postgres_connections", kHelp,
         {{"route", context.route}, {"state", "busy"}},
         [this] { return static_cast<double>(queue_.counts().busy); });
+    held_gauge_ = context.metrics.scrape_gauges->Add(
+        "fencegate_postgres_held_domains",
+        "Domains a PostgreSQL route's connections hold the fence of (or "
+        "owe a release of)",
+        {{"route", context.route}},
+        [this] { return static_cast<double>(hold_tally_.size()); });
   }
   if (context.metrics.enabled()) {
+    auto& given_up = prometheus::BuildCounter()
+                         .Name("fencegate_postgres_holds_given_up_total")
+                         .Help(
+                             "Held domains a PostgreSQL route's connections "
+                             "gave up for a raise, by whose raise")
+                         .Register(*context.metrics.registry);
+    given_up_own_ = &given_up.Add({{"route", context.route}, {"raise", "own"}});
+    given_up_waiting_ =
+        &given_up.Add({{"route", context.route}, {"raise", "waiting"}});
+    hold_closes_ =
+        &prometheus::BuildCounter()
+             .Name("fencegate_postgres_hold_closes_total")
+             .Help(
+                 "Idle PostgreSQL connections closed to give their held "
+                 "domains up at once")
+             .Register(*context.metrics.registry)
+             .Add({{"route", context.route}});
     escapes_ = &prometheus::BuildCounter()
                     .Name("fencegate_postgres_session_escapes_total")
                     .Help(

@@ -320,7 +320,9 @@ class PostgresAdapter final : public StorageAdapter,
   // before its next batch), and closes the idle ones among them: before a
   // Write or a raise of another token than they hold, so that it waits for
   // no holder of this route in the server, and for the raise watch.
-  void GiveUp(const std::vector<std::string>& domains);
+  // `waiting`: a raise the watch saw waiting; otherwise this gateway's
+  // own. Counted in fencegate_postgres_holds_given_up_total.
+  void GiveUp(const std::vector<std::string>& domains, bool waiting = false);
   // Runs one fence query on a control connection: its result if it
   // returned rows; the SQL error otherwise, with its SQLSTATE in
   // `*sqlstate` and the error's DETAIL in `*detail`.
@@ -369,7 +371,11 @@ class PostgresAdapter final : public StorageAdapter,
   PgConnectionPool control_pool_;
   // Null when metrics are off.
   prometheus::Histogram* queue_wait_ = nullptr;
-  std::shared_ptr<void> idle_gauge_, busy_gauge_;
+  std::shared_ptr<void> idle_gauge_, busy_gauge_, held_gauge_;
+  // The held fence's counters (null when metrics are off).
+  prometheus::Counter* given_up_own_ = nullptr;
+  prometheus::Counter* given_up_waiting_ = nullptr;
+  prometheus::Counter* hold_closes_ = nullptr;
 
   // The event loop: the connections' replies, their deadlines, the queue's
   // ticks. One thread ("pg-loop").

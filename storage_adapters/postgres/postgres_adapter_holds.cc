@@ -117,11 +117,13 @@ void PostgresAdapter::WatchRaises() {
       waiting.push_back(domains[i - 1]);
     }
   }
-  GiveUp(waiting);
+  GiveUp(waiting, /*waiting=*/true);
 }
 
-void PostgresAdapter::GiveUp(const std::vector<std::string>& domains) {
+void PostgresAdapter::GiveUp(const std::vector<std::string>& domains,
+                             bool waiting) {
   if (domains.empty()) return;
+  prometheus::Counter* given_up = waiting ? given_up_waiting_ : given_up_own_;
   std::vector<std::shared_ptr<Link>> links;
   {
     absl::MutexLock lock(&links_mu_);
@@ -139,13 +141,18 @@ void PostgresAdapter::GiveUp(const std::vector<std::string>& domains) {
       if (link->pg->held().Holds(domain)) {
         link->pg->held().Release(domain);
         owing.insert(link->owner);
+        if (given_up != nullptr) given_up->Increment();
       }
     }
   }
   if (!owing.empty()) {
-    (void)queue_.CloseIdleIf([&](const postgres::BatchQueue::Connection& c) {
-      return owing.contains(&c);
-    });
+    const size_t closed =
+        queue_.CloseIdleIf([&](const postgres::BatchQueue::Connection& c) {
+          return owing.contains(&c);
+        });
+    if (hold_closes_ != nullptr) {
+      hold_closes_->Increment(static_cast<double>(closed));
+    }
   }
 }
 

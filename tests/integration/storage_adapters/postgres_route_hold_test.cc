@@ -20,8 +20,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "fencegate/common/stale_token.h"
+#include "metrics/scrape_gauges.h"
 #include "postgres/fence_hold.h"
 #include "postgres/fence_schema.h"
+#include "prometheus/registry.h"
 #include "tests/postgres_adapter_fixture.h"
 
 namespace fencegate {
@@ -145,6 +147,27 @@ TEST_F(PostgresRouteHoldTest, ARaiseWaitsForTheHeldTokensTransaction) {
   EXPECT_EQ(Count(), 3);
 }
 
+// The value of the sample `name`{route="db"[, `label`]} of `families`; -1
+// if there is none.
+double Sample(const std::vector<prometheus::MetricFamily>& families,
+              const std::string& name,
+              const std::pair<std::string, std::string>& label = {}) {
+  for (const prometheus::MetricFamily& family : families) {
+    if (family.name != name) continue;
+    for (const prometheus::ClientMetric& m : family.metric) {
+      bool match = label.first.empty();
+      for (const prometheus::ClientMetric::Label& l : m.label) {
+        if (l.name == label.first && l.value == label.second) match = true;
+      }
+      if (match) {
+        return family.type == prometheus::MetricType::Gauge ? m.gauge.value
+                                                            : m.counter.value;
+      }
+    }
+  }
+  return -1;
+}
+
 // The raise watch gives an idle connection's hold up at once: a raise that
 // would otherwise wait a minute for it, then end its backend, goes
 // through, and the backend is not ended.
@@ -157,11 +180,17 @@ TEST_F(PostgresRouteHoldTest, ARaiseIsLetThroughByTheWatchNotByItsBound) {
                                          postgres::kDefaultFenceSchema,
                                          "fencegate_worker"));
   };
-  auto adapter = MakeAdapter("pool_size=2");
+  prometheus::Registry registry;
+  ScrapeGauges gauges;
+  AdapterContext context;
+  context.route = "db";
+  context.metrics = MetricsContext{&registry, &gauges};
+  auto adapter = MakeAdapter("pool_size=2", context);
   ASSERT_OK(Apply(adapter.get(), "billing", 5,
                   {Sql("INSERT INTO jobs (id) VALUES (1)")}));
   ASSERT_OK(Apply(adapter.get(), "billing", 5, {Sql("SELECT 1")}));
   ASSERT_THAT(HeldDomains({"billing"}), UnorderedElementsAre("billing"));
+  EXPECT_EQ(Sample(gauges.Collect(), "fencegate_postgres_held_domains"), 1);
   absl::Notification raised;
   std::thread raise([&] {
     pqxx::connection raiser(server_->Conninfo());
@@ -174,6 +203,15 @@ TEST_F(PostgresRouteHoldTest, ARaiseIsLetThroughByTheWatchNotByItsBound) {
   EXPECT_TRUE(raised.WaitForNotificationWithTimeout(absl::Seconds(20)));
   raise.join();
   EXPECT_THAT(HeldDomains({"billing"}), ::testing::IsEmpty());
+  const std::vector<prometheus::MetricFamily> counted = registry.Collect();
+  EXPECT_EQ(Sample(counted, "fencegate_postgres_holds_given_up_total",
+                   {"raise", "waiting"}),
+            1);
+  EXPECT_EQ(Sample(counted, "fencegate_postgres_holds_given_up_total",
+                   {"raise", "own"}),
+            0);
+  EXPECT_EQ(Sample(counted, "fencegate_postgres_hold_closes_total"), 1);
+  EXPECT_EQ(Sample(gauges.Collect(), "fencegate_postgres_held_domains"), 0);
   absl::Status late = Apply(adapter.get(), "billing", 5,
                             {Sql("INSERT INTO jobs (id) VALUES (2)")});
   ASSERT_TRUE(GetStaleToken(late).has_value()) << late;
