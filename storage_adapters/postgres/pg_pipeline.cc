@@ -27,21 +27,6 @@ namespace {
 // PostgreSQL allows it.
 constexpr char kResetSql[] = "DISCARD ALL";
 
-// The connection broke after the write was sent, with no error before it.
-absl::Status LostAfterSent(PGconn* c) {
-  return absl::UnavailableError(absl::StrCat(
-      "postgres: connection lost after the write was sent, outcome unknown "
-      "(retry with the same token): ",
-      ConnectionError(c)));
-}
-
-// The server ended the session before it ran any of the write.
-absl::Status ClosedBeforeRan(PGconn* c) {
-  return absl::UnavailableError(
-      absl::StrCat("postgres: connection closed before the write ran: ",
-                   ConnectionError(c)));
-}
-
 // Hex SHA-256 of a Write's path and operations: what its seq names, so
 // that a retry with another payload is told from the write it repeats.
 std::string WriteHash(const WriteTarget& target, const Operations& ops) {
@@ -67,6 +52,21 @@ bool SendSimple(PGconn* c, const char* sql) {
 
 }  // namespace
 
+// The connection broke after the write was sent, with no error before it.
+absl::Status PgPipeline::LostAfterSent(PGconn* c) {
+  return absl::UnavailableError(absl::StrCat(
+      "postgres: connection lost after the write was sent, outcome unknown "
+      "(retry with the same token): ",
+      ConnectionError(c)));
+}
+
+// The server ended the session before it ran any of the write.
+absl::Status PgPipeline::ClosedBeforeRan(PGconn* c) {
+  return absl::UnavailableError(
+      absl::StrCat("postgres: connection closed before the write ran: ",
+                   ConnectionError(c)));
+}
+
 PgPipeline::PgPipeline(PgConnection* conn, const Settings* settings)
     : conn_(conn), settings_(settings) {}
 
@@ -87,19 +87,7 @@ size_t PgPipeline::Send(const std::vector<QueuedWrite*>& batch) {
   }
   fenced_.assign(batch_.size(), Fenced::kCall);
   kept_.assign(batch_.size(), false);
-  if (conn_->armed()) {
-    // A domain this connection holds at another token than a Write's is
-    // given up first: a raise never waits for its own backend's lock, so
-    // the database refuses one from a holder (55000).
-    for (const QueuedWrite* w : batch_) {
-      HeldDomains& held = conn_->held();
-      if (held.Holds(w->target->domain) &&
-          !held.Use(w->target->domain, w->target->token)) {
-        held.Release(w->target->domain);
-      }
-    }
-  }
-  releases_ = conn_->held().TakeReleases();
+  TakeReleases();
   rel_ = 0;
   // One round trip for the batch; an error in one write rolls back that
   // write only.
@@ -133,19 +121,6 @@ size_t PgPipeline::Send(const std::vector<QueuedWrite*>& batch) {
     phase_ = Phase::kReleaseResult;
   }
   return sent_;
-}
-
-bool PgPipeline::SendReleases() {
-  PGconn* c = conn_->raw();
-  for (const std::string& domain : releases_) {
-    const char* params[2] = {domain.c_str(), conn_->secret().c_str()};
-    if (PQsendQueryParams(c, settings_->release_sql.c_str(), 2, nullptr, params,
-                          nullptr, nullptr, 0) != 1 ||
-        PQpipelineSync(c) != 1) {
-      return false;
-    }
-  }
-  return true;
 }
 
 int PgPipeline::Flush() { return PQflush(conn_->raw()); }
@@ -366,39 +341,10 @@ void PgPipeline::Feed(PgResult r, bool cancelled) {
       BeginWrite();
       return;
     }
-    case Phase::kReleaseResult: {
-      if (r == nullptr) {
-        // The server ended the session while idle, before the batch: none
-        // of its Writes ran.
-        EndInReleases(/*closed=*/conn_->ended_between_queries());
-        return;
-      }
-      const char* severity =
-          PQresultErrorField(r.get(), PG_DIAG_SEVERITY_NONLOCALIZED);
-      if (severity != nullptr && (std::string_view(severity) == "FATAL" ||
-                                  std::string_view(severity) == "PANIC")) {
-        EndInReleases(/*closed=*/true);
-        return;
-      }
-      // A release that failed may leave the domain held: the connection
-      // goes after this batch, and its locks with it.
-      if (PQresultStatus(r.get()) != PGRES_TUPLES_OK) usable_ = false;
-      phase_ = Phase::kReleaseEnd;
-      return;
-    }
+    case Phase::kReleaseResult:
     case Phase::kReleaseEnd:
-      phase_ = Phase::kReleaseSync;
-      return;
     case Phase::kReleaseSync:
-      if (r == nullptr || PQresultStatus(r.get()) != PGRES_PIPELINE_SYNC) {
-        EndInReleases(/*closed=*/false);
-        return;
-      }
-      if (++rel_ < releases_.size()) {
-        phase_ = Phase::kReleaseResult;
-      } else {
-        BeginWrite();
-      }
+      FeedRelease(std::move(r));
       return;
     case Phase::kResetResult:
       if (r == nullptr) {
@@ -590,41 +536,6 @@ void PgPipeline::Finish(Ending ending) {
       batch_[i]->status = absl::InternalError(
           "postgres: a statement left a transaction open (transaction "
           "control is not allowed); connection dropped, outcome unknown");
-    }
-  }
-}
-
-void PgPipeline::EndInReleases(bool closed) {
-  PGconn* c = conn_->raw();
-  // Finish() reports the Writes after write_; the first one is set here.
-  write_ = 0;
-  QueuedWrite* first = batch_[0];
-  first->results->Clear();
-  if (closed) {
-    first->status = ClosedBeforeRan(c);
-    first->retryable = true;
-    Finish(Ending::kEndedBeforeSync);
-  } else {
-    first->status = LostAfterSent(c);
-    Finish(Ending::kLost);
-  }
-}
-
-void PgPipeline::NoteHolds() {
-  // A reset (DISCARD ALL) gave every hold up: Disarm() said so.
-  if (reset_ || !conn_->armed()) return;
-  for (size_t i = 0; i < sent_; ++i) {
-    if (fenced_[i] != Fenced::kHolding) continue;
-    const QueuedWrite& w = *batch_[i];
-    if (w.status.ok()) {
-      // Not kept after a raise; nothing was held before it (Send() gave an
-      // older hold up first).
-      if (kept_[i]) conn_->held().Held(w.target->domain, w.target->token);
-    } else {
-      // The hold, a session's lock, may have outlived the transaction
-      // (the Write's SQL failed after fence_hold()), or the row it held
-      // was raised in a transaction that rolled back: given up.
-      conn_->held().Release(w.target->domain);
     }
   }
 }

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "storage_adapters/postgres/batch_queue.h"
 #include "storage_adapters/postgres/pg_connection.h"
 #include "storage_adapters/postgres/sql_text.h"
@@ -106,9 +107,18 @@ class PgPipeline {
     kHeld,     // The connection holds its (domain, token): no statement.
   };
   bool SendWrite(const QueuedWrite& w, Fenced* fenced);
-  // Sends the releases the connection owes (held_domains.h), each in a
-  // segment of its own, before the batch's Writes.
+  // The connection broke after the write was sent, with no error before
+  // it; the server ended the session before it ran any of the write.
+  static absl::Status LostAfterSent(PGconn* c);
+  static absl::Status ClosedBeforeRan(PGconn* c);
+  // pg_pipeline_holds.cc: the releases the connection owes
+  // (held_domains.h), a domain held at another token than a Write's among
+  // them, taken into releases_.
+  void TakeReleases();
+  // Sends them, each in a segment of its own, before the batch's Writes.
   bool SendReleases();
+  // Feeds one result of the releases to the state machine.
+  void FeedRelease(PgResult r);
   // The connection ended (`closed`: the server ended the session before
   // the Writes ran) or broke while the releases were read.
   void EndInReleases(bool closed);
