@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <fstream>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -67,8 +69,10 @@ absl::flat_hash_map<pid_t, ProcStat> AllProcesses() {
   return all;
 }
 
-// Context switches of every live thread of `pid`.
-double ThreadSwitches(pid_t pid) {
+// Context switches of every live thread of `pid`; by thread name into
+// `by_thread` if it is not null.
+double ThreadSwitches(pid_t pid,
+                      std::map<std::string, ProcessUsage::Threads>* by_thread) {
   double total = 0;
   const std::string tasks = absl::StrCat("/proc/", pid, "/task");
   DIR* dir = ::opendir(tasks.c_str());
@@ -77,6 +81,7 @@ double ThreadSwitches(pid_t pid) {
     if (e->d_name[0] == '.') continue;
     std::ifstream in(absl::StrCat(tasks, "/", e->d_name, "/status"));
     std::string line;
+    double thread_total = 0;
     while (std::getline(in, line)) {
       // voluntary_ctxt_switches: N, then nonvoluntary_ctxt_switches: N.
       absl::string_view v(line);
@@ -85,7 +90,19 @@ double ThreadSwitches(pid_t pid) {
         continue;
       }
       unsigned long long n;
-      if (absl::SimpleAtoi(absl::StripAsciiWhitespace(v), &n)) total += n;
+      if (absl::SimpleAtoi(absl::StripAsciiWhitespace(v), &n)) {
+        thread_total += n;
+      }
+    }
+    total += thread_total;
+    if (by_thread != nullptr) {
+      std::ifstream comm(absl::StrCat(tasks, "/", e->d_name, "/comm"));
+      std::string name;
+      if (std::getline(comm, name)) {
+        ProcessUsage::Threads& group = (*by_thread)[name];
+        ++group.count;
+        group.switches += thread_total;
+      }
     }
   }
   ::closedir(dir);
@@ -95,24 +112,26 @@ double ThreadSwitches(pid_t pid) {
 // What `root`, its live descendants and its reaped children used; unknown
 // if `root` is 0 or gone.
 ProcessUsage TreeUsage(const absl::flat_hash_map<pid_t, ProcStat>& all,
-                       pid_t root) {
+                       pid_t root, bool by_thread = false) {
   if (root == 0 || !all.contains(root)) return {};
   absl::flat_hash_map<pid_t, std::vector<pid_t>> children;
   for (const auto& [pid, s] : all) children[s.ppid].push_back(pid);
   unsigned long long ticks = all.at(root).children;
   double switches = 0;
+  std::map<std::string, ProcessUsage::Threads> threads;
   std::vector<pid_t> todo = {root};
   while (!todo.empty()) {
     pid_t pid = todo.back();
     todo.pop_back();
     ticks += all.at(pid).own;
-    switches += ThreadSwitches(pid);
+    switches += ThreadSwitches(pid, by_thread ? &threads : nullptr);
     auto it = children.find(pid);
     if (it != children.end()) {
       todo.insert(todo.end(), it->second.begin(), it->second.end());
     }
   }
-  return {static_cast<double>(ticks) / ::sysconf(_SC_CLK_TCK), switches};
+  return {static_cast<double>(ticks) / ::sysconf(_SC_CLK_TCK), switches,
+          std::move(threads)};
 }
 
 }  // namespace
@@ -123,6 +142,13 @@ CpuTimes operator-(const CpuTimes& later, const CpuTimes& earlier) {
     if (a.cpu_s >= 0 && b.cpu_s >= 0) d.cpu_s = a.cpu_s - b.cpu_s;
     if (a.switches >= 0 && b.switches >= 0)
       d.switches = a.switches - b.switches;
+    // Threads alive at both samples; one started or ended between them is
+    // left out.
+    for (const auto& [name, group] : a.by_thread) {
+      auto it = b.by_thread.find(name);
+      if (it == b.by_thread.end() || it->second.count != group.count) continue;
+      d.by_thread[name] = {group.count, group.switches - it->second.switches};
+    }
     return d;
   };
   CpuTimes d;
@@ -149,9 +175,9 @@ CpuTimes CpuMeter::Sample() const {
   const double tick = ::sysconf(_SC_CLK_TCK);
   ProcStat self;
   if (ReadProcStat(::getpid(), &self)) {
-    t.harness = {self.own / tick, ThreadSwitches(::getpid())};
+    t.harness = {self.own / tick, ThreadSwitches(::getpid(), nullptr), {}};
   }
-  t.gateway = TreeUsage(all, gateway_);
+  t.gateway = TreeUsage(all, gateway_, /*by_thread=*/true);
   t.postgres = TreeUsage(all, postmaster_);
   t.pgbouncer = TreeUsage(all, pgbouncer_);
   // First line of /proc/stat: cpu user nice system idle iowait irq softirq

@@ -12,6 +12,9 @@
 
 #include <sys/types.h>
 
+#include <map>
+#include <string>
+
 namespace fencegate::bench {
 
 // What one process (with its descendants) used. Negative when the process
@@ -22,6 +25,13 @@ struct ProcessUsage {
   // Context switches, voluntary (blocking, e.g. to wait for a wake-up) and
   // not, of the threads alive when sampled.
   double switches = -1;
+  // The gateway's only: context switches and live threads by thread name
+  // (/proc/<pid>/task/<tid>/comm).
+  struct Threads {
+    int count = 0;
+    double switches = 0;
+  };
+  std::map<std::string, Threads> by_thread;
 };
 
 // Totals since each process started, or since boot for the machine.

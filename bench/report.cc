@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -74,6 +77,21 @@ double RunStats::CpuPerWriteUs(const ProcessUsage& usage) const {
 double RunStats::SwitchesPerWrite(const ProcessUsage& usage) const {
   if (usage.switches < 0 || ops == 0) return -1;
   return usage.switches / ops;
+}
+
+std::string RunStats::ThreadSwitchesLine() const {
+  if (ops == 0) return "";
+  std::vector<std::pair<double, std::string>> rows;
+  for (const auto& [name, group] : cpu.gateway.by_thread) {
+    const double per_write = group.switches / static_cast<double>(ops);
+    if (per_write < 0.005) continue;
+    rows.emplace_back(
+        per_write, absl::StrFormat("%s×%d %.2f", name, group.count, per_write));
+  }
+  std::sort(rows.rbegin(), rows.rend());
+  std::string line;
+  for (const auto& [per_write, text] : rows) absl::StrAppend(&line, "  ", text);
+  return line;
 }
 
 double RunStats::ServerCpuPerWriteUs() const {

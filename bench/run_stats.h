@@ -36,6 +36,9 @@ struct RunStats {
   // process (a CpuTimes field), or -1 if unknown or no write succeeded.
   double CpuPerWriteUs(const ProcessUsage& usage) const;
   double SwitchesPerWrite(const ProcessUsage& usage) const;
+  // The gateway's context switches per write by thread name, busiest
+  // first: "  name×threads switches ..."; those under 0.005 left out.
+  std::string ThreadSwitchesLine() const;
   // CPU microseconds per write of whatever served it: the gateway,
   // PostgreSQL and pgbouncer (the ones a write did not go through sit
   // idle); -1 if none is known.

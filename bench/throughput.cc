@@ -569,6 +569,10 @@ absl::StatusOr<std::vector<RunStats>> RunThroughput(
           runs.push_back(RunOne(target, pattern, clients, round,
                                 options.duration, meters.at(VariantOf(target)),
                                 make));
+          if (options.thread_switches) {
+            std::fprintf(stderr, "  gateway switches/write by thread:%s\n",
+                         runs.back().ThreadSwitchesLine().c_str());
+          }
         }
       }
     }

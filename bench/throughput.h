@@ -25,6 +25,9 @@ struct ThroughputOptions {
   // How many times the whole sequence of runs of a client count is
   // repeated; the report adds medians over the rounds.
   int rounds = 1;
+  // After each run, print the gateway's context switches per write by
+  // thread name (stderr).
+  bool thread_switches = false;
 };
 
 absl::StatusOr<std::vector<RunStats>> RunThroughput(

@@ -154,6 +154,13 @@ absl::StatusOr<GatewayOptions> ResolveOptions(const v1::GatewayConfig& given) {
   if (options.io_threads > 1024) {
     return absl::InvalidArgumentError("io_threads: at most 1024");
   }
+  options.queue_threads = config.queue_threads();
+  if (options.queue_threads == 0) {
+    options.queue_threads = std::max(1u, std::thread::hardware_concurrency());
+  }
+  if (options.queue_threads > 256) {
+    return absl::InvalidArgumentError("queue_threads: at most 256");
+  }
   if (!config.etcd().endpoint().empty()) {
     TokenWatcherSpec etcd;
     etcd.kind = "etcd";

@@ -400,16 +400,50 @@ void ConnectionLimit::RefusedForDescriptors() {
   if (!report.empty()) Log(LogSeverity::kWarning, report);
 }
 
+namespace {
+
+// Marks the call's connection proven once the call is bound to it: a call
+// served on a completion queue is created before gRPC binds it, so its peer
+// is known only at its first hook.
+class ProveAtFirstHook final : public grpc::experimental::Interceptor {
+ public:
+  ProveAtFirstHook(ConnectionLimit* limit,
+                   grpc::experimental::ServerRpcInfo* info)
+      : limit_(limit), info_(info) {}
+
+  void Intercept(
+      grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (!proven_) {
+      proven_ = true;
+      limit_->MarkProven(info_->server_context()->peer());
+    }
+    methods->Proceed();
+  }
+
+ private:
+  ConnectionLimit* const limit_;
+  grpc::experimental::ServerRpcInfo* const info_;
+  bool proven_ = false;
+};
+
+}  // namespace
+
 grpc::experimental::Interceptor*
 ProofOfCallInterceptors::CreateServerInterceptor(
     grpc::experimental::ServerRpcInfo* info) {
   ConnectionLimit* limit = limit_.load(std::memory_order_acquire);
   // peer() builds a string: only while some connection is unproven.
-  if (limit != nullptr && limit->HasUnproven() &&
-      info->server_context() != nullptr) {
-    limit->MarkProven(info->server_context()->peer());
+  if (limit == nullptr || !limit->HasUnproven() ||
+      info->server_context() == nullptr) {
+    return nullptr;  // Nothing to intercept in the call itself.
   }
-  return nullptr;  // Nothing to intercept in the call itself.
+  const std::string peer = info->server_context()->peer();
+  if (!peer.empty()) {
+    limit->MarkProven(peer);
+    return nullptr;
+  }
+  // Not bound to its connection yet (a completion queue's call).
+  return new ProveAtFirstHook(limit, info);
 }
 
 }  // namespace fencegate

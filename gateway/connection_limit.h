@@ -168,10 +168,14 @@ class ConnectionLimit {
 };
 
 // A gRPC server interceptor factory that hands the peer of every RPC to
-// the attached ConnectionLimit's MarkProven (and adds no interceptor to
-// the call). Register it with the ServerBuilder; attach the limit once it
-// is installed (it may be after the server starts, for port 0); RPCs
-// before that prove nothing.
+// the attached ConnectionLimit's MarkProven. While every connection is
+// proven it adds no interceptor to the call; otherwise it marks the peer at
+// once if the call is bound to its connection (callback and synchronous
+// calls), else (calls on a completion queue, which gRPC binds after it
+// creates the interceptors) adds one that marks it at the call's first
+// hook, when its initial metadata has arrived. Register it with the
+// ServerBuilder; attach the limit once it is installed (it may be after
+// the server starts, for port 0); RPCs before that prove nothing.
 class ProofOfCallInterceptors final
     : public grpc::experimental::ServerInterceptorFactoryInterface {
  public:

@@ -41,11 +41,9 @@ void ToProto(const FenceState& state, v1::FenceState* out) {
   }
 }
 
-grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
-                                    const absl::Status& status) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
+template <typename Call>
+void FinishNow(Call* call, const absl::Status& status) {
+  call->Finish(ToGrpcStatus(status));
 }
 
 // Charges `bytes` of a Write's kept results to `memory`: from what is left
@@ -132,10 +130,11 @@ void LogOutcome(absl::string_view rpc, const LogFields& fields,
 
 // A Write from validation to its reply.
 struct GatewayService::PendingWrite {
-  grpc::CallbackServerContext* context = nullptr;
-  grpc::ServerUnaryReactor* reactor = nullptr;
+  // The call, which owns the request's and the response's bytes.
+  WriteCall* call = nullptr;
+  grpc::ServerContext* context = nullptr;
   // Parsed from the request's bytes; the response is serialized into
-  // response_bytes (gRPC's) before the reply.
+  // response_bytes (the call's) before the reply.
   v1::WriteRequest parsed_request;
   v1::WriteResponse built_response;
   const v1::WriteRequest* request = &parsed_request;
@@ -171,11 +170,10 @@ struct GatewayService::PendingWrite {
   LogFields fields() const { return {request->request_id(), trace_id}; }
 };
 
-grpc::ServerUnaryReactor* GatewayService::Refuse(
-    const PendingWrite& write, grpc::CallbackServerContext* context,
-    const absl::Status& status) {
+void GatewayService::Refuse(const PendingWrite& write, WriteCall* call,
+                            const absl::Status& status) {
   Count(write, status);
-  return FinishNow(context, status);
+  FinishNow(call, status);
 }
 
 void GatewayService::Count(const PendingWrite& write,
@@ -195,11 +193,48 @@ GatewayService::GatewayService(Fencer* fencer, const Router* router,
       pool_(pool),
       raise_pool_(raise_pool),
       gate_(gate),
-      options_(options) {}
+      options_(options),
+      write_{[this](grpc::ServerContext* context, grpc::ByteBuffer* request,
+                    WriteCall::Writer* writer,
+                    grpc::ServerCompletionQueue* queue, void* tag) {
+               grpc_service_.RequestWrite(context, request, writer, queue,
+                                          queue, tag);
+             },
+             [this](WriteCall* call) { Write(call); }},
+      fence_{[this](grpc::ServerContext* context, v1::FenceRequest* request,
+                    FenceCall::Writer* writer,
+                    grpc::ServerCompletionQueue* queue, void* tag) {
+               grpc_service_.RequestFence(context, request, writer, queue,
+                                          queue, tag);
+             },
+             [this](FenceCall* call) { Fence(call); }},
+      get_fence_{
+          [this](grpc::ServerContext* context, v1::GetFenceRequest* request,
+                 GetFenceCall::Writer* writer,
+                 grpc::ServerCompletionQueue* queue, void* tag) {
+            grpc_service_.RequestGetFence(context, request, writer, queue,
+                                          queue, tag);
+          },
+          [this](GetFenceCall* call) { GetFence(call); }},
+      sequence_{
+          [this](grpc::ServerContext* context, v1::SequenceRequest* request,
+                 SequenceCall::Writer* writer,
+                 grpc::ServerCompletionQueue* queue, void* tag) {
+            grpc_service_.RequestSequence(context, request, writer, queue,
+                                          queue, tag);
+          },
+          [this](SequenceCall* call) { Sequence(call); }} {}
 
-grpc::ServerUnaryReactor* GatewayService::Write(
-    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes,
-    grpc::ByteBuffer* response_bytes) {
+void GatewayService::Listen(grpc::ServerCompletionQueue* queue) const {
+  WriteCall::Listen(&write_, queue);
+  FenceCall::Listen(&fence_, queue);
+  GetFenceCall::Listen(&get_fence_, queue);
+  SequenceCall::Listen(&sequence_, queue);
+}
+
+void GatewayService::Write(WriteCall* call) {
+  grpc::ServerContext* context = call->context();
+  const grpc::ByteBuffer* request_bytes = &call->request();
   auto write = std::make_unique<PendingWrite>();
   // Read for the duration metric only.
   if (options_.metrics != nullptr) write->started = absl::Now();
@@ -208,39 +243,37 @@ grpc::ServerUnaryReactor* GatewayService::Write(
   // its parsed request) before it is parsed.
   absl::StatusOr<WriteShape> shape =
       ShapeOfWriteRequest(*request_bytes, options_.max_ops_per_write);
-  if (!shape.ok()) return Refuse(*write, context, shape.status());
+  if (!shape.ok()) return Refuse(*write, call, shape.status());
   if (options_.memory != nullptr) {
     absl::StatusOr<MemoryBudget::Reservation> reserved =
         options_.memory->Reserve(HeldBytesOf(request_bytes->Length(), *shape));
-    if (!reserved.ok()) return Refuse(*write, context, reserved.status());
+    if (!reserved.ok()) return Refuse(*write, call, reserved.status());
     write->memory = *std::move(reserved);
   }
   if (absl::Status s =
           DecodeWriteRequest(*request_bytes, &write->parsed_request);
       !s.ok()) {
-    return Refuse(*write, context, s);
+    return Refuse(*write, call, s);
   }
   absl::StatusOr<std::unique_ptr<Admission>> admitted =
       gate_->Admit(*context, CallFactsOf(write->parsed_request));
-  if (!admitted.ok()) return Refuse(*write, context, admitted.status());
+  if (!admitted.ok()) return Refuse(*write, call, admitted.status());
   write->admission = *std::move(admitted);
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  write->call = call;
   write->context = context;
-  write->reactor = reactor;
-  write->response_bytes = response_bytes;
+  write->response_bytes = call->response();
   if (SqlTextBytes(write->parsed_request) > kInlineCheckSqlBytes) {
     // Classifying long SQL text takes a parse of up to a second or two of
     // CPU per MiB: on the long-text parser's thread, one Write after
-    // another, so that it holds up none of gRPC's threads and no other
-    // call. The RPC is not finished until Dispatch replies, so the server
-    // (and this service) outlive it.
+    // another, so that it holds up no queue thread and no other call. The
+    // RPC is not finished until Dispatch replies, so the server (and this
+    // service) outlive it.
     postgres::RunOnLongTextParser([this, w = write.release()]() mutable {
       Dispatch(std::unique_ptr<PendingWrite>(w));
     });
-    return reactor;
+    return;
   }
   Dispatch(std::move(write));
-  return reactor;
 }
 
 void GatewayService::Dispatch(std::unique_ptr<PendingWrite> write) {
@@ -251,7 +284,7 @@ void GatewayService::Dispatch(std::unique_ptr<PendingWrite> write) {
   write->route = checked.resolved.route;
   if (!check.ok()) {
     Count(*write, check);
-    write->reactor->Finish(ToGrpcStatus(check));
+    write->call->Finish(ToGrpcStatus(check));
     return;
   }
   const ResolvedResource& resolved = checked.resolved;
@@ -361,33 +394,33 @@ void GatewayService::Reply(std::unique_ptr<PendingWrite> write,
     }
   }
   Count(*write, decision.status());
-  grpc::ServerUnaryReactor* reactor = write->reactor;
+  WriteCall* call = write->call;
   // Free the write before finishing: once the RPC is finished the server
   // may shut down, while this may run on an adapter's thread that nothing
   // waits for.
   write.reset();
-  reactor->Finish(ToGrpcStatus(decision.status()));
+  call->Finish(ToGrpcStatus(decision.status()));
 }
 
-grpc::ServerUnaryReactor* GatewayService::Fence(
-    grpc::CallbackServerContext* context, const v1::FenceRequest* request,
-    v1::FenceState* response) {
-  return RaiseInTurn(
-      context, CallFactsOf(*request), /*has_token=*/true, response,
+void GatewayService::Fence(FenceCall* call) {
+  const v1::FenceRequest* request = &call->request();
+  RaiseInTurn(
+      call, CallFactsOf(*request), /*has_token=*/true,
       [this, request](const Fencer::Turn& turn, const AdvanceCheck* check) {
         return fencer_->Fence(turn, request->token(), check);
       });
 }
 
-grpc::ServerUnaryReactor* GatewayService::RaiseInTurn(
-    grpc::CallbackServerContext* context, const CallFacts& facts,
-    bool has_token, v1::FenceState* response, RaiseFn raise) {
+template <typename Call>
+void GatewayService::RaiseInTurn(Call* call, const CallFacts& facts,
+                                 bool has_token, RaiseFn raise) {
+  grpc::ServerContext* context = call->context();
   // Fence calls are counted (fencegate_fences_total); Sequence calls not.
   const bool counted =
       options_.metrics != nullptr && absl::EndsWith(facts.method, "/Fence");
   auto refuse = [&](const absl::Status& s) {
     if (counted) options_.metrics->RecordFence(s);
-    return FinishNow(context, s);
+    FinishNow(call, s);
   };
   absl::StatusOr<std::unique_ptr<Admission>> admitted =
       gate_->Admit(*context, facts);
@@ -398,15 +431,13 @@ grpc::ServerUnaryReactor* GatewayService::RaiseInTurn(
       !s.ok()) {
     return refuse(s);
   }
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  auto in_turn = [this, context, reactor, response, domain, counted,
-                  trace_id = TraceIdOf(*context), method = facts.method,
-                  request_id = facts.request_id, token = facts.token,
-                  raise = std::move(raise),
+  auto in_turn = [this, call, domain, counted, trace_id = TraceIdOf(*context),
+                  method = facts.method, request_id = facts.request_id,
+                  token = facts.token, raise = std::move(raise),
                   admission = *std::move(admitted)](Fencer::Turn turn) mutable {
     const absl::string_view rpc = method.substr(method.rfind('/') + 1);
     const LogFields fields{request_id, trace_id};
-    if (context->IsCancelled()) {
+    if (call->context()->IsCancelled()) {
       const absl::Status cancelled =
           absl::CancelledError("cancelled before the fence was raised");
       Log(LogSeverity::kWarning,
@@ -417,7 +448,7 @@ grpc::ServerUnaryReactor* GatewayService::RaiseInTurn(
           fields);
       if (counted) options_.metrics->RecordFence(cancelled);
       turn.Release();
-      reactor->Finish(ToGrpcStatus(cancelled));
+      call->Finish(ToGrpcStatus(cancelled));
       return;
     }
     absl::StatusOr<FenceDecision> decision =
@@ -428,8 +459,8 @@ grpc::ServerUnaryReactor* GatewayService::RaiseInTurn(
                options_.log_writes);
     admission->Audit(decision);
     if (counted) options_.metrics->RecordFence(decision.status());
-    if (decision.ok()) ToProto(decision->fence, response);
-    reactor->Finish(ToGrpcStatus(decision.status()));
+    if (decision.ok()) ToProto(decision->fence, call->response());
+    call->Finish(ToGrpcStatus(decision.status()));
   };
   // The turn came on the I/O pool; the raise, which may wait for the
   // domain's holders, runs on a thread of the raises' own.
@@ -440,37 +471,30 @@ grpc::ServerUnaryReactor* GatewayService::RaiseInTurn(
           std::move(in_turn)(std::move(turn));
         });
   });
-  return reactor;
 }
 
-grpc::ServerUnaryReactor* GatewayService::GetFence(
-    grpc::CallbackServerContext* context, const v1::GetFenceRequest* request,
-    v1::FenceState* response) {
+void GatewayService::GetFence(GetFenceCall* call) {
+  const v1::GetFenceRequest* request = &call->request();
   if (absl::StatusOr<std::unique_ptr<Admission>> admitted =
-          gate_->Admit(*context, CallFactsOf(*request));
+          gate_->Admit(*call->context(), CallFactsOf(*request));
       !admitted.ok()) {
-    return FinishNow(context, admitted.status());
+    return FinishNow(call, admitted.status());
   }
   if (absl::Status s = ValidateDomain(request->domain()); !s.ok()) {
-    return FinishNow(context, s);
+    return FinishNow(call, s);
   }
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  pool_->Post([this, reactor, request, response]() {
+  pool_->Post([this, call, request]() {
     absl::StatusOr<FenceState> state = fencer_->Get(request->domain());
-    if (state.ok()) ToProto(*state, response);
-    reactor->Finish(ToGrpcStatus(state.status()));
+    if (state.ok()) ToProto(*state, call->response());
+    call->Finish(ToGrpcStatus(state.status()));
   });
-  return reactor;
 }
 
-grpc::ServerUnaryReactor* GatewayService::Sequence(
-    grpc::CallbackServerContext* context, const v1::SequenceRequest* request,
-    v1::FenceState* response) {
-  return RaiseInTurn(
-      context, CallFactsOf(*request), /*has_token=*/false, response,
-      [this](const Fencer::Turn& turn, const AdvanceCheck* check) {
-        return fencer_->Sequence(turn, check);
-      });
+void GatewayService::Sequence(SequenceCall* call) {
+  RaiseInTurn(call, CallFactsOf(call->request()), /*has_token=*/false,
+              [this](const Fencer::Turn& turn, const AdvanceCheck* check) {
+                return fencer_->Sequence(turn, check);
+              });
 }
 
 }  // namespace fencegate

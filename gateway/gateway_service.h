@@ -1,12 +1,14 @@
 // Copyright fencegate authors.
 //
-// GatewayService: the fencegate.v1.Gateway gRPC service on the callback API.
-// Handlers validate the request on gRPC's thread (cheap, no I/O), then ask
-// the Fencer for the domain's turn (the one per-domain serializer) and
-// return; the fenced work runs on the I/O pool when the turn comes, and the
-// reactor is finished from there (or from the adapter's thread that
-// completes the write). Write takes the request's bytes (write_request.h), so
-// that a request with too many operations is refused before they are built.
+// GatewayService: the fencegate.v1.Gateway gRPC service on the gateway's
+// completion queues (completion_queues.h). Handlers validate the request on
+// the queue's thread (cheap, no I/O), then ask the Fencer for the domain's
+// turn (the one per-domain serializer) and return; the fenced work runs on
+// the I/O pool when the turn comes, and the call is finished from there (or
+// from the adapter's thread that completes the write, or from the queue's
+// thread when nothing had to wait). Write takes the request's bytes
+// (write_request.h), so that a request with too many operations is refused
+// before they are built.
 
 #ifndef GATEWAY_GATEWAY_SERVICE_H_
 #define GATEWAY_GATEWAY_SERVICE_H_
@@ -18,6 +20,8 @@
 #include "fencegate/v1/gateway.grpc.pb.h"
 #include "fencing/fencer.h"
 #include "gateway/io_pool.h"
+#include "gateway/unary_call.h"
+#include "grpcpp/completion_queue.h"
 #include "observability/request_metrics.h"
 #include "security/request_gate.h"
 #include "storage_adapters/router.h"
@@ -41,35 +45,40 @@ struct GatewayServiceOptions {
 // Every RPC passes `gate` first (request_gate.h): a request it refuses is
 // answered without touching a fence or an adapter.
 //
-// Thread safety: safe for concurrent RPCs. `fencer`, `router`, `pool`,
-// `raise_pool` and `gate` are not owned and must outlive the service;
-// `fencer` runs its queued work on `pool`; Fence and Sequence run their
-// raise, which may wait for a domain's holders, on `raise_pool`, never on
+// Thread safety: safe for concurrent RPCs on any number of queues. `fencer`,
+// `router`, `pool`, `raise_pool` and `gate` are not owned and must outlive the
+// service; `fencer` runs its queued work on `pool`; Fence and Sequence run
+// their raise, which may wait for a domain's holders, on `raise_pool`, never on
 // `pool`, where GetFence and Writes run.
-class GatewayService final : public v1::Gateway::WithRawCallbackMethod_Write<
-                                 v1::Gateway::CallbackService> {
+class GatewayService {
  public:
+  using WriteCall = UnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>;
+  using FenceCall = UnaryCall<v1::FenceRequest, v1::FenceState>;
+  using GetFenceCall = UnaryCall<v1::GetFenceRequest, v1::FenceState>;
+  using SequenceCall = UnaryCall<v1::SequenceRequest, v1::FenceState>;
+
   GatewayService(Fencer* fencer, const Router* router, IoPool* pool,
                  IoPool* raise_pool, const RequestGate* gate,
                  GatewayServiceOptions options);
+  GatewayService(const GatewayService&) = delete;
+  GatewayService& operator=(const GatewayService&) = delete;
 
-  grpc::ServerUnaryReactor* Write(grpc::CallbackServerContext* context,
-                                  const grpc::ByteBuffer* request,
-                                  grpc::ByteBuffer* response) override;
-  grpc::ServerUnaryReactor* Fence(grpc::CallbackServerContext* context,
-                                  const v1::FenceRequest* request,
-                                  v1::FenceState* response) override;
-  grpc::ServerUnaryReactor* GetFence(grpc::CallbackServerContext* context,
-                                     const v1::GetFenceRequest* request,
-                                     v1::FenceState* response) override;
-  grpc::ServerUnaryReactor* Sequence(grpc::CallbackServerContext* context,
-                                     const v1::SequenceRequest* request,
-                                     v1::FenceState* response) override;
+  // gRPC's view of the service, for ServerBuilder::RegisterService.
+  grpc::Service* grpc_service() { return &grpc_service_; }
+  // Asks for each RPC's next call on `queue`: after the server started,
+  // before the queue's thread does.
+  void Listen(grpc::ServerCompletionQueue* queue) const;
+
+  // The handlers, on a queue's thread; each finishes its call once.
+  void Write(WriteCall* call);
+  void Fence(FenceCall* call);
+  void GetFence(GetFenceCall* call);
+  void Sequence(SequenceCall* call);
 
  private:
   struct PendingWrite;
   // A Write's checks (CheckWrite, the SQL classified), then Submit; a
-  // refusal is counted and answered. Runs on gRPC's thread, or on the
+  // refusal is counted and answered. Runs on a queue's thread, or on the
   // long-text parser's for a Write of long SQL text.
   void Dispatch(std::unique_ptr<PendingWrite> write);
   // Puts the write through the Fencer (Fencer::Submit): decided on this
@@ -86,14 +95,12 @@ class GatewayService final : public v1::Gateway::WithRawCallbackMethod_Write<
   using RaiseFn =
       absl::AnyInvocable<absl::StatusOr<FenceDecision>(const Fencer::Turn&,
                                                        const AdvanceCheck*) &&>;
-  grpc::ServerUnaryReactor* RaiseInTurn(grpc::CallbackServerContext* context,
-                                        const CallFacts& facts, bool has_token,
-                                        v1::FenceState* response,
-                                        RaiseFn raise);
+  template <typename Call>
+  void RaiseInTurn(Call* call, const CallFacts& facts, bool has_token,
+                   RaiseFn raise);
   // Counts and answers a Write refused before it was queued.
-  grpc::ServerUnaryReactor* Refuse(const PendingWrite& write,
-                                   grpc::CallbackServerContext* context,
-                                   const absl::Status& status);
+  void Refuse(const PendingWrite& write, WriteCall* call,
+              const absl::Status& status);
   // Counts a finished Write.
   void Count(const PendingWrite& write, const absl::Status& status) const;
   // Logs, counts and audits the write's outcome, then finishes the RPC
@@ -108,6 +115,15 @@ class GatewayService final : public v1::Gateway::WithRawCallbackMethod_Write<
   IoPool* const raise_pool_;
   const RequestGate* const gate_;
   const GatewayServiceOptions options_;
+  // What gRPC sees: every method asked for on the queues (Write as bytes).
+  v1::Gateway::WithRawMethod_Write<
+      v1::Gateway::WithAsyncMethod_Fence<v1::Gateway::WithAsyncMethod_GetFence<
+          v1::Gateway::WithAsyncMethod_Sequence<v1::Gateway::Service>>>>
+      grpc_service_;
+  const WriteCall::Method write_;
+  const FenceCall::Method fence_;
+  const GetFenceCall::Method get_fence_;
+  const SequenceCall::Method sequence_;
 };
 
 }  // namespace fencegate

@@ -13,26 +13,53 @@ namespace fencegate {
 
 namespace {
 
-grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
-                                    const absl::Status& status) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
+template <typename Call>
+void FinishNow(Call* call, const absl::Status& status) {
+  call->Finish(ToGrpcStatus(status));
 }
 
 }  // namespace
 
 LeaseService::LeaseService(LeaseManager* manager, IoPool* pool,
                            const RequestGate* gate)
-    : manager_(manager), pool_(pool), gate_(gate) {}
+    : manager_(manager),
+      pool_(pool),
+      gate_(gate),
+      acquire_{[this](grpc::ServerContext* context, v1::AcquireRequest* request,
+                      AcquireCall::Writer* writer,
+                      grpc::ServerCompletionQueue* queue, void* tag) {
+                 grpc_service_.RequestAcquire(context, request, writer, queue,
+                                              queue, tag);
+               },
+               [this](AcquireCall* call) { Acquire(call); }},
+      keep_alive_{
+          [this](grpc::ServerContext* context, v1::KeepAliveRequest* request,
+                 KeepAliveCall::Writer* writer,
+                 grpc::ServerCompletionQueue* queue, void* tag) {
+            grpc_service_.RequestKeepAlive(context, request, writer, queue,
+                                           queue, tag);
+          },
+          [this](KeepAliveCall* call) { KeepAlive(call); }},
+      release_{[this](grpc::ServerContext* context, v1::ReleaseRequest* request,
+                      ReleaseCall::Writer* writer,
+                      grpc::ServerCompletionQueue* queue, void* tag) {
+                 grpc_service_.RequestRelease(context, request, writer, queue,
+                                              queue, tag);
+               },
+               [this](ReleaseCall* call) { Release(call); }} {}
 
-grpc::ServerUnaryReactor* LeaseService::Acquire(
-    grpc::CallbackServerContext* context, const v1::AcquireRequest* request,
-    v1::AcquireResponse* response) {
+void LeaseService::Listen(grpc::ServerCompletionQueue* queue) const {
+  AcquireCall::Listen(&acquire_, queue);
+  KeepAliveCall::Listen(&keep_alive_, queue);
+  ReleaseCall::Listen(&release_, queue);
+}
+
+void LeaseService::Acquire(AcquireCall* call) {
+  grpc::ServerContext* context = call->context();
+  const v1::AcquireRequest* request = &call->request();
   absl::StatusOr<std::unique_ptr<Admission>> admitted =
       gate_->Admit(*context, CallFactsOf(*request));
-  if (!admitted.ok()) return FinishNow(context, admitted.status());
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (!admitted.ok()) return FinishNow(call, admitted.status());
   // Acquire never blocks: a grant waits for its domain's turn (behind the
   // domain's writes) holding no thread, and finishes on the I/O pool.
   std::shared_ptr<Admission> admission(*std::move(admitted));
@@ -46,7 +73,8 @@ grpc::ServerUnaryReactor* LeaseService::Acquire(
       request->name(), request->owner(), admission->identity(),
       absl::Milliseconds(request->ttl_ms()), wait,
       [context] { return context->IsCancelled(); },
-      [reactor, response, admission](absl::StatusOr<AcquireOutcome> outcome) {
+      [call, admission](absl::StatusOr<AcquireOutcome> outcome) {
+        v1::AcquireResponse* response = call->response();
         if (outcome.ok()) {
           const LeaseRecord& lease = outcome->lease;
           response->set_acquired(outcome->acquired);
@@ -66,51 +94,44 @@ grpc::ServerUnaryReactor* LeaseService::Acquire(
             response->set_holder_token(lease.token);
           }
         }
-        reactor->Finish(ToGrpcStatus(outcome.status()));
+        call->Finish(ToGrpcStatus(outcome.status()));
       });
-  return reactor;
 }
 
-grpc::ServerUnaryReactor* LeaseService::KeepAlive(
-    grpc::CallbackServerContext* context, const v1::KeepAliveRequest* request,
-    v1::KeepAliveResponse* response) {
+void LeaseService::KeepAlive(KeepAliveCall* call) {
+  const v1::KeepAliveRequest* request = &call->request();
   if (absl::StatusOr<std::unique_ptr<Admission>> admitted =
-          gate_->Admit(*context, CallFactsOf(*request));
+          gate_->Admit(*call->context(), CallFactsOf(*request));
       !admitted.ok()) {
-    return FinishNow(context, admitted.status());
+    return FinishNow(call, admitted.status());
   }
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  pool_->Post([this, reactor, request, response]() {
+  pool_->Post([this, call, request]() {
     absl::StatusOr<absl::Duration> ttl =
         manager_->KeepAlive(request->name(), request->lease_id());
     if (ttl.ok()) {
-      response->set_ttl_ms(
+      call->response()->set_ttl_ms(
           static_cast<uint32_t>(absl::ToInt64Milliseconds(*ttl)));
     }
-    reactor->Finish(ToGrpcStatus(ttl.status()));
+    call->Finish(ToGrpcStatus(ttl.status()));
   });
-  return reactor;
 }
 
-grpc::ServerUnaryReactor* LeaseService::Release(
-    grpc::CallbackServerContext* context, const v1::ReleaseRequest* request,
-    v1::ReleaseResponse* response) {
+void LeaseService::Release(ReleaseCall* call) {
+  const v1::ReleaseRequest* request = &call->request();
   if (absl::StatusOr<std::unique_ptr<Admission>> admitted =
-          gate_->Admit(*context, CallFactsOf(*request));
+          gate_->Admit(*call->context(), CallFactsOf(*request));
       !admitted.ok()) {
-    return FinishNow(context, admitted.status());
+    return FinishNow(call, admitted.status());
   }
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  pool_->Post([this, reactor, request]() {
+  pool_->Post([this, call, request]() {
     absl::Status s = manager_->Release(request->name(), request->lease_id());
     if (s.ok()) {
       Log(LogSeverity::kInfo,
           absl::StrFormat("lease released name=\"%s\"",
                           absl::CHexEscape(request->name())));
     }
-    reactor->Finish(ToGrpcStatus(s));
+    call->Finish(ToGrpcStatus(s));
   });
-  return reactor;
 }
 
 }  // namespace fencegate

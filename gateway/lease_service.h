@@ -1,10 +1,11 @@
 // Copyright fencegate authors.
 //
-// LeaseService: fencegate.v1.Lease on the gRPC callback API, over the
-// LeaseManager. KeepAlive and Release run on the I/O pool (they sync to
-// disk). Acquire calls the manager on gRPC's thread, which never blocks: a
-// grant waits for its domain's turn holding no thread and is made durable
-// on the I/O pool; a waiting Acquire holds no thread either.
+// LeaseService: fencegate.v1.Lease on the gateway's completion queues
+// (completion_queues.h), over the LeaseManager. KeepAlive and Release run
+// on the I/O pool (they sync to disk). Acquire calls the manager on the
+// queue's thread, which never blocks: a grant waits for its domain's turn
+// holding no thread and is made durable on the I/O pool; a waiting Acquire
+// holds no thread either.
 
 #ifndef GATEWAY_LEASE_SERVICE_H_
 #define GATEWAY_LEASE_SERVICE_H_
@@ -12,6 +13,8 @@
 #include "fencegate/v1/lease.grpc.pb.h"
 #include "fencing/lease_manager.h"
 #include "gateway/io_pool.h"
+#include "gateway/unary_call.h"
+#include "grpcpp/completion_queue.h"
 #include "security/request_gate.h"
 
 namespace fencegate {
@@ -21,24 +24,35 @@ namespace fencegate {
 //
 // Thread safety: safe for concurrent RPCs. `manager`, `pool` and `gate`
 // must outlive the service.
-class LeaseService final : public v1::Lease::CallbackService {
+class LeaseService {
  public:
-  LeaseService(LeaseManager* manager, IoPool* pool, const RequestGate* gate);
+  using AcquireCall = UnaryCall<v1::AcquireRequest, v1::AcquireResponse>;
+  using KeepAliveCall = UnaryCall<v1::KeepAliveRequest, v1::KeepAliveResponse>;
+  using ReleaseCall = UnaryCall<v1::ReleaseRequest, v1::ReleaseResponse>;
 
-  grpc::ServerUnaryReactor* Acquire(grpc::CallbackServerContext* context,
-                                    const v1::AcquireRequest* request,
-                                    v1::AcquireResponse* response) override;
-  grpc::ServerUnaryReactor* KeepAlive(grpc::CallbackServerContext* context,
-                                      const v1::KeepAliveRequest* request,
-                                      v1::KeepAliveResponse* response) override;
-  grpc::ServerUnaryReactor* Release(grpc::CallbackServerContext* context,
-                                    const v1::ReleaseRequest* request,
-                                    v1::ReleaseResponse* response) override;
+  LeaseService(LeaseManager* manager, IoPool* pool, const RequestGate* gate);
+  LeaseService(const LeaseService&) = delete;
+  LeaseService& operator=(const LeaseService&) = delete;
+
+  // gRPC's view of the service, for ServerBuilder::RegisterService.
+  grpc::Service* grpc_service() { return &grpc_service_; }
+  // Asks for each RPC's next call on `queue`: after the server started,
+  // before the queue's thread does.
+  void Listen(grpc::ServerCompletionQueue* queue) const;
+
+  // The handlers, on a queue's thread; each finishes its call once.
+  void Acquire(AcquireCall* call);
+  void KeepAlive(KeepAliveCall* call);
+  void Release(ReleaseCall* call);
 
  private:
   LeaseManager* const manager_;
   IoPool* const pool_;
   const RequestGate* const gate_;
+  v1::Lease::AsyncService grpc_service_;
+  const AcquireCall::Method acquire_;
+  const KeepAliveCall::Method keep_alive_;
+  const ReleaseCall::Method release_;
 };
 
 }  // namespace fencegate

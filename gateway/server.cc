@@ -22,8 +22,8 @@
 #include "fencegate/common/uri.h"
 #include "fencing/clock.h"
 #include "fencing/rocksdb_fence_store.h"
+#include "grpcpp/ext/health_check_service_server_builder_option.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
-#include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/resource_quota.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
@@ -113,8 +113,8 @@ void GatewayServer::RaiseFenceForHolder(absl::string_view kind,
 absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
     const GatewayOptions& options, const AdapterRegistry& adapters,
     const TokenWatcherRegistry& watchers) {
-  if (options.io_threads == 0 || options.max_message_bytes == 0 ||
-      options.listen_address.empty()) {
+  if (options.io_threads == 0 || options.queue_threads == 0 ||
+      options.max_message_bytes == 0 || options.listen_address.empty()) {
     return absl::InvalidArgumentError(
         "gateway options left unset: build them with ResolveOptions");
   }
@@ -259,9 +259,14 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
       GatewayServiceOptions{options.max_ops_per_write, options.log_writes,
                             s->request_metrics_.get(), s->memory_.get()});
 
-  grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  // The health service is the gateway's own, on its queues (gRPC's default
+  // one would bring the callback API's polling threads).
+  builder.SetOption(
+      std::make_unique<grpc::HealthCheckServiceServerBuilderOption>(nullptr));
+  s->health_ = std::make_unique<HealthService>();
+  builder.RegisterService(s->health_->grpc_service());
   builder.AddListeningPort(options.listen_address, *credentials, &s->port_);
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
   // Bounded resources: no client can hold memory, streams or connections
@@ -285,8 +290,12 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
                              ms(options.handshake_timeout));
   s->lease_service_ = std::make_unique<LeaseService>(
       s->leases_.get(), s->pool_.get(), s->gate_.get());
-  builder.RegisterService(s->service_.get());
-  builder.RegisterService(s->lease_service_.get());
+  builder.RegisterService(s->service_->grpc_service());
+  builder.RegisterService(s->lease_service_->grpc_service());
+  // The services' calls are served on queues of the gateway's own;
+  // reflection (synchronous in gRPC 1.51) on a polling thread of gRPC's.
+  s->queues_ =
+      std::make_unique<CompletionQueues>(&builder, options.queue_threads);
   // Every RPC proves its connection to the connection limit.
   auto proof = std::make_unique<ProofOfCallInterceptors>();
   ProofOfCallInterceptors* proof_of_call = proof.get();  // The server's.
@@ -310,6 +319,12 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
                                                options.listen_address,
                                                " (address in use or invalid)"));
   }
+  for (size_t i = 0; i < s->queues_->size(); ++i) {
+    s->service_->Listen(s->queues_->queue(i));
+    s->lease_service_->Listen(s->queues_->queue(i));
+    s->health_->Listen(s->queues_->queue(i));
+  }
+  s->queues_->Start();
   if (tcp && s->connection_limit_ == nullptr) {
     absl::StatusOr<std::unique_ptr<ConnectionLimit>> limit =
         LimitConnections(s->port_, options.max_connections, metrics);
@@ -319,8 +334,7 @@ absl::StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(
   if (s->connection_limit_ != nullptr) {
     proof_of_call->Attach(s->connection_limit_.get());
   }
-  grpc::HealthCheckServiceInterface* health =
-      s->server_->GetHealthCheckService();
+  HealthService* health = s->health_.get();
   health->SetServingStatus(true);
   health->SetServingStatus("fencegate.v1.Gateway", true);
   health->SetServingStatus("fencegate.v1.Lease", true);
@@ -421,7 +435,8 @@ void GatewayServer::Shutdown(absl::Duration grace) {
   // Its sessions end now; their servers roll back open transactions.
   if (pg_port_ != nullptr) pg_port_->Shutdown();
   if (server_ != nullptr) {
-    server_->GetHealthCheckService()->SetServingStatus(false);
+    // NOT_SERVING, and the Watch calls end.
+    health_->Shutdown();
     // Waiting Acquire calls end now rather than hold shutdown up.
     if (leases_ != nullptr) leases_->Shutdown();
     // Returns once every started RPC has finished: in-flight writes run to
@@ -445,6 +460,8 @@ void GatewayServer::Shutdown(absl::Duration grace) {
     finished.Notify();
     canceller.join();
   }
+  // Every call is over: the queues' threads have freed them all.
+  if (queues_ != nullptr) queues_->Stop();
   // After the in-flight requests, which may still ask a watcher about a
   // token, and whose handovers the watchers keep fencing meanwhile.
   if (route_health_ != nullptr) route_health_->Stop();

@@ -17,10 +17,12 @@
 #include "fencing/fencer.h"
 #include "fencing/lease_manager.h"
 #include "fencing/rocksdb_fence_store.h"
+#include "gateway/completion_queues.h"
 #include "gateway/config.h"
 #include "gateway/connection_limit.h"
 #include "gateway/fleet_watch.h"
 #include "gateway/gateway_service.h"
+#include "gateway/health_service.h"
 #include "gateway/io_pool.h"
 #include "gateway/lease_service.h"
 #include "gateway/route_fences.h"
@@ -126,6 +128,9 @@ class GatewayServer {
   std::unique_ptr<LeaseService> lease_service_;
   // Before server_: it outlives the listener.
   std::unique_ptr<ConnectionLimit> connection_limit_;
+  // Before server_, which is destroyed first, as gRPC requires.
+  std::unique_ptr<CompletionQueues> queues_;
+  std::unique_ptr<HealthService> health_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<RouteHealth> route_health_;
   std::unique_ptr<FleetWatch> fleet_watch_;

@@ -105,9 +105,9 @@ TEST(ReportTest, SummarizeRoundsTakesMediansOfTheCpuFigures) {
   std::vector<RunStats> runs;
   for (int round = 0; round < 3; ++round) {
     RunStats r = MakeRun("gateway-pg", round, 1000);  // 1 s: per write = /1000.
-    r.cpu.gateway = {0.010 * (round + 1), 1000.0 * (round + 1)};
-    r.cpu.postgres = {0.050, -1};
-    r.cpu.harness = {0.020 + 0.001 * round, 0};
+    r.cpu.gateway = {0.010 * (round + 1), 1000.0 * (round + 1), {}};
+    r.cpu.postgres = {0.050, -1, {}};
+    r.cpu.harness = {0.020 + 0.001 * round, 0, {}};
     r.cpu.machine_busy = 1.0 + round;
     r.cpu.machine_total = 2.0;
     runs.push_back(r);
@@ -122,6 +122,17 @@ TEST(ReportTest, SummarizeRoundsTakesMediansOfTheCpuFigures) {
   EXPECT_THAT(m.client_cpu_us, DoubleEq(21));    // 20, 21, 22 us.
   EXPECT_THAT(m.gateway_switches, DoubleEq(2));  // 1, 2, 3.
   EXPECT_THAT(m.busy, DoubleEq(1.0));            // 0.5, 1.0, 1.5.
+}
+
+TEST(ReportTest, ThreadSwitchesAreByThreadNameBusiestFirst) {
+  RunStats r = MakeRun("gateway-pg", 0, 1000);
+  EXPECT_EQ(r.ThreadSwitchesLine(), "");
+  r.cpu.gateway.by_thread["fg-io"] = {4, 500};
+  r.cpu.gateway.by_thread["fg-cq0"] = {1, 2000};
+  r.cpu.gateway.by_thread["log-writer"] = {1, 4};  // 0.004 a write: left out.
+  EXPECT_EQ(r.ThreadSwitchesLine(), "  fg-cq0×1 2.00  fg-io×4 0.50");
+  r.ops = 0;
+  EXPECT_EQ(r.ThreadSwitchesLine(), "");
 }
 
 TEST(ReportTest, JsonHasRoundsAndMediansOnlyWithRounds) {
