@@ -39,6 +39,19 @@ class QueueTag {
   ~QueueTag() = default;
 };
 
+// A QueueTag that hands the event to a member function of `T`, on the
+// queue's thread.
+template <typename T>
+class MemberTag final : public QueueTag {
+ public:
+  MemberTag(T* object, void (T::*on)(bool)) : object_(object), on_(on) {}
+  void Proceed(bool ok) override { (object_->*on_)(ok); }
+
+ private:
+  T* const object_;
+  void (T::*const on_)(bool);
+};
+
 // Thread safety: construction, Start() and Stop() from one thread;
 // queue() from any thread once Start() returned.
 class CompletionQueues {

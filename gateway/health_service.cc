@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 
+#include "gateway/completion_queues.h"
 #include "grpcpp/support/async_stream.h"
 
 namespace fencegate {
@@ -38,6 +39,12 @@ class HealthService::WatchCall final {
     writer_.Write(response_, &wrote_);
   }
 
+  // Tells the lock analysis that the service's lock, which the caller
+  // holds, is this call's.
+  void AssertLockHeld() const ABSL_ASSERT_EXCLUSIVE_LOCK(service_->mu_) {
+    service_->mu_.AssertHeld();
+  }
+
   // The service it watches. Read only once the call has arrived (gRPC
   // filled the request before).
   const std::string& service_name() const { return request_.service(); }
@@ -49,16 +56,7 @@ class HealthService::WatchCall final {
   }
 
  private:
-  class Event final : public QueueTag {
-   public:
-    Event(WatchCall* call, void (WatchCall::*on)(bool))
-        : call_(call), on_(on) {}
-    void Proceed(bool ok) override { (call_->*on_)(ok); }
-
-   private:
-    WatchCall* const call_;
-    void (WatchCall::*const on_)(bool);
-  };
+  using Event = MemberTag<WatchCall>;
 
   WatchCall(HealthService* service, grpc::ServerCompletionQueue* queue)
       : service_(service), queue_(queue), writer_(&context_) {
@@ -180,6 +178,7 @@ HealthService::Status HealthService::StatusOf(
 
 void HealthService::Notify() {
   for (WatchCall* watch : watches_) {
+    watch->AssertLockHeld();
     watch->Send(StatusOf(watch->service_name()));
   }
 }
@@ -213,7 +212,10 @@ void HealthService::Shutdown() {
   Notify();
   // End() may finish a call at once, which takes it out of watches_.
   const absl::flat_hash_set<WatchCall*> watches = watches_;
-  for (WatchCall* watch : watches) watch->End();
+  for (WatchCall* watch : watches) {
+    watch->AssertLockHeld();
+    watch->End();
+  }
 }
 
 }  // namespace fencegate

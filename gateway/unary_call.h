@@ -61,17 +61,7 @@ class UnaryCall final {
   }
 
  private:
-  // A queue event of this call: `on` runs on the queue's thread.
-  class Event final : public QueueTag {
-   public:
-    Event(UnaryCall* call, void (UnaryCall::*on)(bool))
-        : call_(call), on_(on) {}
-    void Proceed(bool ok) override { (call_->*on_)(ok); }
-
-   private:
-    UnaryCall* const call_;
-    void (UnaryCall::*const on_)(bool);
-  };
+  using Event = MemberTag<UnaryCall>;
 
   UnaryCall(const Method* method, grpc::ServerCompletionQueue* queue)
       : method_(method), queue_(queue), writer_(&context_) {

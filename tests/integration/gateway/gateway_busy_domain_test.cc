@@ -9,7 +9,7 @@
 // service queued Acquire in its domain's lane, each such Acquire held an
 // I/O thread until its domain was free, and four of them stopped the
 // gateway.) And the memory that Writes queued behind a busy domain hold is
-// bounded.
+// bounded, and Writes in flight on connections that are cut are answered.
 
 #include <atomic>
 #include <functional>
@@ -244,6 +244,77 @@ TEST_F(PostgresAdapterTest, ASlowDomainNeverStallsTheOthers) {
 // Write past it is refused at once with RESOURCE_EXHAUSTED, while a small
 // Write to another domain still runs and the queued ones land once the
 // domain is free.
+// PostgreSQL connections cut (pg_terminate_backend) while a gateway's queue
+// threads have Writes in flight on them, before anything of them committed:
+// each Write is sent once more on a fresh connection (the adapter's rule for
+// a session the server ended), answered, and applied once.
+TEST_F(PostgresAdapterTest, WritesInFlightOnCutConnectionsAreAnsweredOnce) {
+  constexpr int kWriters = 4;
+  testing::TempDir dir;
+  auto gateway = GatewayProcess::Start(
+      dir.path() + "/data",
+      {"--route=db=" + server_->Uri("pool_size=4&spread_after_ms=0&"
+                                    "max_connections_per_caller=4")});
+  ASSERT_TRUE(gateway.ok()) << gateway.status();
+  pqxx::connection holder(server_->Conninfo());
+  pqxx::nontransaction(holder).exec("SELECT pg_advisory_lock(4242)");
+  auto waiting = [&] {
+    return pqxx::nontransaction(holder)
+        .exec1(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND "
+            "NOT granted")[0]
+        .as<int64_t>();
+  };
+  std::vector<std::thread> writers;
+  std::vector<grpc::Status> statuses(kWriters);
+  for (int i = 0; i < kWriters; ++i) {
+    writers.emplace_back([&, i] {
+      // A connection of its own, so that the calls spread over the queues.
+      grpc::ChannelArguments args;
+      args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+      auto gw = v1::Gateway::NewStub(grpc::CreateCustomChannel(
+          (*gateway)->address(), grpc::InsecureChannelCredentials(), args));
+      v1::WriteRequest request;
+      request.set_domain(absl::StrCat("cut", i));
+      request.set_token(1);
+      request.set_resource("db/jobs");
+      request.add_ops()->mutable_sql()->set_sql(
+          "SELECT pg_advisory_xact_lock(4242)");
+      request.add_ops()->mutable_sql()->set_sql(
+          absl::StrCat("INSERT INTO jobs (id) VALUES (", i, ")"));
+      v1::WriteResponse response;
+      grpc::ClientContext context;
+      SetDeadline(&context);
+      statuses[i] = gw->Write(&context, request, &response);
+    });
+    // One at a time, so that each waits inside PostgreSQL on a connection
+    // of its own (not pipelined behind another).
+    EXPECT_TRUE(testing::WaitFor([&] { return waiting() == i + 1; },
+                                 absl::Seconds(20)));
+  }
+  // Their connections are cut; the holder's (this one) is not.
+  const pqxx::result cut = pqxx::nontransaction(holder).exec(
+      "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+      "WHERE pid <> pg_backend_pid() AND wait_event_type = 'Lock' AND "
+      "query LIKE '%pg_advisory_xact_lock(4242)%'");
+  EXPECT_EQ(cut.size(), kWriters);
+  for (const pqxx::row& row : cut) EXPECT_TRUE(row[0].as<bool>());
+  // Sent again, they wait for the lock once more (one pipeline may carry
+  // several of them); then the lock is let go.
+  EXPECT_TRUE(
+      testing::WaitFor([&] { return waiting() >= 1; }, absl::Seconds(20)));
+  pqxx::nontransaction(holder).exec("SELECT pg_advisory_unlock(4242)");
+  for (std::thread& t : writers) t.join();
+  for (int i = 0; i < kWriters; ++i) {
+    EXPECT_TRUE(statuses[i].ok())
+        << "writer " << i << ": " << statuses[i].error_message();
+  }
+  EXPECT_EQ(pqxx::nontransaction(holder)
+                .exec1("SELECT count(*) FROM jobs")[0]
+                .as<int64_t>(),
+            kWriters);
+}
+
 TEST_F(PostgresAdapterTest, WritesQueuedBehindABusyDomainAreBoundedInMemory) {
   constexpr int kQueued = 8;
   const std::string big(3 << 20, 'x');  // Each reserves about 6 MiB of 32.
