@@ -34,6 +34,7 @@ void CompletionQueues::Start() {
 void CompletionQueues::Stop() {
   if (stopped_) return;
   stopped_ = true;
+  if (!threads_.empty()) WaitForCalls();
   for (const std::unique_ptr<grpc::ServerCompletionQueue>& queue : queues_) {
     queue->Shutdown();
   }

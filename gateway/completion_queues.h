@@ -19,11 +19,15 @@
 #ifndef GATEWAY_COMPLETION_QUEUES_H_
 #define GATEWAY_COMPLETION_QUEUES_H_
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "grpcpp/server_builder.h"
 
 namespace fencegate {
@@ -52,7 +56,42 @@ class MemberTag final : public QueueTag {
   void (T::*const on_)(bool);
 };
 
-// Thread safety: construction, Start() and Stop() from one thread;
+// The calls that arrived on any queue and are not freed yet. gRPC's
+// Server::Shutdown waits for no call served on a completion queue, and a
+// queue must not be shut down while a call may still finish to it: the
+// queues wait for this count to reach zero first.
+//
+// Thread safety: thread safe.
+class LiveCalls {
+ public:
+  void Add() { count_.fetch_add(1, std::memory_order_relaxed); }
+  void Remove() ABSL_LOCKS_EXCLUDED(mu_) {
+    if (count_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      absl::MutexLock lock(&mu_);
+      none_.SignalAll();
+    }
+  }
+  // Blocks until no call is live.
+  void WaitForNone() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    while (count_.load(std::memory_order_acquire) != 0) none_.Wait(&mu_);
+  }
+
+ private:
+  std::atomic<int64_t> count_{0};
+  absl::Mutex mu_;
+  absl::CondVar none_;
+};
+
+// One queue as the services see it: where their calls are asked for, and
+// the count every call joins on arrival and leaves when freed.
+struct Queue {
+  grpc::ServerCompletionQueue* cq = nullptr;
+  LiveCalls* live = nullptr;
+};
+
+// Thread safety: construction, Start(), WaitForCalls() and Stop() from one
+// thread;
 // queue() from any thread once Start() returned.
 class CompletionQueues {
  public:
@@ -64,23 +103,27 @@ class CompletionQueues {
   ~CompletionQueues();
 
   size_t size() const { return queues_.size(); }
-  grpc::ServerCompletionQueue* queue(size_t i) const {
-    return queues_[i].get();
-  }
+  Queue queue(size_t i) { return {queues_[i].get(), &live_}; }
 
   // Starts one thread per queue, named fg-cq<i>, that hands each event to
   // its tag until the queue is shut down and drained. After the server's
   // BuildAndStart, once every queue has its calls requested.
   void Start();
 
-  // Shuts the queues down and joins their threads once every queue is
-  // drained. Only after the server's Shutdown() returned: gRPC requires
-  // it, and until then the threads finish the calls in flight. Idempotent.
+  // Blocks until every call that arrived is freed: after the server's
+  // Shutdown(), which refuses new calls but does not wait for these; the
+  // threads keep serving their events meanwhile.
+  void WaitForCalls() { live_.WaitForNone(); }
+
+  // WaitForCalls(), then shuts the queues down and joins their threads
+  // once every queue is drained. Only after the server's Shutdown()
+  // returned, as gRPC requires. Idempotent.
   void Stop();
 
  private:
   std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues_;
   std::vector<std::thread> threads_;
+  LiveCalls live_;
   bool stopped_ = false;
 };
 

@@ -225,7 +225,7 @@ GatewayService::GatewayService(Fencer* fencer, const Router* router,
           },
           [this](SequenceCall* call) { Sequence(call); }} {}
 
-void GatewayService::Listen(grpc::ServerCompletionQueue* queue) const {
+void GatewayService::Listen(Queue queue) const {
   WriteCall::Listen(&write_, queue);
   FenceCall::Listen(&fence_, queue);
   GetFenceCall::Listen(&get_fence_, queue);

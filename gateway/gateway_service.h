@@ -67,7 +67,7 @@ class GatewayService {
   grpc::Service* grpc_service() { return &grpc_service_; }
   // Asks for each RPC's next call on `queue`: after the server started,
   // before the queue's thread does.
-  void Listen(grpc::ServerCompletionQueue* queue) const;
+  void Listen(Queue queue) const;
 
   // The handlers, on a queue's thread; each finishes its call once.
   void Write(WriteCall* call);

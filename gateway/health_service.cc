@@ -19,8 +19,7 @@ using grpc::health::v1::HealthCheckResponse;
 // at a time is in flight; a change meanwhile is sent when it completes.
 class HealthService::WatchCall final {
  public:
-  static void Listen(HealthService* service,
-                     grpc::ServerCompletionQueue* queue) {
+  static void Listen(HealthService* service, Queue queue) {
     new WatchCall(service, queue);
   }
 
@@ -58,11 +57,11 @@ class HealthService::WatchCall final {
  private:
   using Event = MemberTag<WatchCall>;
 
-  WatchCall(HealthService* service, grpc::ServerCompletionQueue* queue)
+  WatchCall(HealthService* service, Queue queue)
       : service_(service), queue_(queue), writer_(&context_) {
     context_.AsyncNotifyWhenDone(&over_);
-    service_->grpc_service_.RequestWatch(&context_, &request_, &writer_, queue_,
-                                         queue_, &arrived_);
+    service_->grpc_service_.RequestWatch(&context_, &request_, &writer_,
+                                         queue_.cq, queue_.cq, &arrived_);
   }
 
   void Arrived(bool ok) {
@@ -70,6 +69,7 @@ class HealthService::WatchCall final {
       delete this;
       return;
     }
+    queue_.live->Add();
     Listen(service_, queue_);
     absl::MutexLock lock(&service_->mu_);
     service_->watches_.insert(this);
@@ -110,11 +110,14 @@ class HealthService::WatchCall final {
 
   // The finish and the call's end, both on this queue's thread.
   void Ended() {
-    if (--left_ == 0) delete this;
+    if (--left_ > 0) return;
+    LiveCalls* live = queue_.live;
+    delete this;
+    live->Remove();
   }
 
   HealthService* const service_;
-  grpc::ServerCompletionQueue* const queue_;
+  const Queue queue_;
   grpc::ServerContext context_;
   HealthCheckRequest request_;
   HealthCheckResponse response_;
@@ -148,7 +151,7 @@ HealthService::HealthService()
 
 HealthService::~HealthService() = default;
 
-void HealthService::Listen(grpc::ServerCompletionQueue* queue) {
+void HealthService::Listen(Queue queue) {
   CheckCall::Listen(&check_, queue);
   WatchCall::Listen(this, queue);
 }

@@ -47,7 +47,7 @@ class HealthService final : public grpc::HealthCheckServiceInterface {
   grpc::Service* grpc_service() { return &grpc_service_; }
   // Asks for each RPC's next call on `queue`: after the server started,
   // before the queue's thread does.
-  void Listen(grpc::ServerCompletionQueue* queue);
+  void Listen(Queue queue);
 
   void SetServingStatus(const std::string& service, bool serving) override
       ABSL_LOCKS_EXCLUDED(mu_);

@@ -48,7 +48,7 @@ LeaseService::LeaseService(LeaseManager* manager, IoPool* pool,
                },
                [this](ReleaseCall* call) { Release(call); }} {}
 
-void LeaseService::Listen(grpc::ServerCompletionQueue* queue) const {
+void LeaseService::Listen(Queue queue) const {
   AcquireCall::Listen(&acquire_, queue);
   KeepAliveCall::Listen(&keep_alive_, queue);
   ReleaseCall::Listen(&release_, queue);

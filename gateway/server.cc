@@ -439,12 +439,12 @@ void GatewayServer::Shutdown(absl::Duration grace) {
     health_->Shutdown();
     // Waiting Acquire calls end now rather than hold shutdown up.
     if (leases_ != nullptr) leases_->Shutdown();
-    // Returns once every started RPC has finished: in-flight writes run to
-    // completion on the I/O pool; after the deadline they are cancelled,
-    // which the client sees even if the write still lands. gRPC waits for
-    // every call to finish even then, so when the grace is over the
-    // storage work still running (a statement that ignores its timeout,
-    // say) is cancelled from another thread rather than waited for.
+    // New calls are refused; in-flight ones run to completion; after the
+    // deadline gRPC cancels them, which the client sees even if the write
+    // still lands. The gateway waits for every call to be freed even then
+    // (WaitForCalls below), so when the grace is over the storage work still
+    // running (a statement that ignores its timeout, say) is cancelled from
+    // another thread rather than waited for.
     const absl::Time deadline = absl::Now() + grace;
     absl::Notification finished;
     std::thread canceller([this, deadline, &finished] {
@@ -457,10 +457,14 @@ void GatewayServer::Shutdown(absl::Duration grace) {
       }
     });
     server_->Shutdown(absl::ToChronoTime(deadline));
+    // gRPC waits for no call on a completion queue: the calls still
+    // running are waited for here, the canceller ending their storage work
+    // once the grace is over.
+    queues_->WaitForCalls();
     finished.Notify();
     canceller.join();
   }
-  // Every call is over: the queues' threads have freed them all.
+  // Every call is freed: the queues can go.
   if (queues_ != nullptr) queues_->Stop();
   // After the in-flight requests, which may still ask a watcher about a
   // token, and whose handovers the watchers keep fencing meanwhile.

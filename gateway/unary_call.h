@@ -43,7 +43,7 @@ class UnaryCall final {
 
   // Asks for `method`'s next call on `queue`. `method` must outlive every
   // call of it: until the server has shut down and the queue is drained.
-  static void Listen(const Method* method, grpc::ServerCompletionQueue* queue) {
+  static void Listen(const Method* method, Queue queue) {
     new UnaryCall(method, queue);
   }
 
@@ -63,11 +63,11 @@ class UnaryCall final {
  private:
   using Event = MemberTag<UnaryCall>;
 
-  UnaryCall(const Method* method, grpc::ServerCompletionQueue* queue)
+  UnaryCall(const Method* method, Queue queue)
       : method_(method), queue_(queue), writer_(&context_) {
     // Before the call is asked for, as gRPC requires.
     context_.AsyncNotifyWhenDone(&over_);
-    method_->request(&context_, &request_, &writer_, queue_, &arrived_);
+    method_->request(&context_, &request_, &writer_, queue_.cq, &arrived_);
   }
   ~UnaryCall() = default;
 
@@ -78,17 +78,21 @@ class UnaryCall final {
       delete this;
       return;
     }
+    queue_.live->Add();
     Listen(method_, queue_);
     method_->handle(this);
   }
   // The finish, and gRPC's word that the call is over: both on this queue's
   // thread, so `left_` needs no lock.
   void Ended(bool /*ok*/) {
-    if (--left_ == 0) delete this;
+    if (--left_ > 0) return;
+    LiveCalls* live = queue_.live;
+    delete this;
+    live->Remove();
   }
 
   const Method* const method_;
-  grpc::ServerCompletionQueue* const queue_;
+  const Queue queue_;
   grpc::ServerContext context_;
   Request request_;
   Response response_;
