@@ -156,7 +156,12 @@ absl::StatusOr<GatewayOptions> ResolveOptions(const v1::GatewayConfig& given) {
   }
   options.queue_threads = config.queue_threads();
   if (options.queue_threads == 0) {
-    options.queue_threads = std::max(1u, std::thread::hardware_concurrency());
+    // One thread serves what it reads without a hand-over (gRPC 1.51's
+    // poller lets any waiting queue thread read any connection, and wakes
+    // the connection's own): more pay only once one is saturated
+    // (docs/benchmarks.md, "The gRPC API on completion queues").
+    options.queue_threads =
+        std::max(1u, std::thread::hardware_concurrency() / 4);
   }
   if (options.queue_threads > 256) {
     return absl::InvalidArgumentError("queue_threads: at most 256");

@@ -63,8 +63,8 @@ struct GatewayOptions {
   uint32_t max_waiting_acquires{};
   // Threads for fence syncs and storage I/O. Default: max(4, 2 * cores).
   uint32_t io_threads{};
-  // Threads serving the gRPC API, one completion queue each. Default: one
-  // per core.
+  // Threads serving the gRPC API, one completion queue each. Default:
+  // max(1, cores / 4).
   uint32_t queue_threads{};
   // How long SIGTERM waits for in-flight requests. Default: 30 s.
   absl::Duration shutdown_grace;

@@ -254,7 +254,8 @@ TEST_F(PostgresAdapterTest, WritesInFlightOnCutConnectionsAreAnsweredOnce) {
   auto gateway = GatewayProcess::Start(
       dir.path() + "/data",
       {"--route=db=" + server_->Uri("pool_size=4&spread_after_ms=0&"
-                                    "max_connections_per_caller=4")});
+                                    "max_connections_per_caller=4"),
+       "--queue_threads=2"});
   ASSERT_TRUE(gateway.ok()) << gateway.status();
   pqxx::connection holder(server_->Conninfo());
   pqxx::nontransaction(holder).exec("SELECT pg_advisory_lock(4242)");

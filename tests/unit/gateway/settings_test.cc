@@ -8,9 +8,11 @@
 
 #include "gateway/settings.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -249,6 +251,10 @@ TEST(SettingsTest, ResolveOptionsAppliesTheSchemasDefaults) {
   // io_threads' default (0) is computed here: max(4, 2 x cores).
   EXPECT_EQ(schema.io_threads(), 0u);
   EXPECT_GE(resolved.io_threads, 4u);
+  // queue_threads' default (0) too: a quarter of the cores, at least one.
+  EXPECT_EQ(schema.queue_threads(), 0u);
+  EXPECT_EQ(resolved.queue_threads,
+            std::max(1u, std::thread::hardware_concurrency() / 4));
   // Options left as constructed are refused, not served with zeros.
   TokenWatcherRegistry watchers;
   AdapterRegistry adapters;
