@@ -65,8 +65,11 @@ class MemberTag final : public QueueTag {
 class LiveCalls {
  public:
   void Add() { count_.fetch_add(1, std::memory_order_relaxed); }
+  // Takes the lock only while WaitForNone() waits (at shutdown), not per
+  // call. Sequentially consistent: a Remove() that reaches zero sees the
+  // waiter, or the waiter sees zero.
   void Remove() ABSL_LOCKS_EXCLUDED(mu_) {
-    if (count_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    if (count_.fetch_sub(1) == 1 && waiting_.load()) {
       absl::MutexLock lock(&mu_);
       none_.SignalAll();
     }
@@ -74,11 +77,14 @@ class LiveCalls {
   // Blocks until no call is live.
   void WaitForNone() ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
-    while (count_.load(std::memory_order_acquire) != 0) none_.Wait(&mu_);
+    waiting_.store(true);
+    while (count_.load() != 0) none_.Wait(&mu_);
+    waiting_.store(false);
   }
 
  private:
   std::atomic<int64_t> count_{0};
+  std::atomic<bool> waiting_{false};
   absl::Mutex mu_;
   absl::CondVar none_;
 };

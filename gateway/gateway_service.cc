@@ -194,36 +194,16 @@ GatewayService::GatewayService(Fencer* fencer, const Router* router,
       raise_pool_(raise_pool),
       gate_(gate),
       options_(options),
-      write_{[this](grpc::ServerContext* context, grpc::ByteBuffer* request,
-                    WriteCall::Writer* writer,
-                    grpc::ServerCompletionQueue* queue, void* tag) {
-               grpc_service_.RequestWrite(context, request, writer, queue,
-                                          queue, tag);
-             },
-             [this](WriteCall* call) { Write(call); }},
-      fence_{[this](grpc::ServerContext* context, v1::FenceRequest* request,
-                    FenceCall::Writer* writer,
-                    grpc::ServerCompletionQueue* queue, void* tag) {
-               grpc_service_.RequestFence(context, request, writer, queue,
-                                          queue, tag);
-             },
-             [this](FenceCall* call) { Fence(call); }},
-      get_fence_{
-          [this](grpc::ServerContext* context, v1::GetFenceRequest* request,
-                 GetFenceCall::Writer* writer,
-                 grpc::ServerCompletionQueue* queue, void* tag) {
-            grpc_service_.RequestGetFence(context, request, writer, queue,
-                                          queue, tag);
-          },
-          [this](GetFenceCall* call) { GetFence(call); }},
-      sequence_{
-          [this](grpc::ServerContext* context, v1::SequenceRequest* request,
-                 SequenceCall::Writer* writer,
-                 grpc::ServerCompletionQueue* queue, void* tag) {
-            grpc_service_.RequestSequence(context, request, writer, queue,
-                                          queue, tag);
-          },
-          [this](SequenceCall* call) { Sequence(call); }} {}
+      write_(WriteCall::Of(&grpc_service_, &GrpcService::RequestWrite,
+                           [this](WriteCall* call) { Write(call); })),
+      fence_(FenceCall::Of(&grpc_service_, &GrpcService::RequestFence,
+                           [this](FenceCall* call) { Fence(call); })),
+      get_fence_(
+          GetFenceCall::Of(&grpc_service_, &GrpcService::RequestGetFence,
+                           [this](GetFenceCall* call) { GetFence(call); })),
+      sequence_(
+          SequenceCall::Of(&grpc_service_, &GrpcService::RequestSequence,
+                           [this](SequenceCall* call) { Sequence(call); })) {}
 
 void GatewayService::Listen(Queue queue) const {
   WriteCall::Listen(&write_, queue);

@@ -116,10 +116,10 @@ class GatewayService {
   const RequestGate* const gate_;
   const GatewayServiceOptions options_;
   // What gRPC sees: every method asked for on the queues (Write as bytes).
-  v1::Gateway::WithRawMethod_Write<
+  using GrpcService = v1::Gateway::WithRawMethod_Write<
       v1::Gateway::WithAsyncMethod_Fence<v1::Gateway::WithAsyncMethod_GetFence<
-          v1::Gateway::WithAsyncMethod_Sequence<v1::Gateway::Service>>>>
-      grpc_service_;
+          v1::Gateway::WithAsyncMethod_Sequence<v1::Gateway::Service>>>>;
+  GrpcService grpc_service_;
   const WriteCall::Method write_;
   const FenceCall::Method fence_;
   const GetFenceCall::Method get_fence_;

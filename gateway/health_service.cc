@@ -139,13 +139,9 @@ class HealthService::WatchCall final {
 };
 
 HealthService::HealthService()
-    : check_{[this](grpc::ServerContext* context, HealthCheckRequest* request,
-                    CheckCall::Writer* writer,
-                    grpc::ServerCompletionQueue* queue, void* tag) {
-               grpc_service_.RequestCheck(context, request, writer, queue,
-                                          queue, tag);
-             },
-             [this](CheckCall* call) { Check(call); }} {
+    : check_(CheckCall::Of(
+          &grpc_service_, &grpc::health::v1::Health::AsyncService::RequestCheck,
+          [this](CheckCall* call) { Check(call); })) {
   statuses_[""] = HealthCheckResponse::SERVING;
 }
 

@@ -25,28 +25,15 @@ LeaseService::LeaseService(LeaseManager* manager, IoPool* pool,
     : manager_(manager),
       pool_(pool),
       gate_(gate),
-      acquire_{[this](grpc::ServerContext* context, v1::AcquireRequest* request,
-                      AcquireCall::Writer* writer,
-                      grpc::ServerCompletionQueue* queue, void* tag) {
-                 grpc_service_.RequestAcquire(context, request, writer, queue,
-                                              queue, tag);
-               },
-               [this](AcquireCall* call) { Acquire(call); }},
-      keep_alive_{
-          [this](grpc::ServerContext* context, v1::KeepAliveRequest* request,
-                 KeepAliveCall::Writer* writer,
-                 grpc::ServerCompletionQueue* queue, void* tag) {
-            grpc_service_.RequestKeepAlive(context, request, writer, queue,
-                                           queue, tag);
-          },
-          [this](KeepAliveCall* call) { KeepAlive(call); }},
-      release_{[this](grpc::ServerContext* context, v1::ReleaseRequest* request,
-                      ReleaseCall::Writer* writer,
-                      grpc::ServerCompletionQueue* queue, void* tag) {
-                 grpc_service_.RequestRelease(context, request, writer, queue,
-                                              queue, tag);
-               },
-               [this](ReleaseCall* call) { Release(call); }} {}
+      acquire_(AcquireCall::Of(&grpc_service_,
+                               &v1::Lease::AsyncService::RequestAcquire,
+                               [this](AcquireCall* call) { Acquire(call); })),
+      keep_alive_(KeepAliveCall::Of(
+          &grpc_service_, &v1::Lease::AsyncService::RequestKeepAlive,
+          [this](KeepAliveCall* call) { KeepAlive(call); })),
+      release_(ReleaseCall::Of(&grpc_service_,
+                               &v1::Lease::AsyncService::RequestRelease,
+                               [this](ReleaseCall* call) { Release(call); })) {}
 
 void LeaseService::Listen(Queue queue) const {
   AcquireCall::Listen(&acquire_, queue);

@@ -17,6 +17,7 @@
 #define GATEWAY_UNARY_CALL_H_
 
 #include <functional>
+#include <utility>
 
 #include "gateway/completion_queues.h"
 #include "grpcpp/completion_queue.h"
@@ -40,6 +41,23 @@ class UnaryCall final {
         request;
     std::function<void(UnaryCall*)> handle;
   };
+
+  // The Method whose calls `service`'s generated `request` asks for (e.g.
+  // `&v1::Lease::AsyncService::RequestAcquire`), handled by `handle`.
+  // `service` must outlive the Method.
+  template <typename Service, typename Base>
+  static Method Of(Service* service,
+                   void (Base::*request)(grpc::ServerContext*, Request*,
+                                         Writer*, grpc::CompletionQueue*,
+                                         grpc::ServerCompletionQueue*, void*),
+                   std::function<void(UnaryCall*)> handle) {
+    return {[service, request](grpc::ServerContext* context, Request* message,
+                               Writer* writer,
+                               grpc::ServerCompletionQueue* queue, void* tag) {
+              (service->*request)(context, message, writer, queue, queue, tag);
+            },
+            std::move(handle)};
+  }
 
   // Asks for `method`'s next call on `queue`. `method` must outlive every
   // call of it: until the server has shut down and the queue is drained.
